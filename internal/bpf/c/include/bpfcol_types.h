@@ -1,0 +1,96 @@
+/* SPDX-License-Identifier: GPL-2.0 OR BSD-2-Clause */
+/*
+ * The few kernel types bpfcol's BPF programs touch, declared with
+ * preserve_access_index so every field access is relocated against the
+ * running kernel's BTF (CO-RE). A full vmlinux.h is megabytes of types we
+ * never use, and would tie the committed objects to one kernel build.
+ */
+#ifndef BPFCOL_TYPES_H
+#define BPFCOL_TYPES_H
+
+typedef unsigned char __u8;
+typedef short int __s16;
+typedef short unsigned int __u16;
+typedef int __s32;
+typedef unsigned int __u32;
+typedef long long int __s64;
+typedef long long unsigned int __u64;
+typedef __u16 __be16;
+typedef __u32 __be32;
+typedef __u32 __wsum;
+typedef _Bool bool;
+#define true 1
+#define false 0
+
+typedef __u8 u8;
+typedef __u32 u32;
+typedef __s32 s32;
+typedef __u64 u64;
+typedef __s64 s64;
+
+enum bpf_map_type {
+	BPF_MAP_TYPE_HASH = 1,
+	BPF_MAP_TYPE_ARRAY = 2,
+	BPF_MAP_TYPE_PERCPU_ARRAY = 6,
+	BPF_MAP_TYPE_LRU_HASH = 9,
+	BPF_MAP_TYPE_RINGBUF = 27,
+};
+
+enum {
+	BPF_F_MMAPABLE = (1U << 10),
+	BPF_F_RDONLY_PROG = (1U << 7),
+};
+
+enum {
+	BPF_F_SKIP_FIELD_MASK = 0xffULL,
+	BPF_F_USER_STACK = (1ULL << 8),
+};
+
+enum {
+	BPF_RB_NO_WAKEUP = (1ULL << 0),
+	BPF_RB_FORCE_WAKEUP = (1ULL << 1),
+};
+
+enum {
+	BPF_ANY = 0,
+	BPF_NOEXIST = 1,
+	BPF_EXIST = 2,
+};
+
+/* x86-64 register frame saved on kernel entry. */
+struct pt_regs {
+	unsigned long r15;
+	unsigned long r14;
+	unsigned long r13;
+	unsigned long r12;
+	unsigned long bp;
+	unsigned long bx;
+	unsigned long r11;
+	unsigned long r10;
+	unsigned long r9;
+	unsigned long r8;
+	unsigned long ax;
+	unsigned long cx;
+	unsigned long dx;
+	unsigned long si;
+	unsigned long di;
+	unsigned long orig_ax;
+	unsigned long ip;
+	unsigned long cs;
+	unsigned long flags;
+	unsigned long sp;
+	unsigned long ss;
+} __attribute__((preserve_access_index));
+
+struct task_struct {
+	unsigned int flags;
+	int pid;
+	int tgid;
+	struct task_struct *group_leader;
+	char comm[16];
+} __attribute__((preserve_access_index));
+
+/* include/linux/sched.h */
+#define PF_KTHREAD 0x00200000
+
+#endif /* BPFCOL_TYPES_H */

@@ -1,0 +1,52 @@
+package profiler
+
+// Sample is one decoded stack sample.
+type Sample struct {
+	// KtimeNs is the CLOCK_MONOTONIC time of the sample.
+	KtimeNs uint64
+	// PID is the process (thread group) id, TID the thread id.
+	PID, TID uint32
+	// CPU is the CPU the sample was taken on.
+	CPU uint32
+	// Comm is the thread's name at the time of the sample.
+	Comm string
+	// Kernel holds the kernel return addresses, the interrupted PC first.
+	Kernel []uint64
+	// User holds the user stack found by frame-pointer walking, the
+	// interrupted PC first.
+	User []uint64
+	// UserIP, UserSP and UserBP are the user registers of the task.
+	UserIP, UserSP, UserBP uint64
+	// SPWords are the two words at UserSP when SPWordsValid is set: the
+	// return address of a function that has not pushed a frame is there.
+	SPWords      [2]uint64
+	SPWordsValid bool
+	// KernelThread is set for kernel threads, which have no user stack.
+	KernelThread bool
+}
+
+// Counters are the sampler's own counts since it was loaded.
+type Counters struct {
+	// Samples is how many samples were recorded into the ringbuf.
+	Samples uint64
+	// DroppedRingbuf counts samples lost because the ringbuf was full.
+	DroppedRingbuf uint64
+	// UserStackErrors counts samples whose user stack could not be read.
+	UserStackErrors uint64
+	// KernelStackErrors counts samples whose kernel stack could not be read.
+	KernelStackErrors uint64
+	// SPReadErrors counts samples whose words at the user SP were unreadable.
+	SPReadErrors uint64
+	// Idle counts samples on the idle task, which are not recorded.
+	Idle uint64
+}
+
+// Options configures a Sampler.
+type Options struct {
+	// Frequency is the sampling frequency in Hz on each CPU.
+	Frequency int
+	// RingBufferBytes is the size of the sample ringbuf. It is rounded up to
+	// a power of two of at least one page. Zero picks a size for about two
+	// seconds of samples on every CPU.
+	RingBufferBytes int
+}

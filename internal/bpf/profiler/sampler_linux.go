@@ -1,0 +1,267 @@
+package profiler
+
+import (
+	"errors"
+	"fmt"
+	"math/bits"
+	"os"
+	"strconv"
+	"strings"
+	"unsafe"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/link"
+	"github.com/cilium/ebpf/ringbuf"
+	"golang.org/x/sys/unix"
+)
+
+// Indexes of the counters map, mirrored from profiler.bpf.c.
+const (
+	counterSamples = iota
+	counterDroppedRingbuf
+	counterUserStackErr
+	counterKernelStackErr
+	counterSPReadErr
+	counterIdle
+	counterMax
+)
+
+// Flags of a record, mirrored from profiler.bpf.c.
+const (
+	flagKernelThread  = 1 << 0
+	flagSPWordsValid  = 1 << 1
+	recordSize        = int(unsafe.Sizeof(profilerSample{}))
+	maxRingBufferSize = 256 << 20
+)
+
+// ErrClosed is returned by Read once the Sampler is closed.
+var ErrClosed = os.ErrClosed
+
+// Sampler is a loaded and attached stack sampler.
+type Sampler struct {
+	objs    profilerObjects
+	links   []link.Link
+	events  []int
+	reader  *ringbuf.Reader
+	record  ringbuf.Record
+	ncpu    int
+	counter []uint64
+}
+
+// New checks that the kernel and the process's capabilities allow sampling,
+// then loads the sampler and attaches it to every online CPU. Sampling starts
+// before New returns.
+func New(opts Options) (_ *Sampler, err error) {
+	if opts.Frequency <= 0 {
+		return nil, fmt.Errorf("sampling frequency %d Hz: must be positive", opts.Frequency)
+	}
+	if err := CheckSupport(); err != nil {
+		return nil, err
+	}
+	cpus, err := onlineCPUs()
+	if err != nil {
+		return nil, err
+	}
+
+	spec, err := loadProfiler()
+	if err != nil {
+		return nil, fmt.Errorf("loading sampler spec: %w", err)
+	}
+	spec.Maps[profilerMapSamples].MaxEntries = ringBufferSize(opts, len(cpus))
+
+	s := &Sampler{ncpu: len(cpus)}
+	defer func() {
+		if err != nil {
+			s.Close()
+		}
+	}()
+	if err := spec.LoadAndAssign(&s.objs, nil); err != nil {
+		return nil, fmt.Errorf("loading sampler: %w", explainPermission(err))
+	}
+	if s.reader, err = ringbuf.NewReader(s.objs.Samples); err != nil {
+		return nil, fmt.Errorf("opening sample ringbuf: %w", err)
+	}
+	for _, cpu := range cpus {
+		fd, err := openCPUClock(cpu, opts.Frequency)
+		if err != nil {
+			return nil, err
+		}
+		s.events = append(s.events, fd)
+		l, err := link.AttachRawLink(link.RawLinkOptions{
+			Target:  fd,
+			Program: s.objs.SampleStack,
+			Attach:  ebpf.AttachPerfEvent,
+		})
+		if err != nil {
+			return nil, fmt.Errorf("attaching sampler to cpu %d: %w", cpu, err)
+		}
+		s.links = append(s.links, l)
+		if err := unix.IoctlSetInt(fd, unix.PERF_EVENT_IOC_ENABLE, 0); err != nil {
+			return nil, fmt.Errorf("enabling cpu-clock event on cpu %d: %w", cpu, err)
+		}
+	}
+	return s, nil
+}
+
+// ringBufferSize sizes the ringbuf for about two seconds of samples on every
+// CPU, so a stalled reader loses samples (counted) instead of memory growing.
+func ringBufferSize(opts Options, ncpu int) uint32 {
+	size := opts.RingBufferBytes
+	if size <= 0 {
+		size = 2 * ncpu * opts.Frequency * (recordSize + 8)
+	}
+	size = max(size, os.Getpagesize())
+	size = min(size, maxRingBufferSize)
+	return uint32(1) << bits.Len32(uint32(size-1))
+}
+
+func openCPUClock(cpu, frequency int) (int, error) {
+	attr := unix.PerfEventAttr{
+		Type:   unix.PERF_TYPE_SOFTWARE,
+		Config: unix.PERF_COUNT_SW_CPU_CLOCK,
+		Size:   uint32(unsafe.Sizeof(unix.PerfEventAttr{})),
+		Sample: uint64(frequency),
+		Bits:   unix.PerfBitFreq | unix.PerfBitDisabled,
+	}
+	fd, err := unix.PerfEventOpen(&attr, -1, cpu, -1, unix.PERF_FLAG_FD_CLOEXEC)
+	if err != nil {
+		return -1, fmt.Errorf("opening cpu-clock perf event on cpu %d: %w", cpu, explainPermission(err))
+	}
+	return fd, nil
+}
+
+// Read blocks until the next sample arrives and decodes it into dst. It
+// returns ErrClosed once the Sampler is closed. dst's slices are reused.
+func (s *Sampler) Read(dst *Sample) error {
+	if err := s.reader.ReadInto(&s.record); err != nil {
+		if errors.Is(err, ringbuf.ErrClosed) {
+			return ErrClosed
+		}
+		return fmt.Errorf("reading sample: %w", err)
+	}
+	raw := s.record.RawSample
+	if len(raw) < recordSize {
+		return fmt.Errorf("reading sample: record of %d bytes, want %d", len(raw), recordSize)
+	}
+	var rec profilerSample
+	copy(unsafe.Slice((*byte)(unsafe.Pointer(&rec)), recordSize), raw)
+	decode(&rec, dst)
+	return nil
+}
+
+func decode(rec *profilerSample, dst *Sample) {
+	dst.KtimeNs = rec.KtimeNs
+	dst.PID, dst.TID, dst.CPU = rec.Pid, rec.Tid, rec.Cpu
+	dst.Comm = commString(rec.Comm[:])
+	dst.Kernel = appendFrames(dst.Kernel[:0], rec.Kernel[:], rec.KernelBytes)
+	dst.User = appendFrames(dst.User[:0], rec.User[:], rec.UserBytes)
+	dst.UserIP, dst.UserSP, dst.UserBP = rec.UserIp, rec.UserSp, rec.UserBp
+	dst.SPWords = rec.SpWords
+	dst.SPWordsValid = rec.Flags&flagSPWordsValid != 0
+	dst.KernelThread = rec.Flags&flagKernelThread != 0
+}
+
+func appendFrames(dst, frames []uint64, nbytes int32) []uint64 {
+	if nbytes <= 0 {
+		return dst
+	}
+	n := min(int(nbytes)/8, len(frames))
+	return append(dst, frames[:n]...)
+}
+
+func commString(comm []int8) string {
+	b := make([]byte, 0, len(comm))
+	for _, c := range comm {
+		if c == 0 {
+			break
+		}
+		b = append(b, byte(c))
+	}
+	return string(b)
+}
+
+// Counters sums the sampler's counters over all CPUs.
+func (s *Sampler) Counters() (Counters, error) {
+	sum := func(idx uint32) (uint64, error) {
+		if s.counter == nil {
+			s.counter = make([]uint64, ebpf.MustPossibleCPU())
+		}
+		if err := s.objs.Counters.Lookup(idx, &s.counter); err != nil {
+			return 0, fmt.Errorf("reading sampler counter %d: %w", idx, err)
+		}
+		var total uint64
+		for _, v := range s.counter {
+			total += v
+		}
+		return total, nil
+	}
+	var c Counters
+	for idx, dst := range map[uint32]*uint64{
+		counterSamples:        &c.Samples,
+		counterDroppedRingbuf: &c.DroppedRingbuf,
+		counterUserStackErr:   &c.UserStackErrors,
+		counterKernelStackErr: &c.KernelStackErrors,
+		counterSPReadErr:      &c.SPReadErrors,
+		counterIdle:           &c.Idle,
+	} {
+		v, err := sum(idx)
+		if err != nil {
+			return Counters{}, err
+		}
+		*dst = v
+	}
+	return c, nil
+}
+
+// CPUs is how many CPUs the sampler is attached to.
+func (s *Sampler) CPUs() int { return s.ncpu }
+
+// Close detaches the sampler from every CPU and frees its maps. A blocked
+// Read returns ErrClosed. It is safe to call more than once.
+func (s *Sampler) Close() error {
+	var errs []error
+	for _, l := range s.links {
+		errs = append(errs, l.Close())
+	}
+	s.links = nil
+	for _, fd := range s.events {
+		errs = append(errs, unix.Close(fd))
+	}
+	s.events = nil
+	// The reader stays set: a concurrent or later Read must see it closed.
+	if s.reader != nil {
+		errs = append(errs, s.reader.Close())
+	}
+	errs = append(errs, s.objs.Close())
+	return errors.Join(errs...)
+}
+
+// onlineCPUs parses /sys/devices/system/cpu/online ("0-3,5").
+func onlineCPUs() ([]int, error) {
+	data, err := os.ReadFile("/sys/devices/system/cpu/online")
+	if err != nil {
+		return nil, fmt.Errorf("reading online cpus: %w", err)
+	}
+	return parseCPUList(strings.TrimSpace(string(data)))
+}
+
+func parseCPUList(list string) ([]int, error) {
+	var cpus []int
+	for _, part := range strings.Split(list, ",") {
+		lo, hi, isRange := strings.Cut(part, "-")
+		first, err := strconv.Atoi(lo)
+		if err != nil {
+			return nil, fmt.Errorf("parsing cpu list %q: %w", list, err)
+		}
+		last := first
+		if isRange {
+			if last, err = strconv.Atoi(hi); err != nil {
+				return nil, fmt.Errorf("parsing cpu list %q: %w", list, err)
+			}
+		}
+		for cpu := first; cpu <= last; cpu++ {
+			cpus = append(cpus, cpu)
+		}
+	}
+	return cpus, nil
+}

@@ -1,0 +1,96 @@
+package profiler
+
+import (
+	"errors"
+	"os"
+	"runtime"
+	"testing"
+	"time"
+
+	"github.com/bpfcol/bpfcol/internal/testenv"
+)
+
+func TestParseCPUList(t *testing.T) {
+	got, err := parseCPUList("0-2,5,7-8")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []int{0, 1, 2, 5, 6 + 1, 8}
+	if len(got) != len(want) {
+		t.Fatalf("got %v, want %v", got, want)
+	}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Fatalf("got %v, want %v", got, want)
+		}
+	}
+	if _, err := parseCPUList("0-x"); err == nil {
+		t.Fatal("want an error for a bad list")
+	}
+}
+
+// TestSamplerSeesBusyThread spins this test's own thread and expects samples
+// of it, with a user stack starting at the sampled IP.
+func TestSamplerSeesBusyThread(t *testing.T) {
+	testenv.RequireBPF(t)
+	s, err := New(Options{Frequency: 99})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+
+	stop := make(chan struct{})
+	go func() {
+		runtime.LockOSThread()
+		x := 0
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+				for i := 0; i < 1_000_000; i++ {
+					x += i
+				}
+			}
+		}
+	}()
+	defer close(stop)
+
+	self := uint32(os.Getpid())
+	deadline := time.Now().Add(5 * time.Second)
+	var own, withUser int
+	var smp Sample
+	go func() { <-time.After(time.Until(deadline)); s.reader.SetDeadline(time.Now()) }()
+	for own < 20 && time.Now().Before(deadline) {
+		if err := s.Read(&smp); err != nil {
+			t.Fatalf("read: %v", err)
+		}
+		if smp.PID != self {
+			continue
+		}
+		own++
+		if len(smp.User) > 0 && smp.User[0] == smp.UserIP && smp.SPWordsValid {
+			withUser++
+		}
+	}
+	if own < 20 {
+		t.Fatalf("only %d samples of this process in 5s at 99 Hz", own)
+	}
+	if withUser < own*9/10 {
+		t.Fatalf("%d of %d samples have a user stack starting at the IP", withUser, own)
+	}
+	c, err := s.Counters()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Samples < uint64(own) {
+		t.Fatalf("counter says %d samples, read %d of ours", c.Samples, own)
+	}
+
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Read(&smp); !errors.Is(err, ErrClosed) {
+		t.Fatalf("read after close: %v, want ErrClosed", err)
+	}
+}

@@ -1,0 +1,34 @@
+//go:build !linux
+
+package profiler
+
+import (
+	"errors"
+	"os"
+)
+
+// ErrClosed is returned by Read once the Sampler is closed.
+var ErrClosed = os.ErrClosed
+
+var errNotLinux = errors.New("the BPF stack sampler runs only on linux")
+
+// Sampler is a loaded and attached stack sampler. It exists only on linux.
+type Sampler struct{}
+
+// CheckSupport reports that sampling needs linux.
+func CheckSupport() error { return errNotLinux }
+
+// New fails: sampling needs linux.
+func New(Options) (*Sampler, error) { return nil, errNotLinux }
+
+// Read fails: sampling needs linux.
+func (*Sampler) Read(*Sample) error { return errNotLinux }
+
+// Counters fails: sampling needs linux.
+func (*Sampler) Counters() (Counters, error) { return Counters{}, errNotLinux }
+
+// CPUs is zero: sampling needs linux.
+func (*Sampler) CPUs() int { return 0 }
+
+// Close does nothing.
+func (*Sampler) Close() error { return nil }
