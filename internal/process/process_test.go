@@ -1,0 +1,157 @@
+package process
+
+import (
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/bpfcol/bpfcol/internal/testenv"
+
+	"golang.org/x/sys/unix"
+)
+
+func TestParseMappings(t *testing.T) {
+	text := "55d0c0a00000-55d0c0a21000 r-xp 00001000 fd:01 1234567                    /usr/bin/my prog (deleted)\n" +
+		"7ffd6c1f2000-7ffd6c1f4000 r-xp 00000000 00:00 0                          [vdso]\n" +
+		"7f0000000000-7f0000001000 rw-p 00000000 00:00 0 \n"
+	maps, err := ParseMappings(strings.NewReader(text))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(maps) != 3 {
+		t.Fatalf("got %d mappings", len(maps))
+	}
+	m := maps[0]
+	if m.Start != 0x55d0c0a00000 || m.End != 0x55d0c0a21000 || m.Offset != 0x1000 || m.Inode != 1234567 {
+		t.Errorf("bad numbers: %+v", m)
+	}
+	if m.Path != "/usr/bin/my prog" || !m.Deleted || !m.Executable() || !m.File() {
+		t.Errorf("bad path or flags: %+v", m)
+	}
+	if m.Dev != unix.Mkdev(0xfd, 0x01) {
+		t.Errorf("dev %x, want %x", m.Dev, unix.Mkdev(0xfd, 1))
+	}
+	if maps[1].File() || maps[1].Path != "[vdso]" || maps[2].Path != "" {
+		t.Errorf("pseudo mappings: %+v %+v", maps[1], maps[2])
+	}
+	if _, err := ParseMappings(strings.NewReader("zz-1 r-xp 0 0:0 0\n")); err == nil {
+		t.Error("want an error for a bad range")
+	}
+}
+
+// TestOwnMappingsMatchStat checks device and inode numbers against stat(2)
+// of the test binary itself.
+func TestOwnMappingsMatchStat(t *testing.T) {
+	maps, err := ReadMappings(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	exe, err := ExecutablePath(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var st unix.Stat_t
+	if err := unix.Stat(exe, &st); err != nil {
+		t.Fatal(err)
+	}
+	found := false
+	for i := range maps {
+		m := &maps[i]
+		if m.Path != exe || !m.Executable() {
+			continue
+		}
+		found = true
+		if m.Dev != st.Dev || m.Inode != st.Ino {
+			t.Fatalf("mapping dev/inode %x/%d, stat says %x/%d", m.Dev, m.Inode, st.Dev, st.Ino)
+		}
+		f, err := OpenMapping(os.Getpid(), m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var fst unix.Stat_t
+		if err := unix.Fstat(int(f.Fd()), &fst); err != nil {
+			t.Fatal(err)
+		}
+		f.Close()
+		if fst.Ino != st.Ino {
+			t.Fatalf("opened inode %d, want %d", fst.Ino, st.Ino)
+		}
+	}
+	if !found {
+		t.Fatalf("no executable mapping of %s", exe)
+	}
+}
+
+func TestContainerID(t *testing.T) {
+	const id = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
+	for _, text := range []string{
+		"0::/system.slice/docker-" + id + ".scope\n",
+		"0::/kubepods/burstable/pod1234/cri-containerd-" + id + ".scope\n",
+		"12:memory:/docker/" + id + "\n",
+		"0::/kubepods.slice/kubepods-pod1.slice/crio-" + id + ".scope/container\n",
+	} {
+		got, err := parseContainerID(strings.NewReader(text))
+		if err != nil || got != id {
+			t.Errorf("%q: got %q, %v", text, got, err)
+		}
+	}
+	got, err := parseContainerID(strings.NewReader("0::/user.slice/user-0.slice/session-1.scope\n"))
+	if err != nil || got != "" {
+		t.Errorf("host process: got %q, %v", got, err)
+	}
+	if _, err := ContainerID(os.Getpid()); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestOpenMappingOfDeletedFile opens a mapping whose file is gone.
+func TestOpenMappingOfDeletedFile(t *testing.T) {
+	testenv.RequireRoot(t) // map_files of another process
+	dir := t.TempDir()
+	bin := dir + "/sleeper"
+	data, err := os.ReadFile("/bin/sleep")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(bin, data, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(bin, "30")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { cmd.Process.Kill(); cmd.Wait() }()
+	if err := os.Remove(bin); err != nil {
+		t.Fatal(err)
+	}
+	var target *Mapping
+	for range 100 {
+		maps, err := ReadMappings(cmd.Process.Pid)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range maps {
+			if maps[i].Deleted && maps[i].Path == bin && maps[i].Executable() {
+				target = &maps[i]
+			}
+		}
+		if target != nil {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if target == nil {
+		t.Fatal("no deleted executable mapping found")
+	}
+	f, err := OpenMapping(cmd.Process.Pid, target)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	got := make([]byte, 4)
+	if _, err := f.ReadAt(got, 0); err != nil || string(got) != "\x7fELF" {
+		t.Fatalf("read %q, %v", got, err)
+	}
+}
