@@ -1,0 +1,182 @@
+package profilebuilder
+
+import (
+	"strconv"
+	"strings"
+
+	"go.opentelemetry.io/collector/pdata/pprofile"
+)
+
+// dictionary deduplicates every table of a ProfilesDictionary with maps:
+// pprofile's Set* helpers search their tables linearly.
+type dictionary struct {
+	d         pprofile.ProfilesDictionary
+	strings   map[string]int32
+	attrs     map[attrKey]int32
+	functions map[functionKey]int32
+	mappings  map[Mapping]int32
+	locations map[string]int32
+	stacks    map[string]int32
+	scratch   strings.Builder
+}
+
+type attrKey struct {
+	key   string
+	str   string
+	num   int64
+	isNum bool
+}
+
+type functionKey struct {
+	name, systemName, file string
+}
+
+func newDictionary(d pprofile.ProfilesDictionary) *dictionary {
+	// Index 0 of every table is the empty entry.
+	d.StringTable().Append("")
+	d.AttributeTable().AppendEmpty()
+	d.FunctionTable().AppendEmpty()
+	d.MappingTable().AppendEmpty()
+	d.LocationTable().AppendEmpty()
+	d.StackTable().AppendEmpty()
+	d.LinkTable().AppendEmpty()
+	return &dictionary{
+		d:         d,
+		strings:   map[string]int32{"": 0},
+		attrs:     map[attrKey]int32{},
+		functions: map[functionKey]int32{},
+		mappings:  map[Mapping]int32{},
+		locations: map[string]int32{},
+		stacks:    map[string]int32{},
+	}
+}
+
+func (t *dictionary) str(s string) int32 {
+	if idx, ok := t.strings[s]; ok {
+		return idx
+	}
+	idx := int32(t.d.StringTable().Len())
+	t.d.StringTable().Append(s)
+	t.strings[s] = idx
+	return idx
+}
+
+func (t *dictionary) attrStr(key, value string) int32 {
+	k := attrKey{key: key, str: value}
+	if idx, ok := t.attrs[k]; ok {
+		return idx
+	}
+	idx := int32(t.d.AttributeTable().Len())
+	a := t.d.AttributeTable().AppendEmpty()
+	a.SetKeyStrindex(t.str(key))
+	a.Value().SetStr(value)
+	t.attrs[k] = idx
+	return idx
+}
+
+func (t *dictionary) attrInt(key string, value int64) int32 {
+	k := attrKey{key: key, num: value, isNum: true}
+	if idx, ok := t.attrs[k]; ok {
+		return idx
+	}
+	idx := int32(t.d.AttributeTable().Len())
+	a := t.d.AttributeTable().AppendEmpty()
+	a.SetKeyStrindex(t.str(key))
+	a.Value().SetInt(value)
+	t.attrs[k] = idx
+	return idx
+}
+
+func (t *dictionary) function(l *Line) int32 {
+	k := functionKey{l.Function, l.SystemName, l.File}
+	if idx, ok := t.functions[k]; ok {
+		return idx
+	}
+	idx := int32(t.d.FunctionTable().Len())
+	f := t.d.FunctionTable().AppendEmpty()
+	f.SetNameStrindex(t.str(l.Function))
+	sys := l.SystemName
+	if sys == "" {
+		sys = l.Function
+	}
+	f.SetSystemNameStrindex(t.str(sys))
+	f.SetFilenameStrindex(t.str(l.File))
+	t.functions[k] = idx
+	return idx
+}
+
+func (t *dictionary) mapping(m *Mapping) int32 {
+	if m == nil {
+		return 0
+	}
+	if idx, ok := t.mappings[*m]; ok {
+		return idx
+	}
+	idx := int32(t.d.MappingTable().Len())
+	pm := t.d.MappingTable().AppendEmpty()
+	pm.SetMemoryStart(m.Start)
+	pm.SetMemoryLimit(m.Limit)
+	pm.SetFileOffset(m.Offset)
+	pm.SetFilenameStrindex(t.str(m.Path))
+	if m.BuildIDGNU != "" {
+		pm.AttributeIndices().Append(t.attrStr(attrBuildIDGNU, m.BuildIDGNU))
+	}
+	if m.BuildIDGo != "" {
+		pm.AttributeIndices().Append(t.attrStr(attrBuildIDGo, m.BuildIDGo))
+	}
+	t.mappings[*m] = idx
+	return idx
+}
+
+// location keys a frame by its mapping, address, type and names, so two
+// processes sharing a library share its locations.
+func (t *dictionary) location(f *Frame) int32 {
+	mi := t.mapping(f.Mapping)
+	b := &t.scratch
+	b.Reset()
+	b.WriteString(strconv.FormatInt(int64(mi), 36))
+	b.WriteByte(':')
+	b.WriteString(strconv.FormatUint(f.Address, 36))
+	b.WriteByte(':')
+	b.WriteString(f.Type)
+	for i := range f.Lines {
+		b.WriteByte(0)
+		b.WriteString(strconv.FormatInt(int64(t.function(&f.Lines[i])), 36))
+		b.WriteByte(':')
+		b.WriteString(strconv.FormatInt(f.Lines[i].Line, 36))
+	}
+	key := b.String()
+	if idx, ok := t.locations[key]; ok {
+		return idx
+	}
+	idx := int32(t.d.LocationTable().Len())
+	loc := t.d.LocationTable().AppendEmpty()
+	loc.SetMappingIndex(mi)
+	loc.SetAddress(f.Address)
+	loc.AttributeIndices().Append(t.attrStr(attrFrameType, f.Type))
+	for i := range f.Lines {
+		l := loc.Lines().AppendEmpty()
+		l.SetFunctionIndex(t.function(&f.Lines[i]))
+		l.SetLine(f.Lines[i].Line)
+	}
+	t.locations[key] = idx
+	return idx
+}
+
+func (t *dictionary) stack(frames []Frame) int32 {
+	idxs := make([]int32, len(frames))
+	b := make([]byte, 0, 4*len(frames))
+	for i := range frames {
+		idxs[i] = t.location(&frames[i])
+		v := idxs[i]
+		b = append(b, byte(v), byte(v>>8), byte(v>>16), byte(v>>24))
+	}
+	key := string(b)
+	if idx, ok := t.stacks[key]; ok {
+		return idx
+	}
+	idx := int32(t.d.StackTable().Len())
+	t.d.StackTable().AppendEmpty().LocationIndices().Append(idxs...)
+	t.stacks[key] = idx
+	return idx
+}
