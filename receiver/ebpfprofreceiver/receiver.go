@@ -2,22 +2,244 @@ package ebpfprofreceiver
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
 
 	"go.opentelemetry.io/collector/component"
 	"go.opentelemetry.io/collector/consumer/xconsumer"
 	"go.opentelemetry.io/collector/receiver"
+	"go.opentelemetry.io/collector/receiver/receiverhelper"
+	"go.uber.org/zap"
+
+	"github.com/bpfcol/bpfcol/internal/bpf/profiler"
+	"github.com/bpfcol/bpfcol/internal/symbolize"
+	"github.com/bpfcol/bpfcol/receiver/ebpfprofreceiver/internal/aggregate"
+	"github.com/bpfcol/bpfcol/receiver/ebpfprofreceiver/internal/metadata"
+	"github.com/bpfcol/bpfcol/receiver/ebpfprofreceiver/internal/profilebuilder"
+	"github.com/bpfcol/bpfcol/receiver/ebpfprofreceiver/internal/resolve"
 )
 
+const (
+	// sampleQueueSize bounds the samples between the ringbuf drain and the
+	// aggregator; when it is full the drain drops and counts, never waits.
+	sampleQueueSize = 8192
+	// batchQueueSize bounds the intervals waiting for symbolization and
+	// export; when it is full an interval is dropped and counted.
+	batchQueueSize = 2
+	// maxBinaries bounds the opened binaries kept for symbolization.
+	maxBinaries = 512
+)
+
+// profilesReceiver runs the pipeline BPF sampler → aggregate → resolve →
+// pdata → consumer, one goroutine per stage so no stage waits on a later one.
 type profilesReceiver struct {
-	set  receiver.Settings
-	cfg  *Config
-	next xconsumer.Profiles
+	set     receiver.Settings
+	cfg     *Config
+	next    xconsumer.Profiles
+	obsrecv *receiverhelper.ObsReport
+
+	sampler  *profiler.Sampler
+	binaries *symbolize.BinaryCache
+	wg       sync.WaitGroup
+
+	samples    chan *profiler.Sample
+	batches    chan *aggregate.Batch
+	samplePool sync.Pool
+
+	// Counts since start, logged at shutdown.
+	read            atomic.Int64
+	droppedQueue    atomic.Int64
+	droppedBatches  atomic.Int64
+	droppedStacks   atomic.Int64
+	exportedSamples atomic.Int64
+	firstSample     atomic.Bool
+	startedAt       time.Time
 }
 
 func newProfilesReceiver(set receiver.Settings, cfg *Config, next xconsumer.Profiles) (*profilesReceiver, error) {
-	return &profilesReceiver{set: set, cfg: cfg, next: next}, nil
+	obsrecv, err := receiverhelper.NewObsReport(receiverhelper.ObsReportSettings{
+		ReceiverID:             set.ID,
+		Transport:              "bpf",
+		ReceiverCreateSettings: set,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("creating obsreport: %w", err)
+	}
+	r := &profilesReceiver{set: set, cfg: cfg, next: next, obsrecv: obsrecv}
+	r.samplePool.New = func() any { return new(profiler.Sample) }
+	return r, nil
 }
 
-func (r *profilesReceiver) Start(context.Context, component.Host) error { return nil }
+// Start loads the sampler and starts the pipeline. It fails with the name of
+// whatever is missing: a capability, BTF or a kernel feature.
+func (r *profilesReceiver) Start(_ context.Context, _ component.Host) error {
+	r.startedAt = time.Now()
+	sampler, err := profiler.New(profiler.Options{Frequency: r.cfg.SamplingFrequency})
+	if err != nil {
+		return fmt.Errorf("starting ebpfprof receiver: %w", err)
+	}
+	r.sampler = sampler
+	r.binaries = symbolize.NewBinaryCache(maxBinaries)
+	r.samples = make(chan *profiler.Sample, sampleQueueSize)
+	r.batches = make(chan *aggregate.Batch, batchQueueSize)
 
-func (r *profilesReceiver) Shutdown(context.Context) error { return nil }
+	agg := aggregate.New(aggregate.Config{Binaries: r.binaries})
+	r.wg.Add(3)
+	go r.drain()
+	go r.aggregate(agg)
+	go r.export()
+
+	r.set.Logger.Info("ebpfprof receiver started",
+		zap.Int("cpus", sampler.CPUs()),
+		zap.Int("sampling_frequency_hz", r.cfg.SamplingFrequency),
+		zap.Duration("report_interval", r.cfg.ReportInterval),
+		zap.Duration("start_duration", time.Since(r.startedAt)))
+	return nil
+}
+
+// drain moves samples from the ringbuf to the aggregator. It never blocks
+// on the aggregator: when the queue is full the sample is counted and
+// dropped.
+func (r *profilesReceiver) drain() {
+	defer r.wg.Done()
+	defer close(r.samples)
+	for {
+		s := r.samplePool.Get().(*profiler.Sample)
+		if err := r.sampler.Read(s); err != nil {
+			if !errors.Is(err, profiler.ErrClosed) {
+				r.set.Logger.Error("reading samples stopped", zap.Error(err))
+			}
+			return
+		}
+		if r.firstSample.CompareAndSwap(false, true) {
+			r.set.Logger.Info("first sample received", zap.Duration("since_start", time.Since(r.startedAt)))
+		}
+		r.read.Add(1)
+		select {
+		case r.samples <- s:
+		default:
+			r.droppedQueue.Add(1)
+			r.samplePool.Put(s)
+		}
+	}
+}
+
+// aggregate counts samples and hands one batch per report interval to the
+// exporter. When the drain stops (at shutdown) the last, partial interval
+// is handed over too.
+func (r *profilesReceiver) aggregate(agg *aggregate.Aggregator) {
+	defer r.wg.Done()
+	defer close(r.batches)
+	ticker := time.NewTicker(r.cfg.ReportInterval)
+	defer ticker.Stop()
+	handOver := func(b *aggregate.Batch) {
+		r.droppedStacks.Add(b.Stats.DroppedStacksFull)
+		if len(b.Stacks) == 0 {
+			return
+		}
+		select {
+		case r.batches <- b:
+		default:
+			r.droppedBatches.Add(1)
+		}
+	}
+	for {
+		select {
+		case s, ok := <-r.samples:
+			if !ok {
+				handOver(agg.Flush(time.Now()))
+				return
+			}
+			agg.Add(s)
+			r.samplePool.Put(s)
+		case now := <-ticker.C:
+			handOver(agg.Flush(now))
+		}
+	}
+}
+
+// export names the frames of each batch, builds pdata and hands it on.
+func (r *profilesReceiver) export() {
+	defer r.wg.Done()
+	kernel := newKallsymsLoader(r.set.Logger)
+	resolver := resolve.New(r.binaries, kernel)
+	meta := profilebuilder.Meta{
+		PeriodNanos:  int64(time.Second) / int64(r.cfg.SamplingFrequency),
+		ScopeName:    metadata.ScopeName,
+		ScopeVersion: r.set.BuildInfo.Version,
+	}
+	for b := range r.batches {
+		procs, _ := resolver.Resolve(b)
+		meta.Start, meta.End = b.Start, b.End
+		profiles := profilebuilder.Build(procs, meta)
+		n := profiles.SampleCount()
+		ctx := r.obsrecv.StartProfilesOp(context.Background())
+		err := r.next.ConsumeProfiles(ctx, profiles)
+		r.obsrecv.EndProfilesOp(ctx, "pprofile", n, err)
+		if err == nil {
+			r.exportedSamples.Add(int64(n))
+		}
+	}
+}
+
+// Shutdown stops sampling, exports what was aggregated so far and frees
+// every kernel object. It is safe to call without Start.
+func (r *profilesReceiver) Shutdown(ctx context.Context) error {
+	if r.sampler == nil {
+		return nil
+	}
+	err := r.sampler.Close()
+	done := make(chan struct{})
+	go func() { r.wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-ctx.Done():
+		err = errors.Join(err, fmt.Errorf("waiting for the pipeline to stop: %w", ctx.Err()))
+	}
+	counters, _ := r.sampler.Counters()
+	r.set.Logger.Info("ebpfprof receiver stopped",
+		zap.Int64("samples_read", r.read.Load()),
+		zap.Int64("samples_exported", r.exportedSamples.Load()),
+		zap.Uint64("samples_dropped_ringbuf", counters.DroppedRingbuf),
+		zap.Int64("samples_dropped_queue", r.droppedQueue.Load()),
+		zap.Int64("samples_dropped_stacks_full", r.droppedStacks.Load()),
+		zap.Int64("batches_dropped", r.droppedBatches.Load()))
+	err = errors.Join(err, r.binaries.Close())
+	r.sampler = nil
+	return err
+}
+
+// kallsymsLoader reads /proc/kallsyms once, when the first kernel frame
+// needs a name.
+type kallsymsLoader struct {
+	logger *zap.Logger
+	once   sync.Once
+	syms   resolve.KernelSymbolizer
+}
+
+func newKallsymsLoader(logger *zap.Logger) *kallsymsLoader { return &kallsymsLoader{logger: logger} }
+
+func (k *kallsymsLoader) SymbolizeKernel(addrs []resolve.KernelAddr) ([]resolve.KernelName, error) {
+	k.once.Do(func() {
+		f, err := os.Open("/proc/kallsyms")
+		if err != nil {
+			k.logger.Warn("kernel frames stay unnamed", zap.Error(err))
+			return
+		}
+		defer f.Close()
+		syms, err := symbolize.LoadKallsyms(f)
+		if err != nil {
+			k.logger.Warn("kernel frames stay unnamed", zap.Error(err))
+			return
+		}
+		k.syms = resolve.Kallsyms{Symbols: syms}
+	})
+	if k.syms == nil {
+		return nil, errors.New("no kernel symbols")
+	}
+	return k.syms.SymbolizeKernel(addrs)
+}

@@ -1,0 +1,106 @@
+package aggregate
+
+import (
+	"path/filepath"
+	"time"
+
+	"github.com/bpfcol/bpfcol/internal/process"
+)
+
+// missRefreshInterval rate-limits re-reading a process's mappings when a
+// sample falls outside all of them (a new library, or a JIT region).
+const missRefreshInterval = time.Second
+
+type processEntry struct {
+	proc       *Process
+	generation uint64
+	readAt     time.Time
+}
+
+// processTable caches process metadata by pid. An entry is re-read on its
+// first sample of each interval, which catches exec and pid reuse within
+// one interval, and on an address outside its mappings.
+type processTable struct {
+	max        int
+	read       func(pid int) (*Process, error)
+	entries    map[int]*processEntry
+	generation uint64
+}
+
+func newProcessTable(max int, read func(int) (*Process, error)) *processTable {
+	return &processTable{max: max, read: read, entries: map[int]*processEntry{}, generation: 1}
+}
+
+// lookup returns the process, or nil when it could never be read.
+func (t *processTable) lookup(pid int, ip uint64) *Process {
+	e, ok := t.entries[pid]
+	switch {
+	case !ok:
+		e = &processEntry{}
+		t.makeRoom()
+		t.entries[pid] = e
+		t.refresh(pid, e)
+	case e.generation != t.generation:
+		t.refresh(pid, e)
+	case ip != 0 && e.proc != nil && e.proc.Mapping(ip) == nil && time.Since(e.readAt) > missRefreshInterval:
+		t.refresh(pid, e)
+	}
+	e.generation = t.generation
+	return e.proc
+}
+
+func (t *processTable) refresh(pid int, e *processEntry) {
+	e.readAt = time.Now()
+	if p, err := t.read(pid); err == nil {
+		e.proc = p
+	}
+	// On error (the process is usually gone) the last good read stays.
+}
+
+// makeRoom evicts processes not seen this interval, then any, to stay
+// within max.
+func (t *processTable) makeRoom() {
+	if len(t.entries) < t.max {
+		return
+	}
+	for pid, e := range t.entries {
+		if e.generation != t.generation {
+			delete(t.entries, pid)
+		}
+	}
+	for pid := range t.entries {
+		if len(t.entries) < t.max {
+			break
+		}
+		delete(t.entries, pid)
+	}
+}
+
+// endInterval forgets processes not seen during the interval that ended.
+func (t *processTable) endInterval() {
+	for pid, e := range t.entries {
+		if e.generation != t.generation {
+			delete(t.entries, pid)
+		}
+	}
+	t.generation++
+}
+
+func readProcess(pid int) (*Process, error) {
+	maps, err := process.ReadMappings(pid)
+	if err != nil {
+		return nil, err
+	}
+	exec := maps[:0]
+	for _, m := range maps {
+		if m.Executable() {
+			exec = append(exec, m)
+		}
+	}
+	p := &Process{PID: pid, Mappings: exec}
+	if p.ExePath, err = process.ExecutablePath(pid); err == nil {
+		p.ExeName = filepath.Base(p.ExePath)
+	}
+	p.ContainerID, _ = process.ContainerID(pid)
+	return p, nil
+}

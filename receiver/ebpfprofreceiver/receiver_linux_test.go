@@ -1,0 +1,106 @@
+package ebpfprofreceiver
+
+import (
+	"context"
+	"slices"
+	"testing"
+	"time"
+
+	"go.opentelemetry.io/collector/component/componenttest"
+	"go.opentelemetry.io/collector/consumer/consumertest"
+	"go.opentelemetry.io/collector/receiver/receivertest"
+
+	"github.com/bpfcol/bpfcol/internal/testenv"
+	"github.com/bpfcol/bpfcol/internal/testworkload"
+	"github.com/bpfcol/bpfcol/receiver/ebpfprofreceiver/internal/metadata"
+)
+
+// profileWorkload runs bin under the receiver for d and returns its samples.
+func profileWorkload(t *testing.T, bin string, d time.Duration) []stackSample {
+	t.Helper()
+	testenv.RequireBPF(t)
+	sink := new(consumertest.ProfilesSink)
+	cfg := createDefaultConfig().(*Config)
+	cfg.SamplingFrequency = 199
+	cfg.ReportInterval = time.Second
+	r, err := newProfilesReceiver(receivertest.NewNopSettings(metadata.Type), cfg, sink)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Start(context.Background(), componenttest.NewNopHost()); err != nil {
+		t.Fatal(err)
+	}
+	cmd := testworkload.Start(t, bin)
+	time.Sleep(d)
+	if err := r.Shutdown(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	pid := int64(cmd.Process.Pid)
+	var out []stackSample
+	for _, p := range sink.AllProfiles() {
+		for _, s := range samplesOf(p) {
+			if s.pid == pid {
+				out = append(out, s)
+			}
+		}
+	}
+	return out
+}
+
+// checkFullChain asserts that at least 98% of the samples whose leaf is
+// chain[0] carry the whole chain, leaf first.
+func checkFullChain(t *testing.T, samples []stackSample, chain []string) {
+	t.Helper()
+	var leafSamples, full int64
+	var bad []string
+	for _, s := range samples {
+		names := s.userNames()
+		if len(names) == 0 || names[0] != chain[0] {
+			continue
+		}
+		leafSamples += s.count
+		if len(names) >= len(chain) && slices.Equal(names[:len(chain)], chain) {
+			full += s.count
+		} else if len(bad) < 5 {
+			bad = append(bad, shortChain(names))
+		}
+	}
+	if leafSamples < 50 {
+		t.Fatalf("only %d samples with leaf %s (of %d samples of the workload)", leafSamples, chain[0], len(samples))
+	}
+	ratio := float64(full) / float64(leafSamples)
+	t.Logf("%d of %d samples in %s carry %v (%.2f%%)", full, leafSamples, chain[0], chain, 100*ratio)
+	if ratio < 0.98 {
+		t.Fatalf("only %.2f%% of samples in %s carry the full chain; some that don't: %v", 100*ratio, chain[0], bad)
+	}
+}
+
+func shortChain(names []string) string {
+	if len(names) > 6 {
+		names = names[:6]
+	}
+	return "[" + joinNames(names) + "]"
+}
+
+func joinNames(names []string) string {
+	out := ""
+	for i, n := range names {
+		if i > 0 {
+			out += " <- "
+		}
+		out += n
+	}
+	return out
+}
+
+func TestFramelessLeafKeepsCallerC(t *testing.T) {
+	bin := testworkload.BuildC(t, "cpuhog.c", "-O2", "-g", "-fno-omit-frame-pointer", "-momit-leaf-frame-pointer")
+	samples := profileWorkload(t, bin, 3*time.Second)
+	checkFullChain(t, samples, []string{"leaf", "middle", "main"})
+}
+
+func TestFramelessLeafKeepsCallerGo(t *testing.T) {
+	bin := testworkload.BuildGo(t, "gohog")
+	samples := profileWorkload(t, bin, 3*time.Second)
+	checkFullChain(t, samples, []string{"main.leaf", "main.middle", "main.main"})
+}
