@@ -2,6 +2,7 @@ package ebpfprofreceiver
 
 import (
 	"context"
+	"os"
 	"slices"
 	"testing"
 	"time"
@@ -10,13 +11,14 @@ import (
 	"go.opentelemetry.io/collector/consumer/consumertest"
 	"go.opentelemetry.io/collector/receiver/receivertest"
 
+	"github.com/bpfcol/bpfcol/internal/pprofiletest"
 	"github.com/bpfcol/bpfcol/internal/testenv"
 	"github.com/bpfcol/bpfcol/internal/testworkload"
 	"github.com/bpfcol/bpfcol/receiver/ebpfprofreceiver/internal/metadata"
 )
 
 // profileWorkload runs bin under the receiver for d and returns its samples.
-func profileWorkload(t *testing.T, bin string, d time.Duration) []stackSample {
+func profileWorkload(t *testing.T, bin string, d time.Duration) []pprofiletest.Sample {
 	t.Helper()
 	testenv.RequireBPF(t)
 	sink := new(consumertest.ProfilesSink)
@@ -36,10 +38,10 @@ func profileWorkload(t *testing.T, bin string, d time.Duration) []stackSample {
 		t.Fatal(err)
 	}
 	pid := int64(cmd.Process.Pid)
-	var out []stackSample
+	var out []pprofiletest.Sample
 	for _, p := range sink.AllProfiles() {
-		for _, s := range samplesOf(p) {
-			if s.pid == pid {
+		for _, s := range pprofiletest.Samples(p) {
+			if s.PID == pid {
 				out = append(out, s)
 			}
 		}
@@ -49,18 +51,18 @@ func profileWorkload(t *testing.T, bin string, d time.Duration) []stackSample {
 
 // checkFullChain asserts that at least 98% of the samples whose leaf is
 // chain[0] carry the whole chain, leaf first.
-func checkFullChain(t *testing.T, samples []stackSample, chain []string) {
+func checkFullChain(t *testing.T, samples []pprofiletest.Sample, chain []string) {
 	t.Helper()
 	var leafSamples, full int64
 	var bad []string
 	for _, s := range samples {
-		names := s.userNames()
+		names := s.UserNames()
 		if len(names) == 0 || names[0] != chain[0] {
 			continue
 		}
-		leafSamples += s.count
+		leafSamples += s.Count
 		if len(names) >= len(chain) && slices.Equal(names[:len(chain)], chain) {
-			full += s.count
+			full += s.Count
 		} else if len(bad) < 5 {
 			bad = append(bad, shortChain(names))
 		}
@@ -103,4 +105,50 @@ func TestFramelessLeafKeepsCallerGo(t *testing.T) {
 	bin := testworkload.BuildGo(t, "gohog")
 	samples := profileWorkload(t, bin, 3*time.Second)
 	checkFullChain(t, samples, []string{"main.leaf", "main.middle", "main.main"})
+}
+
+func openFDs(t *testing.T) int {
+	t.Helper()
+	entries, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return len(entries)
+}
+
+// TestShutdownReleasesEverything checks that Shutdown is safe without Start,
+// and that after Start and Shutdown no file descriptor (BPF program, map,
+// link, perf event, opened binary) is left.
+func TestShutdownReleasesEverything(t *testing.T) {
+	testenv.RequireBPF(t)
+	cfg := createDefaultConfig().(*Config)
+	never, err := newProfilesReceiver(receivertest.NewNopSettings(metadata.Type), cfg, consumertest.NewNop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := never.Shutdown(context.Background()); err != nil {
+		t.Fatalf("shutdown without start: %v", err)
+	}
+
+	before := openFDs(t)
+	r, err := newProfilesReceiver(receivertest.NewNopSettings(metadata.Type), cfg, consumertest.NewNop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Start(context.Background(), componenttest.NewNopHost()); err != nil {
+		t.Fatal(err)
+	}
+	if during := openFDs(t); during <= before {
+		t.Fatalf("%d fds while running, %d before: the sampler holds none?", during, before)
+	}
+	time.Sleep(300 * time.Millisecond)
+	if err := r.Shutdown(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Shutdown(context.Background()); err != nil {
+		t.Fatalf("second shutdown: %v", err)
+	}
+	if after := openFDs(t); after != before {
+		t.Fatalf("%d fds after shutdown, %d before", after, before)
+	}
 }

@@ -1,0 +1,96 @@
+// Package pprofiletest reads pdata profiles back in tests: every sample as
+// its process id, frame names and frame types.
+package pprofiletest
+
+import (
+	"slices"
+
+	"go.opentelemetry.io/collector/pdata/pprofile"
+)
+
+// Sample is one sample of a profile, with its frames' function names, leaf
+// first (inlined functions before the function they sit in).
+type Sample struct {
+	PID       int64
+	Names     []string
+	Types     []string
+	Count     int64
+	ThreadIDs []int64
+}
+
+// Samples flattens every sample of every process in p.
+func Samples(p pprofile.Profiles) []Sample {
+	d := p.Dictionary()
+	str := func(i int32) string { return d.StringTable().At(int(i)) }
+	var out []Sample
+	for i := 0; i < p.ResourceProfiles().Len(); i++ {
+		rp := p.ResourceProfiles().At(i)
+		pidVal, _ := rp.Resource().Attributes().Get("process.pid")
+		for j := 0; j < rp.ScopeProfiles().Len(); j++ {
+			sp := rp.ScopeProfiles().At(j)
+			for k := 0; k < sp.Profiles().Len(); k++ {
+				samples := sp.Profiles().At(k).Samples()
+				for s := 0; s < samples.Len(); s++ {
+					smp := samples.At(s)
+					ss := Sample{PID: pidVal.Int(), Count: smp.Values().At(0)}
+					for _, ai := range smp.AttributeIndices().AsRaw() {
+						a := d.AttributeTable().At(int(ai))
+						if str(a.KeyStrindex()) == "thread.id" {
+							ss.ThreadIDs = append(ss.ThreadIDs, a.Value().Int())
+						}
+					}
+					locs := d.StackTable().At(int(smp.StackIndex())).LocationIndices()
+					for l := 0; l < locs.Len(); l++ {
+						loc := d.LocationTable().At(int(locs.At(l)))
+						ftype := ""
+						for _, ai := range loc.AttributeIndices().AsRaw() {
+							a := d.AttributeTable().At(int(ai))
+							if str(a.KeyStrindex()) == "profile.frame.type" {
+								ftype = a.Value().Str()
+							}
+						}
+						if loc.Lines().Len() == 0 {
+							ss.Names = append(ss.Names, "")
+							ss.Types = append(ss.Types, ftype)
+						}
+						for n := 0; n < loc.Lines().Len(); n++ {
+							fn := d.FunctionTable().At(int(loc.Lines().At(n).FunctionIndex()))
+							ss.Names = append(ss.Names, str(fn.NameStrindex()))
+							ss.Types = append(ss.Types, ftype)
+						}
+					}
+					out = append(out, ss)
+				}
+			}
+		}
+	}
+	return out
+}
+
+// UserNames returns the names of the sample's user frames.
+func (s Sample) UserNames() []string {
+	var names []string
+	for i, n := range s.Names {
+		if s.Types[i] != "kernel" {
+			names = append(names, n)
+		}
+	}
+	return names
+}
+
+// KernelNames returns the names of the sample's kernel frames.
+func (s Sample) KernelNames() []string {
+	var names []string
+	for i, n := range s.Names {
+		if s.Types[i] == "kernel" {
+			names = append(names, n)
+		}
+	}
+	return names
+}
+
+// HasChain reports whether the sample's user frames start with chain.
+func (s Sample) HasChain(chain []string) bool {
+	names := s.UserNames()
+	return len(names) >= len(chain) && slices.Equal(names[:len(chain)], chain)
+}

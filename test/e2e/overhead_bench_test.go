@@ -1,0 +1,106 @@
+package e2e
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/bpfcol/bpfcol/internal/testenv"
+	"github.com/bpfcol/bpfcol/internal/testworkload"
+)
+
+// benchSeconds is how long overhead benchmarks measure; BPFCOL_BENCH_SECONDS
+// overrides the 60 s default.
+func benchSeconds(b *testing.B) time.Duration {
+	if s := os.Getenv("BPFCOL_BENCH_SECONDS"); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil || n <= 0 {
+			b.Fatalf("BPFCOL_BENCH_SECONDS=%q: want a positive number of seconds", s)
+		}
+		return time.Duration(n) * time.Second
+	}
+	return 60 * time.Second
+}
+
+// cpuTicks reads utime+stime of pid from /proc/PID/stat, in clock ticks.
+func cpuTicks(b *testing.B, pid int) int64 {
+	b.Helper()
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		b.Fatal(err)
+	}
+	// The command name may hold spaces: fields start after the last ')'.
+	fields := strings.Fields(string(data[strings.LastIndexByte(string(data), ')')+2:]))
+	utime, _ := strconv.ParseInt(fields[11], 10, 64)
+	stime, _ := strconv.ParseInt(fields[12], 10, 64)
+	return utime + stime
+}
+
+// clockTicksPerSecond is USER_HZ, 100 on every Linux architecture we run on.
+const clockTicksPerSecond = 100
+
+var firstSampleLog = regexp.MustCompile(`first sample received.*"since_start": "([^"]+)"`)
+
+// BenchmarkCollectorOverhead measures, in one run and while two busy
+// workloads keep both CPUs loaded, the CPU time of bin/bpfcol sampling at
+// 20 Hz and of `perf record -a -g -F 20`, as a percentage of one core, and
+// the time from starting bin/bpfcol to its first sample.
+func BenchmarkCollectorOverhead(b *testing.B) {
+	testenv.RequireBPF(b)
+	perf, err := exec.LookPath("perf")
+	if err != nil {
+		b.Fatalf("perf (Debian package linux-perf) is needed as the peer: %v", err)
+	}
+	window := benchSeconds(b)
+	hog := testworkload.BuildC(b, "cpuhog.c", "-O2", "-fno-omit-frame-pointer")
+	for range 2 {
+		testworkload.Start(b, hog)
+	}
+
+	for b.Loop() {
+		server := startProfilesServer(b)
+		col := startCollector(b, strings.Replace(profilesConfig(server.addr), "sampling_frequency: 99\n    report_interval: 1s", "sampling_frequency: 20\n    report_interval: 5s", 1))
+		var firstSample time.Duration
+		for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+			if m := firstSampleLog.FindStringSubmatch(col.output.String()); m != nil {
+				firstSample = time.Since(col.started)
+				break
+			}
+		}
+		if firstSample == 0 {
+			b.Fatalf("no first sample logged within 30s:\n%s", col.output)
+		}
+		m := firstSampleLog.FindStringSubmatch(col.output.String())
+		sinceReceiverStart, _ := time.ParseDuration(m[1])
+
+		perfCmd := exec.Command(perf, "record", "-a", "-g", "-F", "20", "-o", filepath.Join(b.TempDir(), "perf.data"), "--", "sleep", strconv.Itoa(int(window.Seconds())+2))
+		perfCmd.Stdout, perfCmd.Stderr = &lockedBuffer{}, &lockedBuffer{}
+		if err := perfCmd.Start(); err != nil {
+			b.Fatal(err)
+		}
+		time.Sleep(time.Second) // let perf finish starting up
+		colStart, perfStart := cpuTicks(b, col.cmd.Process.Pid), cpuTicks(b, perfCmd.Process.Pid)
+		time.Sleep(window)
+		colTicks := cpuTicks(b, col.cmd.Process.Pid) - colStart
+		perfTicks := cpuTicks(b, perfCmd.Process.Pid) - perfStart
+		if err := perfCmd.Wait(); err != nil {
+			b.Fatalf("perf record: %v\n%s", err, perfCmd.Stderr)
+		}
+
+		pct := func(ticks int64) float64 {
+			return 100 * float64(ticks) / clockTicksPerSecond / window.Seconds()
+		}
+		b.ReportMetric(pct(colTicks), "bpfcol_%core")
+		b.ReportMetric(pct(perfTicks), "perf_record_%core")
+		b.ReportMetric(float64(firstSample.Milliseconds()), "first_sample_ms_from_exec")
+		b.ReportMetric(float64(sinceReceiverStart.Microseconds())/1000, "first_sample_ms_from_receiver_start")
+		b.Logf("over %s: bpfcol %.3f%% of a core, perf record %.3f%%; first sample %s after exec (%s after receiver start)",
+			window, pct(colTicks), pct(perfTicks), firstSample, sinceReceiverStart)
+	}
+}
