@@ -1,0 +1,187 @@
+package symbolize
+
+import (
+	"debug/elf"
+	"errors"
+	"fmt"
+	"os"
+	"sync"
+	"sync/atomic"
+)
+
+// maxReadCode bounds one ReadCode call.
+const maxReadCode = 1 << 20
+
+// Binary is one opened ELF file. OpenBinary reads only headers and notes;
+// symbol tables are parsed on the first lookup. Its methods are safe for
+// concurrent use.
+//
+// A Binary is reference counted: OpenBinary's caller holds the first
+// reference and gives it up with Close; readers handed out by BinaryCache.Get
+// give theirs up with Release. The file is closed when the last reference is
+// gone.
+type Binary struct {
+	file   *os.File
+	elf    *elf.File
+	mapper *AddressMapper
+	ids    buildIDs
+	isGo   bool
+
+	refs      atomic.Int64
+	closeOnce sync.Once
+
+	symbolsOnce sync.Once
+	goSyms      *goSymbolTable  // nil when not Go or .gopclntab is unusable
+	elfSyms     *elfSymbolTable // nil when there is no usable symbol table
+	symbolsErr  error
+}
+
+// OpenBinary reads the ELF headers and notes of f. It takes ownership of f:
+// f is closed on error, and by Close otherwise.
+func OpenBinary(f *os.File) (*Binary, error) {
+	ef, err := elf.NewFile(f)
+	if err != nil {
+		f.Close()
+		return nil, fmt.Errorf("parsing ELF headers of %s: %w", f.Name(), err)
+	}
+	b := &Binary{
+		file:   f,
+		elf:    ef,
+		mapper: NewAddressMapper(ef.Progs),
+		ids:    readBuildIDs(ef, f),
+	}
+	b.isGo = b.ids.goID != "" || goPclntabSection(ef) != nil || ef.Section(".go.buildinfo") != nil
+	b.refs.Store(1)
+	return b, nil
+}
+
+// Close gives up the opener's reference; the file is closed once no reader
+// holds the Binary any more. Calling Close more than once is harmless.
+func (b *Binary) Close() error {
+	var err error
+	b.closeOnce.Do(func() { err = b.release() })
+	return err
+}
+
+// Release gives up a reference taken by BinaryCache.Get.
+func (b *Binary) Release() {
+	_ = b.release()
+}
+
+// acquire takes a reader reference. The caller must already hold one (the
+// cache's), so the count cannot be zero here.
+func (b *Binary) acquire() { b.refs.Add(1) }
+
+func (b *Binary) release() error {
+	switch n := b.refs.Add(-1); {
+	case n == 0:
+		return b.file.Close()
+	case n < 0:
+		return errors.New("releasing binary: more releases than references")
+	}
+	return nil
+}
+
+// BuildIDGNU returns the NT_GNU_BUILD_ID note in lowercase hex, "" if none.
+func (b *Binary) BuildIDGNU() string { return b.ids.gnu }
+
+// BuildIDGo returns the Go build id from the Go note, "" if none.
+func (b *Binary) BuildIDGo() string { return b.ids.goID }
+
+// IsGo reports whether the binary was built by the Go toolchain.
+func (b *Binary) IsGo() bool { return b.isGo }
+
+// Mapper returns the file offset to virtual address mapper of the binary.
+func (b *Binary) Mapper() *AddressMapper { return b.mapper }
+
+// loadSymbols parses the symbol tables once.
+func (b *Binary) loadSymbols() {
+	b.symbolsOnce.Do(func() {
+		syms, symErr := b.elf.Symbols()
+		if symErr != nil || len(syms) == 0 {
+			syms = nil
+			dyn, dynErr := b.elf.DynamicSymbols()
+			if dynErr == nil {
+				b.elfSyms = newELFSymbolTable(dyn)
+			}
+		} else {
+			b.elfSyms = newELFSymbolTable(syms)
+		}
+		if b.elfSyms != nil && len(b.elfSyms.funcs) == 0 {
+			b.elfSyms = nil
+		}
+		var goErr error
+		if b.isGo {
+			b.goSyms, goErr = newGoSymbolTable(b.elf, syms)
+		}
+		if b.goSyms == nil && b.elfSyms == nil {
+			b.symbolsErr = errors.Join(errors.New("no usable symbol table"), symErr, goErr)
+		}
+	})
+}
+
+// Symbolize names the ELF virtual address vaddr. Go binaries are resolved
+// through .gopclntab (which survives -ldflags='-s -w'); everything else, and
+// addresses outside Go code such as cgo's C functions, through .symtab,
+// falling back to .dynsym. Frames are leaf first, the physical function
+// last. ok is false when nothing covers vaddr.
+func (b *Binary) Symbolize(vaddr uint64) (frames []Frame, ok bool) {
+	b.loadSymbols()
+	if b.goSyms != nil {
+		if frames, ok := b.goSyms.lookup(vaddr); ok {
+			return frames, true
+		}
+	}
+	if f, ok := b.elfSyms.lookup(vaddr); ok {
+		return []Frame{{Function: f.name}}, true
+	}
+	return nil, false
+}
+
+// FunctionStart returns the start (ELF virtual address) and end of the
+// function containing vaddr.
+func (b *Binary) FunctionStart(vaddr uint64) (start, end uint64, ok bool) {
+	b.loadSymbols()
+	if b.goSyms != nil {
+		if start, end, ok := b.goSyms.functionRange(vaddr); ok {
+			return start, end, true
+		}
+	}
+	if f, ok := b.elfSyms.lookup(vaddr); ok {
+		return f.start, f.start + max(f.size, 1), true
+	}
+	return 0, 0, false
+}
+
+// SymbolsErr reports why no symbol table could be loaded, nil if one was.
+func (b *Binary) SymbolsErr() error {
+	b.loadSymbols()
+	return b.symbolsErr
+}
+
+// ReadCode returns up to n bytes of the file's content at ELF virtual address
+// vaddr, read through the PT_LOAD segment that holds it. Fewer bytes come
+// back when the segment's file content ends first.
+func (b *Binary) ReadCode(vaddr uint64, n int) ([]byte, error) {
+	if n < 0 || n > maxReadCode {
+		return nil, fmt.Errorf("reading code at %#x: length %d outside [0, %d]", vaddr, n, maxReadCode)
+	}
+	for _, p := range b.elf.Progs {
+		if p.Type != elf.PT_LOAD || vaddr < p.Vaddr || vaddr-p.Vaddr >= p.Filesz {
+			continue
+		}
+		delta := vaddr - p.Vaddr
+		n = int(min(uint64(n), p.Filesz-delta))
+		buf := make([]byte, n)
+		read, err := b.file.ReadAt(buf, int64(p.Off+delta))
+		if read < n {
+			return nil, fmt.Errorf("reading code at %#x: %w", vaddr, err)
+		}
+		return buf, nil
+	}
+	return nil, fmt.Errorf("reading code at %#x: %w", vaddr, ErrNotMapped)
+}
+
+// ErrNotMapped reports a virtual address outside every PT_LOAD segment's
+// file content.
+var ErrNotMapped = errors.New("address not in any loaded segment")

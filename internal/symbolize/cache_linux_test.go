@@ -1,0 +1,144 @@
+//go:build linux
+
+package symbolize
+
+import (
+	"errors"
+	"os"
+	"sync"
+	"sync/atomic"
+	"testing"
+)
+
+// countingOpener opens path and counts the calls.
+type countingOpener struct {
+	path  string
+	opens atomic.Int64
+}
+
+func (o *countingOpener) open() (*os.File, error) {
+	o.opens.Add(1)
+	return os.Open(o.path)
+}
+
+func keyOf(t *testing.T, path string) FileKey {
+	fi, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	k, ok := FileKeyOf(fi)
+	if !ok {
+		t.Fatal("FileKeyOf failed")
+	}
+	return k
+}
+
+func TestBinaryCacheOpensOnce(t *testing.T) {
+	ws := builtWorkloads(t)
+	path := ws["c-pie"].path
+	key := keyOf(t, path)
+	c := NewBinaryCache(4)
+	defer c.Close()
+	o := &countingOpener{path: path}
+
+	var wg sync.WaitGroup
+	got := make([]*Binary, 16)
+	for i := range got {
+		wg.Go(func() {
+			b, err := c.Get(key, o.open)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			got[i] = b
+		})
+	}
+	wg.Wait()
+	if n := o.opens.Load(); n != 1 {
+		t.Errorf("open called %d times for one key, want 1", n)
+	}
+	for _, b := range got {
+		if b != got[0] {
+			t.Fatal("concurrent Gets returned different Binaries")
+		}
+		b.Release()
+	}
+	if c.Len() != 1 {
+		t.Errorf("Len() = %d, want 1", c.Len())
+	}
+}
+
+// TestBinaryCacheEvictionWaitsForReaders checks that eviction never closes a
+// file a reader still holds, and closes it on that reader's Release.
+func TestBinaryCacheEvictionWaitsForReaders(t *testing.T) {
+	ws := builtWorkloads(t)
+	c := NewBinaryCache(1)
+	defer c.Close()
+	first := &countingOpener{path: ws["c-pie"].path}
+	second := &countingOpener{path: ws["c-nopie"].path}
+
+	held, err := c.Get(keyOf(t, first.path), first.open)
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, err := c.Get(keyOf(t, second.path), second.open)
+	if err != nil {
+		t.Fatal(err)
+	}
+	other.Release()
+	if c.Len() != 1 {
+		t.Fatalf("Len() = %d after exceeding the bound of 1", c.Len())
+	}
+	// Evicted but held: the file must still be readable.
+	entry := held.elf.Entry
+	if _, err := held.ReadCode(entry, 16); err != nil {
+		t.Fatalf("ReadCode on an evicted but held Binary: %v", err)
+	}
+	held.Release()
+	if _, err := held.ReadCode(entry, 16); !errors.Is(err, os.ErrClosed) {
+		t.Fatalf("ReadCode after the last Release = %v, want os.ErrClosed", err)
+	}
+	// A Get after eviction opens the file again.
+	again, err := c.Get(keyOf(t, first.path), first.open)
+	if err != nil {
+		t.Fatal(err)
+	}
+	again.Release()
+	if n := first.opens.Load(); n != 2 {
+		t.Errorf("open called %d times, want 2 (once before and once after eviction)", n)
+	}
+}
+
+func TestBinaryCacheErrorsAndClose(t *testing.T) {
+	ws := builtWorkloads(t)
+	c := NewBinaryCache(2)
+	notELF := &countingOpener{path: "testdata/cworkload/main.c"}
+	if _, err := c.Get(FileKey{Dev: 1, Ino: 1}, notELF.open); err == nil {
+		t.Fatal("Get of a non-ELF file succeeded")
+	}
+	if _, err := c.Get(FileKey{Dev: 1, Ino: 1}, notELF.open); err == nil {
+		t.Fatal("second Get of a non-ELF file succeeded")
+	}
+	if n := notELF.opens.Load(); n != 2 {
+		t.Errorf("failed opens are not cached, want 2 opens, got %d", n)
+	}
+	if c.Len() != 0 {
+		t.Errorf("Len() = %d after failures", c.Len())
+	}
+	o := &countingOpener{path: ws["go"].path}
+	b, err := c.Get(keyOf(t, o.path), o.open)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	// Closing the cache leaves a held Binary usable until its Release.
+	if frames, ok := b.Symbolize(b.elf.Entry); !ok || len(frames) == 0 {
+		t.Error("Symbolize on a held Binary after cache Close failed")
+	}
+	b.Release()
+	if _, err := c.Get(keyOf(t, o.path), o.open); !errors.Is(err, ErrCacheClosed) {
+		t.Errorf("Get after Close = %v, want ErrCacheClosed", err)
+	}
+}

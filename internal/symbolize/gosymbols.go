@@ -1,0 +1,202 @@
+package symbolize
+
+import (
+	"debug/elf"
+	"debug/gosym"
+	"errors"
+	"fmt"
+)
+
+// goSymbolTable answers lookups from a Go binary's .gopclntab.
+type goSymbolTable struct {
+	table *gosym.Table
+}
+
+// goPclntabSection returns the section holding the Go pc/line table. PIE
+// binaries linked externally keep it in .data.rel.ro.gopclntab.
+func goPclntabSection(f *elf.File) *elf.Section {
+	if s := f.Section(".gopclntab"); s != nil && s.Type != elf.SHT_NOBITS {
+		return s
+	}
+	if s := f.Section(".data.rel.ro.gopclntab"); s != nil && s.Type != elf.SHT_NOBITS {
+		return s
+	}
+	return nil
+}
+
+// maxPclntabSize bounds how much of a (possibly hostile) file is read into
+// memory for one binary.
+const maxPclntabSize = 512 << 20
+
+// newGoSymbolTable parses the .gopclntab of f. symtab may be nil (stripped
+// binary); it is only used to find runtime.text.
+func newGoSymbolTable(f *elf.File, symtab []elf.Symbol) (t *goSymbolTable, err error) {
+	sect := goPclntabSection(f)
+	if sect == nil {
+		return nil, errors.New("no .gopclntab section")
+	}
+	if sect.Size > maxPclntabSize {
+		return nil, fmt.Errorf(".gopclntab is %d bytes, more than the %d limit", sect.Size, maxPclntabSize)
+	}
+	data, err := sect.Data()
+	if err != nil {
+		return nil, fmt.Errorf("reading .gopclntab: %w", err)
+	}
+	textStart := goTextStart(f, symtab, data)
+	// debug/gosym indexes slices with values read from the file; a corrupt
+	// table must not take the profiler down.
+	defer func() {
+		if r := recover(); r != nil {
+			t, err = nil, fmt.Errorf("decoding .gopclntab: %v", r)
+		}
+	}()
+	table, err := gosym.NewTable(nil, gosym.NewLineTable(data, textStart))
+	if err != nil {
+		return nil, fmt.Errorf("decoding .gopclntab: %w", err)
+	}
+	if len(table.Funcs) == 0 {
+		return nil, errors.New("decoding .gopclntab: no functions")
+	}
+	return &goSymbolTable{table: table}, nil
+}
+
+// goTextStart finds the value of runtime.text, the base that .gopclntab's
+// function offsets are relative to. It can differ from the .text section
+// start when cgo puts C code first.
+func goTextStart(f *elf.File, symtab []elf.Symbol, pclntab []byte) uint64 {
+	for i := range symtab {
+		if symtab[i].Name == "runtime.text" && symtab[i].Section != elf.SHN_UNDEF {
+			return symtab[i].Value
+		}
+	}
+	text := f.Section(".text")
+	// Stripped binary: since Go 1.18 the pcHeader stores runtime.text after
+	// magic, padding, quantum, ptrSize, nfunc and nfiles. In PIE files the
+	// word may be left for a dynamic relocation, so only trust values that
+	// fall inside .text.
+	if len(pclntab) >= 8 {
+		ptrSize := int(pclntab[7])
+		off := 8 + 2*ptrSize
+		if (ptrSize == 4 || ptrSize == 8) && len(pclntab) >= off+ptrSize {
+			var v uint64
+			if ptrSize == 8 {
+				v = f.ByteOrder.Uint64(pclntab[off:])
+			} else {
+				v = uint64(f.ByteOrder.Uint32(pclntab[off:]))
+			}
+			if text != nil && v >= text.Addr && v < text.Addr+text.Size {
+				return v
+			}
+		}
+	}
+	// PIE: the linker leaves that word zero and only runtime.firstmoduledata
+	// carries runtime.text, through dynamic relocations.
+	if v, ok := goTextStartFromRelocations(f, pclntab); ok && text != nil && v >= text.Addr && v < text.Addr+text.Size {
+		return v
+	}
+	if text != nil {
+		return text.Addr
+	}
+	return 0
+}
+
+// moduledataTextWord is the index of moduledata.text in pointer-sized words:
+// pcHeader, five slices (funcnametab, cutab, filetab, pctab, pclntable),
+// ftab, findfunctab, minpc, maxpc, then text. Stable since Go 1.18.
+const moduledataTextWord = 1 + 3*6 + 1 + 2
+
+// goTextStartFromRelocations finds runtime.text in a PIE Go binary: the
+// R_*_RELATIVE relocation whose addend is the .gopclntab address fills
+// moduledata.pcHeader, and the one moduledataTextWord words later fills
+// moduledata.text.
+func goTextStartFromRelocations(f *elf.File, pclntab []byte) (uint64, bool) {
+	if f.Class != elf.ELFCLASS64 || len(pclntab) < 8 || pclntab[7] != 8 {
+		return 0, false
+	}
+	var relative uint32
+	switch f.Machine {
+	case elf.EM_X86_64:
+		relative = uint32(elf.R_X86_64_RELATIVE)
+	case elf.EM_AARCH64:
+		relative = uint32(elf.R_AARCH64_RELATIVE)
+	default:
+		return 0, false
+	}
+	sect := goPclntabSection(f)
+	if sect == nil {
+		return 0, false
+	}
+	// Two passes over the relocations avoid an index of all of them: first the slots
+	// pointing at .gopclntab, then the words that would be their
+	// moduledata.text.
+	var relas [][]byte
+	for _, rs := range f.Sections {
+		if rs.Type != elf.SHT_RELA || rs.Entsize != 24 {
+			continue
+		}
+		if data, err := rs.Data(); err == nil {
+			relas = append(relas, data)
+		}
+	}
+	each := func(fn func(off, addend uint64)) {
+		for _, data := range relas {
+			for i := 0; i+24 <= len(data); i += 24 {
+				if elf.R_TYPE64(f.ByteOrder.Uint64(data[i+8:])) == relative {
+					fn(f.ByteOrder.Uint64(data[i:]), f.ByteOrder.Uint64(data[i+16:]))
+				}
+			}
+		}
+	}
+	textSlots := map[uint64]bool{}
+	each(func(off, addend uint64) {
+		if addend == sect.Addr && len(textSlots) < 16 {
+			textSlots[off+moduledataTextWord*8] = true
+		}
+	})
+	var text uint64
+	found := false
+	each(func(off, addend uint64) {
+		if !found && textSlots[off] {
+			text, found = addend, true
+		}
+	})
+	if found {
+		return text, true
+	}
+	return 0, false
+}
+
+// lookup returns the frames for pc, leaf first.
+//
+// TODO(symbolization): expand Go's inline tree (FUNCDATA_InlTree and
+// PCDATA_InlTreeIndex) into one frame per inlined call. debug/gosym does not
+// expose it, so for now the single frame carries the physical function's
+// name with the file:line of the innermost inlined position, which is what
+// `go tool addr2line` reports too.
+func (t *goSymbolTable) lookup(pc uint64) (frames []Frame, ok bool) {
+	defer func() {
+		if r := recover(); r != nil {
+			frames, ok = nil, false
+		}
+	}()
+	file, line, fn := t.table.PCToLine(pc)
+	if fn == nil || pc < fn.Entry || pc >= fn.End {
+		return nil, false
+	}
+	// debug/gosym reports an unknown line as -1; Frame uses 0.
+	return []Frame{{Function: fn.Name, File: file, Line: int64(max(line, 0))}}, true
+}
+
+// functionRange returns the entry and end of the function containing pc.
+func (t *goSymbolTable) functionRange(pc uint64) (start, end uint64, ok bool) {
+	defer func() {
+		if r := recover(); r != nil {
+			start, end, ok = 0, 0, false
+		}
+	}()
+	fn := t.table.PCToFunc(pc)
+	if fn == nil {
+		return 0, 0, false
+	}
+	return fn.Entry, fn.End, true
+}
