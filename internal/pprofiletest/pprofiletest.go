@@ -71,7 +71,7 @@ func Samples(p pprofile.Profiles) []Sample {
 func (s Sample) UserNames() []string {
 	var names []string
 	for i, n := range s.Names {
-		if s.Types[i] != "kernel" {
+		if !isKernel(s.Types[i]) {
 			names = append(names, n)
 		}
 	}
@@ -82,7 +82,7 @@ func (s Sample) UserNames() []string {
 func (s Sample) KernelNames() []string {
 	var names []string
 	for i, n := range s.Names {
-		if s.Types[i] == "kernel" {
+		if isKernel(s.Types[i]) {
 			names = append(names, n)
 		}
 	}
@@ -94,3 +94,7 @@ func (s Sample) HasChain(chain []string) bool {
 	names := s.UserNames()
 	return len(names) >= len(chain) && slices.Equal(names[:len(chain)], chain)
 }
+
+// isKernel reports whether a frame type runs in the kernel: kernel code or
+// a JIT-compiled BPF program.
+func isKernel(frameType string) bool { return frameType == "kernel" || frameType == "bpf" }

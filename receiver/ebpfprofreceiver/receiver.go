@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -17,6 +16,7 @@ import (
 
 	"github.com/bpfcol/bpfcol/internal/bpf/profiler"
 	"github.com/bpfcol/bpfcol/internal/symbolize"
+	"github.com/bpfcol/bpfcol/internal/symbolize/kernelsym"
 	"github.com/bpfcol/bpfcol/receiver/ebpfprofreceiver/internal/aggregate"
 	"github.com/bpfcol/bpfcol/receiver/ebpfprofreceiver/internal/metadata"
 	"github.com/bpfcol/bpfcol/receiver/ebpfprofreceiver/internal/profilebuilder"
@@ -42,9 +42,10 @@ type profilesReceiver struct {
 	next    xconsumer.Profiles
 	obsrecv *receiverhelper.ObsReport
 
-	sampler  *profiler.Sampler
-	binaries *symbolize.BinaryCache
-	wg       sync.WaitGroup
+	sampler    *profiler.Sampler
+	binaries   *symbolize.BinaryCache
+	kernelSyms *kernelsym.Symbolizer
+	wg         sync.WaitGroup
 
 	samples    chan *profiler.Sample
 	batches    chan *aggregate.Batch
@@ -84,6 +85,13 @@ func (r *profilesReceiver) Start(_ context.Context, _ component.Host) error {
 	}
 	r.sampler = sampler
 	r.binaries = symbolize.NewBinaryCache(maxBinaries)
+	// Kernel frames are named in BPF; without CAP_PERFMON (or on an old
+	// kernel) the symbolizer falls back to /proc/kallsyms and logs why once.
+	r.kernelSyms, err = kernelsym.New(kernelsym.Options{Logger: r.set.Logger})
+	if err != nil {
+		sampler.Close()
+		return fmt.Errorf("starting kernel symbolizer: %w", err)
+	}
 	r.samples = make(chan *profiler.Sample, sampleQueueSize)
 	r.batches = make(chan *aggregate.Batch, batchQueueSize)
 
@@ -97,6 +105,7 @@ func (r *profilesReceiver) Start(_ context.Context, _ component.Host) error {
 		zap.Int("cpus", sampler.CPUs()),
 		zap.Int("sampling_frequency_hz", r.cfg.SamplingFrequency),
 		zap.Duration("report_interval", r.cfg.ReportInterval),
+		zap.String("kernel_symbolizer", r.kernelSyms.Path()),
 		zap.Duration("start_duration", time.Since(r.startedAt)))
 	return nil
 }
@@ -165,8 +174,7 @@ func (r *profilesReceiver) aggregate(agg *aggregate.Aggregator) {
 // export names the frames of each batch, builds pdata and hands it on.
 func (r *profilesReceiver) export() {
 	defer r.wg.Done()
-	kernel := newKallsymsLoader(r.set.Logger)
-	resolver := resolve.New(r.binaries, kernel)
+	resolver := resolve.New(r.binaries, kernelNames{r.kernelSyms})
 	meta := profilebuilder.Meta{
 		PeriodNanos:  int64(time.Second) / int64(r.cfg.SamplingFrequency),
 		ScopeName:    metadata.ScopeName,
@@ -208,38 +216,29 @@ func (r *profilesReceiver) Shutdown(ctx context.Context) error {
 		zap.Int64("samples_dropped_queue", r.droppedQueue.Load()),
 		zap.Int64("samples_dropped_stacks_full", r.droppedStacks.Load()),
 		zap.Int64("batches_dropped", r.droppedBatches.Load()))
-	err = errors.Join(err, r.binaries.Close())
+	err = errors.Join(err, r.binaries.Close(), r.kernelSyms.Close())
 	r.sampler = nil
 	return err
 }
 
-// kallsymsLoader reads /proc/kallsyms once, when the first kernel frame
-// needs a name.
-type kallsymsLoader struct {
-	logger *zap.Logger
-	once   sync.Once
-	syms   resolve.KernelSymbolizer
+// kernelNames adapts the kernel symbolizer to the resolve stage.
+type kernelNames struct {
+	syms *kernelsym.Symbolizer
 }
 
-func newKallsymsLoader(logger *zap.Logger) *kallsymsLoader { return &kallsymsLoader{logger: logger} }
-
-func (k *kallsymsLoader) SymbolizeKernel(addrs []resolve.KernelAddr) ([]resolve.KernelName, error) {
-	k.once.Do(func() {
-		f, err := os.Open("/proc/kallsyms")
-		if err != nil {
-			k.logger.Warn("kernel frames stay unnamed", zap.Error(err))
-			return
-		}
-		defer f.Close()
-		syms, err := symbolize.LoadKallsyms(f)
-		if err != nil {
-			k.logger.Warn("kernel frames stay unnamed", zap.Error(err))
-			return
-		}
-		k.syms = resolve.Kallsyms{Symbols: syms}
-	})
-	if k.syms == nil {
-		return nil, errors.New("no kernel symbols")
+func (k kernelNames) SymbolizeKernel(addrs []resolve.KernelAddr) ([]resolve.KernelName, error) {
+	raw := make([]uint64, len(addrs))
+	isReturn := make([]bool, len(addrs))
+	for i, a := range addrs {
+		raw[i], isReturn[i] = a.Addr, a.Return
 	}
-	return k.syms.SymbolizeKernel(addrs)
+	syms, err := k.syms.Symbolize(raw, isReturn)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]resolve.KernelName, len(syms))
+	for i, s := range syms {
+		out[i] = resolve.KernelName{Name: s.Name, Module: s.Module, BPFProgram: s.IsBPFProg, OK: s.OK}
+	}
+	return out, nil
 }

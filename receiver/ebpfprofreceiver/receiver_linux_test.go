@@ -152,3 +152,30 @@ func TestShutdownReleasesEverything(t *testing.T) {
 		t.Fatalf("%d fds after shutdown, %d before", after, before)
 	}
 }
+
+// TestKernelFramesNamed profiles a workload that lives in read(2) and
+// expects the read path by name among its kernel frames, on a
+// [kernel.kallsyms]-typed kernel frame.
+func TestKernelFramesNamed(t *testing.T) {
+	bin := testworkload.BuildC(t, "readzero.c", "-O2")
+	samples := profileWorkload(t, bin, 2*time.Second)
+	readPath := map[string]bool{"ksys_read": true, "vfs_read": true, "__x64_sys_read": true, "read_zero": true}
+	var withKernel, withRead int64
+	for _, s := range samples {
+		names := s.KernelNames()
+		if len(names) == 0 {
+			continue
+		}
+		withKernel += s.Count
+		for _, n := range names {
+			if readPath[n] {
+				withRead += s.Count
+				break
+			}
+		}
+	}
+	t.Logf("%d samples with kernel frames, %d of them on the read path", withKernel, withRead)
+	if withKernel < 20 || withRead < withKernel/2 {
+		t.Fatalf("%d of %d kernel samples name the read path", withRead, withKernel)
+	}
+}

@@ -12,6 +12,8 @@ import (
 // Frame types, the values of the profile.frame.type location attribute.
 const (
 	FrameKernel = "kernel"
+	// FrameBPF marks a JIT-compiled BPF program running in the kernel.
+	FrameBPF    = "bpf"
 	FrameNative = "native"
 	FrameGo     = "go"
 )

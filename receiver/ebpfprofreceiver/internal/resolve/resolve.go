@@ -28,7 +28,9 @@ type KernelName struct {
 	Name string
 	// Module is "" for the core kernel.
 	Module string
-	OK     bool
+	// BPFProgram is set for JIT-compiled BPF programs.
+	BPFProgram bool
+	OK         bool
 }
 
 // KernelSymbolizer names kernel addresses in one batch.
@@ -170,6 +172,9 @@ func (r *Resolver) kernelFrame(st *batchState, k KernelAddr) profilebuilder.Fram
 	f := profilebuilder.Frame{Address: addr, Type: profilebuilder.FrameKernel, Mapping: r.kernelMapping}
 	if n := st.kernel[k]; n.OK {
 		f.Lines = []profilebuilder.Line{{Function: n.Name, File: n.Module}}
+		if n.BPFProgram {
+			f.Type = profilebuilder.FrameBPF
+		}
 	}
 	return f
 }
