@@ -9,6 +9,8 @@ import (
 	"go.opentelemetry.io/collector/pdata/pprofile"
 	"go.opentelemetry.io/collector/pdata/pprofile/pprofileotlp"
 	"google.golang.org/grpc"
+	// The otlp_grpc exporter compresses with gzip by default.
+	_ "google.golang.org/grpc/encoding/gzip"
 )
 
 // profilesServer is a real OTLP/gRPC profiles endpoint that keeps what it

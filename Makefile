@@ -1,0 +1,79 @@
+# bpfcol: `make run` to try it, `make test` before sending a change.
+# `make help` lists every target.
+
+SHELL := /bin/bash
+.SHELLFLAGS := -euo pipefail -c
+.DEFAULT_GOAL := build
+# Targets share one working tree: generate rewrites files that build reads.
+.NOTPARALLEL:
+
+GO ?= go
+# Config used by `make run`.
+CONFIG ?= config/local.yaml
+# Per test binary; the BPF and end-to-end tests are the slow ones.
+TEST_TIMEOUT ?= 30m
+# `make bench BENCH=Overhead BENCHTIME=10x` narrows and shortens a run.
+BENCH ?= .
+BENCHTIME ?= 2s
+
+BIN := bin/bpfcol
+# ocb and mdatagen are pinned in their own module so that their dependencies
+# never leak into ours; they are built into the git-ignored .cache/tools.
+TOOLS_BIN := $(CURDIR)/.cache/tools
+BUILDER := $(TOOLS_BIN)/builder
+MDATAGEN := $(TOOLS_BIN)/mdatagen
+TOOLS_MOD := internal/tools/go.mod internal/tools/go.sum
+
+# Everything compiled into bin/bpfcol: Go sources and embedded BPF objects.
+BUILD_INPUTS := builder-config.yaml go.mod go.sum \
+	$(shell find . \( -path ./.git -o -path ./_build -o -path ./.cache -o -path ./bin -o -path ./internal/tools \) -prune \
+		-o -type f \( -name '*.go' ! -name '*_test.go' -o -name '*.o' \) -print)
+
+.PHONY: help build run generate mdatagen check-generate test bench deps deps-bench clean
+
+help: ## List the targets.
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | expand -t 18
+
+build: $(BIN) ## Build bin/bpfcol with ocb (skipped when no input changed).
+
+$(BIN): $(BUILD_INPUTS) $(BUILDER)
+	$(BUILDER) --config builder-config.yaml
+	@mkdir -p $(@D)
+	cp _build/bpfcol $@.tmp && mv -f $@.tmp $@
+
+run: build ## Build, then run bin/bpfcol with config/local.yaml (or CONFIG=path).
+	$(BIN) --config $(CONFIG)
+
+generate: deps $(MDATAGEN) ## Regenerate code: bpf2go objects and bindings, mdatagen metadata.
+	PATH="$(TOOLS_BIN):$$PATH" $(GO) generate ./...
+
+mdatagen: $(MDATAGEN) ## Regenerate only the components' mdatagen output.
+	PATH="$(TOOLS_BIN):$$PATH" $(GO) generate -run 'go:generate mdatagen ' ./...
+
+check-generate: ## Fail if `make generate` changes any file.
+	scripts/check-generate.sh $(MAKE) --no-print-directory generate
+
+test: deps check-generate build ## Install missing tools, check generated code, vet, run all tests.
+	$(GO) vet ./...
+	$(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./...
+
+# -p 1: benchmarks of different packages must not compete for the CPUs.
+bench: deps-bench build ## Run every benchmark, one package at a time.
+	$(GO) test -p 1 -run '^$$' -bench '$(BENCH)' -benchtime $(BENCHTIME) -benchmem -count 1 -timeout $(TEST_TIMEOUT) ./...
+
+deps: ## Install missing build and test tools with apt-get.
+	scripts/install-deps.sh
+
+deps-bench: ## deps, plus perf and bpftrace for benchmarks.
+	scripts/install-deps.sh --bench
+
+clean: ## Remove build outputs and the pinned tools.
+	rm -rf _build bin .cache/tools
+
+$(BUILDER): $(TOOLS_MOD)
+	cd internal/tools && $(GO) build -o $@ go.opentelemetry.io/collector/cmd/builder
+	@touch $@
+
+$(MDATAGEN): $(TOOLS_MOD)
+	cd internal/tools && $(GO) build -o $@ go.opentelemetry.io/collector/cmd/mdatagen
+	@touch $@

@@ -1,0 +1,100 @@
+#!/usr/bin/env bash
+# Installs the system tools bpfcol needs to build and test, and only those that
+# are missing: every check is a `command -v` or a file test, so a second run
+# does nothing and never touches the network.
+#
+#   scripts/install-deps.sh          tools for `make build/generate/test`
+#   scripts/install-deps.sh --bench  the above plus the `make bench` extras
+#
+# Debian/Ubuntu only (apt-get). Needs root when something is missing.
+set -euo pipefail
+
+bench=false
+case "${1:-}" in
+"") ;;
+--bench) bench=true ;;
+*)
+	echo "usage: $0 [--bench]" >&2
+	exit 2
+	;;
+esac
+
+# Each entry is "check package": the check is a command looked up in PATH, or
+# an absolute path that must exist (for header-only packages).
+required=(
+	"clang clang"                                 # compiles the BPF C programs (bpf2go)
+	"llvm-strip llvm"                             # bpf2go strips the BPF objects
+	"llvm-symbolizer llvm"                        # ground truth for symbolization tests
+	"/usr/include/bpf/bpf_helpers.h libbpf-dev"   # BPF helper headers
+	"/usr/include/linux/bpf.h linux-libc-dev"     # kernel UAPI headers
+	"bpftool bpftool"                             # BTF dumps, inspecting loaded programs
+	"eu-readelf elfutils"                         # eu-* tools: ELF/DWARF ground truth
+	"eu-stack elfutils"
+	"debuginfod debuginfod"                       # local debuginfod server for tests
+	"debuginfod-find debuginfod"
+	"addr2line binutils"                          # addr2line, nm, readelf, objdump
+	"nm binutils"
+	"readelf binutils"
+	"gcc gcc"                                     # C test workloads
+	"capsh libcap2-bin"                           # capability-dropping tests
+	"/usr/include/$(gcc -dumpmachine 2>/dev/null || echo x86_64-linux-gnu)/sys/sdt.h systemtap-sdt-dev" # USDT probes in workloads
+)
+optional=() # failing to install these is a warning, not an error
+if $bench; then
+	optional+=(
+		"perf linux-perf" # comparison profiles in benchmarks
+		"bpftrace bpftrace"
+	)
+fi
+
+# present reports whether the check of one entry passes.
+present() {
+	case "$1" in
+	/*) [[ -e "$1" ]] ;;
+	*) command -v "$1" >/dev/null 2>&1 ;;
+	esac
+}
+
+# missing_packages prints, once each, the packages of the failing entries.
+missing_packages() {
+	local entry check pkg
+	for entry in "$@"; do
+		read -r check pkg <<<"$entry"
+		present "$check" || echo "$pkg"
+	done | sort -u
+}
+
+mapfile -t need < <(missing_packages "${required[@]}")
+want=()
+if ((${#optional[@]})); then
+	mapfile -t want < <(missing_packages "${optional[@]}")
+fi
+
+if ((${#need[@]} + ${#want[@]} == 0)); then
+	echo "install-deps: all tools present"
+	exit 0
+fi
+
+if ((EUID != 0)); then
+	echo "install-deps: missing packages: ${need[*]} ${want[*]}; run this script as root or install them yourself" >&2
+	exit 1
+fi
+
+export DEBIAN_FRONTEND=noninteractive
+echo "install-deps: installing ${need[*]} ${want[*]}"
+apt-get update -qq
+if ((${#need[@]})); then
+	apt-get install -y -qq --no-install-recommends "${need[@]}"
+fi
+for pkg in "${want[@]}"; do
+	# Benchmarks that need a missing optional tool skip themselves.
+	apt-get install -y -qq --no-install-recommends "$pkg" ||
+		echo "install-deps: warning: could not install $pkg; benchmarks that need it will skip" >&2
+done
+
+# Verify: a package name that no longer provides the command must not pass silently.
+mapfile -t still < <(missing_packages "${required[@]}")
+if ((${#still[@]})); then
+	echo "install-deps: still missing after install: ${still[*]}" >&2
+	exit 1
+fi
