@@ -9,17 +9,12 @@ import (
 	"github.com/bpfcol/bpfcol/internal/unwind"
 )
 
-// maxLeafDecisions bounds the cache of per-PC decisions.
-const maxLeafDecisions = 1 << 16
+// maxAnalyzedFunctions bounds the cache of analysed functions.
+const maxAnalyzedFunctions = 1 << 12
 
-type leafKey struct {
-	file symbolize.FileKey
-	pc   uint64
-}
-
-type leafDecision struct {
-	slot int
-	ok   bool
+type functionKey struct {
+	file  symbolize.FileKey
+	start uint64
 }
 
 // leafAnalyzer finds the caller that frame-pointer walking skipped when the
@@ -27,11 +22,11 @@ type leafDecision struct {
 // SP (or SP+8), which the sampler captured.
 type leafAnalyzer struct {
 	binaries  *symbolize.BinaryCache
-	decisions map[leafKey]leafDecision
+	functions map[functionKey]*unwind.Function // nil value: not analysable
 }
 
 func newLeafAnalyzer(binaries *symbolize.BinaryCache) *leafAnalyzer {
-	return &leafAnalyzer{binaries: binaries, decisions: map[leafKey]leafDecision{}}
+	return &leafAnalyzer{binaries: binaries, functions: map[functionKey]*unwind.Function{}}
 }
 
 // lostCaller returns the return address into the leaf's caller when the
@@ -65,27 +60,34 @@ func (l *leafAnalyzer) slot(pid int, m *process.Mapping, addr uint64) (int, bool
 	if !ok {
 		return 0, false
 	}
-	key := leafKey{file, pc}
-	if d, ok := l.decisions[key]; ok {
-		return d.slot, d.ok
+	start, end, ok := bin.FunctionStart(pc)
+	if !ok {
+		return 0, false
 	}
-	d := analyze(bin, pc)
-	if len(l.decisions) >= maxLeafDecisions {
-		clear(l.decisions)
+	// Each function is decoded once; its answer for every PC is kept.
+	key := functionKey{file, start}
+	fn, seen := l.functions[key]
+	if !seen {
+		fn = analyze(bin, start, end)
+		if len(l.functions) >= maxAnalyzedFunctions {
+			clear(l.functions)
+		}
+		l.functions[key] = fn
 	}
-	l.decisions[key] = d
-	return d.slot, d.ok
+	if fn == nil {
+		return 0, false
+	}
+	slot, ok := fn.ReturnAddressSlot(pc)
+	return slot, ok && (slot == 0 || slot == 8)
 }
 
-func analyze(bin *symbolize.Binary, pc uint64) leafDecision {
-	start, end, ok := bin.FunctionStart(pc)
-	if !ok || end <= start || end-start > unwind.MaxCodeSize {
-		return leafDecision{}
+func analyze(bin *symbolize.Binary, start, end uint64) *unwind.Function {
+	if end <= start || end-start > unwind.MaxCodeSize {
+		return nil
 	}
 	code, err := bin.ReadCode(start, int(end-start))
 	if err != nil {
-		return leafDecision{}
+		return nil
 	}
-	slot, ok := unwind.ReturnAddressSlot(code, start, pc)
-	return leafDecision{slot: slot, ok: ok && (slot == 0 || slot == 8)}
+	return unwind.Analyze(code, start)
 }

@@ -17,18 +17,30 @@ type processEntry struct {
 	readAt     time.Time
 }
 
-// processTable caches process metadata by pid. An entry is re-read on its
-// first sample of each interval, which catches exec and pid reuse within
-// one interval, and on an address outside its mappings.
+// processTable caches process metadata by pid. On its first sample of each
+// interval an entry checks that the executable is unchanged (one readlink,
+// which catches exec and most pid reuse); it is read again from /proc when
+// the executable changed, or when a sample falls outside its mappings.
 type processTable struct {
 	max        int
 	read       func(pid int) (*Process, error)
+	exePath    func(pid int) (string, error)
 	entries    map[int]*processEntry
 	generation uint64
 }
 
 func newProcessTable(max int, read func(int) (*Process, error)) *processTable {
-	return &processTable{max: max, read: read, entries: map[int]*processEntry{}, generation: 1}
+	return &processTable{max: max, read: read, exePath: process.ExecutablePath, entries: map[int]*processEntry{}, generation: 1}
+}
+
+// execChanged reports whether the process now runs another executable than
+// when it was read. A process that is gone keeps its last read.
+func (t *processTable) execChanged(pid int, e *processEntry) bool {
+	if e.proc == nil {
+		return true
+	}
+	exe, err := t.exePath(pid)
+	return err == nil && exe != e.proc.ExePath
 }
 
 // lookup returns the process, or nil when it could never be read.
@@ -40,7 +52,7 @@ func (t *processTable) lookup(pid int, ip uint64) *Process {
 		t.makeRoom()
 		t.entries[pid] = e
 		t.refresh(pid, e)
-	case e.generation != t.generation:
+	case e.generation != t.generation && t.execChanged(pid, e):
 		t.refresh(pid, e)
 	case ip != 0 && e.proc != nil && e.proc.Mapping(ip) == nil && time.Since(e.readAt) > missRefreshInterval:
 		t.refresh(pid, e)
