@@ -34,6 +34,12 @@ type Binary struct {
 	goSyms      *goSymbolTable  // nil when not Go or .gopclntab is unusable
 	elfSyms     *elfSymbolTable // nil when there is no usable symbol table
 	symbolsErr  error
+
+	dwarfOnce sync.Once
+	dwarf     *dwarfTable // nil when there is no usable DWARF
+	dwarfErr  error
+
+	parsedSize atomic.Int64 // estimated heap of the parsed tables
 }
 
 // OpenBinary reads the ELF headers and notes of f. It takes ownership of f:
@@ -114,17 +120,44 @@ func (b *Binary) loadSymbols() {
 		if b.isGo {
 			b.goSyms, goErr = newGoSymbolTable(b.elf, syms)
 		}
+		if b.elfSyms != nil {
+			b.parsedSize.Add(int64(len(b.elfSyms.funcs)) * 48)
+		}
+		if b.goSyms != nil {
+			b.parsedSize.Add(int64(len(b.goSyms.table.Funcs)) * 160)
+		}
 		if b.goSyms == nil && b.elfSyms == nil {
 			b.symbolsErr = errors.Join(errors.New("no usable symbol table"), symErr, goErr)
 		}
 	})
 }
 
+// loadDWARF parses the DWARF sections once. debug/elf decompresses
+// SHF_COMPRESSED (zlib, zstd) and .zdebug sections.
+func (b *Binary) loadDWARF() {
+	b.dwarfOnce.Do(func() {
+		if !b.HasDWARF() {
+			b.dwarfErr = errors.New("no DWARF sections")
+			return
+		}
+		d, err := b.elf.DWARF()
+		if err != nil {
+			b.dwarfErr = fmt.Errorf("reading DWARF: %w", err)
+			return
+		}
+		b.dwarf, b.dwarfErr = newDWARFTable(d)
+		if b.dwarf != nil {
+			b.parsedSize.Add(b.dwarf.size)
+		}
+	})
+}
+
 // Symbolize names the ELF virtual address vaddr. Go binaries are resolved
 // through .gopclntab (which survives -ldflags='-s -w'); everything else, and
-// addresses outside Go code such as cgo's C functions, through .symtab,
-// falling back to .dynsym. Frames are leaf first, the physical function
-// last. ok is false when nothing covers vaddr.
+// addresses outside Go code such as cgo's C functions, through DWARF
+// (function, file:line and inlined calls), then .symtab, falling back to
+// .dynsym. C++ and Rust names are demangled. Frames are leaf first, the
+// physical function last. ok is false when nothing covers vaddr.
 func (b *Binary) Symbolize(vaddr uint64) (frames []Frame, ok bool) {
 	b.loadSymbols()
 	if b.goSyms != nil {
@@ -132,10 +165,57 @@ func (b *Binary) Symbolize(vaddr uint64) (frames []Frame, ok bool) {
 			return frames, true
 		}
 	}
-	if f, ok := b.elfSyms.lookup(vaddr); ok {
-		return []Frame{{Function: f.name}}, true
+	b.loadDWARF()
+	sym, hasSym := b.elfSyms.lookup(vaddr)
+	if b.dwarf != nil {
+		if frames, ok := b.dwarf.lookup(vaddr); ok {
+			// The physical function takes its name from the symbol table
+			// when it has one: that names clones (.constprop, .cold) and
+			// out-of-line template instances exactly, as llvm-symbolizer
+			// does.
+			if last := &frames[len(frames)-1]; hasSym {
+				last.Function = demangleName(sym.name)
+			}
+			return frames, true
+		}
+	}
+	if hasSym {
+		return []Frame{{Function: demangleName(sym.name), File: sym.file}}, true
 	}
 	return nil, false
+}
+
+// HasDWARF reports whether the file carries DWARF debug info.
+func (b *Binary) HasDWARF() bool {
+	for _, name := range [...]string{".debug_info", ".zdebug_info"} {
+		if s := b.elf.Section(name); s != nil && s.Type != elf.SHT_NOBITS && s.Size > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// HasSymtab reports whether the file has a non-empty .symtab.
+func (b *Binary) HasSymtab() bool {
+	s := b.elf.Section(".symtab")
+	return s != nil && s.Type == elf.SHT_SYMTAB && s.Size > s.Entsize
+}
+
+// HasGopclntab reports whether the file has Go's pc/line table.
+func (b *Binary) HasGopclntab() bool { return goPclntabSection(b.elf) != nil }
+
+// DWARFErr parses the DWARF sections if not done yet and reports why none
+// is usable, nil if it is.
+func (b *Binary) DWARFErr() error {
+	b.loadDWARF()
+	return b.dwarfErr
+}
+
+// MemSize estimates the heap held by the parsed tables, for caches bounded
+// by size. Tables not parsed yet count as zero.
+func (b *Binary) MemSize() int64 {
+	// Headers, notes and the open file.
+	return 4<<10 + b.parsedSize.Load()
 }
 
 // FunctionStart returns the start (ELF virtual address) and end of the

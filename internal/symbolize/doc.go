@@ -1,11 +1,17 @@
 // Package symbolize turns addresses inside ELF binaries into function names
 // and source positions.
 //
-// This is the first layer: ELF symbol tables (.symtab, falling back to
-// .dynsym), Go's .gopclntab (which survives -ldflags='-s -w'), build ids,
-// the mapping from file offsets in /proc/PID/maps to ELF virtual addresses,
-// a bounded cache of opened binaries keyed by device and inode, and the
-// kernel's /proc/kallsyms. DWARF, demangling and debuginfod come later.
+// Sources: ELF symbol tables (.symtab, falling back to .dynsym), DWARF 4
+// and 5 (function, file:line and the inline chain; zlib, zstd and .zdebug
+// sections), Go's .gopclntab (which survives -ldflags='-s -w'), demangled
+// C++ and Rust names, build ids, the mapping from file offsets in
+// /proc/PID/maps to ELF virtual addresses, a bounded cache of opened
+// binaries keyed by device and inode, and the kernel's /proc/kallsyms.
+//
+// Symbolizer classifies each mapping (skip, process mode, file mode) and, in
+// file mode, finds the separate debug file by GNU build-id: the system
+// debug directory, configured directories, the bpfcol cache, then a
+// background debuginfod fetch.
 package symbolize
 
 // Frame is one source-level frame.

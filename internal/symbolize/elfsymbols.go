@@ -9,6 +9,9 @@ import (
 type elfFunc struct {
 	start, size uint64
 	name        string
+	// file is the STT_FILE symbol preceding a local symbol: the source file
+	// the symbol came from, known even without DWARF.
+	file string
 }
 
 // covers reports whether addr lies in f. A zero-size symbol covers only its
@@ -54,16 +57,25 @@ func newELFSymbolTable(syms []elf.Symbol) *elfSymbolTable {
 		rank int
 	}
 	cands := make([]candidate, 0, len(syms))
+	file := ""
 	for _, s := range syms {
 		typ := elf.ST_TYPE(s.Info)
+		if typ == elf.STT_FILE {
+			file = s.Name
+			continue
+		}
 		if typ != elf.STT_FUNC && typ != elf.STT_GNU_IFUNC {
 			continue
 		}
 		if s.Section == elf.SHN_UNDEF || s.Name == "" {
 			continue
 		}
+		var from string
+		if elf.ST_BIND(s.Info) == elf.STB_LOCAL {
+			from = file
+		}
 		cands = append(cands, candidate{
-			elfFunc: elfFunc{start: s.Value, size: s.Size, name: s.Name},
+			elfFunc: elfFunc{start: s.Value, size: s.Size, name: s.Name, file: from},
 			rank:    bindingRank(elf.ST_BIND(s.Info)),
 		})
 	}

@@ -3,6 +3,7 @@ package symbolize
 import (
 	"debug/elf"
 	"debug/gosym"
+	"encoding/binary"
 	"errors"
 	"fmt"
 )
@@ -42,7 +43,15 @@ func newGoSymbolTable(f *elf.File, symtab []elf.Symbol) (t *goSymbolTable, err e
 	if err != nil {
 		return nil, fmt.Errorf("reading .gopclntab: %w", err)
 	}
-	textStart := goTextStart(f, symtab, data)
+	return parseGoPclntab(data, goTextStart(f, symtab, data))
+}
+
+// parseGoPclntab decodes a .gopclntab whose functions are relative to
+// textStart.
+func parseGoPclntab(data []byte, textStart uint64) (t *goSymbolTable, err error) {
+	if err := checkPclntabHeader(data); err != nil {
+		return nil, err
+	}
 	// debug/gosym indexes slices with values read from the file; a corrupt
 	// table must not take the profiler down.
 	defer func() {
@@ -58,6 +67,47 @@ func newGoSymbolTable(f *elf.File, symtab []elf.Symbol) (t *goSymbolTable, err e
 		return nil, errors.New("decoding .gopclntab: no functions")
 	}
 	return &goSymbolTable{table: table}, nil
+}
+
+// minPclntabBytesPerFunc is a floor on the table bytes each function
+// takes in every pclntab format (its functab entry alone is 8 bytes or
+// more); real tables use far more.
+const minPclntabBytesPerFunc = 16
+
+// checkPclntabHeader rejects function and file counts the table cannot
+// hold: debug/gosym allocates by them before reading anything, so a corrupt
+// header would otherwise exhaust memory.
+func checkPclntabHeader(data []byte) error {
+	if len(data) < 8 {
+		return errors.New("decoding .gopclntab: truncated header")
+	}
+	ptrSize := int(data[7])
+	if ptrSize != 4 && ptrSize != 8 {
+		return fmt.Errorf("decoding .gopclntab: pointer size %d", ptrSize)
+	}
+	if len(data) < 8+2*ptrSize {
+		return errors.New("decoding .gopclntab: truncated header")
+	}
+	var order binary.ByteOrder = binary.LittleEndian
+	if data[0] == 0xff { // magic stored big-endian
+		order = binary.BigEndian
+	}
+	word := func(off int) uint64 {
+		if ptrSize == 8 {
+			return order.Uint64(data[off:])
+		}
+		return uint64(order.Uint32(data[off:]))
+	}
+	// Every format stores the function count right after the 8-byte
+	// header; 1.16+ follow it with the file count.
+	limit := uint64(len(data)) / minPclntabBytesPerFunc
+	if n := word(8); n > limit {
+		return fmt.Errorf("decoding .gopclntab: %d functions cannot fit in %d bytes", n, len(data))
+	}
+	if n := word(8 + ptrSize); n > uint64(len(data)) {
+		return fmt.Errorf("decoding .gopclntab: %d files cannot fit in %d bytes", n, len(data))
+	}
+	return nil
 }
 
 // goTextStart finds the value of runtime.text, the base that .gopclntab's

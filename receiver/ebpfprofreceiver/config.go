@@ -3,9 +3,15 @@ package ebpfprofreceiver
 import (
 	"errors"
 	"fmt"
+	"net/url"
+	"os"
+	"path/filepath"
 	"time"
 
 	"go.opentelemetry.io/collector/component"
+
+	"github.com/bpfcol/bpfcol/internal/symbolize"
+	"github.com/bpfcol/bpfcol/internal/symbolize/debuginfod"
 )
 
 // Limits on the sampling frequency: below 1 Hz nothing useful is sampled, and
@@ -22,9 +28,91 @@ type Config struct {
 	// ReportInterval is how often the samples gathered so far are emitted as
 	// one pdata Profiles.
 	ReportInterval time.Duration `mapstructure:"report_interval"`
+	// Symbolizer configures how user frames are named.
+	Symbolizer SymbolizerConfig `mapstructure:"symbolizer"`
 
 	// prevent unkeyed literal initialization
 	_ struct{}
+}
+
+// SymbolizerConfig configures debug info lookup for stripped binaries.
+type SymbolizerConfig struct {
+	// Debuginfod overrides the DEBUGINFOD_URLS, DEBUGINFOD_TIMEOUT and
+	// DEBUGINFOD_MAXSIZE environment variables.
+	Debuginfod DebuginfodConfig `mapstructure:"debuginfod"`
+	// CacheDir holds fetched debug files; "" means the user cache
+	// directory's bpfcol/debuginfod.
+	CacheDir string `mapstructure:"cache_dir"`
+	// CacheMaxSize bounds CacheDir in bytes; 0 means 2 GiB.
+	CacheMaxSize int64 `mapstructure:"cache_max_size"`
+	// DebugDirectories are searched for .build-id/NN/REST.debug after
+	// /usr/lib/debug and before the cache.
+	DebugDirectories []string `mapstructure:"debug_directories"`
+}
+
+// DebuginfodConfig configures the debuginfod client. Zero fields fall back
+// to the environment, then to elfutils' defaults.
+type DebuginfodConfig struct {
+	// URLs are tried in order.
+	URLs []string `mapstructure:"urls"`
+	// Timeout bounds one request.
+	Timeout time.Duration `mapstructure:"timeout"`
+	// MaxSize bounds one downloaded file, in bytes.
+	MaxSize int64 `mapstructure:"max_size"`
+}
+
+// Limits on the symbolizer settings.
+const (
+	maxDebuginfodTimeout = 10 * time.Minute
+	minCacheMaxSize      = 1 << 20
+)
+
+func (c *SymbolizerConfig) validate() []error {
+	var errs []error
+	for i, u := range c.Debuginfod.URLs {
+		p, err := url.Parse(u)
+		if err != nil || (p.Scheme != "http" && p.Scheme != "https") || p.Host == "" {
+			errs = append(errs, fmt.Errorf("symbolizer::debuginfod::urls[%d]: %q is not an http(s) URL with a host", i, u))
+		}
+	}
+	if c.Debuginfod.Timeout < 0 || c.Debuginfod.Timeout > maxDebuginfodTimeout {
+		errs = append(errs, fmt.Errorf("symbolizer::debuginfod::timeout: %s is outside [0, %s]", c.Debuginfod.Timeout, maxDebuginfodTimeout))
+	}
+	if c.Debuginfod.MaxSize < 0 {
+		errs = append(errs, fmt.Errorf("symbolizer::debuginfod::max_size: %d is negative", c.Debuginfod.MaxSize))
+	}
+	if c.CacheDir != "" && !filepath.IsAbs(c.CacheDir) {
+		errs = append(errs, fmt.Errorf("symbolizer::cache_dir: %q is not an absolute path", c.CacheDir))
+	}
+	if c.CacheMaxSize != 0 && c.CacheMaxSize < minCacheMaxSize {
+		errs = append(errs, fmt.Errorf("symbolizer::cache_max_size: %d is below %d bytes (0 means the default)", c.CacheMaxSize, minCacheMaxSize))
+	}
+	for i, d := range c.DebugDirectories {
+		if !filepath.IsAbs(d) {
+			errs = append(errs, fmt.Errorf("symbolizer::debug_directories[%d]: %q is not an absolute path", i, d))
+		}
+	}
+	return errs
+}
+
+// symbolizeConfig turns the receiver settings into the symbolizer's.
+func (c *SymbolizerConfig) symbolizeConfig() symbolize.SymbolizerConfig {
+	dir := c.CacheDir
+	if dir == "" {
+		if base, err := os.UserCacheDir(); err == nil {
+			dir = filepath.Join(base, "bpfcol", "debuginfod")
+		}
+	}
+	return symbolize.SymbolizerConfig{
+		DebugDirectories: c.DebugDirectories,
+		CacheDir:         dir,
+		CacheMaxSize:     c.CacheMaxSize,
+		Debuginfod: debuginfod.Config{
+			URLs:    c.Debuginfod.URLs,
+			Timeout: c.Debuginfod.Timeout,
+			MaxSize: c.Debuginfod.MaxSize,
+		},
+	}
 }
 
 var _ component.Config = (*Config)(nil)
@@ -45,5 +133,6 @@ func (c *Config) Validate() error {
 	if c.ReportInterval < 100*time.Millisecond {
 		errs = append(errs, fmt.Errorf("report_interval: %s is shorter than 100ms", c.ReportInterval))
 	}
+	errs = append(errs, c.Symbolizer.validate()...)
 	return errors.Join(errs...)
 }

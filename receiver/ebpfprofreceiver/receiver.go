@@ -174,7 +174,14 @@ func (r *profilesReceiver) aggregate(agg *aggregate.Aggregator) {
 // export names the frames of each batch, builds pdata and hands it on.
 func (r *profilesReceiver) export() {
 	defer r.wg.Done()
-	resolver := resolve.New(r.binaries, kernelNames{r.kernelSyms})
+	var opts []resolve.Option
+	if sym, err := symbolize.NewSymbolizer(r.cfg.Symbolizer.symbolizeConfig()); err != nil {
+		r.set.Logger.Warn("user frames named from the mapped binaries only", zap.Error(err))
+	} else {
+		defer sym.Close()
+		opts = append(opts, resolve.WithSymbolizer(sym))
+	}
+	resolver := resolve.New(r.binaries, kernelNames{r.kernelSyms}, opts...)
 	meta := profilebuilder.Meta{
 		PeriodNanos:  int64(time.Second) / int64(r.cfg.SamplingFrequency),
 		ScopeName:    metadata.ScopeName,

@@ -82,12 +82,27 @@ struct pt_regs {
 	unsigned long ss;
 } __attribute__((preserve_access_index));
 
+/* include/uapi/linux/bpf.h: the context of raw tracepoint programs. */
+struct bpf_raw_tracepoint_args {
+	__u64 args[0];
+};
+
+typedef struct {
+	int counter;
+} atomic_t;
+
+/* Only live is read: it drops to zero when the last thread of a group exits. */
+struct signal_struct {
+	atomic_t live;
+} __attribute__((preserve_access_index));
+
 struct task_struct {
 	unsigned int flags;
 	int pid;
 	int tgid;
 	struct task_struct *group_leader;
 	char comm[16];
+	struct signal_struct *signal;
 } __attribute__((preserve_access_index));
 
 /* include/linux/sched.h */

@@ -51,6 +51,11 @@ type Stats struct {
 	UnnamedKernelFrames int64
 	// BinaryOpenErrors counts mappings whose binary could not be opened.
 	BinaryOpenErrors int64
+	// PendingUserFrames counts user frames whose debug info is being
+	// fetched; they go out with their build-id and address.
+	PendingUserFrames int64
+	// SkippedUserFrames counts user frames in mappings classified skip.
+	SkippedUserFrames int64
 }
 
 type lineKey struct {
@@ -61,21 +66,40 @@ type lineKey struct {
 // Resolver names frames. It is not safe for concurrent use.
 type Resolver struct {
 	binaries *symbolize.BinaryCache
-	kernel   KernelSymbolizer
-	lines    map[lineKey][]profilebuilder.Line
+	// sym adds DWARF, debug files and debuginfod; nil names frames from
+	// the mapped binary alone.
+	sym    *symbolize.Symbolizer
+	kernel KernelSymbolizer
+	lines  map[lineKey][]profilebuilder.Line
+	// symbolized caches the Symbolizer's final answers by file offset.
+	symbolized map[lineKey]symbolizedLines
 	// kernelMapping is the one mapping every kernel frame points at.
 	kernelMapping *profilebuilder.Mapping
 }
 
+// Option configures a Resolver.
+type Option func(*Resolver)
+
+// WithSymbolizer names user frames through s: per-mapping classification,
+// separate debug files and debuginfod. The caller keeps ownership of s.
+func WithSymbolizer(s *symbolize.Symbolizer) Option {
+	return func(r *Resolver) { r.sym = s }
+}
+
 // New returns a Resolver. kernel may be nil: kernel frames then keep only
 // their addresses.
-func New(binaries *symbolize.BinaryCache, kernel KernelSymbolizer) *Resolver {
-	return &Resolver{
+func New(binaries *symbolize.BinaryCache, kernel KernelSymbolizer, opts ...Option) *Resolver {
+	r := &Resolver{
 		binaries:      binaries,
 		kernel:        kernel,
 		lines:         map[lineKey][]profilebuilder.Line{},
+		symbolized:    map[lineKey]symbolizedLines{},
 		kernelMapping: &profilebuilder.Mapping{Path: "[kernel.kallsyms]"},
 	}
+	for _, o := range opts {
+		o(r)
+	}
+	return r
 }
 
 // batchState holds what one Resolve opened, released at its end.
@@ -197,6 +221,9 @@ func (r *Resolver) userFrame(st *batchState, pid uint32, f aggregate.UserFrame, 
 	if bin.IsGo() {
 		out.Type = profilebuilder.FrameGo
 	}
+	if r.sym != nil {
+		return r.symbolizedFrame(out, pid, m, bin, f, stats)
+	}
 	vaddr, ok := bin.Mapper().FileOffsetToVirtualAddress(m.FileOffset(f.Addr))
 	if !ok {
 		stats.UnnamedUserFrames++
@@ -211,6 +238,59 @@ func (r *Resolver) userFrame(st *batchState, pid uint32, f aggregate.UserFrame, 
 		stats.UnnamedUserFrames++
 	}
 	return out
+}
+
+// symbolizedFrame names f through the Symbolizer. Only final answers are
+// cached: a frame whose debug info is on its way is asked again next batch.
+func (r *Resolver) symbolizedFrame(out profilebuilder.Frame, pid uint32, m *process.Mapping, bin *symbolize.Binary, f aggregate.UserFrame, stats *Stats) profilebuilder.Frame {
+	fileKey := symbolize.FileKey{Dev: m.Dev, Ino: m.Inode}
+	key := lineKey{fileKey, m.FileOffset(f.Addr)<<1 | boolBit(f.Return)}
+	if c, ok := r.symbolized[key]; ok {
+		out.Address, out.Lines = c.vaddr, c.lines
+		if len(out.Lines) == 0 {
+			stats.UnnamedUserFrames++
+		}
+		return out
+	}
+	l := r.sym.Symbolize(symbolize.MappingRef{PID: int(pid), Path: m.Path, Key: fileKey}, bin, m.FileOffset(f.Addr), f.Return)
+	switch l.Status {
+	case symbolize.Unmapped:
+		stats.UnnamedUserFrames++
+		return out
+	case symbolize.Pending:
+		stats.PendingUserFrames++
+	}
+	if l.Mode == symbolize.ModeSkip {
+		stats.SkippedUserFrames++
+	}
+	out.Address = l.VAddr
+	if len(l.Frames) > 0 {
+		out.Lines = make([]profilebuilder.Line, len(l.Frames))
+		for i, fr := range l.Frames {
+			out.Lines[i] = profilebuilder.Line{Function: fr.Function, File: fr.File, Line: fr.Line}
+		}
+	} else {
+		stats.UnnamedUserFrames++
+	}
+	if l.Status != symbolize.Pending {
+		if len(r.symbolized) >= maxCachedLines {
+			clear(r.symbolized)
+		}
+		r.symbolized[key] = symbolizedLines{vaddr: l.VAddr, lines: out.Lines}
+	}
+	return out
+}
+
+type symbolizedLines struct {
+	vaddr uint64
+	lines []profilebuilder.Line
+}
+
+func boolBit(b bool) uint64 {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 func (r *Resolver) linesAt(bin *symbolize.Binary, file symbolize.FileKey, vaddr uint64) []profilebuilder.Line {

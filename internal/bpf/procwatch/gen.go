@@ -1,0 +1,3 @@
+package procwatch
+
+//go:generate go tool bpf2go -cc clang -cflags "-O2 -g -Wall -Werror" -target amd64 -type proc_event procevents ../c/procevents.bpf.c -- -I../c/include

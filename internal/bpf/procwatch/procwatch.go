@@ -1,0 +1,28 @@
+package procwatch
+
+// Kind is what happened to a process.
+type Kind uint32
+
+// The kinds of events, mirrored from procevents.bpf.c.
+const (
+	// Exec: the process replaced its image with execve.
+	Exec Kind = 1
+	// Exit: the last thread of the process exited.
+	Exit Kind = 2
+)
+
+// Event is one process lifecycle event.
+type Event struct {
+	// PID is the process (thread group) id.
+	PID uint32
+	// Kind says what happened.
+	Kind Kind
+}
+
+// Counters are the BPF side's own counts since load.
+type Counters struct {
+	// Events counts events written to the ringbuf.
+	Events uint64
+	// LostRingbuf counts events lost because the ringbuf was full.
+	LostRingbuf uint64
+}

@@ -1,0 +1,107 @@
+package procwatch
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"unsafe"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/link"
+	"github.com/cilium/ebpf/ringbuf"
+)
+
+const eventSize = int(unsafe.Sizeof(proceventsProcEvent{}))
+
+// ErrClosed is returned by Read once the Watcher is closed.
+var ErrClosed = os.ErrClosed
+
+// Watcher is the loaded and attached pair of tracepoint programs.
+type Watcher struct {
+	objs   proceventsObjects
+	links  []link.Link
+	reader *ringbuf.Reader
+	record ringbuf.Record
+	percpu []uint64
+}
+
+// New loads the programs and attaches them to the sched_process_exec and
+// sched_process_exit raw tracepoints. Events flow before New returns.
+func New() (_ *Watcher, err error) {
+	w := &Watcher{}
+	defer func() {
+		if err != nil {
+			w.Close()
+		}
+	}()
+	if err := loadProceventsObjects(&w.objs, nil); err != nil {
+		return nil, fmt.Errorf("loading process event programs: %w", err)
+	}
+	for _, tp := range []struct {
+		name string
+		prog *ebpf.Program
+	}{
+		{"sched_process_exec", w.objs.OnExec},
+		{"sched_process_exit", w.objs.OnExit},
+	} {
+		l, err := link.AttachRawTracepoint(link.RawTracepointOptions{Name: tp.name, Program: tp.prog})
+		if err != nil {
+			return nil, fmt.Errorf("attaching to raw tracepoint %s: %w", tp.name, err)
+		}
+		w.links = append(w.links, l)
+	}
+	if w.reader, err = ringbuf.NewReader(w.objs.ProcEvents); err != nil {
+		return nil, fmt.Errorf("opening process event ringbuf: %w", err)
+	}
+	return w, nil
+}
+
+// Read blocks until the next event.
+func (w *Watcher) Read(dst *Event) error {
+	if err := w.reader.ReadInto(&w.record); err != nil {
+		if errors.Is(err, ringbuf.ErrClosed) {
+			return ErrClosed
+		}
+		return fmt.Errorf("reading process event: %w", err)
+	}
+	raw := w.record.RawSample
+	if len(raw) < eventSize {
+		return fmt.Errorf("reading process event: %d bytes, want %d", len(raw), eventSize)
+	}
+	ev := (*proceventsProcEvent)(unsafe.Pointer(&raw[0]))
+	dst.PID, dst.Kind = ev.Pid, Kind(ev.Kind)
+	return nil
+}
+
+// Counters sums the BPF counters over all CPUs. Not safe to call
+// concurrently with itself.
+func (w *Watcher) Counters() (Counters, error) {
+	if w.percpu == nil {
+		w.percpu = make([]uint64, ebpf.MustPossibleCPU())
+	}
+	var c Counters
+	for idx, dst := range []*uint64{&c.Events, &c.LostRingbuf} {
+		if err := w.objs.Counters.Lookup(uint32(idx), &w.percpu); err != nil {
+			return Counters{}, fmt.Errorf("reading process event counter %d: %w", idx, err)
+		}
+		for _, v := range w.percpu {
+			*dst += v
+		}
+	}
+	return c, nil
+}
+
+// Close detaches the programs, stops Read and frees the maps. It is safe to
+// call more than once.
+func (w *Watcher) Close() error {
+	var errs []error
+	for _, l := range w.links {
+		errs = append(errs, l.Close())
+	}
+	w.links = nil
+	if w.reader != nil {
+		errs = append(errs, w.reader.Close())
+	}
+	errs = append(errs, w.objs.Close())
+	return errors.Join(errs...)
+}

@@ -1,0 +1,353 @@
+package scopeprobe
+
+import (
+	"errors"
+	"fmt"
+	"math/bits"
+	"os"
+	"sync"
+	"time"
+	"unsafe"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/link"
+	"github.com/cilium/ebpf/ringbuf"
+)
+
+// Mirrored from uprobe.bpf.c.
+const (
+	cookieScopeByG        = 1 << 32
+	settingMainThreadOnly = 1 << 0
+	settingPIDFilter      = 1 << 1
+	recordMainThread      = 1 << 0
+)
+
+// Indexes of the counters map, mirrored from uprobe.bpf.c.
+const (
+	counterRecords = iota
+	counterLostRingbuf
+	counterExitNoEntry
+	counterShort
+	counterScopeFull
+	counterFiltered
+)
+
+const (
+	recordSize         = int(unsafe.Sizeof(uprobeScopeRecord{}))
+	defaultMaxScopes   = 16384
+	defaultRingBytes   = 1 << 20
+	maxRingBufferBytes = 256 << 20
+	// maxPIDFilter bounds the pid filter map.
+	maxPIDFilter = 4096
+)
+
+// ErrClosed is returned by Read once the Probes are closed.
+var ErrClosed = os.ErrClosed
+
+// ErrDeadline is returned by Read when the deadline set by SetDeadline
+// passed before a record arrived.
+var ErrDeadline = os.ErrDeadlineExceeded
+
+// ErrFlushed is returned by Read once the records present at Flush were
+// read.
+var ErrFlushed = ringbuf.ErrFlushed
+
+// Probes are the loaded scope programs and maps. Attach puts them on
+// binaries; Read returns the records.
+type Probes struct {
+	objs   uprobeObjects
+	reader *ringbuf.Reader
+	record ringbuf.Record
+	raw    uprobeScopeRecord
+
+	mu          sync.Mutex
+	attachments map[*Attachment]struct{}
+	closed      bool
+	percpu      []uint64
+}
+
+// productionObjects leaves out the benchmark-only fill_records program.
+type productionObjects struct {
+	uprobeMaps
+	ScopeEntry *ebpf.Program `ebpf:"scope_entry"`
+	ScopeExit  *ebpf.Program `ebpf:"scope_exit"`
+}
+
+// New checks support, then loads the programs and fills the settings map.
+func New(opts Options) (_ *Probes, err error) {
+	if len(opts.Settings) == 0 {
+		return nil, errors.New("loading scope probes: no probe settings")
+	}
+	if err := CheckSupport(); err != nil {
+		return nil, err
+	}
+	spec, err := loadUprobe()
+	if err != nil {
+		return nil, fmt.Errorf("loading scope probe spec: %w", err)
+	}
+	maxScopes := opts.MaxScopes
+	if maxScopes <= 0 {
+		maxScopes = defaultMaxScopes
+	}
+	spec.Maps[uprobeMapScopes].MaxEntries = uint32(maxScopes)
+	spec.Maps[uprobeMapSettings].MaxEntries = uint32(len(opts.Settings))
+	spec.Maps[uprobeMapPidFilter].MaxEntries = maxPIDFilter
+	spec.Maps[uprobeMapRecords].MaxEntries = ringSize(opts.RingBufferBytes)
+
+	p := &Probes{attachments: map[*Attachment]struct{}{}}
+	defer func() {
+		if err != nil {
+			p.Close()
+		}
+	}()
+	if opts.LoadFiller {
+		err = spec.LoadAndAssign(&p.objs, nil)
+	} else {
+		var prod productionObjects
+		err = spec.LoadAndAssign(&prod, nil)
+		p.objs.uprobeMaps = prod.uprobeMaps
+		p.objs.ScopeEntry, p.objs.ScopeExit = prod.ScopeEntry, prod.ScopeExit
+	}
+	if err != nil {
+		return nil, fmt.Errorf("loading scope probes: %w", explainPermission(err))
+	}
+	if err := p.writeSettings(opts.Settings); err != nil {
+		return nil, err
+	}
+	if p.reader, err = ringbuf.NewReader(p.objs.Records); err != nil {
+		return nil, fmt.Errorf("opening scope record ringbuf: %w", err)
+	}
+	return p, nil
+}
+
+func ringSize(bytes int) uint32 {
+	if bytes <= 0 {
+		bytes = defaultRingBytes
+	}
+	bytes = max(bytes, os.Getpagesize())
+	bytes = min(bytes, maxRingBufferBytes)
+	return uint32(1) << bits.Len32(uint32(bytes-1))
+}
+
+func (p *Probes) writeSettings(settings []Setting) error {
+	pids := 0
+	for id, s := range settings {
+		if s.MinDuration < 0 {
+			return fmt.Errorf("probe %d: negative min duration %s", id, s.MinDuration)
+		}
+		v := uprobeProbeSetting{MinDurationNs: uint64(s.MinDuration)}
+		if s.MainThreadOnly {
+			v.Flags |= settingMainThreadOnly
+		}
+		if len(s.PIDs) > 0 {
+			v.Flags |= settingPIDFilter
+		}
+		if err := p.objs.Settings.Put(uint32(id), &v); err != nil {
+			return fmt.Errorf("writing setting of probe %d: %w", id, err)
+		}
+		for _, pid := range s.PIDs {
+			if pids++; pids > maxPIDFilter {
+				return fmt.Errorf("more than %d pids in probe filters", maxPIDFilter)
+			}
+			k := uprobePidFilterKey{ProbeId: uint32(id), Pid: pid}
+			if err := p.objs.PidFilter.Put(&k, uint8(1)); err != nil {
+				return fmt.Errorf("writing pid filter of probe %d: %w", id, err)
+			}
+		}
+	}
+	return nil
+}
+
+// Attachment is the set of uprobes put on one binary. Close detaches them.
+type Attachment struct {
+	probes *Probes
+	links  []link.Link
+}
+
+// Attach puts every site on the binary at path. Any path naming the file
+// works, /proc/PID/map_files/... included: the kernel attaches to the
+// inode, so every process mapping the file is probed. Either all sites are
+// attached or none.
+func (p *Probes) Attach(path string, sites []Site) (_ *Attachment, err error) {
+	exe, err := link.OpenExecutable(path)
+	if err != nil {
+		return nil, fmt.Errorf("opening %s for uprobes: %w", path, err)
+	}
+	a := &Attachment{probes: p}
+	defer func() {
+		if err != nil {
+			a.closeLinks()
+		}
+	}()
+	for _, s := range sites {
+		cookie := uint64(s.ProbeID)
+		if s.ScopeByGoroutine {
+			cookie |= cookieScopeByG
+		}
+		// Address bypasses cilium's own symbol lookup; Offset 0 keeps the
+		// address as the exact file offset.
+		opts := &link.UprobeOptions{Address: s.Offset, Cookie: cookie}
+		var l link.Link
+		switch s.Kind {
+		case Entry:
+			l, err = exe.Uprobe(s.Symbol, p.objs.ScopeEntry, opts)
+		case Exit:
+			l, err = exe.Uprobe(s.Symbol, p.objs.ScopeExit, opts)
+		case ReturnProbe:
+			l, err = exe.Uretprobe(s.Symbol, p.objs.ScopeExit, opts)
+		default:
+			err = fmt.Errorf("unknown site kind %d", s.Kind)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("attaching %s %s at file offset %#x of %s: %w", s.Kind, s.Symbol, s.Offset, path, explainPermission(err))
+		}
+		a.links = append(a.links, l)
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return nil, ErrClosed
+	}
+	p.attachments[a] = struct{}{}
+	return a, nil
+}
+
+// Links is how many uprobes the attachment holds.
+func (a *Attachment) Links() int { return len(a.links) }
+
+// Close detaches every uprobe of the attachment. It is safe to call more
+// than once.
+func (a *Attachment) Close() error {
+	a.probes.mu.Lock()
+	delete(a.probes.attachments, a)
+	a.probes.mu.Unlock()
+	return a.closeLinks()
+}
+
+func (a *Attachment) closeLinks() error {
+	var errs []error
+	for _, l := range a.links {
+		errs = append(errs, l.Close())
+	}
+	a.links = nil
+	return errors.Join(errs...)
+}
+
+// SetDeadline makes later Reads return ErrDeadline once t has passed; the
+// zero time waits forever. Call it only from the goroutine that reads: it
+// waits for a blocked Read.
+func (p *Probes) SetDeadline(t time.Time) { p.reader.SetDeadline(t) }
+
+// Flush wakes a blocked Read: Reads return the records already in the
+// ringbuf, then ErrFlushed once. Safe from any goroutine.
+func (p *Probes) Flush() error { return p.reader.Flush() }
+
+// Read blocks until the next record and decodes it into dst.
+func (p *Probes) Read(dst *Record) error {
+	if err := p.reader.ReadInto(&p.record); err != nil {
+		switch {
+		case errors.Is(err, ringbuf.ErrClosed):
+			return ErrClosed
+		case errors.Is(err, os.ErrDeadlineExceeded):
+			return ErrDeadline
+		case errors.Is(err, ringbuf.ErrFlushed):
+			return ErrFlushed
+		}
+		return fmt.Errorf("reading scope record: %w", err)
+	}
+	raw := p.record.RawSample
+	if len(raw) < recordSize {
+		return fmt.Errorf("reading scope record: %d bytes, want %d", len(raw), recordSize)
+	}
+	copy(unsafe.Slice((*byte)(unsafe.Pointer(&p.raw)), recordSize), raw)
+	r := &p.raw
+	dst.StartNs, dst.EndNs = r.StartNs, r.EndNs
+	dst.PID, dst.TID, dst.ProbeID, dst.Nested = r.Pid, r.Tid, r.ProbeId, r.Nested
+	dst.MainThread = r.Flags&recordMainThread != 0
+	dst.Comm = commString(&r.Comm)
+	return nil
+}
+
+func commString(comm *[16]int8) string {
+	n := 0
+	for n < len(comm) && comm[n] != 0 {
+		n++
+	}
+	return string(unsafe.Slice((*byte)(unsafe.Pointer(&comm[0])), n))
+}
+
+// Counters sums the BPF counters over all CPUs.
+func (p *Probes) Counters() (Counters, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.percpu == nil {
+		p.percpu = make([]uint64, ebpf.MustPossibleCPU())
+	}
+	var c Counters
+	for idx, dst := range []*uint64{
+		counterRecords:     &c.Records,
+		counterLostRingbuf: &c.LostRingbuf,
+		counterExitNoEntry: &c.ExitWithoutEntry,
+		counterShort:       &c.Short,
+		counterScopeFull:   &c.ScopeFull,
+		counterFiltered:    &c.Filtered,
+	} {
+		if err := p.objs.Counters.Lookup(uint32(idx), &p.percpu); err != nil {
+			return Counters{}, fmt.Errorf("reading scope counter %d: %w", idx, err)
+		}
+		for _, v := range p.percpu {
+			*dst += v
+		}
+	}
+	return c, nil
+}
+
+// Fill writes count synthetic records of probeID into the ringbuf from BPF
+// (BPF_PROG_TEST_RUN), to benchmark the user-space path. It needs
+// Options.LoadFiller.
+func (p *Probes) Fill(count, probeID uint32) error {
+	if p.objs.FillRecords == nil {
+		return errors.New("filling records: loaded without LoadFiller")
+	}
+	args := uprobeFillArgs{Count: count, ProbeId: probeID}
+	ctx := unsafe.Slice((*byte)(unsafe.Pointer(&args)), unsafe.Sizeof(args))
+	if _, err := p.objs.FillRecords.Run(&ebpf.RunOptions{Context: ctx}); err != nil {
+		return fmt.Errorf("filling records: %w", err)
+	}
+	return nil
+}
+
+// ProgramIDs returns the kernel ids of the entry and exit programs, so tests
+// can look for links left behind.
+func (p *Probes) ProgramIDs() ([]ebpf.ProgramID, error) {
+	var ids []ebpf.ProgramID
+	for _, prog := range []*ebpf.Program{p.objs.ScopeEntry, p.objs.ScopeExit} {
+		info, err := prog.Info()
+		if err != nil {
+			return nil, fmt.Errorf("reading program info: %w", err)
+		}
+		id, _ := info.ID()
+		ids = append(ids, id)
+	}
+	return ids, nil
+}
+
+// Close detaches every attachment, stops Read and frees the maps and
+// programs. It is safe to call more than once.
+func (p *Probes) Close() error {
+	p.mu.Lock()
+	p.closed = true
+	attachments := p.attachments
+	p.attachments = map[*Attachment]struct{}{}
+	p.mu.Unlock()
+	var errs []error
+	for a := range attachments {
+		errs = append(errs, a.closeLinks())
+	}
+	// The reader stays set: a concurrent or later Read must see it closed.
+	if p.reader != nil {
+		errs = append(errs, p.reader.Close())
+	}
+	errs = append(errs, p.objs.Close())
+	return errors.Join(errs...)
+}

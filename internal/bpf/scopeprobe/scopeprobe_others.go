@@ -1,0 +1,59 @@
+//go:build !linux
+
+package scopeprobe
+
+import (
+	"errors"
+	"os"
+	"time"
+)
+
+// ErrClosed is returned by Read once the Probes are closed.
+var ErrClosed = os.ErrClosed
+
+// ErrDeadline is returned by Read when the deadline passed.
+var ErrDeadline = os.ErrDeadlineExceeded
+
+// ErrFlushed is returned by Read after Flush.
+var ErrFlushed = errors.New("flushed")
+
+var errNotLinux = errors.New("uprobes need linux")
+
+// Probes are the loaded scope programs. They exist only on linux.
+type Probes struct{}
+
+// Attachment is the set of uprobes put on one binary.
+type Attachment struct{}
+
+// CheckSupport reports that uprobes need linux.
+func CheckSupport() error { return errNotLinux }
+
+// New fails: uprobes need linux.
+func New(Options) (*Probes, error) { return nil, errNotLinux }
+
+// Attach fails: uprobes need linux.
+func (*Probes) Attach(string, []Site) (*Attachment, error) { return nil, errNotLinux }
+
+// SetDeadline does nothing.
+func (*Probes) SetDeadline(time.Time) {}
+
+// Flush does nothing.
+func (*Probes) Flush() error { return nil }
+
+// Read fails: uprobes need linux.
+func (*Probes) Read(*Record) error { return errNotLinux }
+
+// Counters fails: uprobes need linux.
+func (*Probes) Counters() (Counters, error) { return Counters{}, errNotLinux }
+
+// Fill fails: uprobes need linux.
+func (*Probes) Fill(uint32, uint32) error { return errNotLinux }
+
+// Close does nothing.
+func (*Probes) Close() error { return nil }
+
+// Links is zero.
+func (*Attachment) Links() int { return 0 }
+
+// Close does nothing.
+func (*Attachment) Close() error { return nil }

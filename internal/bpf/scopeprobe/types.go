@@ -1,0 +1,103 @@
+package scopeprobe
+
+import "time"
+
+// Setting is what the BPF programs enforce for one probe.
+type Setting struct {
+	// MinDuration drops scopes that closed sooner.
+	MinDuration time.Duration
+	// MainThreadOnly ignores outermost entries on threads other than the
+	// process's main thread (tid == tgid).
+	MainThreadOnly bool
+	// PIDs, when not empty, ignores outermost entries in other processes.
+	PIDs []uint32
+}
+
+// SiteKind says what a uprobe site does to a scope.
+type SiteKind int
+
+// The kinds of sites.
+const (
+	// Entry opens (or deepens) a scope.
+	Entry SiteKind = iota
+	// Exit closes (or makes shallower) a scope; it is a plain uprobe, for
+	// example on a RET instruction or on the entry of an exit function.
+	Exit
+	// ReturnProbe closes a scope when the function at Offset returns, with a
+	// uretprobe. Never for Go code: Go moves stacks and checks return PCs.
+	ReturnProbe
+)
+
+func (k SiteKind) String() string {
+	switch k {
+	case Entry:
+		return "entry"
+	case Exit:
+		return "exit"
+	case ReturnProbe:
+		return "uretprobe"
+	}
+	return "unknown"
+}
+
+// Site is one uprobe to attach.
+type Site struct {
+	Kind SiteKind
+	// Offset is the probed instruction's file offset in the binary (for a
+	// ReturnProbe, the function's first instruction).
+	Offset uint64
+	// Symbol names the site in errors and logs, such as "main.work+0x4".
+	Symbol string
+	// ProbeID is the index of the probe's Setting.
+	ProbeID uint32
+	// ScopeByGoroutine keys the scope by the goroutine (R14 on amd64)
+	// instead of the thread: for Go code.
+	ScopeByGoroutine bool
+}
+
+// Record is one completed outermost scope.
+type Record struct {
+	// StartNs and EndNs are CLOCK_MONOTONIC nanoseconds (bpf_ktime_get_ns)
+	// at the outermost entry and at its exit.
+	StartNs, EndNs uint64
+	// PID is the process, TID the thread that closed the scope.
+	PID, TID uint32
+	// ProbeID is the index of the probe.
+	ProbeID uint32
+	// Nested counts the inner scopes the outermost one absorbed.
+	Nested uint32
+	// MainThread is set when TID is the process's main thread.
+	MainThread bool
+	// Comm is the name of the thread TID.
+	Comm string
+}
+
+// Counters are the BPF side's own counts since load.
+type Counters struct {
+	// Records counts records written to the ringbuf.
+	Records uint64
+	// LostRingbuf counts records lost because the ringbuf was full.
+	LostRingbuf uint64
+	// ExitWithoutEntry counts exits that found no open scope, and were
+	// ignored.
+	ExitWithoutEntry uint64
+	// Short counts scopes dropped for lasting less than min_duration.
+	Short uint64
+	// ScopeFull counts entries whose scope could not be stored.
+	ScopeFull uint64
+	// Filtered counts outermost entries ignored by main_thread_only or pids.
+	Filtered uint64
+}
+
+// Options configures the loaded probes.
+type Options struct {
+	// Settings holds one Setting per probe id.
+	Settings []Setting
+	// MaxScopes bounds the LRU map of open scopes; zero picks 16384.
+	MaxScopes int
+	// RingBufferBytes is the record ringbuf size, rounded up to a power of
+	// two of at least a page; zero picks 1 MiB.
+	RingBufferBytes int
+	// LoadFiller also loads the program behind Fill, for benchmarks.
+	LoadFiller bool
+}

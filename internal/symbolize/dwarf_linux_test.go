@@ -1,0 +1,308 @@
+//go:build linux
+
+package symbolize
+
+import (
+	"debug/elf"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+)
+
+// dwarfWorkload is one binary with DWARF for the accuracy tests.
+type dwarfWorkload struct {
+	name string
+	path string
+	// truth is the binary llvm-symbolizer reads: LLVM 14 cannot decompress
+	// zstd sections, so the zstd copy is checked against its uncompressed
+	// original, which has the same layout.
+	truth string
+}
+
+var (
+	dwarfOnce      sync.Once
+	dwarfWorkloads []dwarfWorkload
+	dwarfErr       error
+)
+
+// builtDWARFWorkloads builds the inlining C and C++ workloads in DWARF 4
+// and 5, with zlib and zstd compressed sections, once per test process.
+func builtDWARFWorkloads(tb testing.TB) []dwarfWorkload {
+	tb.Helper()
+	requireTools(tb, "gcc", "g++", "objcopy")
+	dwarfOnce.Do(func() {
+		csrc, _ := filepath.Abs("testdata/cinline/main.c")
+		cppsrc, _ := filepath.Abs("testdata/cppworkload/main.cpp")
+		builds := [][]string{
+			{"c-dwarf5", "gcc", "-O2", "-g", "-gdwarf-5", "-o", "c-dwarf5", csrc},
+			{"c-dwarf4", "gcc", "-O2", "-g", "-gdwarf-4", "-no-pie", "-o", "c-dwarf4", csrc},
+			{"c-zlib", "gcc", "-O2", "-g", "-gz=zlib", "-o", "c-zlib", csrc},
+			{"c-zstd", "objcopy", "--compress-debug-sections=zstd", "c-dwarf5", "c-zstd"},
+			{"c-zdebug", "objcopy", "--compress-debug-sections=zlib-gnu", "c-dwarf4", "c-zdebug"},
+			{"cpp-dwarf5", "g++", "-O2", "-g", "-o", "cpp-dwarf5", cppsrc},
+			{"cpp-dwarf4", "g++", "-O2", "-g", "-gdwarf-4", "-o", "cpp-dwarf4", cppsrc},
+		}
+		for _, b := range builds {
+			cmd := exec.Command(b[1], b[2:]...)
+			cmd.Dir = workloadDir
+			if out, err := cmd.CombinedOutput(); err != nil {
+				dwarfErr = fmt.Errorf("building %s: %v\n%s", b[0], err, out)
+				return
+			}
+			w := dwarfWorkload{name: b[0], path: filepath.Join(workloadDir, b[0])}
+			w.truth = w.path
+			if b[0] == "c-zstd" {
+				w.truth = filepath.Join(workloadDir, "c-dwarf5")
+			}
+			dwarfWorkloads = append(dwarfWorkloads, w)
+		}
+	})
+	if dwarfErr != nil {
+		tb.Fatal(dwarfErr)
+	}
+	return dwarfWorkloads
+}
+
+// llvmSymbolizer finds llvm-symbolizer, skipping the test without it.
+func llvmSymbolizer(tb testing.TB) string {
+	tb.Helper()
+	for _, name := range []string{"llvm-symbolizer", "llvm-symbolizer-14"} {
+		if p, err := exec.LookPath(name); err == nil {
+			return p
+		}
+	}
+	tb.Skip("llvm-symbolizer not installed")
+	return ""
+}
+
+// llvmFrames runs llvm-symbolizer once over addrs and returns its frames
+// per address, innermost first, with "??" turned into empty fields.
+func llvmFrames(tb testing.TB, bin string, addrs []uint64) [][]Frame {
+	tb.Helper()
+	var in strings.Builder
+	for _, a := range addrs {
+		fmt.Fprintf(&in, "%#x\n", a)
+	}
+	out := run(tb, in.String(), llvmSymbolizer(tb), "--obj="+bin, "--functions=linkage", "--inlining", "--demangle")
+	blocks := strings.Split(strings.TrimRight(out, "\n"), "\n\n")
+	if len(blocks) != len(addrs) {
+		tb.Fatalf("llvm-symbolizer answered %d blocks for %d addresses", len(blocks), len(addrs))
+	}
+	res := make([][]Frame, len(addrs))
+	for i, b := range blocks {
+		lines := strings.Split(b, "\n")
+		for j := 0; j+1 < len(lines); j += 2 {
+			fn := lines[j]
+			if fn == "??" {
+				fn = ""
+			}
+			// file:line:column
+			pos := lines[j+1]
+			var fr Frame
+			fr.Function = fn
+			if k := strings.LastIndexByte(pos, ':'); k >= 0 {
+				pos = pos[:k]
+				if k := strings.LastIndexByte(pos, ':'); k >= 0 {
+					fr.File = pos[:k]
+					fr.Line, _ = strconv.ParseInt(pos[k+1:], 10, 64)
+				}
+			}
+			if fr.File == "??" {
+				fr.File = ""
+			}
+			res[i] = append(res[i], fr)
+		}
+		// A single all-unknown frame means nothing resolved.
+		if len(res[i]) == 1 && res[i][0] == (Frame{}) {
+			res[i] = nil
+		}
+	}
+	return res
+}
+
+// textAddresses returns every address of .text when it is small, else n
+// deterministic random ones.
+func textAddresses(tb testing.TB, bin string, n int) []uint64 {
+	tb.Helper()
+	f, err := elf.Open(bin)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer f.Close()
+	text := f.Section(".text")
+	if text == nil {
+		tb.Fatalf("%s has no .text", bin)
+	}
+	var addrs []uint64
+	if text.Size <= uint64(n) {
+		for a := text.Addr; a < text.Addr+text.Size; a++ {
+			addrs = append(addrs, a)
+		}
+		return addrs
+	}
+	rng := rand.New(rand.NewPCG(uint64(text.Size), 7))
+	for range n {
+		addrs = append(addrs, text.Addr+rng.Uint64N(text.Size))
+	}
+	return addrs
+}
+
+// accuracy compares Symbolize with llvm-symbolizer over addrs. It returns
+// how many addresses were compared and the misses. Addresses where
+// llvm-symbolizer stretches a zero-size symbol past its start are left out
+// and counted in stretched: bpfcol never does that, by design.
+func accuracy(tb testing.TB, b *Binary, truth string, addrs []uint64) (compared, stretched int, misses []string) {
+	want := llvmFrames(tb, truth, addrs)
+	zeroSize := map[string]uint64{}
+	for _, f := range nmFunctions(tb, truth) {
+		if f.size == 0 {
+			zeroSize[f.name] = f.addr
+		}
+	}
+	for i, a := range addrs {
+		got, _ := b.Symbolize(a)
+		if len(got) == 0 && len(want[i]) == 1 {
+			if start, ok := zeroSize[want[i][0].Function]; ok && a > start {
+				stretched++
+				continue
+			}
+		}
+		compared++
+		if !framesEqual(got, want[i]) {
+			misses = append(misses, fmt.Sprintf("%s %#x: %s", filepath.Base(b.file.Name()), a, framesDiff(got, want[i])))
+		}
+	}
+	return compared, stretched, misses
+}
+
+// framesEqual compares frames field by field. The one normalisation: LLVM
+// 14's demangler writes "> >" where newer demanglers (and bpfcol's) write
+// ">>"; both are the same C++ type.
+func framesEqual(a, b []Frame) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		x, y := a[i], b[i]
+		// LLVM 14 leaves some names it cannot demangle mangled.
+		if strings.HasPrefix(y.Function, "_Z") && demangleName(y.Function) == x.Function {
+			y.Function = x.Function
+		}
+		x.Function, y.Function = closeTemplates(x.Function), closeTemplates(y.Function)
+		// LLVM joins Go's "." compilation and include directories onto
+		// "<autogenerated>" without cleaning the path.
+		y.File = strings.TrimPrefix(y.File, "././")
+		if x != y {
+			return false
+		}
+	}
+	return true
+}
+
+// TestDWARFAgainstLLVMSymbolizer checks function, file:line and the inline
+// chain against llvm-symbolizer over every .text byte of the C and C++
+// workloads (DWARF 4 and 5, zlib and zstd sections) and random addresses of
+// this test binary, a large Go program. At least 99.9% must be identical.
+func TestDWARFAgainstLLVMSymbolizer(t *testing.T) {
+	var total int
+	var misses []string
+	sawInline := false
+	for _, w := range builtDWARFWorkloads(t) {
+		b := openWorkload(t, w.path)
+		if err := b.DWARFErr(); err != nil {
+			t.Fatalf("%s: %v", w.name, err)
+		}
+		addrs := textAddresses(t, w.path, 40000)
+		n, stretched, m := accuracy(t, b, w.truth, addrs)
+		total += n
+		misses = append(misses, m...)
+		t.Logf("%s: %d addresses left out where llvm-symbolizer stretches a zero-size symbol", w.name, stretched)
+		for _, a := range addrs {
+			if fr, _ := b.Symbolize(a); len(fr) >= 3 {
+				sawInline = true
+				break
+			}
+		}
+		t.Logf("%s: %d addresses, %d misses", w.name, n, len(m))
+	}
+	if !sawInline {
+		t.Error("no address has an inline chain of depth 3: the workloads no longer inline")
+	}
+	// The large binary: the ebpfprof receiver and the collector it links,
+	// built as a test binary (which keeps its DWARF).
+	self := filepath.Join(workloadDir, "ebpfprofreceiver.test")
+	if _, err := os.Stat(self); err != nil {
+		run(t, "", "go", "test", "-c", "-o", self, "github.com/bpfcol/bpfcol/receiver/ebpfprofreceiver")
+	}
+	big := openWorkload(t, self)
+	// Go binaries answer from .gopclntab; check the DWARF reader directly.
+	big.loadDWARF()
+	big.loadSymbols()
+	if big.dwarf == nil {
+		t.Fatalf("test binary DWARF: %v", big.dwarfErr)
+	}
+	goAddrs := textAddresses(t, self, 20000)
+	want := llvmFrames(t, self, goAddrs)
+	goMisses := 0
+	for i, a := range goAddrs {
+		got, _ := big.dwarf.lookup(a)
+		// As Symbolize does for native code: the physical function is
+		// named from the symbol table.
+		if f, ok := big.elfSyms.lookup(a); ok && len(got) > 0 {
+			got[len(got)-1].Function = f.name
+		}
+		if !framesEqual(got, want[i]) {
+			goMisses++
+			misses = append(misses, fmt.Sprintf("ebpfprofreceiver.test %#x: %s", a, framesDiff(got, want[i])))
+		}
+	}
+	t.Logf("ebpfprofreceiver.test: %d addresses, %d misses", len(goAddrs), goMisses)
+	total += len(goAddrs)
+	for i, m := range misses {
+		if i%40 != 0 {
+			continue
+		}
+		if i == 2000 {
+			t.Logf("... %d more", len(misses)-20)
+			break
+		}
+		t.Log("miss: " + m)
+	}
+	rate := 1 - float64(len(misses))/float64(total)
+	t.Logf("accuracy: %d of %d identical (%.4f%%)", total-len(misses), total, 100*rate)
+	if total < 10000 {
+		t.Errorf("only %d addresses compared, want at least 10000", total)
+	}
+	if rate < 0.999 {
+		t.Errorf("accuracy %.4f%% below 99.9%%", 100*rate)
+	}
+}
+
+// framesDiff describes the first difference between got and want.
+func framesDiff(got, want []Frame) string {
+	if len(got) != len(want) {
+		return fmt.Sprintf("%d frames %v, llvm-symbolizer %d frames %v", len(got), got, len(want), want)
+	}
+	for i := range got {
+		if !framesEqual(got[i:i+1], want[i:i+1]) {
+			return fmt.Sprintf("frame %d of %d: got %+v, llvm-symbolizer %+v", i, len(got), got[i], want[i])
+		}
+	}
+	return "equal"
+}
+
+// closeTemplates undoes two spellings of LLVM 14's demangler: "> >" for
+// nested template closers, and "operator<<char" (sic) for the template
+// operator< <char>.
+func closeTemplates(s string) string {
+	for strings.Contains(s, "> >") {
+		s = strings.ReplaceAll(s, "> >", ">>")
+	}
+	return strings.ReplaceAll(s, "operator< <", "operator<<")
+}

@@ -1,0 +1,83 @@
+package symbolize
+
+import (
+	"bytes"
+	"debug/elf"
+	"os"
+	"path/filepath"
+	"testing"
+)
+
+// fuzzAddresses are looked up in every fuzzed input: low addresses, typical
+// non-PIE and PIE text addresses, and the extremes.
+var fuzzAddresses = []uint64{0, 1, 0x1000, 0x1139, 0x401000, 0x401139, 1<<63 - 1, ^uint64(0)}
+
+// FuzzOpenBinary feeds corrupt ELF files through OpenBinary and every
+// lookup a profile can trigger. Nothing may panic or hang.
+func FuzzOpenBinary(f *testing.F) {
+	dir := f.TempDir()
+	f.Fuzz(func(t *testing.T, data []byte) {
+		p := filepath.Join(dir, "bin")
+		if err := os.WriteFile(p, data, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		file, err := os.Open(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := OpenBinary(file)
+		if err != nil {
+			return
+		}
+		defer b.Close()
+		b.BuildIDGNU()
+		b.DebugLink()
+		b.HasDWARF()
+		b.HasSymtab()
+		for _, a := range fuzzAddresses {
+			b.Symbolize(a)
+			b.FunctionStart(a)
+			b.ReadCode(a, 16)
+			b.Mapper().FileOffsetToVirtualAddress(a)
+		}
+	})
+}
+
+// FuzzDWARF feeds corrupt DWARF through the table builder and lookups.
+func FuzzDWARF(f *testing.F) {
+	f.Fuzz(func(t *testing.T, data []byte) {
+		ef, err := elf.NewFile(bytes.NewReader(data))
+		if err != nil {
+			return
+		}
+		d, err := ef.DWARF()
+		if err != nil {
+			return
+		}
+		tab, err := newDWARFTable(d)
+		if err != nil {
+			return
+		}
+		for _, a := range fuzzAddresses {
+			tab.lookup(a)
+		}
+		for _, l := range tab.lines[:min(len(tab.lines), 64)] {
+			tab.lookup(l.addr)
+		}
+	})
+}
+
+// FuzzGopclntab feeds corrupt .gopclntab contents through the Go table
+// reader.
+func FuzzGopclntab(f *testing.F) {
+	f.Fuzz(func(t *testing.T, data []byte, textStart uint64) {
+		tab, err := parseGoPclntab(data, textStart)
+		if err != nil {
+			return
+		}
+		for _, a := range append(fuzzAddresses, textStart, textStart+1, textStart+64) {
+			tab.lookup(a)
+			tab.functionRange(a)
+		}
+	})
+}

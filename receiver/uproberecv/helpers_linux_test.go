@@ -1,0 +1,224 @@
+package uproberecv
+
+import (
+	"bufio"
+	"context"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/link"
+	"go.opentelemetry.io/collector/component"
+	"go.opentelemetry.io/collector/consumer/consumertest"
+	"go.opentelemetry.io/collector/pdata/pcommon"
+	"go.opentelemetry.io/collector/receiver/receivertest"
+
+	"github.com/bpfcol/bpfcol/internal/negcache"
+	"github.com/bpfcol/bpfcol/internal/testenv"
+	"github.com/bpfcol/bpfcol/receiver/uproberecv/internal/metadata"
+)
+
+// scopeLog is one received log record, flattened.
+type scopeLog struct {
+	probe               string
+	body                string
+	pid, tid            int64
+	durationNs          int64
+	startUnix, endUnix  int64
+	timestamp, observed pcommon.Timestamp
+	nested              int64
+	isMain              bool
+	threadName          string
+	exePath, exeName    string
+}
+
+func flatten(sink *consumertest.LogsSink) []scopeLog {
+	var out []scopeLog
+	for _, logs := range sink.AllLogs() {
+		for i := 0; i < logs.ResourceLogs().Len(); i++ {
+			rl := logs.ResourceLogs().At(i)
+			res := rl.Resource().Attributes()
+			pid, _ := res.Get(attrProcessPID)
+			path, _ := res.Get(attrExecutablePath)
+			name, _ := res.Get(attrExecutableName)
+			for j := 0; j < rl.ScopeLogs().Len(); j++ {
+				recs := rl.ScopeLogs().At(j).LogRecords()
+				for k := 0; k < recs.Len(); k++ {
+					lr := recs.At(k)
+					a := lr.Attributes()
+					get := func(key string) pcommon.Value { v, _ := a.Get(key); return v }
+					out = append(out, scopeLog{
+						probe:      get(attrProbeID).Str(),
+						body:       lr.Body().Str(),
+						pid:        pid.Int(),
+						tid:        get(attrThreadID).Int(),
+						durationNs: get(attrDurationNs).Int(),
+						startUnix:  get(attrStartUnixNs).Int(),
+						endUnix:    get(attrEndUnixNs).Int(),
+						timestamp:  lr.Timestamp(),
+						observed:   lr.ObservedTimestamp(),
+						nested:     get(attrNestedCalls).Int(),
+						isMain:     get(attrIsMainThread).Bool(),
+						threadName: get(attrThreadName).Str(),
+						exePath:    path.Str(),
+						exeName:    name.Str(),
+					})
+				}
+			}
+		}
+	}
+	return out
+}
+
+// startReceiver starts a uprobe receiver on cfg; it is shut down at cleanup
+// unless the test did it.
+func startReceiver(t testing.TB, cfg *Config, opts options) (*logsReceiver, *consumertest.LogsSink) {
+	t.Helper()
+	testenv.RequireBPF(t)
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	sink := new(consumertest.LogsSink)
+	r, err := newLogsReceiver(receivertest.NewNopSettings(metadata.Type), cfg, sink)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.opts = opts
+	if err := r.Start(context.Background(), componentHost{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := r.Shutdown(context.Background()); err != nil {
+			t.Errorf("shutdown: %v", err)
+		}
+	})
+	return r, sink
+}
+
+type componentHost struct{}
+
+func (componentHost) GetExtensions() map[component.ID]component.Component { return nil }
+
+// keyOf returns the negative cache key (device, inode) of path.
+func keyOf(t testing.TB, path string) negcache.Key {
+	t.Helper()
+	fi, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, ok := negcache.FileOf(fi)
+	if !ok {
+		t.Fatal("no stat identity")
+	}
+	return f.Key
+}
+
+// waitFor polls cond every 10ms until it holds or timeout passes.
+func waitFor(timeout time.Duration, cond func() bool) bool {
+	deadline := time.Now().Add(timeout)
+	for {
+		if cond() {
+			return true
+		}
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// readOutput waits for the workload to write its final "done" line and
+// returns the lines before it.
+func readOutput(t testing.TB, path string, timeout time.Duration) []string {
+	t.Helper()
+	var lines []string
+	ok := waitFor(timeout, func() bool {
+		f, err := os.Open(path)
+		if err != nil {
+			return false
+		}
+		defer f.Close()
+		lines = lines[:0]
+		sc := bufio.NewScanner(f)
+		for sc.Scan() {
+			if sc.Text() == "done" {
+				return true
+			}
+			lines = append(lines, sc.Text())
+		}
+		return false
+	})
+	if !ok {
+		t.Fatalf("workload did not finish within %s (%d lines)", timeout, len(lines))
+	}
+	return lines
+}
+
+func fields(t testing.TB, line string, n int) []int64 {
+	t.Helper()
+	parts := strings.Fields(line)
+	if len(parts) != n+1 {
+		t.Fatalf("bad workload line %q", line)
+	}
+	out := make([]int64, n)
+	for i := range n {
+		v, err := strconv.ParseInt(parts[i+1], 10, 64)
+		if err != nil {
+			t.Fatalf("bad workload line %q: %v", line, err)
+		}
+		out[i] = v
+	}
+	return out
+}
+
+// touch creates the workload's start file.
+func touch(t testing.TB, path string) {
+	t.Helper()
+	if err := os.WriteFile(path, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func tempPaths(t testing.TB) (start, out string) {
+	dir := t.TempDir()
+	return filepath.Join(dir, "start"), filepath.Join(dir, "out")
+}
+
+// linksOf lists the BPF links in the kernel whose program is one of ids.
+func linksOf(t testing.TB, ids []ebpf.ProgramID) int {
+	t.Helper()
+	want := map[ebpf.ProgramID]bool{}
+	for _, id := range ids {
+		want[id] = true
+	}
+	n := 0
+	it := new(link.Iterator)
+	defer it.Close()
+	for it.Next() {
+		info, err := it.Link.Info()
+		if err != nil {
+			continue
+		}
+		if want[info.Program] {
+			n++
+		}
+	}
+	if err := it.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// openFDs counts this process's open file descriptors.
+func openFDs(t testing.TB) int {
+	t.Helper()
+	entries, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return len(entries)
+}

@@ -1,0 +1,250 @@
+package uproberecv
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/bpfcol/bpfcol/internal/testworkload"
+)
+
+// workloadCall is one outermost call the C workload measured itself.
+type workloadCall struct {
+	tid, ms, depth int64
+	isMain         bool
+	start, end     int64 // CLOCK_MONOTONIC ns
+}
+
+func parseCalls(t *testing.T, lines []string) (calls []workloadCall, calibration []int64) {
+	for _, l := range lines {
+		switch {
+		case strings.HasPrefix(l, "call "):
+			f := fields(t, l, 6)
+			calls = append(calls, workloadCall{tid: f[0], isMain: f[1] == 1, ms: f[2], depth: f[3], start: f[4], end: f[5]})
+		case strings.HasPrefix(l, "calibration "):
+			calibration = fields(t, l, 3)
+		}
+	}
+	return calls, calibration
+}
+
+const calibrationCalls = 300
+
+// calibrateC runs the workload's calibration unprobed and returns its
+// slowest probe_cost call.
+func calibrateC(t *testing.T, bin string) int64 {
+	start, out := tempPaths(t)
+	touch(t, start)
+	testworkload.Start(t, bin, start, out, "0", fmt.Sprint(calibrationCalls))
+	_, c := parseCalls(t, readOutput(t, out, 30*time.Second))
+	if len(c) != 3 || c[0] != calibrationCalls {
+		t.Fatalf("calibration line %v", c)
+	}
+	return c[2]
+}
+
+// TestCWorkloadScopes checks records against a C workload's own clock: one
+// record per outermost call, none for nested calls, filters applied in BPF,
+// durations within max(1%, the probes' measured trap cost).
+func TestCWorkloadScopes(t *testing.T) {
+	bin := testworkload.BuildC(t, "scopesleep.c", "-O2", "-g", "-fno-omit-frame-pointer", "-pthread")
+	baseline := calibrateC(t, bin)
+
+	const minDuration = 4 * time.Millisecond
+	probe := func(id, entry string, main bool, min time.Duration) ProbeConfig {
+		return ProbeConfig{ID: id, Binary: bin, Entry: entry, Exit: "return", MainThreadOnly: main, MinDuration: min}
+	}
+	// Every function carries three probes, so calibration measures the same
+	// traps as the scopes; the calibration probes never emit.
+	cfg := &Config{Probes: []ProbeConfig{
+		probe("all", "scoped_sleep", false, 0),
+		probe("main", "scoped_sleep", true, 0),
+		probe("long", "scoped_sleep", false, minDuration),
+		probe("cost1", "probe_cost", false, time.Hour),
+		probe("cost2", "probe_cost", false, time.Hour),
+		probe("cost3", "probe_cost", false, time.Hour),
+	}}
+	before := openFDs(t)
+	r, sink := startReceiver(t, cfg, options{})
+	progIDs, err := r.probes.ProgramIDs()
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	start, out := tempPaths(t)
+	started := time.Now()
+	cmd := testworkload.Start(t, bin, start, out, "3", fmt.Sprint(calibrationCalls))
+	key := keyOf(t, bin)
+	if !waitFor(time.Second, func() bool { _, h := r.tracker.attachedCount(key); return h == 1 }) {
+		t.Fatalf("workload started after the receiver was not probed within 1s")
+	}
+	t.Logf("workload probed %s after it started", time.Since(started).Round(time.Millisecond))
+	touch(t, start)
+	calls, cal := parseCalls(t, readOutput(t, out, 60*time.Second))
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("workload failed: %v", err)
+	}
+	if len(cal) != 3 {
+		t.Fatalf("no calibration line")
+	}
+	// The trap cost of the same probes, measured like the scoped calls run
+	// (right after a sleep, caches cold): the slowest of the calibration
+	// calls, since one scoped call is compared with it, not an average.
+	trapCost := time.Duration(max(cal[2]-baseline, 0))
+	t.Logf("probe trap cost: %s per call at most (median probed call %s, slowest unprobed %s)",
+		trapCost, time.Duration(cal[1]), time.Duration(baseline))
+
+	// The process exited: its refcount is released and the binary detached.
+	if !waitFor(5*time.Second, func() bool { n, h := r.tracker.attachedCount(key); return n == 0 && h == 0 }) {
+		n, h := r.tracker.attachedCount(key)
+		t.Fatalf("after exit: %d binaries attached, %d holders", n, h)
+	}
+
+	pid := int64(cmd.Process.Pid)
+	want := map[string]int{"all": len(calls)}
+	for _, c := range calls {
+		if c.isMain {
+			want["main"]++
+		}
+	}
+	var got map[string][]scopeLog
+	waitFor(5*time.Second, func() bool {
+		got = map[string][]scopeLog{}
+		for _, l := range flatten(sink) {
+			got[l.probe] = append(got[l.probe], l)
+		}
+		return len(got["all"]) >= want["all"] && len(got["main"]) >= want["main"]
+	})
+	if len(got["cost1"])+len(got["cost2"])+len(got["cost3"]) != 0 {
+		t.Errorf("calibration probes under min_duration emitted records")
+	}
+
+	// One record per outermost call, matched by thread and time: the BPF
+	// scope lies inside the workload's own measure.
+	matchCalls(t, "all", got["all"], calls, pid, trapCost, bin)
+
+	var mainCalls []workloadCall
+	for _, c := range calls {
+		if c.isMain {
+			mainCalls = append(mainCalls, c)
+		}
+	}
+	matchCalls(t, "main", got["main"], mainCalls, pid, trapCost, bin)
+
+	// min_duration: every call clearly longer has a record, every call
+	// clearly shorter has none; calls within the trap cost of the bound may
+	// go either way.
+	long := map[int64]bool{}
+	for _, l := range got["long"] {
+		if l.durationNs < int64(minDuration) {
+			t.Errorf("long: record of %s under min_duration", time.Duration(l.durationNs))
+		}
+		long[l.endUnix] = true
+	}
+	var clearlyLong int
+	for _, c := range calls {
+		d := time.Duration(c.end - c.start)
+		if d > minDuration+trapCost+time.Millisecond {
+			clearlyLong++
+		}
+	}
+	if len(got["long"]) < clearlyLong || len(got["long"]) > len(calls) {
+		t.Errorf("long: %d records, want at least %d (calls over %s)", len(got["long"]), clearlyLong, minDuration)
+	}
+	for _, c := range calls {
+		if d := time.Duration(c.end - c.start); d < minDuration/2 {
+			// Short calls (1ms, depth <= 1) must not appear: no long record
+			// may fall inside such a call.
+			for _, l := range got["long"] {
+				if l.tid == c.tid && l.durationNs < int64(minDuration/2) {
+					t.Fatalf("long: short call %+v recorded", c)
+				}
+			}
+		}
+	}
+
+	counters, err := r.probes.Counters()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("counters %+v", counters)
+	if counters.LostRingbuf != 0 || counters.ExitWithoutEntry != 0 {
+		t.Errorf("lost %d records, %d exits without entry", counters.LostRingbuf, counters.ExitWithoutEntry)
+	}
+	if counters.Filtered < uint64(len(calls)-len(mainCalls)) {
+		t.Errorf("main_thread_only filtered %d entries, want at least %d", counters.Filtered, len(calls)-len(mainCalls))
+	}
+
+	// Shutdown leaves no link of ours and no descriptor behind.
+	if err := r.Shutdown(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if n := linksOf(t, progIDs); n != 0 {
+		t.Errorf("%d BPF links of our programs remain after shutdown", n)
+	}
+	if after := openFDs(t); after != before {
+		t.Errorf("%d open descriptors before start, %d after shutdown", before, after)
+	}
+}
+
+func matchCalls(t *testing.T, probe string, logs []scopeLog, calls []workloadCall, pid int64, trapCost time.Duration, bin string) {
+	t.Helper()
+	if len(logs) != len(calls) {
+		t.Fatalf("%s: %d records for %d outermost calls", probe, len(logs), len(calls))
+	}
+	// Calls of one thread are sequential: pair them in order of their end.
+	byThread := func(tid func(int) int64, end func(int) int64) func(i, j int) bool {
+		return func(i, j int) bool {
+			if tid(i) != tid(j) {
+				return tid(i) < tid(j)
+			}
+			return end(i) < end(j)
+		}
+	}
+	sort.Slice(logs, byThread(func(i int) int64 { return logs[i].tid }, func(i int) int64 { return logs[i].endUnix }))
+	sort.Slice(calls, byThread(func(i int) int64 { return calls[i].tid }, func(i int) int64 { return calls[i].end }))
+	var worst time.Duration
+	var over []string
+	for i, l := range logs {
+		c := calls[i]
+		if l.pid != pid || l.tid != c.tid || l.isMain != c.isMain {
+			t.Fatalf("%s: record %d (pid %d tid %d main %v) does not match call %+v", probe, i, l.pid, l.tid, l.isMain, c)
+		}
+		if l.body != probe || l.exePath != bin || l.exeName != filepath.Base(bin) || l.threadName != "scopesleep" {
+			t.Fatalf("%s: record %d: body %q path %q name %q thread %q", probe, i, l.body, l.exePath, l.exeName, l.threadName)
+		}
+		if l.nested != c.depth {
+			t.Errorf("%s: call of depth %d reported %d nested calls", probe, c.depth, l.nested)
+		}
+		if l.endUnix-l.startUnix != l.durationNs || int64(l.timestamp) != l.endUnix || l.observed < l.timestamp {
+			t.Errorf("%s: inconsistent times %+v", probe, l)
+		}
+		// The BPF scope lies inside the workload's own measure, shorter by
+		// at most the traps around it.
+		own := time.Duration(c.end - c.start)
+		diff := own - time.Duration(l.durationNs)
+		tol := max(own/100, trapCost)
+		switch {
+		case diff < 0 || diff > 10*tol:
+			t.Errorf("%s: call %+v lasted %s by its own clock, %s by BPF", probe, c, own, time.Duration(l.durationNs))
+		case diff > tol:
+			over = append(over, fmt.Sprintf("%s call differs by %s", own, diff))
+		}
+		worst = max(worst, diff)
+	}
+	// A vCPU preempted by the host between the workload's clock read and a
+	// trap adds its stall to one call; allow a few such calls, logged.
+	if allowed := max(2, len(calls)/20); len(over) > allowed {
+		t.Errorf("%s: %d calls differ from BPF by more than max(1%%, trap cost %s), at most %d may: %v", probe, len(over), trapCost, allowed, over)
+	} else if len(over) > 0 {
+		t.Logf("%s: %d calls over max(1%%, trap cost %s): %v", probe, len(over), trapCost, over)
+	}
+	t.Logf("%s: %d records match %d calls one for one; worst difference %s", probe, len(logs), len(calls), worst)
+	if _, err := os.Stat(bin); err != nil {
+		t.Fatal(err)
+	}
+}

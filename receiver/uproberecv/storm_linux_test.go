@@ -1,0 +1,84 @@
+package uproberecv
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"testing"
+	"time"
+
+	"github.com/bpfcol/bpfcol/internal/testworkload"
+)
+
+// runStorm spawns bin n times, stormBatch at a time, each living lifeMs, from
+// a shell so the spawning itself costs this process nothing.
+func runStorm(t testing.TB, bin string, n, lifeMs int) {
+	t.Helper()
+	script := fmt.Sprintf(`for i in $(seq %d); do "$0" %d & if [ $((i %% %d)) -eq 0 ]; then wait; fi; done; wait`, n, lifeMs, stormBatch)
+	if out, err := exec.Command("/bin/sh", "-c", script, bin).CombinedOutput(); err != nil {
+		t.Fatalf("storm: %v\n%s", err, out)
+	}
+}
+
+const stormBatch = 100
+
+// stormBinaries builds the storm's stripped binary without the symbol and
+// the replacement with it.
+func stormBinaries(t testing.TB) (stripped, withScope string) {
+	return testworkload.BuildC(t, "stormnop.c", "-O2", "-s"),
+		testworkload.BuildC(t, "stormnop.c", "-O2", "-DWITH_SCOPE")
+}
+
+// TestExecStormParsesOnce spawns a stripped binary without the symbol 1000
+// times: its ELF is parsed once. Replaced in place by a build with the
+// symbol, it is evaluated again and attached.
+func TestExecStormParsesOnce(t *testing.T) {
+	bin, replacement := stormBinaries(t)
+	cfg := &Config{Probes: []ProbeConfig{{ID: "storm", Binary: bin, Entry: "storm_scope", Exit: "return"}}}
+	r, sink := startReceiver(t, cfg, options{})
+	st := &r.tracker.stats
+
+	const spawns = 1000
+	runStorm(t, bin, spawns, 100)
+	// Wait for the tracker to have looked at every spawn.
+	waitFor(10*time.Second, func() bool { return st.negativeHits.Load()+st.evaluations.Load() >= spawns })
+	t.Logf("%d spawns: %d scans, %d ELF evaluations, %d negative cache hits",
+		spawns, st.scans.Load(), st.evaluations.Load(), st.negativeHits.Load())
+	if st.evaluations.Load() != 1 {
+		t.Fatalf("the binary was parsed %d times for %d spawns, want once", st.evaluations.Load(), spawns)
+	}
+	if hits := st.negativeHits.Load(); hits < spawns*9/10 {
+		t.Fatalf("only %d of %d spawns were answered by the negative cache", hits, spawns)
+	}
+
+	// Replace in place: same inode, new size and mtime.
+	data, err := os.ReadFile(replacement)
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := keyOf(t, bin)
+	if err := os.WriteFile(bin, data, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if keyOf(t, bin) != before {
+		t.Fatal("the replacement changed the inode")
+	}
+	cmd := testworkload.Start(t, bin, "300")
+	if !waitFor(2*time.Second, func() bool { return st.evaluations.Load() == 2 }) {
+		t.Fatalf("replaced binary not evaluated again: %d evaluations", st.evaluations.Load())
+	}
+	if err := cmd.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	pid := int64(cmd.Process.Pid)
+	if !waitFor(3*time.Second, func() bool {
+		for _, l := range flatten(sink) {
+			if l.pid == pid && l.probe == "storm" {
+				return true
+			}
+		}
+		return false
+	}) {
+		t.Fatal("no record from the replaced binary")
+	}
+}

@@ -1,0 +1,423 @@
+package uproberecv
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/bpfcol/bpfcol/internal/bpf/scopeprobe"
+	"github.com/bpfcol/bpfcol/internal/negcache"
+	"github.com/bpfcol/bpfcol/internal/probesite"
+	"github.com/bpfcol/bpfcol/internal/process"
+)
+
+const (
+	// negativeTTL bounds how long a binary replaced with the same size and
+	// mtime keeps its stale "nothing to instrument" verdict.
+	negativeTTL = 10 * time.Minute
+	// maxNegative bounds the negative cache.
+	maxNegative = 4096
+	// maxBinaries bounds the attached binaries; beyond it new ones are
+	// refused (and logged) rather than growing kernel state without end.
+	maxBinaries = 1024
+)
+
+// rescanDelays are when a dynamically linked process is scanned again
+// after exec: the tracepoint fires before ld.so maps the libraries.
+var rescanDelays = []time.Duration{50 * time.Millisecond, 500 * time.Millisecond}
+
+// attacher puts uprobe sites on a binary; scopeprobe.Probes is the real one.
+type attacher interface {
+	Attach(path string, sites []scopeprobe.Site) (*scopeprobe.Attachment, error)
+}
+
+// compiledProbe is a validated ProbeConfig with its regex and pid set.
+type compiledProbe struct {
+	id    uint32
+	cfg   ProbeConfig
+	match *regexp.Regexp // nil: cfg.Binary is the exact path
+	pids  map[int]bool   // nil: every process
+}
+
+func (p *compiledProbe) matches(pid int, path string) bool {
+	if p.pids != nil && !p.pids[pid] {
+		return false
+	}
+	if p.match != nil {
+		return p.match.MatchString(path)
+	}
+	return path == p.cfg.Binary
+}
+
+// attachedBinary is one binary with uprobes on it, held by the processes
+// that map it.
+type attachedBinary struct {
+	key         negcache.Key
+	path        string
+	attachments []*scopeprobe.Attachment
+	evaluated   map[uint32]bool // probes looked for, found or not
+	holders     map[int]struct{}
+}
+
+// trackerStats are discovery's counts since start.
+type trackerStats struct {
+	// scans counts /proc/PID/maps reads.
+	scans atomic.Int64
+	// evaluations counts binaries opened and parsed for symbols.
+	evaluations atomic.Int64
+	// negativeHits counts binaries skipped thanks to the negative cache.
+	negativeHits atomic.Int64
+	// attached and detached count binaries.
+	attached, detached atomic.Int64
+}
+
+// tracker discovers processes mapping matching binaries, attaches each
+// binary once and detaches it when the last process holding it exits.
+type tracker struct {
+	logger   *zap.Logger
+	probes   []compiledProbe
+	attacher attacher
+	negative *negcache.Cache // nil: every binary is evaluated afresh
+	infos    *processInfos
+	stats    trackerStats
+
+	mu       sync.Mutex
+	closed   bool
+	binaries map[negcache.Key]*attachedBinary
+	held     map[int]map[negcache.Key]struct{} // pid -> binaries it holds
+	execGen  map[int]uint64                    // pid -> exec generation, for rescans
+	timers   map[*time.Timer]struct{}
+}
+
+func newTracker(logger *zap.Logger, cfgs []ProbeConfig, a attacher, negative *negcache.Cache, infos *processInfos) (*tracker, error) {
+	t := &tracker{
+		logger:   logger,
+		attacher: a,
+		negative: negative,
+		infos:    infos,
+		binaries: map[negcache.Key]*attachedBinary{},
+		held:     map[int]map[negcache.Key]struct{}{},
+		execGen:  map[int]uint64{},
+		timers:   map[*time.Timer]struct{}{},
+	}
+	for i, c := range cfgs {
+		p := compiledProbe{id: uint32(i), cfg: c}
+		if c.FileMatch != "" {
+			re, err := regexp.Compile(c.FileMatch)
+			if err != nil {
+				return nil, fmt.Errorf("probe %s: compiling file_match: %w", c.ID, err)
+			}
+			p.match = re
+		}
+		if len(c.PIDs) > 0 {
+			p.pids = map[int]bool{}
+			for _, pid := range c.PIDs {
+				p.pids[pid] = true
+			}
+		}
+		t.probes = append(t.probes, p)
+	}
+	return t, nil
+}
+
+// scanAll scans every process in /proc.
+func (t *tracker) scanAll() error {
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return fmt.Errorf("listing /proc: %w", err)
+	}
+	self := os.Getpid()
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil || pid == self {
+			continue
+		}
+		t.scan(pid)
+	}
+	return nil
+}
+
+// exec handles a process that replaced its image: what it held is
+// released, then it is scanned now and, when dynamically linked, again
+// after ld.so had time to map its libraries.
+func (t *tracker) exec(pid int) {
+	if pid == os.Getpid() {
+		return
+	}
+	t.mu.Lock()
+	if t.closed {
+		t.mu.Unlock()
+		return
+	}
+	t.releaseLocked(pid)
+	t.execGen[pid]++
+	gen := t.execGen[pid]
+	t.mu.Unlock()
+	t.infos.forget(pid)
+
+	if !t.scan(pid) {
+		return
+	}
+	for _, d := range rescanDelays {
+		t.mu.Lock()
+		var timer *time.Timer
+		timer = time.AfterFunc(d, func() {
+			t.mu.Lock()
+			delete(t.timers, timer)
+			current := !t.closed && t.execGen[pid] == gen
+			t.mu.Unlock()
+			if current {
+				t.scan(pid)
+			}
+		})
+		t.timers[timer] = struct{}{}
+		t.mu.Unlock()
+	}
+}
+
+// exit releases everything the process held.
+func (t *tracker) exit(pid int) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.releaseLocked(pid)
+	delete(t.execGen, pid)
+}
+
+// releaseLocked drops pid from every binary it holds, detaching binaries
+// nobody holds any more.
+func (t *tracker) releaseLocked(pid int) {
+	for key := range t.held[pid] {
+		b := t.binaries[key]
+		if b == nil {
+			continue
+		}
+		delete(b.holders, pid)
+		if len(b.holders) == 0 {
+			t.detachLocked(b)
+		}
+	}
+	delete(t.held, pid)
+}
+
+func (t *tracker) detachLocked(b *attachedBinary) {
+	for _, a := range b.attachments {
+		if err := a.Close(); err != nil {
+			t.logger.Warn("detaching uprobes", zap.String("path", b.path), zap.Error(err))
+		}
+	}
+	delete(t.binaries, b.key)
+	t.stats.detached.Add(1)
+	t.logger.Debug("detached binary: its last process exited", zap.String("path", b.path))
+}
+
+// scan reads the process's mappings and attaches to every matching binary.
+// It reports whether the process is dynamically linked, so worth a rescan.
+func (t *tracker) scan(pid int) (dynamic bool) {
+	maps, err := process.ReadMappings(pid)
+	if err != nil {
+		return false // gone, or a kernel thread
+	}
+	t.stats.scans.Add(1)
+	seen := map[negcache.Key]bool{}
+	var infoRead bool
+	for i := range maps {
+		m := &maps[i]
+		if !m.File() || !m.Executable() {
+			continue
+		}
+		if strings.Contains(m.Path, "/ld-") {
+			dynamic = true
+		}
+		key := negcache.Key{Dev: m.Dev, Ino: m.Inode}
+		if seen[key] {
+			continue
+		}
+		seen[key] = true
+		var matched []*compiledProbe
+		for j := range t.probes {
+			if t.probes[j].matches(pid, m.Path) {
+				matched = append(matched, &t.probes[j])
+			}
+		}
+		if len(matched) == 0 {
+			continue
+		}
+		if t.binary(pid, m, key, matched) && !infoRead {
+			// Records of short-lived processes are read after they exit:
+			// remember who they were now.
+			t.infos.refresh(pid)
+			infoRead = true
+		}
+	}
+	return dynamic
+}
+
+// binary makes sure the matched probes are attached to the binary behind
+// m, and that pid holds it. It reports whether pid now holds the binary.
+func (t *tracker) binary(pid int, m *process.Mapping, key negcache.Key, matched []*compiledProbe) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.closed {
+		return false
+	}
+	b := t.binaries[key]
+	if b != nil {
+		var missing []*compiledProbe
+		for _, p := range matched {
+			if !b.evaluated[p.id] {
+				missing = append(missing, p)
+			}
+		}
+		if len(missing) > 0 {
+			t.attachLocked(pid, m, b, missing)
+		}
+		t.holdLocked(pid, b)
+		return true
+	}
+
+	file, statErr := statMapping(pid, m)
+	if statErr == nil && t.negative != nil && t.negative.Contains(file) {
+		t.stats.negativeHits.Add(1)
+		return false
+	}
+	if len(t.binaries) >= maxBinaries {
+		t.logger.Warn("not attaching: too many binaries attached", zap.String("path", m.Path), zap.Int("limit", maxBinaries))
+		return false
+	}
+	b = &attachedBinary{key: key, path: m.Path, evaluated: map[uint32]bool{}, holders: map[int]struct{}{}}
+	if !t.attachLocked(pid, m, b, matched) {
+		if statErr == nil && t.negative != nil {
+			t.negative.Add(file)
+		}
+		return false
+	}
+	t.binaries[key] = b
+	t.stats.attached.Add(1)
+	t.holdLocked(pid, b)
+	return true
+}
+
+func (t *tracker) holdLocked(pid int, b *attachedBinary) {
+	b.holders[pid] = struct{}{}
+	h := t.held[pid]
+	if h == nil {
+		h = map[negcache.Key]struct{}{}
+		t.held[pid] = h
+	}
+	h[b.key] = struct{}{}
+}
+
+// attachLocked opens the binary through the process (so container paths
+// resolve), plans the probes and attaches their sites. It reports whether
+// the binary now has any uprobe of ours.
+func (t *tracker) attachLocked(pid int, m *process.Mapping, b *attachedBinary, probes []*compiledProbe) bool {
+	for _, p := range probes {
+		b.evaluated[p.id] = true
+	}
+	f, err := process.OpenMapping(pid, m)
+	if err != nil {
+		t.logger.Debug("opening binary", zap.String("path", m.Path), zap.Int("pid", pid), zap.Error(err))
+		return len(b.attachments) > 0
+	}
+	t.stats.evaluations.Add(1)
+	bin, err := probesite.Open(f)
+	if err != nil {
+		t.logger.Info("binary has nothing to instrument: not ELF", zap.String("path", m.Path), zap.Error(err))
+		return len(b.attachments) > 0
+	}
+	defer bin.Close()
+	var sites []scopeprobe.Site
+	var attachedIDs []string
+	for _, p := range probes {
+		plan, err := bin.PlanProbe(p.id, p.cfg.Entry, p.cfg.exit())
+		if err != nil {
+			// Once per binary: the binary is now either attached (and
+			// never planned again for this probe) or negatively cached.
+			level := t.logger.Warn
+			if errors.Is(err, probesite.ErrNoSymbol) {
+				level = t.logger.Info
+			}
+			level("probe has nothing to attach to in binary",
+				zap.String("probe", p.cfg.ID), zap.String("path", m.Path), zap.Error(err))
+			continue
+		}
+		sites = append(sites, plan.Sites...)
+		attachedIDs = append(attachedIDs, p.cfg.ID)
+		for _, n := range plan.Notes {
+			t.logger.Debug("probe placement", zap.String("probe", p.cfg.ID), zap.String("path", m.Path), zap.String("note", n))
+		}
+	}
+	if len(sites) == 0 {
+		return len(b.attachments) > 0
+	}
+	a, err := t.attacher.Attach(attachPath(pid, m), sites)
+	if err != nil {
+		t.logger.Warn("attaching uprobes", zap.String("path", m.Path), zap.Strings("probes", attachedIDs), zap.Error(err))
+		return len(b.attachments) > 0
+	}
+	b.attachments = append(b.attachments, a)
+	t.logger.Info("attached uprobes", zap.String("path", m.Path), zap.Strings("probes", attachedIDs),
+		zap.Int("uprobes", a.Links()), zap.Bool("go", bin.IsGo()), zap.Int("pid", pid))
+	return true
+}
+
+// attachPath names the mapped file in a way the kernel resolves to the same
+// inode from our mount namespace: map_files first, then the process's root.
+func attachPath(pid int, m *process.Mapping) string {
+	p := fmt.Sprintf("/proc/%d/map_files/%x-%x", pid, m.Start, m.End)
+	if _, err := os.Stat(p); err == nil {
+		return p
+	}
+	return fmt.Sprintf("/proc/%d/root%s", pid, m.Path)
+}
+
+// statMapping reads the identity the negative cache checks: device, inode,
+// size and mtime of the mapped file.
+func statMapping(pid int, m *process.Mapping) (negcache.File, error) {
+	fi, err := os.Stat(fmt.Sprintf("/proc/%d/map_files/%x-%x", pid, m.Start, m.End))
+	if err != nil {
+		fi, err = os.Stat(fmt.Sprintf("/proc/%d/root%s", pid, m.Path))
+	}
+	if err != nil {
+		return negcache.File{}, fmt.Errorf("stating %s of pid %d: %w", m.Path, pid, err)
+	}
+	f, ok := negcache.FileOf(fi)
+	if !ok || f.Key != (negcache.Key{Dev: m.Dev, Ino: m.Inode}) {
+		return negcache.File{}, fmt.Errorf("stating %s of pid %d: not the mapped file", m.Path, pid)
+	}
+	return f, nil
+}
+
+// close stops rescans and detaches every binary.
+func (t *tracker) close() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.closed = true
+	for timer := range t.timers {
+		timer.Stop()
+	}
+	t.timers = nil
+	for _, b := range t.binaries {
+		t.detachLocked(b)
+	}
+	t.held = map[int]map[negcache.Key]struct{}{}
+}
+
+// attachedCount returns how many binaries are attached and how many
+// processes hold the one with key, for tests.
+func (t *tracker) attachedCount(key negcache.Key) (binaries, holders int) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if b := t.binaries[key]; b != nil {
+		holders = len(b.holders)
+	}
+	return len(t.binaries), holders
+}
