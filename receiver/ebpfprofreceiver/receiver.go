@@ -45,6 +45,8 @@ type profilesReceiver struct {
 	sampler    *profiler.Sampler
 	binaries   *symbolize.BinaryCache
 	kernelSyms *kernelsym.Symbolizer
+	symbolizer *symbolize.Symbolizer
+	telemetry  *metadata.TelemetryBuilder
 	wg         sync.WaitGroup
 
 	samples    chan *profiler.Sample
@@ -52,13 +54,15 @@ type profilesReceiver struct {
 	samplePool sync.Pool
 
 	// Counts since start, logged at shutdown.
-	read            atomic.Int64
-	droppedQueue    atomic.Int64
-	droppedBatches  atomic.Int64
-	droppedStacks   atomic.Int64
-	exportedSamples atomic.Int64
-	firstSample     atomic.Bool
-	startedAt       time.Time
+	read                atomic.Int64
+	droppedQueue        atomic.Int64
+	droppedBatchSamples atomic.Int64
+	droppedStacks       atomic.Int64
+	exportedSamples     atomic.Int64
+	refusedSamples      atomic.Int64
+	profilesEmitted     atomic.Int64
+	firstSample         atomic.Bool
+	startedAt           time.Time
 }
 
 func newProfilesReceiver(set receiver.Settings, cfg *Config, next xconsumer.Profiles) (*profilesReceiver, error) {
@@ -91,6 +95,12 @@ func (r *profilesReceiver) Start(_ context.Context, _ component.Host) error {
 	if err != nil {
 		sampler.Close()
 		return fmt.Errorf("starting kernel symbolizer: %w", err)
+	}
+	if r.symbolizer, err = symbolize.NewSymbolizer(r.cfg.Symbolizer.symbolizeConfig()); err != nil {
+		r.set.Logger.Warn("user frames named from the mapped binaries only", zap.Error(err))
+	}
+	if err := r.registerTelemetry(); err != nil {
+		r.set.Logger.Warn("self-metrics unavailable", zap.Error(err))
 	}
 	r.samples = make(chan *profiler.Sample, sampleQueueSize)
 	r.batches = make(chan *aggregate.Batch, batchQueueSize)
@@ -153,7 +163,7 @@ func (r *profilesReceiver) aggregate(agg *aggregate.Aggregator) {
 		select {
 		case r.batches <- b:
 		default:
-			r.droppedBatches.Add(1)
+			r.droppedBatchSamples.Add(b.Stats.Samples - b.Stats.DroppedStacksFull)
 		}
 	}
 	for {
@@ -175,11 +185,8 @@ func (r *profilesReceiver) aggregate(agg *aggregate.Aggregator) {
 func (r *profilesReceiver) export() {
 	defer r.wg.Done()
 	var opts []resolve.Option
-	if sym, err := symbolize.NewSymbolizer(r.cfg.Symbolizer.symbolizeConfig()); err != nil {
-		r.set.Logger.Warn("user frames named from the mapped binaries only", zap.Error(err))
-	} else {
-		defer sym.Close()
-		opts = append(opts, resolve.WithSymbolizer(sym))
+	if r.symbolizer != nil {
+		opts = append(opts, resolve.WithSymbolizer(r.symbolizer))
 	}
 	resolver := resolve.New(r.binaries, kernelNames{r.kernelSyms}, opts...)
 	meta := profilebuilder.Meta{
@@ -197,6 +204,11 @@ func (r *profilesReceiver) export() {
 		r.obsrecv.EndProfilesOp(ctx, "pprofile", n, err)
 		if err == nil {
 			r.exportedSamples.Add(int64(n))
+			r.profilesEmitted.Add(1)
+		} else {
+			// The pipeline refused: the batch is dropped, never retried
+			// here, so memory stays bounded.
+			r.refusedSamples.Add(int64(n))
 		}
 	}
 }
@@ -222,7 +234,14 @@ func (r *profilesReceiver) Shutdown(ctx context.Context) error {
 		zap.Uint64("samples_dropped_ringbuf", counters.DroppedRingbuf),
 		zap.Int64("samples_dropped_queue", r.droppedQueue.Load()),
 		zap.Int64("samples_dropped_stacks_full", r.droppedStacks.Load()),
-		zap.Int64("batches_dropped", r.droppedBatches.Load()))
+		zap.Int64("samples_dropped_batch_queue", r.droppedBatchSamples.Load()),
+		zap.Int64("samples_refused_downstream", r.refusedSamples.Load()))
+	if r.telemetry != nil {
+		r.telemetry.Shutdown()
+	}
+	if r.symbolizer != nil {
+		err = errors.Join(err, r.symbolizer.Close())
+	}
 	err = errors.Join(err, r.binaries.Close(), r.kernelSyms.Close())
 	r.sampler = nil
 	return err

@@ -1,0 +1,103 @@
+package ebpfprofreceiver
+
+import (
+	"context"
+	"errors"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+
+	"github.com/bpfcol/bpfcol/receiver/ebpfprofreceiver/internal/metadata"
+)
+
+// registerTelemetry publishes the receiver's counters as the self-metrics
+// declared in metadata.yaml. Every value is read when the collector's
+// metrics reader asks, so the hot path only bumps atomics.
+func (r *profilesReceiver) registerTelemetry() error {
+	tb, err := metadata.NewTelemetryBuilder(r.set.TelemetrySettings)
+	if err != nil {
+		return err
+	}
+	r.telemetry = tb
+	observe := func(o metric.Int64Observer, v int64, key, value string) {
+		o.Observe(v, metric.WithAttributes(attribute.String(key, value)))
+	}
+	return errors.Join(
+		tb.RegisterEbpfprofSamplesTakenCallback(func(_ context.Context, o metric.Int64Observer) error {
+			c, err := r.sampler.Counters()
+			if err != nil {
+				return err
+			}
+			o.Observe(int64(c.Samples))
+			return nil
+		}),
+		tb.RegisterEbpfprofSamplesDroppedCallback(func(_ context.Context, o metric.Int64Observer) error {
+			c, err := r.sampler.Counters()
+			if err != nil {
+				return err
+			}
+			observe(o, int64(c.DroppedRingbuf), "reason", "ringbuf_full")
+			observe(o, r.droppedQueue.Load(), "reason", "queue_full")
+			observe(o, r.droppedStacks.Load(), "reason", "stack_table_full")
+			observe(o, r.droppedBatchSamples.Load(), "reason", "batch_queue_full")
+			observe(o, r.refusedSamples.Load(), "reason", "export_refused")
+			return nil
+		}),
+		tb.RegisterEbpfprofStacksLostCallback(func(_ context.Context, o metric.Int64Observer) error {
+			c, err := r.sampler.Counters()
+			if err != nil {
+				return err
+			}
+			observe(o, int64(c.UserStackErrors), "stack", "user")
+			observe(o, int64(c.KernelStackErrors), "stack", "kernel")
+			return nil
+		}),
+		tb.RegisterEbpfprofProfilesEmittedCallback(func(_ context.Context, o metric.Int64Observer) error {
+			o.Observe(r.profilesEmitted.Load())
+			return nil
+		}),
+		tb.RegisterEbpfprofBinariesClassifiedCallback(func(_ context.Context, o metric.Int64Observer) error {
+			if r.symbolizer == nil {
+				return nil
+			}
+			s := r.symbolizer.Stats()
+			observe(o, s.ModeSkip, "mode", "skip")
+			observe(o, s.ModeProcess, "mode", "process")
+			observe(o, s.ModeFile, "mode", "file")
+			return nil
+		}),
+		tb.RegisterEbpfprofSymbolizationOutcomesCallback(func(_ context.Context, o metric.Int64Observer) error {
+			if r.symbolizer == nil {
+				return nil
+			}
+			s := r.symbolizer.Stats()
+			observe(o, s.LocalHits, "outcome", "local_hit")
+			observe(o, s.Fetches, "outcome", "fetch")
+			observe(o, s.FetchFailures, "outcome", "fetch_failure")
+			observe(o, s.ParseFailures, "outcome", "parse_failure")
+			observe(o, s.NegativeHits, "outcome", "negative_hit")
+			observe(o, s.Pending, "outcome", "pending")
+			observe(o, s.Unmapped, "outcome", "unmapped")
+			return nil
+		}),
+		tb.RegisterEbpfprofDebuginfodBytesCallback(func(_ context.Context, o metric.Int64Observer) error {
+			if r.symbolizer != nil {
+				o.Observe(r.symbolizer.Stats().FetchBytes)
+			}
+			return nil
+		}),
+		tb.RegisterEbpfprofCacheSizeCallback(func(_ context.Context, o metric.Int64Observer) error {
+			observe(o, int64(r.binaries.Len()), "cache", "binaries")
+			if r.symbolizer != nil {
+				s := r.symbolizer.Stats()
+				observe(o, s.Tables, "cache", "debug_tables")
+				observe(o, s.TableBytes, "cache", "debug_table_bytes")
+			}
+			return nil
+		}),
+		tb.RegisterEbpfprofKernelSymbolizerCallback(func(_ context.Context, o metric.Int64Observer) error {
+			observe(o, 1, "path", r.kernelSyms.Path())
+			return nil
+		}),
+	)
+}
