@@ -10,6 +10,7 @@ import (
 
 	"go.opentelemetry.io/collector/component"
 
+	"github.com/bpfcol/bpfcol/internal/errormode"
 	"github.com/bpfcol/bpfcol/internal/symbolize"
 	"github.com/bpfcol/bpfcol/internal/symbolize/debuginfod"
 )
@@ -30,6 +31,9 @@ type Config struct {
 	ReportInterval time.Duration `mapstructure:"report_interval"`
 	// Symbolizer configures how user frames are named.
 	Symbolizer SymbolizerConfig `mapstructure:"symbolizer"`
+	// ErrorMode decides whether a receiver that cannot start (no BPF on
+	// this node) stops the collector (propagate) or is left out (ignore).
+	ErrorMode errormode.Mode `mapstructure:"error_mode"`
 
 	// prevent unkeyed literal initialization
 	_ struct{}
@@ -121,6 +125,7 @@ func createDefaultConfig() component.Config {
 	return &Config{
 		SamplingFrequency: 20,
 		ReportInterval:    5 * time.Second,
+		ErrorMode:         errormode.Propagate,
 	}
 }
 
@@ -134,5 +139,8 @@ func (c *Config) Validate() error {
 		errs = append(errs, fmt.Errorf("report_interval: %s is shorter than 100ms", c.ReportInterval))
 	}
 	errs = append(errs, c.Symbolizer.validate()...)
+	if err := c.ErrorMode.Validate(); err != nil {
+		errs = append(errs, err)
+	}
 	return errors.Join(errs...)
 }

@@ -80,8 +80,13 @@ func newProfilesReceiver(set receiver.Settings, cfg *Config, next xconsumer.Prof
 }
 
 // Start loads the sampler and starts the pipeline. It fails with the name of
-// whatever is missing: a capability, BTF or a kernel feature.
-func (r *profilesReceiver) Start(_ context.Context, _ component.Host) error {
+// whatever is missing: a capability, BTF or a kernel feature; under
+// error_mode ignore it logs that and leaves the receiver inactive.
+func (r *profilesReceiver) Start(ctx context.Context, host component.Host) error {
+	return r.cfg.ErrorMode.OnStartError(r.set.Logger, r.start(ctx, host))
+}
+
+func (r *profilesReceiver) start(_ context.Context, _ component.Host) error {
 	r.startedAt = time.Now()
 	sampler, err := profiler.New(profiler.Options{Frequency: r.cfg.SamplingFrequency})
 	if err != nil {

@@ -1,0 +1,41 @@
+// Package errormode lets an operator choose what a receiver that cannot
+// start does to the rest of the collector: stop it (propagate) or log why
+// and stay inactive (ignore), for example on a node where BPF is not
+// permitted.
+package errormode
+
+import (
+	"fmt"
+
+	"go.uber.org/zap"
+)
+
+// Mode is the value of a receiver's error_mode field.
+type Mode string
+
+const (
+	// Propagate fails the collector's start with the receiver's error.
+	Propagate Mode = "propagate"
+	// Ignore logs the error and leaves the receiver inactive.
+	Ignore Mode = "ignore"
+)
+
+// Validate accepts "propagate", "ignore" and empty (propagate).
+func (m Mode) Validate() error {
+	switch m {
+	case "", Propagate, Ignore:
+		return nil
+	}
+	return fmt.Errorf("error_mode: %q is neither %q nor %q", string(m), Propagate, Ignore)
+}
+
+// OnStartError returns err under Propagate. Under Ignore it logs err once at
+// error level and returns nil, so the collector keeps running without this
+// receiver.
+func (m Mode) OnStartError(logger *zap.Logger, err error) error {
+	if err == nil || m != Ignore {
+		return err
+	}
+	logger.Error("receiver not started; error_mode is ignore, so the collector runs without it", zap.Error(err))
+	return nil
+}
