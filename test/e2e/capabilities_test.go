@@ -81,12 +81,13 @@ func without(list []string, s string) []string {
 	return out
 }
 
-// namedChain waits up to d for samples of pid and reports how many carry
-// chain by name.
-func namedChain(server *profilesServer, pid int64, chain []string, d time.Duration) (ofPID, named int64) {
+// namedChain waits up to d until enough samples of pid arrived: 10 with
+// chain named when named is set, else 50 of any kind. It returns how many
+// samples of pid there were and how many carried chain by name.
+func namedChain(server *profilesServer, pid int64, chain []string, named bool, d time.Duration) (ofPID, withChain int64) {
 	deadline := time.Now().Add(d)
-	for time.Now().Before(deadline) {
-		ofPID, named = 0, 0
+	for {
+		ofPID, withChain = 0, 0
 		for _, p := range server.all() {
 			for _, s := range pprofiletest.Samples(p) {
 				if s.PID != pid {
@@ -94,16 +95,15 @@ func namedChain(server *profilesServer, pid int64, chain []string, d time.Durati
 				}
 				ofPID += s.Count
 				if s.HasChain(chain) {
-					named += s.Count
+					withChain += s.Count
 				}
 			}
 		}
-		if named >= 10 {
-			return
+		if (named && withChain >= 10) || (!named && ofPID >= 50) || time.Now().After(deadline) {
+			return ofPID, withChain
 		}
 		time.Sleep(500 * time.Millisecond)
 	}
-	return
 }
 
 // TestCapabilities checks that every documented capability is needed:
@@ -178,11 +178,7 @@ func TestCapabilities(t *testing.T) {
 				}
 				return
 			}
-			wait := 15 * time.Second
-			if !tc.named {
-				wait = 5 * time.Second
-			}
-			ofPID, named := namedChain(server, pid, chain, wait)
+			ofPID, named := namedChain(server, pid, chain, tc.named, 60*time.Second)
 			if done, err := col.exited(); done {
 				t.Fatalf("collector exited: %v\n%s", err, col.output)
 			}
