@@ -29,7 +29,7 @@ BUILD_INPUTS := builder-config.yaml go.mod go.sum \
 	$(shell find . \( -path ./.git -o -path ./_build -o -path ./.cache -o -path ./bin -o -path ./internal/tools \) -prune \
 		-o -type f \( -name '*.go' ! -name '*_test.go' -o -name '*.o' \) -print)
 
-.PHONY: help build run generate mdatagen check-generate test bench deps deps-bench clean
+.PHONY: help build run generate mdatagen check-generate test fuzz-short bench deps deps-bench clean
 
 help: ## List the targets.
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | expand -t 18
@@ -55,7 +55,20 @@ check-generate: ## Fail if `make generate` changes any file.
 
 test: deps check-generate build ## Install missing tools, check generated code, vet, run all tests.
 	$(GO) vet ./...
-	$(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./...
+	# -p 1: the uprobe timing tests and the end-to-end collectors must not
+	# share the two CPUs with other test binaries.
+	$(GO) test -p 1 -count=1 -timeout $(TEST_TIMEOUT) ./...
+	$(MAKE) --no-print-directory fuzz-short
+
+# go test -fuzz takes one target per run. A short -fuzzminimizetime keeps
+# the worker from spending the whole run minimizing a large (ELF-sized)
+# new input, during which no exec is counted.
+FUZZ_TARGETS := FuzzOpenBinary FuzzDWARF FuzzGopclntab
+FUZZTIME ?= 8s
+fuzz-short: ## Fuzz each ELF, DWARF and gopclntab reader for FUZZTIME (8s).
+	for t in $(FUZZ_TARGETS); do \
+		$(GO) test -run '^$$' -fuzz "^$$t\$$" -fuzztime $(FUZZTIME) -fuzzminimizetime 1s ./internal/symbolize; \
+	done
 
 # -p 1: benchmarks of different packages must not compete for the CPUs.
 bench: deps-bench build ## Run every benchmark, one package at a time.

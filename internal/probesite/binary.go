@@ -2,22 +2,17 @@ package probesite
 
 import (
 	"debug/elf"
-	"debug/gosym"
 	"errors"
 	"fmt"
 	"os"
 	"strconv"
 	"strings"
-	"sync"
 
-	"github.com/ianlancetaylor/demangle"
+	"github.com/bpfcol/bpfcol/internal/symbolize"
 )
 
 // ErrNoSymbol reports a function the binary does not have.
-var ErrNoSymbol = errors.New("symbol not found")
-
-// maxPclntab bounds how much of a binary's .gopclntab is read.
-const maxPclntab = 512 << 20
+var ErrNoSymbol = symbolize.ErrNoFunction
 
 // Function is one function found in a binary.
 type Function struct {
@@ -31,127 +26,38 @@ type Function struct {
 	Go bool
 }
 
-// Binary is one opened ELF file. Symbol tables are parsed on first use.
+// Binary is one opened ELF file. Symbol tables are parsed on first use, by
+// the symbolizer's readers.
 type Binary struct {
 	file *os.File
 	elf  *elf.File
 	isGo bool
-
-	once    sync.Once
-	symbols []elf.Symbol // .symtab then .dynsym, functions only
-	goTable *gosym.Table
-	loadErr error
+	syms *symbolize.Binary // owns file
 }
 
 // Open parses the ELF headers of f. It takes ownership of f: f is closed on
 // error, and by Close otherwise.
 func Open(f *os.File) (*Binary, error) {
-	ef, err := elf.NewFile(f)
+	sb, err := symbolize.OpenBinary(f)
 	if err != nil {
-		f.Close()
-		return nil, fmt.Errorf("parsing ELF headers of %s: %w", f.Name(), err)
+		return nil, err
 	}
-	b := &Binary{file: f, elf: ef}
-	b.isGo = pclntabSection(ef) != nil || ef.Section(".go.buildinfo") != nil
-	return b, nil
+	return &Binary{file: f, elf: sb.ELF(), isGo: sb.IsGo(), syms: sb}, nil
 }
 
 // Close closes the file.
-func (b *Binary) Close() error { return b.file.Close() }
+func (b *Binary) Close() error { return b.syms.Close() }
 
 // IsGo reports whether the Go toolchain built the binary.
 func (b *Binary) IsGo() bool { return b.isGo }
 
-func pclntabSection(f *elf.File) *elf.Section {
-	for _, name := range []string{".gopclntab", ".data.rel.ro.gopclntab"} {
-		if s := f.Section(name); s != nil && s.Type != elf.SHT_NOBITS {
-			return s
-		}
-	}
-	return nil
-}
-
-func (b *Binary) load() error {
-	b.once.Do(func() {
-		var errs []error
-		for _, read := range []func() ([]elf.Symbol, error){b.elf.Symbols, b.elf.DynamicSymbols} {
-			syms, err := read()
-			if err != nil && !errors.Is(err, elf.ErrNoSymbols) {
-				errs = append(errs, err)
-			}
-			for _, s := range syms {
-				typ := elf.ST_TYPE(s.Info)
-				// An IFUNC symbol is its resolver, not the function callers reach.
-				if typ == elf.STT_FUNC && s.Section != elf.SHN_UNDEF && s.Value != 0 {
-					b.symbols = append(b.symbols, s)
-				}
-			}
-		}
-		if b.isGo {
-			t, err := b.loadGoTable()
-			if err != nil {
-				errs = append(errs, err)
-			}
-			b.goTable = t
-		}
-		if len(b.symbols) == 0 && b.goTable == nil {
-			b.loadErr = errors.Join(append([]error{errors.New("no symbol table")}, errs...)...)
-		}
-	})
-	return b.loadErr
-}
-
-// loadGoTable decodes .gopclntab. debug/gosym indexes slices with values read
-// from the file, so a corrupt table must not take the collector down.
-func (b *Binary) loadGoTable() (t *gosym.Table, err error) {
-	sect := pclntabSection(b.elf)
-	if sect == nil {
-		return nil, nil
-	}
-	if sect.Size > maxPclntab {
-		return nil, fmt.Errorf(".gopclntab is %d bytes, over the %d limit", sect.Size, maxPclntab)
-	}
-	data, err := sect.Data()
-	if err != nil {
-		return nil, fmt.Errorf("reading .gopclntab: %w", err)
-	}
-	defer func() {
-		if r := recover(); r != nil {
-			t, err = nil, fmt.Errorf("decoding .gopclntab: %v", r)
-		}
-	}()
-	t, err = gosym.NewTable(nil, gosym.NewLineTable(data, b.goTextStart(data)))
-	if err != nil {
-		return nil, fmt.Errorf("decoding .gopclntab: %w", err)
-	}
-	return t, nil
-}
-
-// goTextStart finds runtime.text, the base of .gopclntab's offsets: the
-// symbol when present, else the word the linker stores in the pcHeader
-// (Go 1.18+, zero in PIE files), else the start of .text.
-func (b *Binary) goTextStart(pclntab []byte) uint64 {
-	for _, s := range b.symbols {
-		if s.Name == "runtime.text" {
-			return s.Value
-		}
-	}
-	text := b.elf.Section(".text")
-	if text == nil {
-		return 0
-	}
-	if len(pclntab) >= 8 && pclntab[7] == 8 && len(pclntab) >= 8+3*8 {
-		v := b.elf.ByteOrder.Uint64(pclntab[8+2*8:])
-		if v >= text.Addr && v < text.Addr+text.Size {
-			return v
-		}
-	}
-	return text.Addr
-}
-
 // Spec is a parsed function reference: "name", "name+0x10",
-// "name@@VERSION" or "name@VERSION+16".
+// "name@@VERSION" or "name@VERSION+16"; or a USDT reference
+// "usdt:provider:name", which sets Provider.
 type Spec struct {
+	// Provider is the USDT provider of a USDT reference, empty otherwise.
+	Provider string
+	// Name is the function's, or the USDT probe's name.
 	Name    string
 	Version string // empty: any, preferring the default version
 	Offset  uint64
@@ -163,6 +69,14 @@ func ParseSpec(s string) (Spec, error) {
 	var spec Spec
 	if s == "" {
 		return spec, errors.New("empty function name")
+	}
+	if rest, ok := strings.CutPrefix(s, usdtPrefix); ok {
+		provider, name, ok := strings.Cut(rest, ":")
+		if !ok || provider == "" || name == "" || strings.Contains(name, ":") {
+			return spec, fmt.Errorf("%q: a USDT reference is usdt:provider:name", s)
+		}
+		spec.Provider, spec.Name = provider, name
+		return spec, nil
 	}
 	if i := strings.LastIndexByte(s, '+'); i > 0 {
 		if off, err := strconv.ParseUint(s[i+1:], 0, 64); err == nil {
@@ -179,87 +93,15 @@ func ParseSpec(s string) (Spec, error) {
 	return spec, nil
 }
 
-// Lookup finds the function spec names. Go's .gopclntab wins for Go
-// binaries; then exact names in .symtab and .dynsym, a version matching
-// when one is given; then demangled C++ names, with or without parameters.
+// Lookup finds the function spec names, through the symbolizer's readers:
+// .gopclntab first for Go (stripped Go included), then .symtab and .dynsym
+// with versions, then demangled C++ names.
 func (b *Binary) Lookup(spec Spec) (Function, error) {
-	if err := b.load(); err != nil {
-		return Function{}, fmt.Errorf("looking up %s: %w", spec.Name, err)
+	fn, err := b.syms.LookupFunction(spec.Name, spec.Version)
+	if err != nil {
+		return Function{}, err
 	}
-	if b.goTable != nil && spec.Version == "" {
-		if fn := b.goTable.LookupFunc(spec.Name); fn != nil {
-			return Function{Name: fn.Name, Start: fn.Entry, End: fn.End, Go: true}, nil
-		}
-	}
-	if fn, ok, err := b.lookupELF(spec, func(s *elf.Symbol) bool { return s.Name == spec.Name }); ok || err != nil {
-		return fn, err
-	}
-	if looksDemangled(spec.Name) {
-		match := func(s *elf.Symbol) bool {
-			if !strings.HasPrefix(s.Name, "_Z") {
-				return false
-			}
-			if full, err := demangle.ToString(s.Name); err == nil && full == spec.Name {
-				return true
-			}
-			short, err := demangle.ToString(s.Name, demangle.NoParams)
-			return err == nil && short == spec.Name
-		}
-		if fn, ok, err := b.lookupELF(spec, match); ok || err != nil {
-			return fn, err
-		}
-	}
-	return Function{}, fmt.Errorf("looking up %s: %w", spec.Name, ErrNoSymbol)
-}
-
-func looksDemangled(name string) bool { return strings.ContainsAny(name, ":()<> ") }
-
-// lookupELF picks among the matching symbols: a requested version must
-// match; otherwise the default (not hidden) version, then global before
-// weak before local. Different addresses at the best rank are ambiguous.
-func (b *Binary) lookupELF(spec Spec, match func(*elf.Symbol) bool) (Function, bool, error) {
-	best, bestRank := -1, 1<<30
-	ambiguous := false
-	for i := range b.symbols {
-		s := &b.symbols[i]
-		if !match(s) {
-			continue
-		}
-		if spec.Version != "" && s.Version != spec.Version {
-			continue
-		}
-		rank := 0
-		if s.HasVersion && s.VersionIndex.IsHidden() {
-			rank += 10
-		}
-		switch elf.ST_BIND(s.Info) {
-		case elf.STB_WEAK:
-			rank++
-		case elf.STB_LOCAL:
-			rank += 2
-		}
-		switch {
-		case rank < bestRank:
-			best, bestRank, ambiguous = i, rank, false
-		case rank == bestRank && s.Value != b.symbols[best].Value:
-			ambiguous = true
-		}
-	}
-	if best < 0 {
-		return Function{}, false, nil
-	}
-	s := b.symbols[best]
-	if ambiguous {
-		return Function{}, true, fmt.Errorf("looking up %s: several functions of that name at different addresses", spec.Name)
-	}
-	fn := Function{Name: s.Name, Start: s.Value, End: s.Value + s.Size}
-	// Go functions also have .symtab entries: key them by goroutine too.
-	if b.goTable != nil {
-		if g := b.goTable.PCToFunc(s.Value); g != nil && g.Entry == s.Value {
-			fn.Go, fn.End = true, g.End
-		}
-	}
-	return fn, true, nil
+	return Function{Name: fn.Name, Start: fn.Start, End: fn.End, Go: fn.Go}, nil
 }
 
 // FileOffset converts an ELF virtual address in an executable segment into

@@ -11,7 +11,7 @@ import (
 	"github.com/bpfcol/bpfcol/internal/testworkload"
 )
 
-func open(t *testing.T, path string) *Binary {
+func open(t testing.TB, path string) *Binary {
 	t.Helper()
 	f, err := os.Open(path)
 	if err != nil {

@@ -28,66 +28,67 @@ type Plan struct {
 }
 
 // PlanProbe places the sites of probe id: entry is a function reference
-// (see ParseSpec) and exit is ExitReturn or another function reference.
+// (see ParseSpec) or "usdt:provider:name", and exit is ExitReturn, a
+// function reference or a USDT reference.
 //
-// Go code never gets a uretprobe: its exits are uprobes on every RET of the
-// function. Other code gets a uretprobe for "return" for now; placement
-// by measured cost is the fast-uprobes work. A Go entry is placed after the
-// stack-bound check, because a call that grows its stack runs that check
-// twice (morestack jumps back to the function's start) and would open the
-// scope twice.
+// Placement follows the measured rules in placement.go: entries move from
+// a single-stepped first instruction to the first emulated one of a
+// straight-line prologue when provably equivalent; "return" is a uretprobe
+// sharing the entry's trap for non-Go code, and per RET an emulated
+// instruction just before it, or the RET, for Go code (which must never
+// get a uretprobe).
+//
+// A Go entry is placed after the stack-bound check: a call that grows its
+// stack runs the check twice (morestack jumps back to the function's start)
+// and would open the scope twice. That move skips a branch, against the
+// general rule, because the branch only leaves through morestack, which
+// re-enters at the start: the probe after the check fires exactly once per
+// call, the one at the start once per stack growth more.
 func (b *Binary) PlanProbe(id uint32, entry, exit string) (Plan, error) {
 	var plan Plan
 	spec, err := ParseSpec(entry)
 	if err != nil {
 		return plan, err
 	}
+	if spec.Provider != "" {
+		return b.planUSDT(id, spec, exit)
+	}
 	fn, err := b.Lookup(spec)
 	if err != nil {
 		return plan, err
 	}
 	plan.Entry = fn
-	entrySite, note, err := b.entrySite(id, fn, spec, entry)
+	code := b.analyse(fn)
+	entrySite, note, err := b.entrySite(id, fn, code, spec, entry)
 	if err != nil {
 		return plan, err
 	}
 	plan.Sites = append(plan.Sites, entrySite)
-	if note != "" {
-		plan.Notes = append(plan.Notes, note)
-	}
+	plan.Notes = append(plan.Notes, note)
 
 	if exit == ExitReturn {
 		plan.Exit = fn
-		if !fn.Go {
-			off, err := b.FileOffset(fn.Start)
-			if err != nil {
-				return plan, err
-			}
-			plan.Sites = append(plan.Sites, scopeprobe.Site{
-				Kind: scopeprobe.ReturnProbe, Offset: off, Symbol: fn.Name, ProbeID: id,
-			})
-			return plan, nil
-		}
-		rets, err := b.ReturnAddresses(fn)
+		sites, note, err := b.returnSites(id, fn, code, spec, entrySite)
 		if err != nil {
 			return plan, err
 		}
-		for _, r := range rets {
-			off, err := b.FileOffset(r)
-			if err != nil {
-				return plan, err
-			}
-			plan.Sites = append(plan.Sites, scopeprobe.Site{
-				Kind: scopeprobe.Exit, Offset: off, Symbol: fmt.Sprintf("%s+%#x", fn.Name, r-fn.Start),
-				ProbeID: id, ScopeByGoroutine: true,
-			})
-		}
+		plan.Sites = append(plan.Sites, sites...)
+		plan.Notes = append(plan.Notes, note)
 		return plan, nil
 	}
 
 	exitSpec, err := ParseSpec(exit)
 	if err != nil {
 		return plan, err
+	}
+	if exitSpec.Provider != "" {
+		sites, err := b.usdtSites(id, exitSpec, scopeprobe.Exit, fn.Go)
+		if err != nil {
+			return plan, fmt.Errorf("exit: %w", err)
+		}
+		plan.Sites = append(plan.Sites, sites...)
+		plan.Notes = append(plan.Notes, fmt.Sprintf("exit at %d USDT site(s) of %s:%s", len(sites), exitSpec.Provider, exitSpec.Name))
+		return plan, nil
 	}
 	exitFn, err := b.Lookup(exitSpec)
 	if err != nil {
@@ -97,33 +98,76 @@ func (b *Binary) PlanProbe(id uint32, entry, exit string) (Plan, error) {
 		return plan, fmt.Errorf("entry %s and exit %s: one is Go code and the other is not, so their scopes cannot be matched", fn.Name, exitFn.Name)
 	}
 	plan.Exit = exitFn
-	exitSite, note, err := b.entrySite(id, exitFn, exitSpec, exit)
+	exitSite, note, err := b.entrySite(id, exitFn, b.analyse(exitFn), exitSpec, exit)
 	if err != nil {
 		return plan, err
 	}
 	exitSite.Kind = scopeprobe.Exit
 	plan.Sites = append(plan.Sites, exitSite)
-	if note != "" {
-		plan.Notes = append(plan.Notes, note)
-	}
+	plan.Notes = append(plan.Notes, "exit "+note)
 	return plan, nil
 }
 
-// entrySite places a probe that fires once per call of fn: at the given
-// offset, or for Go after the stack-bound check.
-func (b *Binary) entrySite(id uint32, fn Function, spec Spec, ref string) (scopeprobe.Site, string, error) {
-	addr := fn.Start + spec.Offset
-	note := ""
-	if spec.Offset == 0 && fn.Go {
+// functionCode is a function's decoded machine code, or why there is none.
+type functionCode struct {
+	insts    []instruction
+	targets  map[uint64]bool
+	indirect bool
+	err      error
+}
+
+// analyse decodes fn whole. Failing is not fatal to an entry probe (it
+// stays where it was asked for), only to placements that need the code.
+func (b *Binary) analyse(fn Function) *functionCode {
+	if fn.End <= fn.Start {
+		return &functionCode{err: fmt.Errorf("%s: unknown size, cannot decode it", fn.Name)}
+	}
+	code, err := b.code(fn.Start, fn.End)
+	if err != nil {
+		return &functionCode{err: err}
+	}
+	insts, err := decodeAll(code)
+	if err != nil {
+		return &functionCode{err: fmt.Errorf("%s: %w", fn.Name, err)}
+	}
+	c := &functionCode{insts: insts}
+	c.targets, c.indirect = branchTargets(insts)
+	return c
+}
+
+// entryOffset is where a probe meant to fire once per call of fn goes,
+// relative to fn.Start: after Go's stack check, then moved to an emulated
+// instruction by placeEntry. An explicit offset in spec is kept as given.
+func (b *Binary) entryOffset(fn Function, code *functionCode, spec Spec) (uint64, string, error) {
+	if spec.Offset != 0 {
+		return spec.Offset, fmt.Sprintf("entry at +%#x as configured", spec.Offset), nil
+	}
+	from := uint64(0)
+	goNote := ""
+	if fn.Go {
 		after, err := b.AfterStackCheck(fn)
 		if err != nil {
-			return scopeprobe.Site{}, "", err
+			return 0, "", err
 		}
-		if after != fn.Start {
-			note = fmt.Sprintf("%s: entry probe after the stack-bound check at +%#x", fn.Name, after-fn.Start)
+		from = after - fn.Start
+		if from != 0 {
+			goNote = fmt.Sprintf("after the stack-bound check at +%#x; ", from)
 		}
-		addr = after
 	}
+	if code.err != nil {
+		return from, fmt.Sprintf("%sentry kept at +%#x: %v", goNote, from, code.err), nil
+	}
+	off, note := placeEntry(fn, code.insts, from)
+	return off, goNote + note, nil
+}
+
+// entrySite places a probe that fires once per call of fn.
+func (b *Binary) entrySite(id uint32, fn Function, code *functionCode, spec Spec, ref string) (scopeprobe.Site, string, error) {
+	rel, note, err := b.entryOffset(fn, code, spec)
+	if err != nil {
+		return scopeprobe.Site{}, "", err
+	}
+	addr := fn.Start + rel
 	if fn.End > fn.Start && addr >= fn.End {
 		return scopeprobe.Site{}, "", fmt.Errorf("%s: offset %#x is past the function's end", ref, spec.Offset)
 	}
@@ -131,11 +175,63 @@ func (b *Binary) entrySite(id uint32, fn Function, spec Spec, ref string) (scope
 	if err != nil {
 		return scopeprobe.Site{}, "", err
 	}
-	name := fn.Name
-	if addr != fn.Start {
-		name = fmt.Sprintf("%s+%#x", fn.Name, addr-fn.Start)
+	return scopeprobe.Site{Kind: scopeprobe.Entry, Offset: off, Symbol: siteName(fn, rel), ProbeID: id, ScopeByGoroutine: fn.Go},
+		fn.Name + ": " + note, nil
+}
+
+func siteName(fn Function, rel uint64) string {
+	if rel == 0 {
+		return fn.Name
 	}
-	return scopeprobe.Site{Kind: scopeprobe.Entry, Offset: off, Symbol: name, ProbeID: id, ScopeByGoroutine: fn.Go}, note, nil
+	return fmt.Sprintf("%s+%#x", fn.Name, rel)
+}
+
+// returnSites places the sites closing a scope when fn returns.
+func (b *Binary) returnSites(id uint32, fn Function, code *functionCode, spec Spec, entry scopeprobe.Site) ([]scopeprobe.Site, string, error) {
+	if !fn.Go {
+		// The uretprobe goes on fn's own placed entry, which leaves the
+		// stack untouched, so the return address is still on top there.
+		site := entry
+		if spec.Offset != 0 {
+			rel, _, err := b.entryOffset(fn, code, Spec{})
+			if err != nil {
+				return nil, "", err
+			}
+			if site.Offset, err = b.FileOffset(fn.Start + rel); err != nil {
+				return nil, "", err
+			}
+			site.Symbol = siteName(fn, rel)
+		}
+		site.Kind = scopeprobe.ReturnProbe
+		site.ScopeByGoroutine = false
+		return []scopeprobe.Site{site}, fmt.Sprintf("%s: exit by uretprobe at %s", fn.Name, site.Symbol), nil
+	}
+	if code.err != nil {
+		return nil, "", code.err
+	}
+	var sites []scopeprobe.Site
+	moved := 0
+	for i := range code.insts {
+		if code.insts[i].inst.Op != x86asm.RET {
+			continue
+		}
+		rel, before := placeReturn(code.insts, i, code.targets, code.indirect)
+		if before {
+			moved++
+		}
+		off, err := b.FileOffset(fn.Start + rel)
+		if err != nil {
+			return nil, "", err
+		}
+		sites = append(sites, scopeprobe.Site{
+			Kind: scopeprobe.Exit, Offset: off, Symbol: siteName(fn, rel), ProbeID: id, ScopeByGoroutine: fn.Go,
+		})
+	}
+	if len(sites) == 0 {
+		return nil, "", fmt.Errorf("%s: %w", fn.Name, ErrNoReturn)
+	}
+	return sites, fmt.Sprintf("%s: exit at %d RET(s) of Go code, %d of them on an emulated instruction just before the RET",
+		fn.Name, len(sites), moved), nil
 }
 
 // AfterStackCheck returns the address of the instruction after Go's
@@ -180,25 +276,15 @@ func (b *Binary) AfterStackCheck(fn Function) (uint64, error) {
 // address of every RET instruction. Decoding must succeed throughout:
 // a uprobe in the middle of an instruction would corrupt the program.
 func (b *Binary) ReturnAddresses(fn Function) ([]uint64, error) {
-	if fn.End <= fn.Start {
-		return nil, fmt.Errorf("%s: unknown size, cannot find its RET instructions", fn.Name)
-	}
-	code, err := b.code(fn.Start, fn.End)
-	if err != nil {
-		return nil, err
+	code := b.analyse(fn)
+	if code.err != nil {
+		return nil, code.err
 	}
 	var rets []uint64
-	for off := 0; off < len(code); {
-		inst, err := x86asm.Decode(code[off:], 64)
-		if err != nil {
-			// Trailing INT3 padding decodes; anything else is not code we
-			// can safely probe.
-			return nil, fmt.Errorf("%s: decoding instruction at +%#x: %w", fn.Name, off, err)
+	for i := range code.insts {
+		if code.insts[i].inst.Op == x86asm.RET {
+			rets = append(rets, fn.Start+code.insts[i].off)
 		}
-		if inst.Op == x86asm.RET {
-			rets = append(rets, fn.Start+uint64(off))
-		}
-		off += inst.Len
 	}
 	if len(rets) == 0 {
 		return nil, fmt.Errorf("%s: %w", fn.Name, ErrNoReturn)

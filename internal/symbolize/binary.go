@@ -39,6 +39,8 @@ type Binary struct {
 	dwarf     *dwarfTable // nil when there is no usable DWARF
 	dwarfErr  error
 
+	byName nameIndex // functions by name, for LookupFunction
+
 	parsedSize atomic.Int64 // estimated heap of the parsed tables
 }
 
@@ -140,12 +142,12 @@ func (b *Binary) loadDWARF() {
 			b.dwarfErr = errors.New("no DWARF sections")
 			return
 		}
-		d, err := b.elf.DWARF()
+		src, err := loadDWARFSources(b.elf)
 		if err != nil {
 			b.dwarfErr = fmt.Errorf("reading DWARF: %w", err)
 			return
 		}
-		b.dwarf, b.dwarfErr = newDWARFTable(d)
+		b.dwarf, b.dwarfErr = newDWARFTable(src)
 		if b.dwarf != nil {
 			b.parsedSize.Add(b.dwarf.size)
 		}

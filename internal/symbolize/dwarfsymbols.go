@@ -1,10 +1,18 @@
 package symbolize
 
 import (
+	"cmp"
 	"debug/dwarf"
+	"debug/elf"
+	"encoding/binary"
 	"errors"
 	"fmt"
-	"sort"
+	"math"
+	"runtime"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
 )
 
 // dwarfTable answers lookups from DWARF: the function, file:line and the
@@ -12,19 +20,24 @@ import (
 // flat sorted slices so a lookup is a few binary searches.
 type dwarfTable struct {
 	lines  []lineRow
+	files  []string     // lineRow.file indexes this
 	funcs  []scopeRange // outermost subprogram ranges, sorted by lo
 	scopes []dwarfScope
 	size   int64 // rough heap footprint, for size-bounded caches
 }
 
-// lineRow is one row of the merged line tables. end marks the address
-// just past a sequence: no line there.
+// lineRow is one row of the merged line tables, 16 bytes so that the
+// millions of rows of a large binary stay compact.
 type lineRow struct {
 	addr uint64
-	file string
+	file uint32 // index into dwarfTable.files; endOfSequence for an end row
 	line int32
-	end  bool
 }
+
+// endOfSequence marks the row just past a sequence: no line there.
+const endOfSequence = ^uint32(0)
+
+func (r *lineRow) end() bool { return r.file == endOfSequence }
 
 // scopeRange is one address range of a subprogram or inlined call.
 type scopeRange struct {
@@ -112,163 +125,504 @@ func (n *dwarfNames) resolve(e *dwarf.Entry, depth int) dieNames {
 	return dn
 }
 
-// newDWARFTable reads every compile unit's line table and function tree.
-func newDWARFTable(d *dwarf.Data) (t *dwarfTable, err error) {
-	// debug/dwarf reports most corruption as errors, but a hostile file
-	// must never take the profiler down.
-	defer func() {
-		if r := recover(); r != nil {
-			t, err = nil, fmt.Errorf("decoding DWARF: %v", r)
-		}
-	}()
-	t = &dwarfTable{}
-	names := &dwarfNames{d: d, r: d.Reader(), cache: map[dwarf.Offset]dieNames{}}
-	r := &progressReader{r: d.Reader()}
-	type childOf struct {
-		parent int32
-		sr     scopeRange
-	}
-	var inlined []childOf
-	for {
-		cu, err := r.Next()
+// dwarfSources is what newDWARFTable reads: the parsed DWARF and the raw
+// .debug_info, whose unit headers say where each compile unit starts.
+type dwarfSources struct {
+	data   *dwarf.Data
+	info   []byte
+	ranges []byte // .debug_ranges (DWARF 2 to 4)
+	order  binary.ByteOrder
+}
+
+// dwarfSectionNames are the sections a lookup needs. Location lists, call
+// frame information and type units are left out: in Go and large C++
+// binaries they are much of the DWARF, and decompressing them is wasted.
+var dwarfSectionNames = [...]string{"abbrev", "info", "str", "line", "ranges", "addr", "line_str", "rnglists", "str_offsets"}
+
+// loadDWARFSources decompresses (zlib, zstd, .zdebug) the sections lookups
+// need, in parallel.
+func loadDWARFSources(f *elf.File) (dwarfSources, error) {
+	if f.Type == elf.ET_REL {
+		// Object files need relocations applied; debug/elf does that.
+		d, err := f.DWARF()
 		if err != nil {
-			return nil, fmt.Errorf("reading compile unit: %w", err)
+			return dwarfSources{}, err
 		}
-		if cu == nil {
-			break
+		var info []byte
+		if s := f.Section(".debug_info"); s != nil {
+			info, _ = s.Data()
 		}
-		if cu.Tag != dwarf.TagCompileUnit && cu.Tag != tagPartialUnit && cu.Tag != tagSkeletonUnit {
-			if cu.Children {
-				if err := skipChildren(r); err != nil {
-					return nil, err
-				}
-			}
-			continue
-		}
-		files := t.addLines(d, cu)
-		fileName := func(e *dwarf.Entry) string {
-			idx, ok := e.Val(dwarf.AttrCallFile).(int64)
-			if !ok || idx < 0 || idx >= int64(len(files)) || files[idx] == nil {
-				return ""
-			}
-			return files[idx].Name
-		}
-		if !cu.Children {
-			continue
-		}
-		// stack holds, per open DIE, the innermost enclosing scope (-1 for
-		// none).
-		stack := []int32{-1}
-		for len(stack) > 0 {
-			e, err := r.Next()
-			if err != nil {
-				return nil, fmt.Errorf("reading DIE: %w", err)
-			}
-			if e == nil {
-				return nil, errors.New("reading DIE: unit ends inside a DIE tree")
-			}
-			if e.Tag == 0 {
-				stack = stack[:len(stack)-1]
+		return dwarfSources{data: d, info: info, order: f.ByteOrder}, nil // ranges through debug/dwarf
+	}
+	var sects [len(dwarfSectionNames)]*elf.Section
+	for _, s := range f.Sections {
+		suffix, ok := strings.CutPrefix(s.Name, ".debug_")
+		if !ok {
+			if suffix, ok = strings.CutPrefix(s.Name, ".zdebug_"); !ok {
 				continue
 			}
-			top := stack[len(stack)-1]
-			push := top
-			switch e.Tag {
-			case dwarf.TagSubprogram:
-				ranges, _ := d.Ranges(e)
-				if len(ranges) > 0 {
-					idx := int32(len(t.scopes))
-					t.scopes = append(t.scopes, dwarfScope{name: names.of(e)})
-					for _, rg := range ranges {
-						if rg[1] > rg[0] && rg[0] != 0 {
-							t.funcs = append(t.funcs, scopeRange{lo: rg[0], hi: rg[1], scope: idx})
-						}
-					}
-					push = idx
+		}
+		if i := slices.Index(dwarfSectionNames[:], suffix); i >= 0 && sects[i] == nil {
+			sects[i] = s
+		}
+	}
+	var (
+		data [len(dwarfSectionNames)][]byte
+		errs [len(dwarfSectionNames)]error
+		wg   sync.WaitGroup
+	)
+	for i, s := range sects {
+		if s == nil {
+			continue
+		}
+		wg.Go(func() {
+			b, err := s.Data()
+			if err != nil && uint64(len(b)) < s.Size {
+				errs[i] = fmt.Errorf("reading %s: %w", s.Name, err)
+			}
+			data[i] = b
+		})
+	}
+	wg.Wait()
+	if err := errors.Join(errs[:]...); err != nil {
+		return dwarfSources{}, err
+	}
+	d, err := dwarf.New(data[0], nil, nil, data[1], data[3], nil, data[4], data[2])
+	if err != nil {
+		return dwarfSources{}, err
+	}
+	for i := 5; i < len(data); i++ {
+		if data[i] != nil {
+			if err := d.AddSection(".debug_"+dwarfSectionNames[i], data[i]); err != nil {
+				return dwarfSources{}, err
+			}
+		}
+	}
+	return dwarfSources{data: d, info: data[1], ranges: data[4], order: f.ByteOrder}, nil
+}
+
+// unitStart is where a unit's first DIE is, and its DWARF version.
+type unitStart struct {
+	off  dwarf.Offset
+	vers uint16
+}
+
+// unitDIEOffsets returns the offset of each unit's first DIE in .debug_info,
+// reading the unit headers as debug/dwarf does.
+func unitDIEOffsets(info []byte, order binary.ByteOrder) []unitStart {
+	var offs []unitStart
+	for off := 0; len(info)-off >= 4; {
+		n := uint64(order.Uint32(info[off:]))
+		off += 4
+		is64 := false
+		switch {
+		case n == 0xffffffff:
+			if len(info)-off < 8 {
+				return offs
+			}
+			n, is64 = order.Uint64(info[off:]), true
+			off += 8
+		case n >= 0xfffffff0:
+			return offs
+		}
+		if n == 0 {
+			continue // padding
+		}
+		if n > uint64(len(info)-off) {
+			return offs
+		}
+		end := off + int(n)
+		word := 4
+		if is64 {
+			word = 8
+		}
+		if end-off < 2 {
+			return offs
+		}
+		hdr := 2
+		vers := order.Uint16(info[off:])
+		if vers >= 5 {
+			if end-off < 3 {
+				return offs
+			}
+			hdr += 2 + word
+			switch info[off+2] { // unit type
+			case 4, 5: // skeleton, split compile: unit ID
+				hdr += 8
+			case 2, 6: // type, split type: signature and type offset
+				hdr += 8 + word
+			}
+		} else {
+			hdr += word + 1
+		}
+		if hdr < end-off {
+			offs = append(offs, unitStart{dwarf.Offset(off + hdr), vers})
+		}
+		off = end
+	}
+	return offs
+}
+
+// unitTables is what one compile unit contributes to a dwarfTable, with
+// file and scope indexes local to the unit.
+type unitTables struct {
+	lines   []lineRow
+	seqs    [][2]int32 // [start, end) of each sequence in lines
+	files   []string
+	funcs   []scopeRange
+	scopes  []dwarfScope
+	inlined []childOf
+	err     error
+}
+
+type childOf struct {
+	parent int32
+	sr     scopeRange
+}
+
+// maxUnits bounds the compile units read from one (possibly hostile) file.
+const maxUnits = 1 << 20
+
+// newDWARFTable reads every compile unit's line table and function tree,
+// spreading the units over a few goroutines.
+func newDWARFTable(src dwarfSources) (*dwarfTable, error) {
+	units := unitDIEOffsets(src.info, src.order)
+	if len(units) > maxUnits {
+		return nil, fmt.Errorf("decoding DWARF: %d units, more than %d", len(units), maxUnits)
+	}
+	// debug/dwarf decodes a DWARF 5 unit's base offsets on its first Seek
+	// and stores them in the shared Data: do that here, before the
+	// goroutines share it.
+	warm := src.data.Reader()
+	for _, u := range units {
+		if u.vers >= 5 {
+			warm.Seek(u.off)
+		}
+	}
+	res := make([]unitTables, len(units))
+	workers := min(runtime.GOMAXPROCS(0), 4, len(units))
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Go(func() {
+			w := &unitReader{d: src.data, rangesData: src.ranges, order: src.order}
+			w.names = &dwarfNames{d: src.data, r: src.data.Reader(), cache: map[dwarf.Offset]dieNames{}}
+			w.r = src.data.Reader()
+			for {
+				i := next.Add(1) - 1
+				if i >= int64(len(units)) {
+					return
 				}
-			case dwarf.TagInlinedSubroutine:
-				if top < 0 {
-					break
+				res[i] = w.read(units[i])
+				if res[i].err != nil {
+					// One bad unit spoils the table, as a sequential
+					// reader would stop there.
+					next.Store(int64(len(units)))
+					return
 				}
-				ranges, _ := d.Ranges(e)
-				if len(ranges) == 0 {
-					break
-				}
-				line, _ := e.Val(dwarf.AttrCallLine).(int64)
-				idx := int32(len(t.scopes))
-				t.scopes = append(t.scopes, dwarfScope{name: names.of(e), callFile: fileName(e), callLine: int32(line)})
+			}
+		})
+	}
+	wg.Wait()
+	return mergeUnits(res)
+}
+
+// unitReader reads compile units one at a time; one per goroutine.
+type unitReader struct {
+	d          *dwarf.Data
+	r          *dwarf.Reader
+	names      *dwarfNames
+	rangesData []byte
+	order      binary.ByteOrder
+	// Of the unit being read: whether DW_AT_ranges is read here rather
+	// than by debug/dwarf, which re-decodes the unit's DIE for every
+	// range list, and the base address the lists start from.
+	ownRanges bool
+	base      uint64
+	addrSize  int
+}
+
+// ranges returns the address ranges of e.
+func (w *unitReader) ranges(e *dwarf.Entry) [][2]uint64 {
+	if w.ownRanges {
+		if f := e.AttrField(dwarf.AttrRanges); f != nil && f.Class == dwarf.ClassRangeListPtr && e.AttrField(dwarf.AttrLowpc) == nil {
+			off, ok := f.Val.(int64)
+			if !ok || off < 0 || off >= int64(len(w.rangesData)) {
+				return nil
+			}
+			return rangeList(w.rangesData[off:], w.base, w.addrSize, w.order)
+		}
+	}
+	r, _ := w.d.Ranges(e)
+	return r
+}
+
+// rangeList decodes a DWARF 2-4 range list: address pairs relative to base
+// until (0, 0), a pair starting with the largest address setting base.
+func rangeList(b []byte, base uint64, addrSize int, order binary.ByteOrder) [][2]uint64 {
+	var ret [][2]uint64
+	word := func(b []byte) uint64 {
+		if addrSize == 8 {
+			return order.Uint64(b)
+		}
+		return uint64(order.Uint32(b))
+	}
+	maxAddr := ^uint64(0) >> uint((8-addrSize)*8)
+	for len(b) >= 2*addrSize {
+		lo, hi := word(b), word(b[addrSize:])
+		b = b[2*addrSize:]
+		switch {
+		case lo == 0 && hi == 0:
+			return ret
+		case lo == maxAddr:
+			base = hi
+		default:
+			ret = append(ret, [2]uint64{base + lo, base + hi})
+		}
+	}
+	return ret
+}
+
+// read decodes the unit whose first DIE is at off. debug/dwarf reports most
+// corruption as errors, but a hostile file must never take the profiler
+// down.
+func (w *unitReader) read(start unitStart) (u unitTables) {
+	defer func() {
+		if r := recover(); r != nil {
+			u = unitTables{err: fmt.Errorf("decoding DWARF: %v", r)}
+		}
+	}()
+	w.r.Seek(start.off)
+	r := &progressReader{r: w.r}
+	cu, err := r.Next()
+	if err != nil {
+		return unitTables{err: fmt.Errorf("reading compile unit: %w", err)}
+	}
+	if cu == nil || (cu.Tag != dwarf.TagCompileUnit && cu.Tag != tagPartialUnit && cu.Tag != tagSkeletonUnit) {
+		return u
+	}
+	w.addrSize = w.r.AddressSize()
+	w.ownRanges = start.vers < 5 && w.rangesData != nil && (w.addrSize == 4 || w.addrSize == 8)
+	w.base = 0
+	if v, ok := cu.Val(dwarf.AttrEntrypc).(uint64); ok {
+		w.base = v
+	} else if v, ok := cu.Val(dwarf.AttrLowpc).(uint64); ok {
+		w.base = v
+	}
+	lineFiles := u.addLines(w.d, cu)
+	if !cu.Children {
+		return u
+	}
+	fileName := func(e *dwarf.Entry) string {
+		idx, ok := e.Val(dwarf.AttrCallFile).(int64)
+		if !ok || idx < 0 || idx >= int64(len(lineFiles)) || lineFiles[idx] == nil {
+			return ""
+		}
+		return lineFiles[idx].Name
+	}
+	// stack holds, per open DIE, the innermost enclosing scope (-1 for
+	// none).
+	stack := []int32{-1}
+	for len(stack) > 0 {
+		e, err := r.Next()
+		if err != nil {
+			return unitTables{err: fmt.Errorf("reading DIE: %w", err)}
+		}
+		if e == nil {
+			return unitTables{err: errors.New("reading DIE: unit ends inside a DIE tree")}
+		}
+		if e.Tag == 0 {
+			stack = stack[:len(stack)-1]
+			continue
+		}
+		top := stack[len(stack)-1]
+		push := top
+		switch e.Tag {
+		case dwarf.TagSubprogram:
+			ranges := w.ranges(e)
+			if len(ranges) > 0 {
+				idx := int32(len(u.scopes))
+				u.scopes = append(u.scopes, dwarfScope{name: w.names.of(e)})
 				for _, rg := range ranges {
-					if rg[1] > rg[0] {
-						inlined = append(inlined, childOf{parent: top, sr: scopeRange{lo: rg[0], hi: rg[1], scope: idx}})
+					if rg[1] > rg[0] && rg[0] != 0 {
+						u.funcs = append(u.funcs, scopeRange{lo: rg[0], hi: rg[1], scope: idx})
 					}
 				}
 				push = idx
-			case dwarf.TagStructType, dwarf.TagClassType, dwarf.TagUnionType, dwarf.TagEnumerationType,
-				dwarf.TagSubroutineType, dwarf.TagArrayType:
-				// Types hold no code; their member declarations are
-				// reached through DW_AT_specification when needed.
-				if e.Children {
-					if err := skipChildren(r); err != nil {
-						return nil, err
-					}
-				}
-				continue
 			}
+		case dwarf.TagInlinedSubroutine:
+			if top < 0 {
+				break
+			}
+			ranges := w.ranges(e)
+			if len(ranges) == 0 {
+				break
+			}
+			line, _ := e.Val(dwarf.AttrCallLine).(int64)
+			idx := int32(len(u.scopes))
+			u.scopes = append(u.scopes, dwarfScope{name: w.names.of(e), callFile: fileName(e), callLine: int32(line)})
+			for _, rg := range ranges {
+				if rg[1] > rg[0] {
+					u.inlined = append(u.inlined, childOf{parent: top, sr: scopeRange{lo: rg[0], hi: rg[1], scope: idx}})
+				}
+			}
+			push = idx
+		case dwarf.TagStructType, dwarf.TagClassType, dwarf.TagUnionType, dwarf.TagEnumerationType,
+			dwarf.TagSubroutineType, dwarf.TagArrayType:
+			// Types hold no code; their member declarations are
+			// reached through DW_AT_specification when needed.
 			if e.Children {
-				if len(stack) >= maxScopeDepth {
-					return nil, errors.New("reading DIE: nesting too deep")
+				if err := skipChildren(r); err != nil {
+					return unitTables{err: err}
 				}
-				stack = append(stack, push)
 			}
+			continue
+		}
+		if e.Children {
+			if len(stack) >= maxScopeDepth {
+				return unitTables{err: errors.New("reading DIE: nesting too deep")}
+			}
+			stack = append(stack, push)
+		}
+	}
+	return u
+}
+
+// mergeUnits joins the units' tables in unit order, so that scope indexes
+// and tie-breaks are those of one sequential pass.
+func mergeUnits(res []unitTables) (*dwarfTable, error) {
+	t := &dwarfTable{}
+	var nLines, nFuncs, nScopes, nFiles, nInlined int
+	for i := range res {
+		if res[i].err != nil {
+			return nil, res[i].err
+		}
+		nLines += len(res[i].lines)
+		nFuncs += len(res[i].funcs)
+		nScopes += len(res[i].scopes)
+		nFiles += len(res[i].files)
+		nInlined += len(res[i].inlined)
+	}
+	t.funcs = make([]scopeRange, 0, nFuncs)
+	t.scopes = make([]dwarfScope, 0, nScopes)
+	t.files = make([]string, 0, nFiles)
+	type seqRef struct {
+		unit int32
+		span [2]int32
+	}
+	var seqs []seqRef
+	var inlined []childOf
+	for i := range res {
+		u := &res[i]
+		base := int32(len(t.scopes))
+		for _, f := range u.funcs {
+			f.scope += base
+			t.funcs = append(t.funcs, f)
+		}
+		for _, c := range u.inlined {
+			c.parent += base
+			c.sr.scope += base
+			inlined = append(inlined, c)
+		}
+		t.scopes = append(t.scopes, u.scopes...)
+		fileBase := uint32(len(t.files))
+		t.files = append(t.files, u.files...)
+		for j := range u.lines {
+			if !u.lines[j].end() {
+				u.lines[j].file += fileBase
+			}
+		}
+		for _, sp := range u.seqs {
+			seqs = append(seqs, seqRef{int32(i), sp})
 		}
 	}
 	for _, c := range inlined {
 		t.scopes[c.parent].children = append(t.scopes[c.parent].children, c.sr)
 	}
 	for i := range t.scopes {
-		ch := t.scopes[i].children
-		sort.Slice(ch, func(a, b int) bool { return ch[a].lo < ch[b].lo })
+		slices.SortFunc(t.scopes[i].children, func(a, b scopeRange) int { return cmp.Compare(a.lo, b.lo) })
 	}
-	sort.SliceStable(t.funcs, func(a, b int) bool { return t.funcs[a].lo < t.funcs[b].lo })
-	sort.SliceStable(t.lines, func(a, b int) bool {
-		x, y := &t.lines[a], &t.lines[b]
-		if x.addr != y.addr {
-			return x.addr < y.addr
+	slices.SortStableFunc(t.funcs, func(a, b scopeRange) int { return cmp.Compare(a.lo, b.lo) })
+
+	// Each sequence is sorted and sequences rarely overlap: order them by
+	// start address and concatenate. Overlapping ones fall back to a
+	// stable sort of every row in reading order.
+	first := func(s seqRef) uint64 { return res[s.unit].lines[s.span[0]].addr }
+	byStart := slices.Clone(seqs)
+	slices.SortStableFunc(byStart, func(a, b seqRef) int { return cmp.Compare(first(a), first(b)) })
+	t.lines = make([]lineRow, 0, nLines)
+	for _, s := range byStart {
+		t.lines = append(t.lines, res[s.unit].lines[s.span[0]:s.span[1]]...)
+	}
+	if !linesOrdered(t.lines) {
+		t.lines = t.lines[:0]
+		for _, s := range seqs {
+			t.lines = append(t.lines, res[s.unit].lines[s.span[0]:s.span[1]]...)
 		}
-		// A sequence ending where the next starts yields to the start.
-		return x.end && !y.end
-	})
-	t.size = int64(len(t.lines))*48 + int64(len(t.funcs)+len(inlined))*24 + int64(len(t.scopes))*64
+		slices.SortStableFunc(t.lines, compareRows)
+	}
+	t.size = int64(len(t.lines))*16 + int64(len(t.funcs)+len(inlined))*24 + int64(len(t.scopes))*64 + int64(len(t.files))*16
 	if len(t.funcs) == 0 && len(t.lines) == 0 {
 		return nil, errors.New("decoding DWARF: no functions and no lines")
 	}
 	return t, nil
 }
 
+// compareRows orders rows by address; a sequence ending where the next
+// starts yields to the start.
+func compareRows(x, y lineRow) int {
+	if c := cmp.Compare(x.addr, y.addr); c != 0 {
+		return c
+	}
+	switch {
+	case x.end() && !y.end():
+		return -1
+	case !x.end() && y.end():
+		return 1
+	}
+	return 0
+}
+
+func linesOrdered(rows []lineRow) bool {
+	for i := 1; i < len(rows); i++ {
+		if compareRows(rows[i-1], rows[i]) > 0 {
+			return false
+		}
+		// Equal rows from different sequences: only the stable sort keeps
+		// their reading order.
+		if rows[i-1].addr == rows[i].addr && rows[i-1].end() == rows[i].end() {
+			return false
+		}
+	}
+	return true
+}
+
 // addLines appends the rows of cu's line table, one per address (the last
 // row at an address wins, as in llvm-symbolizer), and returns the unit's
 // file table for DW_AT_call_file.
-func (t *dwarfTable) addLines(d *dwarf.Data, cu *dwarf.Entry) []*dwarf.LineFile {
+func (u *unitTables) addLines(d *dwarf.Data, cu *dwarf.Entry) []*dwarf.LineFile {
 	lr, err := d.LineReader(cu)
 	if err != nil || lr == nil {
 		return nil
 	}
 	var (
 		le       dwarf.LineEntry
-		seq      []lineRow
-		interned = map[*dwarf.LineFile]string{}
+		seqStart = len(u.lines)
+		interned = map[*dwarf.LineFile]uint32{}
 	)
 	flush := func(endAddr uint64) {
 		// Rows at or past the end address cover nothing.
-		for len(seq) > 0 && seq[len(seq)-1].addr >= endAddr {
-			seq = seq[:len(seq)-1]
+		for len(u.lines) > seqStart && u.lines[len(u.lines)-1].addr >= endAddr {
+			u.lines = u.lines[:len(u.lines)-1]
 		}
 		// Sequences at address 0 are code the linker dropped.
-		if len(seq) > 0 && seq[0].addr != 0 {
-			t.lines = append(t.lines, seq...)
-			t.lines = append(t.lines, lineRow{addr: endAddr, end: true})
+		if len(u.lines) > seqStart && u.lines[seqStart].addr != 0 {
+			u.lines = append(u.lines, lineRow{addr: endAddr, file: endOfSequence})
+			u.seqs = append(u.seqs, [2]int32{int32(seqStart), int32(len(u.lines))})
+		} else {
+			u.lines = u.lines[:seqStart]
 		}
-		seq = seq[:0]
+		seqStart = len(u.lines)
 	}
 	for {
 		if err := lr.Next(&le); err != nil {
@@ -278,40 +632,78 @@ func (t *dwarfTable) addLines(d *dwarf.Data, cu *dwarf.Entry) []*dwarf.LineFile 
 			flush(le.Address)
 			continue
 		}
-		name := ""
+		var file uint32
 		if le.File != nil {
 			var ok bool
-			if name, ok = interned[le.File]; !ok {
-				name = le.File.Name
-				interned[le.File] = name
+			if file, ok = interned[le.File]; !ok {
+				file = uint32(len(u.files))
+				u.files = append(u.files, le.File.Name)
+				interned[le.File] = file
 			}
+		} else {
+			file = u.noFile()
 		}
-		row := lineRow{addr: le.Address, file: name, line: int32(le.Line)}
-		if n := len(seq); n > 0 && seq[n-1].addr == row.addr {
-			seq[n-1] = row
+		row := lineRow{addr: le.Address, file: file, line: int32(le.Line)}
+		if n := len(u.lines); n > seqStart && u.lines[n-1].addr == row.addr {
+			u.lines[n-1] = row
 			continue
 		}
-		if n := len(seq); n > 0 && row.addr < seq[n-1].addr {
+		if n := len(u.lines); n > seqStart && row.addr < u.lines[n-1].addr {
 			// Addresses go backwards only in a corrupt table.
 			break
 		}
-		seq = append(seq, row)
+		if len(u.lines) >= math.MaxInt32-1 {
+			break
+		}
+		u.lines = append(u.lines, row)
 	}
+	// A sequence left open by a corrupt table is dropped.
+	u.lines = u.lines[:seqStart]
 	return lr.Files()
+}
+
+// noFile returns the index of the empty file name, for rows without one.
+func (u *unitTables) noFile() uint32 {
+	for i, f := range u.files {
+		if f == "" {
+			return uint32(i)
+		}
+	}
+	u.files = append(u.files, "")
+	return uint32(len(u.files) - 1)
 }
 
 // lineAt returns the file and line of pc.
 func (t *dwarfTable) lineAt(pc uint64) (string, int32, bool) {
-	i := sort.Search(len(t.lines), func(i int) bool { return t.lines[i].addr > pc }) - 1
-	if i < 0 || t.lines[i].end {
+	// The first row past pc, by hand: this is the hot loop of a batch.
+	lo, hi := 0, len(t.lines)
+	for lo < hi {
+		m := int(uint(lo+hi) >> 1)
+		if t.lines[m].addr > pc {
+			hi = m
+		} else {
+			lo = m + 1
+		}
+	}
+	i := lo - 1
+	if i < 0 || t.lines[i].end() {
 		return "", 0, false
 	}
-	return t.lines[i].file, t.lines[i].line, true
+	return t.files[t.lines[i].file], t.lines[i].line, true
 }
 
 // findRange returns the range in rs (sorted by lo) covering pc.
 func findRange(rs []scopeRange, pc uint64) (int32, bool) {
-	i := sort.Search(len(rs), func(i int) bool { return rs[i].lo > pc }) - 1
+	lo, hi := 0, len(rs)
+	for lo < hi {
+		m := int(uint(lo+hi) >> 1)
+		if rs[m].lo > pc {
+			hi = m
+		} else {
+			lo = m + 1
+		}
+	}
+	i := lo - 1
 	// Ranges rarely overlap; look back a few so an enclosing one is found.
 	for j := i; j >= 0 && j > i-maxNestedLookback; j-- {
 		if pc < rs[j].hi {

@@ -12,11 +12,17 @@ import (
 // non-PIE and PIE text addresses, and the extremes.
 var fuzzAddresses = []uint64{0, 1, 0x1000, 0x1139, 0x401000, 0x401139, 1<<63 - 1, ^uint64(0)}
 
+// maxFuzzInput keeps inputs ELF-sized: larger ones only slow the fuzzer.
+const maxFuzzInput = 1 << 20
+
 // FuzzOpenBinary feeds corrupt ELF files through OpenBinary and every
 // lookup a profile can trigger. Nothing may panic or hang.
 func FuzzOpenBinary(f *testing.F) {
 	dir := f.TempDir()
 	f.Fuzz(func(t *testing.T, data []byte) {
+		if len(data) > maxFuzzInput {
+			return
+		}
 		p := filepath.Join(dir, "bin")
 		if err := os.WriteFile(p, data, 0o600); err != nil {
 			t.Fatal(err)
@@ -46,15 +52,18 @@ func FuzzOpenBinary(f *testing.F) {
 // FuzzDWARF feeds corrupt DWARF through the table builder and lookups.
 func FuzzDWARF(f *testing.F) {
 	f.Fuzz(func(t *testing.T, data []byte) {
+		if len(data) > maxFuzzInput {
+			return
+		}
 		ef, err := elf.NewFile(bytes.NewReader(data))
 		if err != nil {
 			return
 		}
-		d, err := ef.DWARF()
+		src, err := loadDWARFSources(ef)
 		if err != nil {
 			return
 		}
-		tab, err := newDWARFTable(d)
+		tab, err := newDWARFTable(src)
 		if err != nil {
 			return
 		}
@@ -71,10 +80,15 @@ func FuzzDWARF(f *testing.F) {
 // reader.
 func FuzzGopclntab(f *testing.F) {
 	f.Fuzz(func(t *testing.T, data []byte, textStart uint64) {
+		if len(data) > maxFuzzInput {
+			return
+		}
 		tab, err := parseGoPclntab(data, textStart)
 		if err != nil {
 			return
 		}
+		// The inline tree reads its entries through the same bytes.
+		tab.inline = newGoInlineTree(data, textStart, 1, bytes.NewReader(data))
 		for _, a := range append(fuzzAddresses, textStart, textStart+1, textStart+64) {
 			tab.lookup(a)
 			tab.functionRange(a)

@@ -11,6 +11,8 @@ import (
 // goSymbolTable answers lookups from a Go binary's .gopclntab.
 type goSymbolTable struct {
 	table *gosym.Table
+	// inline expands inlined calls; nil when the tree cannot be read.
+	inline *goInlineTree
 }
 
 // goPclntabSection returns the section holding the Go pc/line table. PIE
@@ -43,7 +45,14 @@ func newGoSymbolTable(f *elf.File, symtab []elf.Symbol) (t *goSymbolTable, err e
 	if err != nil {
 		return nil, fmt.Errorf("reading .gopclntab: %w", err)
 	}
-	return parseGoPclntab(data, goTextStart(f, symtab, data))
+	text := goTextStart(f, symtab, data)
+	t, err = parseGoPclntab(data, text)
+	if err != nil {
+		return nil, err
+	}
+	mem := newELFMemory(f)
+	t.inline = newGoInlineTree(data, text, goFuncBase(f, symtab, mem), mem)
+	return t, nil
 }
 
 // parseGoPclntab decodes a .gopclntab whose functions are relative to
@@ -216,13 +225,8 @@ func goTextStartFromRelocations(f *elf.File, pclntab []byte) (uint64, bool) {
 	return 0, false
 }
 
-// lookup returns the frames for pc, leaf first.
-//
-// TODO(symbolization): expand Go's inline tree (FUNCDATA_InlTree and
-// PCDATA_InlTreeIndex) into one frame per inlined call. debug/gosym does not
-// expose it, so for now the single frame carries the physical function's
-// name with the file:line of the innermost inlined position, which is what
-// `go tool addr2line` reports too.
+// lookup returns the frames for pc, leaf first: each inlined call, with
+// the position inside it, then the physical function.
 func (t *goSymbolTable) lookup(pc uint64) (frames []Frame, ok bool) {
 	defer func() {
 		if r := recover(); r != nil {
@@ -234,7 +238,17 @@ func (t *goSymbolTable) lookup(pc uint64) (frames []Frame, ok bool) {
 		return nil, false
 	}
 	// debug/gosym reports an unknown line as -1; Frame uses 0.
-	return []Frame{{Function: fn.Name, File: file, Line: int64(max(line, 0))}}, true
+	leaf := Frame{Function: fn.Name, File: file, Line: int64(max(line, 0))}
+	if t.inline != nil {
+		positionAt := func(pc uint64) (string, int) {
+			file, line, _ := t.table.PCToLine(pc)
+			return file, line
+		}
+		if frames, ok := t.inline.expand(fn, pc, leaf, positionAt); ok {
+			return frames, true
+		}
+	}
+	return []Frame{leaf}, true
 }
 
 // functionRange returns the entry and end of the function containing pc.

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"regexp"
+	"strings"
 	"time"
 
 	"go.opentelemetry.io/collector/component"
@@ -100,8 +101,12 @@ func (c *Config) Validate() error {
 		case !filepath.IsAbs(p.Binary) || filepath.Clean(p.Binary) != p.Binary:
 			errs = append(errs, fmt.Errorf("%s: %q is not a clean absolute path", field("binary"), p.Binary))
 		}
-		if _, err := probesite.ParseSpec(p.Entry); err != nil {
+		entrySpec, err := probesite.ParseSpec(p.Entry)
+		if err != nil {
 			errs = append(errs, fmt.Errorf("%s: %w", field("entry"), err))
+		}
+		if entrySpec.Provider != "" && !strings.HasPrefix(p.Exit, "usdt:") {
+			errs = append(errs, fmt.Errorf("%s: a USDT entry needs a usdt:provider:name exit, not %q", field("exit"), p.exit()))
 		}
 		if p.Exit != "" && p.Exit != exitReturn {
 			spec, err := probesite.ParseSpec(p.Exit)

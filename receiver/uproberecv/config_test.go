@@ -72,3 +72,23 @@ func TestConfigErrorsNameFields(t *testing.T) {
 		t.Errorf("file_match and binary, exit with offset: %v", err)
 	}
 }
+
+// TestConfigUSDT accepts a USDT pair and names the field of a malformed
+// USDT reference or of a USDT entry without a USDT exit.
+func TestConfigUSDT(t *testing.T) {
+	ok := &Config{Probes: []ProbeConfig{{ID: "u", Binary: "/bin/x", Entry: "usdt:prov:begin", Exit: "usdt:prov:end"}}}
+	if err := ok.Validate(); err != nil {
+		t.Errorf("USDT pair: %v", err)
+	}
+	for _, c := range []struct{ entry, exit, want string }{
+		{"usdt:prov", "usdt:prov:end", "probes[0].entry"},
+		{"usdt:prov:begin", "", "probes[0].exit"},
+		{"usdt:prov:begin", "return", "probes[0].exit"},
+		{"usdt:prov:begin", "usdt::end", "probes[0].exit"},
+	} {
+		cfg := &Config{Probes: []ProbeConfig{{ID: "u", Binary: "/bin/x", Entry: c.entry, Exit: c.exit}}}
+		if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("entry %q exit %q: %v, want an error naming %s", c.entry, c.exit, err, c.want)
+		}
+	}
+}

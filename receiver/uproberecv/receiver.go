@@ -156,7 +156,7 @@ func (r *logsReceiver) watchProcesses() {
 		r.eventsRead.Add(1)
 		switch ev.Kind {
 		case procwatch.Exec:
-			r.tracker.exec(int(ev.PID))
+			r.tracker.exec(int(ev.PID), ev.Exe)
 		case procwatch.Exit:
 			r.tracker.exit(int(ev.PID))
 		}
@@ -267,6 +267,7 @@ func (r *logsReceiver) Shutdown(ctx context.Context) error {
 		zap.Int64("processes_scanned", st.scans.Load()),
 		zap.Int64("binaries_evaluated", st.evaluations.Load()),
 		zap.Int64("negative_cache_hits", st.negativeHits.Load()),
+		zap.Int64("execs_answered_from_event", st.quietExecs.Load()),
 		zap.Duration("clock_offset_uncertainty", time.Duration(r.clock.uncertainty.Load())),
 		zap.Duration("clock_offset_max_step", time.Duration(r.clock.maxStep.Load())))
 	r.probes = nil

@@ -17,35 +17,52 @@ type workloadCall struct {
 	tid, ms, depth int64
 	isMain         bool
 	start, end     int64 // CLOCK_MONOTONIC ns
+	// runDelay (ns) and involuntary count the thread's stalls during the
+	// call: run-queue waits and preemptions, which are not probe cost.
+	runDelay, involuntary int64
 }
 
-func parseCalls(t *testing.T, lines []string) (calls []workloadCall, calibration []int64) {
+func parseCalls(t *testing.T, lines []string) (calls []workloadCall, calibration, costs []int64) {
 	for _, l := range lines {
 		switch {
 		case strings.HasPrefix(l, "call "):
-			f := fields(t, l, 6)
-			calls = append(calls, workloadCall{tid: f[0], isMain: f[1] == 1, ms: f[2], depth: f[3], start: f[4], end: f[5]})
+			f := fields(t, l, 8)
+			calls = append(calls, workloadCall{tid: f[0], isMain: f[1] == 1, ms: f[2], depth: f[3], start: f[4], end: f[5],
+				runDelay: f[6], involuntary: f[7]})
 		case strings.HasPrefix(l, "calibration "):
 			calibration = fields(t, l, 3)
+		case strings.HasPrefix(l, "cost "):
+			costs = append(costs, fields(t, l, 1)[0])
 		}
 	}
-	return calls, calibration
+	return calls, calibration, costs
+}
+
+// percentile returns the p-th percentile (0-100) of sorted.
+func percentile(sorted []int64, p int) int64 {
+	return sorted[min(len(sorted)-1, len(sorted)*p/100)]
 }
 
 const calibrationCalls = 300
 
 // calibrateC runs the workload's calibration unprobed and returns its
-// slowest probe_cost call.
+// median probe_cost call: the part of a probed call that is not traps.
 func calibrateC(t *testing.T, bin string) int64 {
 	start, out := tempPaths(t)
 	touch(t, start)
 	testworkload.Start(t, bin, start, out, "0", fmt.Sprint(calibrationCalls))
-	_, c := parseCalls(t, readOutput(t, out, 30*time.Second))
+	_, c, _ := parseCalls(t, readOutput(t, out, 30*time.Second))
 	if len(c) != 3 || c[0] != calibrationCalls {
 		t.Fatalf("calibration line %v", c)
 	}
-	return c[2]
+	return c[1]
 }
+
+// trapCostPercentile is the calibration percentile taken as the probes'
+// trap cost per call: each scoped call is compared with it, so a typical
+// (median) cost would fail calls that merely ran with colder caches, and
+// the maximum is whatever stall the VM had during calibration.
+const trapCostPercentile = 99
 
 // TestCWorkloadScopes checks records against a C workload's own clock: one
 // record per outermost call, none for nested calls, filters applied in BPF,
@@ -58,14 +75,16 @@ func TestCWorkloadScopes(t *testing.T) {
 	probe := func(id, entry string, main bool, min time.Duration) ProbeConfig {
 		return ProbeConfig{ID: id, Binary: bin, Entry: entry, Exit: "return", MainThreadOnly: main, MinDuration: min}
 	}
-	// Every function carries three probes, so calibration measures the same
-	// traps as the scopes; the calibration probes never emit.
+	// Every function carries the same three probes, so calibration (on the
+	// main thread) measures what a short scoped call on the main thread
+	// costs: the traps, and the two records it emits, whose ringbuf wakeup
+	// of the receiver may preempt the workload before it reads its clock.
 	cfg := &Config{Probes: []ProbeConfig{
 		probe("all", "scoped_sleep", false, 0),
 		probe("main", "scoped_sleep", true, 0),
 		probe("long", "scoped_sleep", false, minDuration),
-		probe("cost1", "probe_cost", false, time.Hour),
-		probe("cost2", "probe_cost", false, time.Hour),
+		probe("cost1", "probe_cost", false, 0),
+		probe("cost2", "probe_cost", true, 0),
 		probe("cost3", "probe_cost", false, time.Hour),
 	}}
 	before := openFDs(t)
@@ -84,19 +103,20 @@ func TestCWorkloadScopes(t *testing.T) {
 	}
 	t.Logf("workload probed %s after it started", time.Since(started).Round(time.Millisecond))
 	touch(t, start)
-	calls, cal := parseCalls(t, readOutput(t, out, 60*time.Second))
+	calls, cal, costs := parseCalls(t, readOutput(t, out, 60*time.Second))
 	if err := cmd.Wait(); err != nil {
 		t.Fatalf("workload failed: %v", err)
 	}
-	if len(cal) != 3 {
-		t.Fatalf("no calibration line")
+	if len(cal) != 3 || len(costs) != calibrationCalls {
+		t.Fatalf("calibration line %v, %d costs", cal, len(costs))
 	}
-	// The trap cost of the same probes, measured like the scoped calls run
-	// (right after a sleep, caches cold): the slowest of the calibration
-	// calls, since one scoped call is compared with it, not an average.
-	trapCost := time.Duration(max(cal[2]-baseline, 0))
-	t.Logf("probe trap cost: %s per call at most (median probed call %s, slowest unprobed %s)",
-		trapCost, time.Duration(cal[1]), time.Duration(baseline))
+	// The trap cost of the same probes in the same run, measured like the
+	// scoped calls run (right after a sleep, caches cold): a high
+	// percentile of the calibration calls less the unprobed call.
+	trapCost := time.Duration(max(percentile(costs, trapCostPercentile)-baseline, 0))
+	t.Logf("probe trap cost per call pair: p%d %s (median %s, p90 %s, max %s; unprobed median %s)",
+		trapCostPercentile, trapCost, time.Duration(percentile(costs, 50)), time.Duration(percentile(costs, 90)),
+		time.Duration(costs[len(costs)-1]), time.Duration(baseline))
 
 	// The process exited: its refcount is released and the binary detached.
 	if !waitFor(5*time.Second, func() bool { n, h := r.tracker.attachedCount(key); return n == 0 && h == 0 }) {
@@ -117,10 +137,13 @@ func TestCWorkloadScopes(t *testing.T) {
 		for _, l := range flatten(sink) {
 			got[l.probe] = append(got[l.probe], l)
 		}
-		return len(got["all"]) >= want["all"] && len(got["main"]) >= want["main"]
+		return len(got["all"]) >= want["all"] && len(got["main"]) >= want["main"] && len(got["cost2"]) >= calibrationCalls+2
 	})
-	if len(got["cost1"])+len(got["cost2"])+len(got["cost3"]) != 0 {
-		t.Errorf("calibration probes under min_duration emitted records")
+	// probe_cost runs once per thread, once more before calibration, then
+	// once per calibration call, all but the first on the main thread.
+	if n1, n2, n3 := len(got["cost1"]), len(got["cost2"]), len(got["cost3"]); n1 != calibrationCalls+3 || n2 != calibrationCalls+2 || n3 != 0 {
+		t.Errorf("calibration records: %d, %d main thread only, %d under min_duration; want %d, %d, 0",
+			n1, n2, n3, calibrationCalls+3, calibrationCalls+2)
 	}
 
 	// One record per outermost call, matched by thread and time: the BPF
@@ -229,19 +252,27 @@ func matchCalls(t *testing.T, probe string, logs []scopeLog, calls []workloadCal
 		diff := own - time.Duration(l.durationNs)
 		tol := max(own/100, trapCost)
 		switch {
-		case diff < 0 || diff > 10*tol:
-			t.Errorf("%s: call %+v lasted %s by its own clock, %s by BPF", probe, c, own, time.Duration(l.durationNs))
+		case diff < 0:
+			t.Errorf("%s: call %+v lasted %s by its own clock, longer %s by BPF", probe, c, own, time.Duration(l.durationNs))
+		case diff > tol && time.Duration(c.runDelay) >= diff-tol:
+			// The thread waited on a run queue during the call at least as
+			// long as the excess: a stall the workload itself saw (another
+			// task, or the receiver woken by a record), not probe cost.
+			over = append(over, fmt.Sprintf("%s call differs by %s (preempted %d times, %s on a run queue)",
+				own, diff, c.involuntary, time.Duration(c.runDelay)))
 		case diff > tol:
-			over = append(over, fmt.Sprintf("%s call differs by %s", own, diff))
+			t.Errorf("%s: call %+v lasted %s by its own clock, %s by BPF: %s apart, over max(1%%, trap cost %s), with no stall seen",
+				probe, c, own, time.Duration(l.durationNs), diff, trapCost)
 		}
 		worst = max(worst, diff)
 	}
-	// A vCPU preempted by the host between the workload's clock read and a
-	// trap adds its stall to one call; allow a few such calls, logged.
-	if allowed := max(2, len(calls)/20); len(over) > allowed {
-		t.Errorf("%s: %d calls differ from BPF by more than max(1%%, trap cost %s), at most %d may: %v", probe, len(over), trapCost, allowed, over)
+	// Only calls the scheduler visibly stalled may exceed, and at most 2%
+	// of them (one in 50): a wait inside the scope would not have moved
+	// the clocks apart, so the stall is a necessary cause, not a proof.
+	if allowed := (len(calls) + 49) / 50; len(over) > allowed {
+		t.Errorf("%s: %d stalled calls differ from BPF by more than max(1%%, trap cost %s), at most %d may: %v", probe, len(over), trapCost, allowed, over)
 	} else if len(over) > 0 {
-		t.Logf("%s: %d calls over max(1%%, trap cost %s): %v", probe, len(over), trapCost, over)
+		t.Logf("%s: stalled calls over max(1%%, trap cost %s): %v", probe, trapCost, over)
 	}
 	t.Logf("%s: %d records match %d calls one for one; worst difference %s", probe, len(logs), len(calls), worst)
 	if _, err := os.Stat(bin); err != nil {

@@ -15,8 +15,8 @@ const (
 	goCalls      = 12
 )
 
-// goOutput parses goscope's lines.
-func goOutput(t *testing.T, lines []string) (durations []int64, depths map[int64]int, migrations, slowestCal int64) {
+// goOutput parses goscope's lines; costs come sorted.
+func goOutput(t *testing.T, lines []string) (durations []int64, depths map[int64]int, migrations int64, costs []int64) {
 	depths = map[int64]int{}
 	for _, l := range lines {
 		switch {
@@ -26,11 +26,12 @@ func goOutput(t *testing.T, lines []string) (durations []int64, depths map[int64
 			depths[f[1]]++
 		case strings.HasPrefix(l, "migrations "):
 			migrations = fields(t, l, 1)[0]
-		case strings.HasPrefix(l, "calibration "):
-			slowestCal = fields(t, l, 2)[1]
+		case strings.HasPrefix(l, "cost "):
+			costs = append(costs, fields(t, l, 1)[0])
 		}
 	}
-	return durations, depths, migrations, slowestCal
+	sort.Slice(costs, func(i, j int) bool { return costs[i] < costs[j] })
+	return durations, depths, migrations, costs
 }
 
 // TestGoWorkloadScopes probes a Go function called by many goroutines that
@@ -50,11 +51,17 @@ func TestGoWorkloadScopes(t *testing.T) {
 			start, out := tempPaths(t)
 			touch(t, start)
 			testworkload.Start(t, bin, start, out, "0", "0", "200")
-			_, _, _, baseline := goOutput(t, readOutput(t, out, 30*time.Second))
+			_, _, _, unprobed := goOutput(t, readOutput(t, out, 30*time.Second))
+			if len(unprobed) != 200 {
+				t.Fatalf("%d unprobed calibration calls", len(unprobed))
+			}
+			baseline := percentile(unprobed, 50)
 
 			cfg := &Config{Probes: []ProbeConfig{
 				{ID: "block", FileMatch: "/goscope$", Entry: "main.blockingScope", Exit: "return"},
-				{ID: "cost", FileMatch: "/goscope$", Entry: "main.probeCost", Exit: "return", MinDuration: time.Hour},
+				// Emitting like block does, so calibration pays the same
+				// traps and record wakeups.
+				{ID: "cost", FileMatch: "/goscope$", Entry: "main.probeCost", Exit: "return"},
 			}}
 			r, sink := startReceiver(t, cfg, options{})
 			start, out = tempPaths(t)
@@ -64,7 +71,7 @@ func TestGoWorkloadScopes(t *testing.T) {
 				t.Fatal("Go workload not probed within 1s")
 			}
 			touch(t, start)
-			durations, depths, migrations, slowest := goOutput(t, readOutput(t, out, 60*time.Second))
+			durations, depths, migrations, costs := goOutput(t, readOutput(t, out, 60*time.Second))
 			if err := cmd.Wait(); err != nil {
 				t.Fatalf("Go workload crashed under the probes: %v", err)
 			}
@@ -76,7 +83,12 @@ func TestGoWorkloadScopes(t *testing.T) {
 			if migrations == 0 {
 				t.Errorf("no call migrated between threads: the test proves nothing about goroutine keys")
 			}
-			trapCost := time.Duration(max(slowest-baseline, 0))
+			if len(costs) != 200 {
+				t.Fatalf("%d calibration calls", len(costs))
+			}
+			trapCost := time.Duration(max(percentile(costs, trapCostPercentile)-baseline, 0))
+			t.Logf("trap cost per call pair: p%d %s (median %s, max %s; unprobed median %s)", trapCostPercentile, trapCost,
+				time.Duration(percentile(costs, 50)), time.Duration(costs[len(costs)-1]), time.Duration(baseline))
 
 			var logs []scopeLog
 			waitFor(5*time.Second, func() bool {
@@ -107,18 +119,30 @@ func TestGoWorkloadScopes(t *testing.T) {
 			// is one.
 			sort.Slice(durations, func(i, j int) bool { return durations[i] < durations[j] })
 			sort.Slice(got, func(i, j int) bool { return got[i] < got[j] })
-			// A goroutine's own clock also counts the time it waited for a P
-			// after the function returned, so each call may run long by the
-			// scheduler's latency; the typical (median) call must agree
-			// within max(1%, trap cost), and none may be shorter than BPF saw.
+			// Each sorted pair should agree within max(1%, trap cost): the
+			// BPF scope lies inside the goroutine's own measure. But a
+			// goroutine whose stack check finds a preemption request (GC,
+			// sysmon) waits for a P between its clock read and the entry
+			// probe, and 16 goroutines on 2 Ps wait far more than the single
+			// calibrating one; the workload cannot see either per call, and on
+			// a loaded 2-vCPU VM 5-13% of calls exceed. So: none may be
+			// negative or far off, the median must agree, and the calls over
+			// are logged with their share.
 			diffs := make([]time.Duration, len(got))
+			var over []string
 			for i := range got {
 				own, bpf := time.Duration(durations[i]), time.Duration(got[i])
 				diffs[i] = own - bpf
 				tol := max(own/100, trapCost)
-				if diffs[i] < -tol || diffs[i] > max(own/10, time.Millisecond) {
+				switch {
+				case diffs[i] < 0 || diffs[i] > max(own/10, time.Millisecond):
 					t.Errorf("call of %s by its own clock paired with a record of %s", own, bpf)
+				case diffs[i] > tol:
+					over = append(over, fmt.Sprintf("%s call differs by %s", own, diffs[i]))
 				}
+			}
+			if len(over) > 0 {
+				t.Logf("%d of %d calls over max(1%%, trap cost %s): %v", len(over), len(got), trapCost, over)
 			}
 			sort.Slice(diffs, func(i, j int) bool { return diffs[i] < diffs[j] })
 			median, worst := diffs[len(diffs)/2], diffs[len(diffs)-1]

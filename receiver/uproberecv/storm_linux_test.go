@@ -1,13 +1,23 @@
 package uproberecv
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"os/exec"
+	"strings"
 	"testing"
 	"time"
 
+	"go.opentelemetry.io/collector/consumer/consumertest"
+	"go.opentelemetry.io/collector/receiver/receivertest"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"go.uber.org/zap/zaptest/observer"
+
+	"github.com/bpfcol/bpfcol/internal/testenv"
 	"github.com/bpfcol/bpfcol/internal/testworkload"
+	"github.com/bpfcol/bpfcol/receiver/uproberecv/internal/metadata"
 )
 
 // runStorm spawns bin n times, stormBatch at a time, each living lifeMs, from
@@ -81,4 +91,40 @@ func TestExecStormParsesOnce(t *testing.T) {
 	}) {
 		t.Fatal("no record from the replaced binary")
 	}
+}
+
+// TestMissingSymbolLoggedOncePerBinary spawns a binary without the probe's
+// symbol many times: the miss is logged once, at info level, not per
+// process.
+func TestMissingSymbolLoggedOncePerBinary(t *testing.T) {
+	testenv.RequireBPF(t)
+	bin, _ := stormBinaries(t)
+	cfg := &Config{Probes: []ProbeConfig{{ID: "storm", Binary: bin, Entry: "storm_scope", Exit: "return"}}}
+	core, logs := observer.New(zapcore.DebugLevel)
+	set := receivertest.NewNopSettings(metadata.Type)
+	set.Logger = zap.New(core)
+	r, err := newLogsReceiver(set, cfg, new(consumertest.LogsSink))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Start(t.Context(), componentHost{}); err != nil {
+		t.Fatal(err)
+	}
+	defer r.Shutdown(context.Background())
+	st := &r.tracker.stats
+	const spawns = 50
+	runStorm(t, bin, spawns, 300)
+	if !waitFor(10*time.Second, func() bool { return st.evaluations.Load()+st.negativeHits.Load() >= spawns }) {
+		t.Fatalf("only %d of %d spawns looked at", st.evaluations.Load()+st.negativeHits.Load(), spawns)
+	}
+	var misses []observer.LoggedEntry
+	for _, e := range logs.All() {
+		if e.ContextMap()["path"] == bin && e.Level >= zapcore.InfoLevel && strings.Contains(e.Message, "nothing") {
+			misses = append(misses, e)
+		}
+	}
+	if len(misses) != 1 || misses[0].Level != zapcore.InfoLevel {
+		t.Fatalf("%d spawns logged %d misses, want one at info level: %+v", spawns, len(misses), misses)
+	}
+	t.Logf("logged once: %s %v", misses[0].Message, misses[0].ContextMap())
 }

@@ -13,6 +13,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/bpfcol/bpfcol/internal/bpf/procwatch"
 	"github.com/bpfcol/bpfcol/internal/bpf/scopeprobe"
 	"github.com/bpfcol/bpfcol/internal/negcache"
 	"github.com/bpfcol/bpfcol/internal/probesite"
@@ -75,6 +76,10 @@ type trackerStats struct {
 	evaluations atomic.Int64
 	// negativeHits counts binaries skipped thanks to the negative cache.
 	negativeHits atomic.Int64
+	// quietExecs counts execs answered from the exec event alone: a static
+	// executable known to have nothing to instrument. Each is also a
+	// negative hit.
+	quietExecs atomic.Int64
 	// attached and detached count binaries.
 	attached, detached atomic.Int64
 }
@@ -86,8 +91,15 @@ type tracker struct {
 	probes   []compiledProbe
 	attacher attacher
 	negative *negcache.Cache // nil: every binary is evaluated afresh
-	infos    *processInfos
-	stats    trackerStats
+	// quiet holds statically linked executables the negative cache
+	// answered: such a process maps no other file at exec, so the exec
+	// event's file identity settles it without reading /proc. Keyed by that
+	// identity; nil with negative.
+	quiet *negcache.Cache
+	// onePath: every probe names the same exact path (binary:).
+	onePath bool
+	infos   *processInfos
+	stats   trackerStats
 
 	mu       sync.Mutex
 	closed   bool
@@ -108,6 +120,10 @@ func newTracker(logger *zap.Logger, cfgs []ProbeConfig, a attacher, negative *ne
 		execGen:  map[int]uint64{},
 		timers:   map[*time.Timer]struct{}{},
 	}
+	if negative != nil {
+		t.quiet = negcache.New(negativeTTL, maxNegative)
+	}
+	t.onePath = true
 	for i, c := range cfgs {
 		p := compiledProbe{id: uint32(i), cfg: c}
 		if c.FileMatch != "" {
@@ -116,6 +132,9 @@ func newTracker(logger *zap.Logger, cfgs []ProbeConfig, a attacher, negative *ne
 				return nil, fmt.Errorf("probe %s: compiling file_match: %w", c.ID, err)
 			}
 			p.match = re
+		}
+		if c.FileMatch != "" || c.Binary != cfgs[0].Binary {
+			t.onePath = false
 		}
 		if len(c.PIDs) > 0 {
 			p.pids = map[int]bool{}
@@ -145,10 +164,37 @@ func (t *tracker) scanAll() error {
 	return nil
 }
 
-// exec handles a process that replaced its image: what it held is
-// released, then it is scanned now and, when dynamically linked, again
-// after ld.so had time to map its libraries.
-func (t *tracker) exec(pid int) {
+// scanResult is what one scan of a process found.
+type scanResult struct {
+	// dynamic: ld.so is mapped, so libraries may still come.
+	dynamic bool
+	// matched counts mapped files some probe matched; negative those of
+	// them known to have nothing for it; held those pid now holds.
+	matched, negative, held int
+	// negativeKey is the last file found wanting.
+	negativeKey negcache.Key
+}
+
+// complete reports whether neither a rescan nor another process of exe
+// could find more: every matched file was found wanting, and either no
+// library can come (static), or all probes name the one exact path that
+// is exe itself.
+func (r scanResult) complete(t *tracker, exe negcache.Key) bool {
+	if r.matched == 0 || r.negative != r.matched {
+		return false
+	}
+	return !r.dynamic || (t.onePath && r.matched == 1 && r.negativeKey == exe)
+}
+
+// exeFile converts an exec event's identity into the negative cache's.
+func exeFile(e procwatch.ExeFile) negcache.File {
+	return negcache.File{Key: negcache.Key{Dev: e.Dev, Ino: e.Ino}, Size: e.Size, ModTime: e.ModTime}
+}
+
+// exec handles a process that replaced its image with exe (Ino zero when
+// unknown): what it held is released, then it is scanned now and, when
+// dynamically linked, again after ld.so had time to map its libraries.
+func (t *tracker) exec(pid int, exe procwatch.ExeFile) {
 	if pid == os.Getpid() {
 		return
 	}
@@ -163,7 +209,17 @@ func (t *tracker) exec(pid int) {
 	t.mu.Unlock()
 	t.infos.forget(pid)
 
-	if !t.scan(pid) {
+	if t.quiet != nil && exe.Ino != 0 && t.quiet.Contains(exeFile(exe)) {
+		t.stats.quietExecs.Add(1)
+		t.stats.negativeHits.Add(1)
+		return
+	}
+	res := t.scan(pid)
+	complete := res.complete(t, exeFile(exe).Key)
+	if t.quiet != nil && exe.Ino != 0 && complete {
+		t.quiet.Add(exeFile(exe))
+	}
+	if !res.dynamic || complete {
 		return
 	}
 	for _, d := range rescanDelays {
@@ -219,11 +275,10 @@ func (t *tracker) detachLocked(b *attachedBinary) {
 }
 
 // scan reads the process's mappings and attaches to every matching binary.
-// It reports whether the process is dynamically linked, so worth a rescan.
-func (t *tracker) scan(pid int) (dynamic bool) {
+func (t *tracker) scan(pid int) (res scanResult) {
 	maps, err := process.ReadMappings(pid)
 	if err != nil {
-		return false // gone, or a kernel thread
+		return res // gone, or a kernel thread
 	}
 	t.stats.scans.Add(1)
 	seen := map[negcache.Key]bool{}
@@ -234,7 +289,7 @@ func (t *tracker) scan(pid int) (dynamic bool) {
 			continue
 		}
 		if strings.Contains(m.Path, "/ld-") {
-			dynamic = true
+			res.dynamic = true
 		}
 		key := negcache.Key{Dev: m.Dev, Ino: m.Inode}
 		if seen[key] {
@@ -250,23 +305,35 @@ func (t *tracker) scan(pid int) (dynamic bool) {
 		if len(matched) == 0 {
 			continue
 		}
-		if t.binary(pid, m, key, matched) && !infoRead {
+		res.matched++
+		held, negative := t.binary(pid, m, key, matched)
+		if negative {
+			res.negative++
+			res.negativeKey = key
+		}
+		if !held {
+			continue
+		}
+		res.held++
+		if !infoRead {
 			// Records of short-lived processes are read after they exit:
 			// remember who they were now.
 			t.infos.refresh(pid)
 			infoRead = true
 		}
 	}
-	return dynamic
+	return res
 }
 
 // binary makes sure the matched probes are attached to the binary behind
-// m, and that pid holds it. It reports whether pid now holds the binary.
-func (t *tracker) binary(pid int, m *process.Mapping, key negcache.Key, matched []*compiledProbe) bool {
+// m, and that pid holds it. It reports whether pid now holds the binary,
+// and whether the binary is known to have nothing for the matched probes
+// (from the negative cache or from reading it just now).
+func (t *tracker) binary(pid int, m *process.Mapping, key negcache.Key, matched []*compiledProbe) (held, negative bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.closed {
-		return false
+		return false, false
 	}
 	b := t.binaries[key]
 	if b != nil {
@@ -280,29 +347,31 @@ func (t *tracker) binary(pid int, m *process.Mapping, key negcache.Key, matched 
 			t.attachLocked(pid, m, b, missing)
 		}
 		t.holdLocked(pid, b)
-		return true
+		return true, false
 	}
 
 	file, statErr := statMapping(pid, m)
 	if statErr == nil && t.negative != nil && t.negative.Contains(file) {
 		t.stats.negativeHits.Add(1)
-		return false
+		return false, true
 	}
 	if len(t.binaries) >= maxBinaries {
 		t.logger.Warn("not attaching: too many binaries attached", zap.String("path", m.Path), zap.Int("limit", maxBinaries))
-		return false
+		return false, false
 	}
 	b = &attachedBinary{key: key, path: m.Path, evaluated: map[uint32]bool{}, holders: map[int]struct{}{}}
-	if !t.attachLocked(pid, m, b, matched) {
-		if statErr == nil && t.negative != nil {
+	if attached, conclusive := t.attachLocked(pid, m, b, matched); !attached {
+		// Only a binary actually read and found wanting is cached: one
+		// whose process exited before it could be opened may be fine.
+		if conclusive && statErr == nil && t.negative != nil {
 			t.negative.Add(file)
 		}
-		return false
+		return false, conclusive
 	}
 	t.binaries[key] = b
 	t.stats.attached.Add(1)
 	t.holdLocked(pid, b)
-	return true
+	return true, false
 }
 
 func (t *tracker) holdLocked(pid int, b *attachedBinary) {
@@ -317,21 +386,22 @@ func (t *tracker) holdLocked(pid int, b *attachedBinary) {
 
 // attachLocked opens the binary through the process (so container paths
 // resolve), plans the probes and attaches their sites. It reports whether
-// the binary now has any uprobe of ours.
-func (t *tracker) attachLocked(pid int, m *process.Mapping, b *attachedBinary, probes []*compiledProbe) bool {
+// the binary now has any uprobe of ours, and whether that verdict comes from
+// reading the binary (not from a failure to open it or to attach).
+func (t *tracker) attachLocked(pid int, m *process.Mapping, b *attachedBinary, probes []*compiledProbe) (attached, conclusive bool) {
 	for _, p := range probes {
 		b.evaluated[p.id] = true
 	}
 	f, err := process.OpenMapping(pid, m)
 	if err != nil {
 		t.logger.Debug("opening binary", zap.String("path", m.Path), zap.Int("pid", pid), zap.Error(err))
-		return len(b.attachments) > 0
+		return len(b.attachments) > 0, false
 	}
 	t.stats.evaluations.Add(1)
 	bin, err := probesite.Open(f)
 	if err != nil {
 		t.logger.Info("binary has nothing to instrument: not ELF", zap.String("path", m.Path), zap.Error(err))
-		return len(b.attachments) > 0
+		return len(b.attachments) > 0, true
 	}
 	defer bin.Close()
 	var sites []scopeprobe.Site
@@ -351,22 +421,21 @@ func (t *tracker) attachLocked(pid int, m *process.Mapping, b *attachedBinary, p
 		}
 		sites = append(sites, plan.Sites...)
 		attachedIDs = append(attachedIDs, p.cfg.ID)
-		for _, n := range plan.Notes {
-			t.logger.Debug("probe placement", zap.String("probe", p.cfg.ID), zap.String("path", m.Path), zap.String("note", n))
-		}
+		// Once per binary and probe: a binary is planned once per probe.
+		t.logger.Info("probe placement", zap.String("probe", p.cfg.ID), zap.String("path", m.Path), zap.Strings("choices", plan.Notes))
 	}
 	if len(sites) == 0 {
-		return len(b.attachments) > 0
+		return len(b.attachments) > 0, true
 	}
 	a, err := t.attacher.Attach(attachPath(pid, m), sites)
 	if err != nil {
 		t.logger.Warn("attaching uprobes", zap.String("path", m.Path), zap.Strings("probes", attachedIDs), zap.Error(err))
-		return len(b.attachments) > 0
+		return len(b.attachments) > 0, false
 	}
 	b.attachments = append(b.attachments, a)
 	t.logger.Info("attached uprobes", zap.String("path", m.Path), zap.Strings("probes", attachedIDs),
 		zap.Int("uprobes", a.Links()), zap.Bool("go", bin.IsGo()), zap.Int("pid", pid))
-	return true
+	return true, true
 }
 
 // attachPath names the mapped file in a way the kernel resolves to the same

@@ -14,9 +14,14 @@ import (
 )
 
 type proceventsProcEvent struct {
-	_    structs.HostLayout
-	Pid  uint32
-	Kind uint32
+	_            structs.HostLayout
+	Pid          uint32
+	Kind         uint32
+	ExeDev       uint64
+	ExeIno       uint64
+	ExeSize      int64
+	ExeMtimeSec  int64
+	ExeMtimeNsec uint64
 }
 
 // Names of all BPF objects in the ELF.

@@ -1,5 +1,7 @@
 package procwatch
 
+import "time"
+
 // Kind is what happened to a process.
 type Kind uint32
 
@@ -17,6 +19,17 @@ type Event struct {
 	PID uint32
 	// Kind says what happened.
 	Kind Kind
+	// Exe is the file an Exec event's process now runs, as the kernel saw
+	// it at exec; its Ino is zero when unknown (and always for Exit).
+	Exe ExeFile
+}
+
+// ExeFile identifies an executed file the way stat(2) would.
+type ExeFile struct {
+	// Dev is the device in stat's st_dev encoding.
+	Dev, Ino uint64
+	Size     int64
+	ModTime  time.Time
 }
 
 // Counters are the BPF side's own counts since load.

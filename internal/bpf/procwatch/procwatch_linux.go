@@ -4,11 +4,13 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"time"
 	"unsafe"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
 	"github.com/cilium/ebpf/ringbuf"
+	"golang.org/x/sys/unix"
 )
 
 const eventSize = int(unsafe.Sizeof(proceventsProcEvent{}))
@@ -70,6 +72,16 @@ func (w *Watcher) Read(dst *Event) error {
 	}
 	ev := (*proceventsProcEvent)(unsafe.Pointer(&raw[0]))
 	dst.PID, dst.Kind = ev.Pid, Kind(ev.Kind)
+	dst.Exe = ExeFile{}
+	if ev.ExeIno != 0 {
+		// The kernel's internal dev_t is major << 20 | minor.
+		dst.Exe = ExeFile{
+			Dev:     unix.Mkdev(uint32(ev.ExeDev>>20), uint32(ev.ExeDev&(1<<20-1))),
+			Ino:     ev.ExeIno,
+			Size:    ev.ExeSize,
+			ModTime: time.Unix(ev.ExeMtimeSec, int64(ev.ExeMtimeNsec)),
+		}
+	}
 	return nil
 }
 

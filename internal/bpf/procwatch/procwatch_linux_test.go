@@ -1,7 +1,9 @@
 package procwatch
 
 import (
+	"os"
 	"os/exec"
+	"syscall"
 	"testing"
 	"time"
 
@@ -18,6 +20,10 @@ func TestExecAndExitOfChild(t *testing.T) {
 	defer w.Close()
 	cmd := exec.Command("/bin/true")
 	if err := cmd.Run(); err != nil {
+		t.Fatal(err)
+	}
+	exe, err := os.Stat(cmd.Path)
+	if err != nil {
 		t.Fatal(err)
 	}
 	pid := uint32(cmd.Process.Pid)
@@ -43,6 +49,7 @@ func TestExecAndExitOfChild(t *testing.T) {
 					t.Fatal("exit reported before exec")
 				}
 				sawExec = true
+				checkExeFile(t, ev.Exe, exe)
 			case Exit:
 				sawExit = true
 			}
@@ -56,5 +63,15 @@ func TestExecAndExitOfChild(t *testing.T) {
 	}
 	if c.Events < 2 || c.LostRingbuf != 0 {
 		t.Fatalf("counters %+v", c)
+	}
+}
+
+// checkExeFile compares an exec event's file identity with stat(2).
+func checkExeFile(t *testing.T, got ExeFile, fi os.FileInfo) {
+	t.Helper()
+	st := fi.Sys().(*syscall.Stat_t)
+	want := ExeFile{Dev: st.Dev, Ino: st.Ino, Size: st.Size, ModTime: time.Unix(st.Mtim.Sec, st.Mtim.Nsec)}
+	if got.Dev != want.Dev || got.Ino != want.Ino || got.Size != want.Size || !got.ModTime.Equal(want.ModTime) {
+		t.Errorf("exec event file %+v, stat says %+v", got, want)
 	}
 }

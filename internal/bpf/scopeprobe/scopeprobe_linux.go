@@ -5,11 +5,14 @@ import (
 	"fmt"
 	"math/bits"
 	"os"
+	"strings"
 	"sync"
 	"time"
 	"unsafe"
 
 	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/asm"
+	"github.com/cilium/ebpf/features"
 	"github.com/cilium/ebpf/link"
 	"github.com/cilium/ebpf/ringbuf"
 )
@@ -60,17 +63,14 @@ type Probes struct {
 	record ringbuf.Record
 	raw    uprobeScopeRecord
 
+	// entryMulti and exitMulti are the scope programs loaded for
+	// uprobe_multi links; nil when the kernel has none or Options say so.
+	entryMulti, exitMulti *ebpf.Program
+
 	mu          sync.Mutex
 	attachments map[*Attachment]struct{}
 	closed      bool
 	percpu      []uint64
-}
-
-// productionObjects leaves out the benchmark-only fill_records program.
-type productionObjects struct {
-	uprobeMaps
-	ScopeEntry *ebpf.Program `ebpf:"scope_entry"`
-	ScopeExit  *ebpf.Program `ebpf:"scope_exit"`
 }
 
 // New checks support, then loads the programs and fills the settings map.
@@ -100,16 +100,8 @@ func New(opts Options) (_ *Probes, err error) {
 			p.Close()
 		}
 	}()
-	if opts.LoadFiller {
-		err = spec.LoadAndAssign(&p.objs, nil)
-	} else {
-		var prod productionObjects
-		err = spec.LoadAndAssign(&prod, nil)
-		p.objs.uprobeMaps = prod.uprobeMaps
-		p.objs.ScopeEntry, p.objs.ScopeExit = prod.ScopeEntry, prod.ScopeExit
-	}
-	if err != nil {
-		return nil, fmt.Errorf("loading scope probes: %w", explainPermission(err))
+	if err := p.load(spec, opts); err != nil {
+		return nil, err
 	}
 	if err := p.writeSettings(opts.Settings); err != nil {
 		return nil, err
@@ -119,6 +111,53 @@ func New(opts Options) (_ *Probes, err error) {
 	}
 	return p, nil
 }
+
+// load loads the maps and programs into p: the fill program only when
+// asked, the scope programs once more for uprobe_multi links when the kernel
+// has them, and empty programs in their place for floor benchmarks.
+func (p *Probes) load(spec *ebpf.CollectionSpec, opts Options) error {
+	if !opts.LoadFiller {
+		delete(spec.Programs, uprobeProgFillRecords)
+	}
+	if opts.EmptyPrograms {
+		for _, name := range []string{uprobeProgScopeEntry, uprobeProgScopeExit} {
+			spec.Programs[name].Instructions = asm.Instructions{asm.Mov.Imm(asm.R0, 0), asm.Return()}
+		}
+	}
+	multi := !opts.PerfEventUprobes && features.HaveBPFLinkUprobeMulti() == nil
+	if multi {
+		for _, name := range []string{uprobeProgScopeEntry, uprobeProgScopeExit} {
+			ps := spec.Programs[name].Copy()
+			ps.Name += "_m"
+			ps.AttachType = ebpf.AttachTraceUprobeMulti
+			spec.Programs[name+multiSuffix] = ps
+		}
+	}
+	coll, err := ebpf.NewCollection(spec)
+	if err != nil {
+		return fmt.Errorf("loading scope probes: %w", explainPermission(err))
+	}
+	// Close releases whatever was not detached below.
+	defer coll.Close()
+	o := &p.objs
+	for name, dst := range map[string]**ebpf.Map{
+		uprobeMapCounters: &o.Counters, uprobeMapPidFilter: &o.PidFilter, uprobeMapRecords: &o.Records,
+		uprobeMapScopes: &o.Scopes, uprobeMapSettings: &o.Settings,
+	} {
+		*dst = coll.DetachMap(name)
+	}
+	for name, dst := range map[string]**ebpf.Program{
+		uprobeProgScopeEntry: &o.ScopeEntry, uprobeProgScopeExit: &o.ScopeExit, uprobeProgFillRecords: &o.FillRecords,
+		uprobeProgScopeEntry + multiSuffix: &p.entryMulti, uprobeProgScopeExit + multiSuffix: &p.exitMulti,
+	} {
+		*dst = coll.DetachProgram(name)
+	}
+	return nil
+}
+
+// multiSuffix names the copies of the scope programs loaded for
+// uprobe_multi links, which need their own expected attach type.
+const multiSuffix = "_multi"
 
 func ringSize(bytes int) uint32 {
 	if bytes <= 0 {
@@ -162,32 +201,60 @@ func (p *Probes) writeSettings(settings []Setting) error {
 type Attachment struct {
 	probes *Probes
 	links  []link.Link
+	sites  int
+	multi  bool
 }
 
 // Attach puts every site on the binary at path. Any path naming the file
 // works, /proc/PID/map_files/... included: the kernel attaches to the
 // inode, so every process mapping the file is probed. Either all sites are
 // attached or none.
+//
+// With uprobe_multi (kernel 6.6+) all sites of a kind go into one link, one
+// syscall for the lot; otherwise each site is its own perf-event uprobe.
 func (p *Probes) Attach(path string, sites []Site) (_ *Attachment, err error) {
 	exe, err := link.OpenExecutable(path)
 	if err != nil {
 		return nil, fmt.Errorf("opening %s for uprobes: %w", path, err)
 	}
-	a := &Attachment{probes: p}
+	a := &Attachment{probes: p, sites: len(sites), multi: p.entryMulti != nil}
 	defer func() {
 		if err != nil {
 			a.closeLinks()
 		}
 	}()
+	if a.multi {
+		err = p.attachMulti(a, exe, path, sites)
+	} else {
+		err = p.attachEach(a, exe, path, sites)
+	}
+	if err != nil {
+		return nil, err
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return nil, ErrClosed
+	}
+	p.attachments[a] = struct{}{}
+	return a, nil
+}
+
+func cookieOf(s Site) uint64 {
+	cookie := uint64(s.ProbeID)
+	if s.ScopeByGoroutine {
+		cookie |= cookieScopeByG
+	}
+	return cookie
+}
+
+func (p *Probes) attachEach(a *Attachment, exe *link.Executable, path string, sites []Site) error {
 	for _, s := range sites {
-		cookie := uint64(s.ProbeID)
-		if s.ScopeByGoroutine {
-			cookie |= cookieScopeByG
-		}
 		// Address bypasses cilium's own symbol lookup; Offset 0 keeps the
 		// address as the exact file offset.
-		opts := &link.UprobeOptions{Address: s.Offset, Cookie: cookie}
+		opts := &link.UprobeOptions{Address: s.Offset, Cookie: cookieOf(s), RefCtrOffset: s.RefCtrOffset}
 		var l link.Link
+		var err error
 		switch s.Kind {
 		case Entry:
 			l, err = exe.Uprobe(s.Symbol, p.objs.ScopeEntry, opts)
@@ -199,21 +266,70 @@ func (p *Probes) Attach(path string, sites []Site) (_ *Attachment, err error) {
 			err = fmt.Errorf("unknown site kind %d", s.Kind)
 		}
 		if err != nil {
-			return nil, fmt.Errorf("attaching %s %s at file offset %#x of %s: %w", s.Kind, s.Symbol, s.Offset, path, explainPermission(err))
+			return fmt.Errorf("attaching %s %s at file offset %#x of %s: %w", s.Kind, s.Symbol, s.Offset, path, explainPermission(err))
 		}
 		a.links = append(a.links, l)
 	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.closed {
-		return nil, ErrClosed
-	}
-	p.attachments[a] = struct{}{}
-	return a, nil
+	return nil
 }
 
-// Links is how many uprobes the attachment holds.
-func (a *Attachment) Links() int { return len(a.links) }
+func (p *Probes) attachMulti(a *Attachment, exe *link.Executable, path string, sites []Site) error {
+	var byKind [ReturnProbe + 1]link.UprobeMultiOptions
+	var names [ReturnProbe + 1][]string
+	semaphores := false
+	for _, s := range sites {
+		if s.Kind < Entry || s.Kind > ReturnProbe {
+			return fmt.Errorf("attaching %s of %s: unknown site kind %d", s.Symbol, path, s.Kind)
+		}
+		o := &byKind[s.Kind]
+		o.Addresses = append(o.Addresses, s.Offset)
+		o.Cookies = append(o.Cookies, cookieOf(s))
+		o.RefCtrOffsets = append(o.RefCtrOffsets, s.RefCtrOffset)
+		semaphores = semaphores || s.RefCtrOffset != 0
+		names[s.Kind] = append(names[s.Kind], s.Symbol)
+	}
+	for kind := range byKind {
+		o := &byKind[kind]
+		if len(o.Addresses) == 0 {
+			continue
+		}
+		if !semaphores {
+			o.RefCtrOffsets = nil
+		}
+		var l link.Link
+		var err error
+		switch SiteKind(kind) {
+		case Entry:
+			l, err = exe.UprobeMulti(nil, p.entryMulti, o)
+		case Exit:
+			l, err = exe.UprobeMulti(nil, p.exitMulti, o)
+		case ReturnProbe:
+			l, err = exe.UretprobeMulti(nil, p.exitMulti, o)
+		}
+		if err != nil {
+			return fmt.Errorf("attaching %d %s uprobes (%s) to %s with uprobe_multi: %w",
+				len(o.Addresses), SiteKind(kind), summarize(names[kind]), path, explainPermission(err))
+		}
+		a.links = append(a.links, l)
+	}
+	return nil
+}
+
+// summarize names the first few sites of a failed batch.
+func summarize(names []string) string {
+	const shown = 3
+	if len(names) <= shown {
+		return strings.Join(names, ", ")
+	}
+	return fmt.Sprintf("%s and %d more", strings.Join(names[:shown], ", "), len(names)-shown)
+}
+
+// Links is how many uprobes the attachment holds (sites, not links: a
+// uprobe_multi link holds many).
+func (a *Attachment) Links() int { return a.sites }
+
+// Multi reports whether the sites went into uprobe_multi links.
+func (a *Attachment) Multi() bool { return a.multi }
 
 // Close detaches every uprobe of the attachment. It is safe to call more
 // than once.
@@ -317,11 +433,14 @@ func (p *Probes) Fill(count, probeID uint32) error {
 	return nil
 }
 
-// ProgramIDs returns the kernel ids of the entry and exit programs, so tests
-// can look for links left behind.
+// ProgramIDs returns the kernel ids of the entry and exit programs (their
+// uprobe_multi copies included), so tests can look for links left behind.
 func (p *Probes) ProgramIDs() ([]ebpf.ProgramID, error) {
 	var ids []ebpf.ProgramID
-	for _, prog := range []*ebpf.Program{p.objs.ScopeEntry, p.objs.ScopeExit} {
+	for _, prog := range []*ebpf.Program{p.objs.ScopeEntry, p.objs.ScopeExit, p.entryMulti, p.exitMulti} {
+		if prog == nil {
+			continue
+		}
 		info, err := prog.Info()
 		if err != nil {
 			return nil, fmt.Errorf("reading program info: %w", err)
@@ -348,6 +467,6 @@ func (p *Probes) Close() error {
 	if p.reader != nil {
 		errs = append(errs, p.reader.Close())
 	}
-	errs = append(errs, p.objs.Close())
+	errs = append(errs, p.objs.Close(), p.entryMulti.Close(), p.exitMulti.Close())
 	return errors.Join(errs...)
 }

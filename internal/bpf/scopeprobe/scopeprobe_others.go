@@ -55,5 +55,8 @@ func (*Probes) Close() error { return nil }
 // Links is zero.
 func (*Attachment) Links() int { return 0 }
 
+// Multi reports whether the sites went into uprobe_multi links.
+func (*Attachment) Multi() bool { return false }
+
 // Close does nothing.
 func (*Attachment) Close() error { return nil }

@@ -44,8 +44,13 @@ func (k SiteKind) String() string {
 type Site struct {
 	Kind SiteKind
 	// Offset is the probed instruction's file offset in the binary (for a
-	// ReturnProbe, the function's first instruction).
+	// ReturnProbe, an instruction reached with the return address still on
+	// top of the stack: the function's first one, or the emulated one the
+	// entry was moved to).
 	Offset uint64
+	// RefCtrOffset is the file offset of a USDT semaphore the kernel
+	// increments while the uprobe is attached; zero for none.
+	RefCtrOffset uint64
 	// Symbol names the site in errors and logs, such as "main.work+0x4".
 	Symbol string
 	// ProbeID is the index of the probe's Setting.
@@ -100,4 +105,11 @@ type Options struct {
 	RingBufferBytes int
 	// LoadFiller also loads the program behind Fill, for benchmarks.
 	LoadFiller bool
+	// PerfEventUprobes attaches one perf-event uprobe per site even when the
+	// kernel has uprobe_multi links (6.6+), which are used otherwise.
+	PerfEventUprobes bool
+	// EmptyPrograms loads programs that do nothing in place of the scope
+	// programs, so benchmarks can measure the kernel's own cost of the same
+	// sites (the floor under the scope programs).
+	EmptyPrograms bool
 }

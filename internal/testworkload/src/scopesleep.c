@@ -8,16 +8,23 @@
 // It waits for START_FILE to exist (the test creates it once the probes are
 // attached), then runs ROUNDS rounds of every (sleep ms, depth) pair on both
 // threads and writes one line per outermost call to OUT_FILE:
-//   call TID IS_MAIN MS DEPTH START_NS END_NS
+//   call TID IS_MAIN MS DEPTH START_NS END_NS RUN_DELAY_NS INVOLUNTARY
+// RUN_DELAY_NS and INVOLUNTARY are how long the thread waited on a run queue
+// and how often it was preempted during the call (from schedstat and
+// getrusage, read outside the timed window): stalls that are not the
+// probes' cost.
 // Each thread first calls probe_cost once, so the one-time setup of uprobes
 // in a process and thread (the kernel's XOL area, per-thread state) is not
 // charged to the first measured call. With CALIBRATION_CALLS it then times
 // that many calls of probe_cost, each right after a 1 ms sleep like the
-// scoped calls, and writes "calibration CALLS MEDIAN_NS MAX_NS".
+// scoped calls, writes "cost NS" for each, then
+// "calibration CALLS MEDIAN_NS MAX_NS".
 #define _GNU_SOURCE
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <time.h>
@@ -36,6 +43,28 @@ static unsigned long long now_ns(void) {
 	struct timespec ts;
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	return (unsigned long long)ts.tv_sec * 1000000000ULL + ts.tv_nsec;
+}
+
+// run_delay returns the calling thread's total run-queue wait in ns.
+static unsigned long long run_delay(void) {
+	char buf[128];
+	unsigned long long on_cpu = 0, delay = 0;
+	int fd = open("/proc/thread-self/schedstat", O_RDONLY);
+	if (fd < 0)
+		return 0;
+	ssize_t n = read(fd, buf, sizeof(buf) - 1);
+	close(fd);
+	if (n <= 0)
+		return 0;
+	buf[n] = 0;
+	sscanf(buf, "%llu %llu", &on_cpu, &delay);
+	return delay;
+}
+
+static long involuntary(void) {
+	struct rusage ru;
+	getrusage(RUSAGE_THREAD, &ru);
+	return ru.ru_nivcsw;
 }
 
 // scoped_sleep sleeps ms, then recurses depth more times: each nested call
@@ -58,11 +87,15 @@ static void run(int is_main) {
 	for (int r = 0; r < rounds; r++) {
 		for (unsigned i = 0; i < sizeof(sleeps_ms) / sizeof(sleeps_ms[0]); i++) {
 			for (unsigned d = 0; d < sizeof(depths) / sizeof(depths[0]); d++) {
+				unsigned long long delay0 = run_delay();
+				long inv0 = involuntary();
 				unsigned long long start = now_ns();
 				scoped_sleep(sleeps_ms[i], depths[d]);
 				unsigned long long end = now_ns();
+				long inv = involuntary() - inv0;
+				unsigned long long delay = run_delay() - delay0;
 				pthread_mutex_lock(&out_lock);
-				fprintf(out, "call %d %d %d %d %llu %llu\n", tid, is_main, sleeps_ms[i], depths[d], start, end);
+				fprintf(out, "call %d %d %d %d %llu %llu %llu %ld\n", tid, is_main, sleeps_ms[i], depths[d], start, end, delay, inv);
 				pthread_mutex_unlock(&out_lock);
 			}
 		}
@@ -112,6 +145,8 @@ int main(int argc, char **argv) {
 			cost[i] = now_ns() - start;
 		}
 		qsort(cost, calls, sizeof(*cost), cmp_u64);
+		for (int i = 0; i < calls; i++)
+			fprintf(out, "cost %llu\n", cost[i]);
 		fprintf(out, "calibration %d %llu %llu\n", calls, cost[calls / 2], cost[calls - 1]);
 		free(cost);
 	}

@@ -13,8 +13,8 @@
 //
 // and "migrations N": how many calls ended on another thread than they
 // started on. With CALIBRATION_CALLS it then times that many calls of
-// main.probeCost, each after a 1 ms sleep, and writes
-// "calibration CALLS MAX_NS".
+// main.probeCost, each after a 1 ms sleep, and writes "cost NS" for each,
+// then "calibration CALLS MAX_NS".
 package main
 
 import (
@@ -101,11 +101,16 @@ func main() {
 	if len(os.Args) == 6 {
 		n, _ := strconv.Atoi(os.Args[5])
 		var slowest time.Duration
+		costs := make([]time.Duration, n)
 		for i := range n {
 			time.Sleep(time.Millisecond)
 			start := time.Now()
 			sink.Add(uint64(probeCost(i)))
-			slowest = max(slowest, time.Since(start))
+			costs[i] = time.Since(start)
+			slowest = max(slowest, costs[i])
+		}
+		for _, c := range costs {
+			fmt.Fprintf(w, "cost %d\n", c.Nanoseconds())
 		}
 		fmt.Fprintf(w, "calibration %d %d\n", n, slowest.Nanoseconds())
 	}

@@ -1,0 +1,266 @@
+package probesite
+
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"os/exec"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/bpfcol/bpfcol/internal/bpf/scopeprobe"
+	"github.com/bpfcol/bpfcol/internal/testenv"
+	"github.com/bpfcol/bpfcol/internal/testworkload"
+)
+
+// benchCalls is how many calls the harness times per measurement: enough
+// for a stable mean, few enough that single-stepped rows (~30 µs a call)
+// finish in about a second.
+const benchCalls = 40000
+
+// fastprobe builds the harness.
+func fastprobe(t testing.TB) string {
+	t.Helper()
+	return testworkload.BuildC(t, "fastprobe.c", harnessFlags...)
+}
+
+// harnessRun is what the harness printed about one run.
+type harnessRun struct {
+	nsPerCall  float64
+	semaphores [2]uint64
+}
+
+// parseHarness finds the harness's result line in out.
+func parseHarness(out []byte) (harnessRun, error) {
+	sc := bufio.NewScanner(bytes.NewReader(out))
+	for sc.Scan() {
+		f := strings.Fields(sc.Text())
+		if len(f) >= 7 && f[0] == "calls" && f[2] == "ns_per_call" && f[4] == "semaphore" {
+			var r harnessRun
+			var err error
+			if r.nsPerCall, err = strconv.ParseFloat(f[3], 64); err != nil {
+				return r, err
+			}
+			r.semaphores[0], _ = strconv.ParseUint(f[5], 10, 64)
+			r.semaphores[1], _ = strconv.ParseUint(f[6], 10, 64)
+			return r, nil
+		}
+	}
+	return harnessRun{}, fmt.Errorf("no result line in harness output:\n%s", out)
+}
+
+// runHarness runs the harness on fn and returns what it measured.
+func runHarness(t testing.TB, bin, fn string, calls int) harnessRun {
+	t.Helper()
+	out, err := exec.Command(bin, fn, strconv.Itoa(calls)).CombinedOutput()
+	if err != nil {
+		t.Fatalf("running %s %s: %v\n%s", bin, fn, err, out)
+	}
+	r, err := parseHarness(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+// loadProbes loads scope programs, or empty ones for the kernel floor,
+// with settings that never emit a record (min_duration 1h): the benchmark
+// measures the probes, not the ringbuf.
+func loadProbes(t testing.TB, empty bool) *scopeprobe.Probes {
+	t.Helper()
+	p, err := scopeprobe.New(scopeprobe.Options{
+		Settings:      []scopeprobe.Setting{{MinDuration: time.Hour}},
+		EmptyPrograms: empty,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Close() })
+	return p
+}
+
+// measureWith attaches sites with p, runs the harness on fn and detaches.
+func measureWith(t testing.TB, p *scopeprobe.Probes, bin, fn string, sites []scopeprobe.Site) float64 {
+	t.Helper()
+	a, err := p.Attach(bin, sites)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	return runHarness(t, bin, fn, benchCalls).nsPerCall
+}
+
+// instructionSite finds the n-th instruction of fn whose objdump text
+// starts with mnemonic and returns its file offset.
+func instructionSite(t testing.TB, b *Binary, bin, fn, mnemonic string) uint64 {
+	t.Helper()
+	f, err := b.Lookup(Spec{Name: fn})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, in := range objdumpFunction(t, bin, f) {
+		if strings.HasPrefix(in.text, mnemonic) {
+			off, err := b.FileOffset(in.addr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return off
+		}
+	}
+	t.Fatalf("objdump shows no %q in %s", mnemonic, fn)
+	return 0
+}
+
+// BenchmarkTrapCost measures what one uprobe hit costs on this machine by
+// the instruction it replaces, with an empty BPF program: the facts the
+// placement rules rest on. Each row is the harness's ns per call with one
+// probe minus the same without.
+func BenchmarkTrapCost(b *testing.B) {
+	testenv.RequireBPF(b)
+	bin := fastprobe(b)
+	bf := open(b, bin)
+	empty := loadProbes(b, true)
+	rows := []struct{ name, fn, mnemonic string }{
+		{"endbr64", "f_endbr", "endbr64"},
+		{"push", "f_push", "push"},
+		{"mov", "f_push", "mov"},
+		{"lea", "f_lea", "lea"},
+		{"nop5", "f_nop5", "nopl"},
+		{"nop1", "f_nop_ret", "nop"},
+		{"pop", "f_push", "pop"},
+		{"ret", "f_push", "ret"},
+	}
+	for _, row := range rows {
+		b.Run(row.name, func(b *testing.B) {
+			off := instructionSite(b, bf, bin, row.fn, row.mnemonic)
+			var base, hit float64
+			for i := 0; i < b.N; i++ {
+				base += runHarness(b, bin, row.fn, benchCalls).nsPerCall
+				hit += measureWith(b, empty, bin, row.fn, []scopeprobe.Site{{Kind: scopeprobe.Entry, Offset: off, Symbol: row.fn}})
+			}
+			b.ReportMetric((hit-base)/float64(b.N), "ns/hit")
+		})
+	}
+	b.Run("uretprobe", func(b *testing.B) {
+		// A uretprobe on an emulated push: its cost minus the push's own
+		// is the return trampoline's.
+		off := instructionSite(b, bf, bin, "f_push", "push")
+		var base, hit float64
+		for i := 0; i < b.N; i++ {
+			base += measureWith(b, empty, bin, "f_push", []scopeprobe.Site{{Kind: scopeprobe.Entry, Offset: off, Symbol: "f_push"}})
+			hit += measureWith(b, empty, bin, "f_push", []scopeprobe.Site{{Kind: scopeprobe.ReturnProbe, Offset: off, Symbol: "f_push"}})
+		}
+		b.ReportMetric((hit-base)/float64(b.N), "ns/return")
+	})
+}
+
+// pairSites are the sites of one benchmark row pair.
+type pairSites struct{ placed, naive []scopeprobe.Site }
+
+// benchPairs places the scope pair of each harness row as bpfcol does, and
+// naively: an entry uprobe on the first instruction and a uretprobe.
+func benchPairs(t testing.TB, b *Binary, fn string) pairSites {
+	t.Helper()
+	var ps pairSites
+	naiveFn := fn
+	var plan Plan
+	var err error
+	if fn == "usdt" {
+		naiveFn = "usdt_pair"
+		plan, err = b.PlanProbe(0, "usdt:bpfcol:begin", "usdt:bpfcol:end")
+	} else {
+		plan, err = b.PlanProbe(0, fn, ExitReturn)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	ps.placed = plan.Sites
+	f, err := b.Lookup(Spec{Name: naiveFn})
+	if err != nil {
+		t.Fatal(err)
+	}
+	start, err := b.FileOffset(f.Start)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ps.naive = []scopeprobe.Site{
+		{Kind: scopeprobe.Entry, Offset: start, Symbol: naiveFn},
+		{Kind: scopeprobe.ReturnProbe, Offset: start, Symbol: naiveFn},
+	}
+	return ps
+}
+
+// bpftraceScript is the equivalent of the scope pair in bpftrace: time
+// each call into a histogram, keyed by thread.
+func bpftraceScript(bin, fn string) string {
+	if fn == "usdt" {
+		return fmt.Sprintf("usdt:%[1]s:bpfcol:begin { @s[tid] = nsecs; } "+
+			"usdt:%[1]s:bpfcol:end /@s[tid]/ { @d = hist(nsecs - @s[tid]); delete(@s[tid]); }", bin)
+	}
+	return fmt.Sprintf("uprobe:%[1]s:%[2]s { @s[tid] = nsecs; } "+
+		"uretprobe:%[1]s:%[2]s /@s[tid]/ { @d = hist(nsecs - @s[tid]); delete(@s[tid]); }", bin, fn)
+}
+
+// runBpftrace runs the harness as bpftrace's child (bpftrace attaches
+// before letting it run) and returns the harness's own ns per call.
+func runBpftrace(t testing.TB, bpftrace, bin, fn string) float64 {
+	t.Helper()
+	cmd := exec.Command(bpftrace, "-e", bpftraceScript(bin, fn), "-c", fmt.Sprintf("%s %s %d", bin, fn, benchCalls))
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("bpftrace: %v\n%s", err, out)
+	}
+	r, err := parseHarness(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r.nsPerCall
+}
+
+// BenchmarkProbePairCost reports, per harness function (named by its first
+// instruction) and for the USDT pair, the harness's ns per call with:
+// no probe; empty programs on the placed sites (the kernel floor for those
+// traps); bpfcol's scope pair as placed; the same pair on the naive entry
+// and a uretprobe; and bpftrace's uprobe+uretprobe timing script. Ratios:
+// placed/floor (goal <= 1.2) and bpftrace/placed (goal >= 5 on endbr64).
+func BenchmarkProbePairCost(b *testing.B) {
+	testenv.RequireBPF(b)
+	bin := fastprobe(b)
+	bf := open(b, bin)
+	scope := loadProbes(b, false)
+	empty := loadProbes(b, true)
+	bpftrace, bpftraceErr := exec.LookPath("bpftrace")
+	for _, row := range []struct{ name, fn string }{
+		{"endbr64", "f_endbr"}, {"push", "f_push"}, {"lea", "f_lea"}, {"nop5", "f_nop5"}, {"usdt", "usdt"},
+	} {
+		b.Run(row.name, func(b *testing.B) {
+			ps := benchPairs(b, bf, row.fn)
+			var none, floor, placed, naive, bt float64
+			for i := 0; i < b.N; i++ {
+				none += runHarness(b, bin, row.fn, benchCalls).nsPerCall
+				floor += measureWith(b, empty, bin, row.fn, ps.placed)
+				placed += measureWith(b, scope, bin, row.fn, ps.placed)
+				naive += measureWith(b, scope, bin, row.fn, ps.naive)
+				if bpftraceErr == nil {
+					bt += runBpftrace(b, bpftrace, bin, row.fn)
+				}
+			}
+			n := float64(b.N)
+			b.ReportMetric(none/n, "none-ns/call")
+			b.ReportMetric(floor/n, "floor-ns/call")
+			b.ReportMetric(placed/n, "placed-ns/call")
+			b.ReportMetric(naive/n, "naive-ns/call")
+			b.ReportMetric(placed/floor, "placed/floor")
+			b.ReportMetric(naive/placed, "naive/placed")
+			if bpftraceErr == nil {
+				b.ReportMetric(bt/n, "bpftrace-ns/call")
+				b.ReportMetric(bt/placed, "bpftrace/placed")
+			}
+		})
+	}
+	if bpftraceErr != nil {
+		b.Logf("bpftrace rows skipped: %v", bpftraceErr)
+	}
+}

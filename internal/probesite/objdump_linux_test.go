@@ -1,0 +1,39 @@
+package probesite
+
+import (
+	"os/exec"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+// disassembled is one instruction as objdump prints it.
+type disassembled struct {
+	addr uint64
+	text string // mnemonic and operands
+}
+
+// objdumpFunction disassembles fn with objdump, the ground truth for
+// instruction boundaries and mnemonics.
+func objdumpFunction(t testing.TB, bin string, fn Function) []disassembled {
+	t.Helper()
+	out, err := exec.Command("objdump", "-d", "--no-show-raw-insn", "-w",
+		"--start-address="+strconv.FormatUint(fn.Start, 10),
+		"--stop-address="+strconv.FormatUint(fn.End, 10), bin).Output()
+	if err != nil {
+		t.Skipf("objdump: %v", err)
+	}
+	var insts []disassembled
+	for _, line := range strings.Split(string(out), "\n") {
+		addr, rest, ok := strings.Cut(strings.TrimSpace(line), ":")
+		if !ok {
+			continue
+		}
+		a, err := strconv.ParseUint(addr, 16, 64)
+		if err != nil {
+			continue
+		}
+		insts = append(insts, disassembled{addr: a, text: strings.TrimSpace(rest)})
+	}
+	return insts
+}
