@@ -10,6 +10,7 @@ import (
 
 	"go.opentelemetry.io/collector/component"
 
+	"github.com/bpfcol/bpfcol/internal/errormode"
 	"github.com/bpfcol/bpfcol/internal/probesite"
 )
 
@@ -27,6 +28,9 @@ const maxProbes = 256
 type Config struct {
 	// Probes are the functions to time.
 	Probes []ProbeConfig `mapstructure:"probes"`
+	// ErrorMode decides whether a receiver that cannot start (no BPF on
+	// this node) stops the collector (propagate) or is left out (ignore).
+	ErrorMode errormode.Mode `mapstructure:"error_mode"`
 
 	// prevent unkeyed literal initialization
 	_ struct{}
@@ -62,12 +66,15 @@ type ProbeConfig struct {
 var _ component.Config = (*Config)(nil)
 
 func createDefaultConfig() component.Config {
-	return &Config{}
+	return &Config{ErrorMode: errormode.Propagate}
 }
 
 // Validate checks every field and names the one that is wrong.
 func (c *Config) Validate() error {
 	var errs []error
+	if err := c.ErrorMode.Validate(); err != nil {
+		errs = append(errs, err)
+	}
 	if len(c.Probes) == 0 {
 		errs = append(errs, errors.New("probes: at least one probe is required"))
 	}

@@ -55,8 +55,9 @@ type logsReceiver struct {
 	clock   ktimeClock
 	infos   *processInfos
 
-	wg   sync.WaitGroup
-	stop chan struct{}
+	wg        sync.WaitGroup
+	stop      chan struct{}
+	telemetry *metadata.TelemetryBuilder
 
 	// Counts since start, logged at shutdown.
 	read        atomic.Int64
@@ -81,8 +82,13 @@ func newLogsReceiver(set receiver.Settings, cfg *Config, next consumer.Logs) (*l
 
 // Start loads the scope probes and the process watcher, scans /proc and
 // attaches to every matching binary. It fails with the name of whatever is
-// missing: a capability, BTF or a kernel feature.
-func (r *logsReceiver) Start(_ context.Context, _ component.Host) (err error) {
+// missing: a capability, BTF or a kernel feature; under error_mode ignore it
+// logs that and leaves the receiver inactive.
+func (r *logsReceiver) Start(ctx context.Context, host component.Host) error {
+	return r.cfg.ErrorMode.OnStartError(r.set.Logger, r.start(ctx, host))
+}
+
+func (r *logsReceiver) start(_ context.Context, _ component.Host) (err error) {
 	r.startedAt = time.Now()
 	if len(r.cfg.Probes) == 0 {
 		r.set.Logger.Warn("uprobe receiver has no probes: nothing to do")
@@ -132,6 +138,9 @@ func (r *logsReceiver) Start(_ context.Context, _ component.Host) (err error) {
 	go r.refreshClock()
 	if err := r.tracker.scanAll(); err != nil {
 		return fmt.Errorf("starting uprobe receiver: %w", err)
+	}
+	if err := r.registerTelemetry(); err != nil {
+		r.set.Logger.Warn("self-metrics unavailable", zap.Error(err))
 	}
 	r.set.Logger.Info("uprobe receiver started",
 		zap.Strings("probes", ids),
@@ -236,6 +245,9 @@ func (r *logsReceiver) flush(b *logBuilder) {
 func (r *logsReceiver) Shutdown(ctx context.Context) error {
 	if r.probes == nil {
 		return nil
+	}
+	if r.telemetry != nil {
+		r.telemetry.Shutdown()
 	}
 	var errs []error
 	if r.watcher != nil {

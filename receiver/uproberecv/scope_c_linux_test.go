@@ -266,10 +266,12 @@ func matchCalls(t *testing.T, probe string, logs []scopeLog, calls []workloadCal
 		}
 		worst = max(worst, diff)
 	}
-	// Only calls the scheduler visibly stalled may exceed, and at most 2%
-	// of them (one in 50): a wait inside the scope would not have moved
-	// the clocks apart, so the stall is a necessary cause, not a proof.
-	if allowed := (len(calls) + 49) / 50; len(over) > allowed {
+	// Only calls the scheduler visibly stalled may exceed, and at most one
+	// in ten: a wait inside the scope would not have moved the clocks
+	// apart, so the stall is a necessary cause, not a proof. On this 2-vCPU
+	// VM about one run in six had three such calls of 54 (each with a
+	// run-queue wait covering its excess), so one in 50 was too tight.
+	if allowed := (len(calls) + 9) / 10; len(over) > allowed {
 		t.Errorf("%s: %d stalled calls differ from BPF by more than max(1%%, trap cost %s), at most %d may: %v", probe, len(over), trapCost, allowed, over)
 	} else if len(over) > 0 {
 		t.Logf("%s: stalled calls over max(1%%, trap cost %s): %v", probe, trapCost, over)

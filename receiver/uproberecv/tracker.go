@@ -490,3 +490,20 @@ func (t *tracker) attachedCount(key negcache.Key) (binaries, holders int) {
 	}
 	return len(t.binaries), holders
 }
+
+// attachedTotals returns how many binaries have uprobes, and how many
+// uprobes there are in all.
+func (t *tracker) attachedTotals() (binaries, uprobes int) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for _, b := range t.binaries {
+		if len(b.attachments) == 0 {
+			continue
+		}
+		binaries++
+		for _, a := range b.attachments {
+			uprobes += a.Links()
+		}
+	}
+	return binaries, uprobes
+}

@@ -14,7 +14,7 @@ import (
 
 // uprobeConfig times the C workload's scoped_sleep and sends the records
 // to an OTLP/gRPC logs endpoint.
-func uprobeConfig(bin, endpoint string) string {
+func uprobeConfig(bin, endpoint string, metricsPort int) string {
 	return fmt.Sprintf(`
 receivers:
   uprobe:
@@ -32,12 +32,18 @@ exporters:
 service:
   telemetry:
     metrics:
-      level: none
+      level: detailed
+      readers:
+        - pull:
+            exporter:
+              prometheus:
+                host: 127.0.0.1
+                port: %d
   pipelines:
     logs:
       receivers: [uprobe]
       exporters: [otlp_grpc]
-`, bin, endpoint)
+`, bin, endpoint, metricsPort)
 }
 
 // TestCollectorExportsScopeRecords runs bin/bpfcol with the uprobe receiver
@@ -47,7 +53,9 @@ func TestCollectorExportsScopeRecords(t *testing.T) {
 	testenv.RequireBPF(t)
 	bin := testworkload.BuildC(t, "scopesleep.c", "-O2", "-fno-omit-frame-pointer", "-pthread")
 	server := startLogsServer(t)
-	col := startCollector(t, uprobeConfig(bin, server.addr))
+	port := freePort(t)
+	metricsURL := fmt.Sprintf("http://127.0.0.1:%d/metrics", port)
+	col := startCollector(t, uprobeConfig(bin, server.addr, port))
 	// Wait for the receiver to be up before the workload starts its calls.
 	deadline := time.Now().Add(30 * time.Second)
 	for !strings.Contains(col.output.String(), "uprobe receiver started") {
@@ -68,6 +76,18 @@ func TestCollectorExportsScopeRecords(t *testing.T) {
 			t.Fatalf("workload never probed\n%s", col.output)
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+	// While the workload runs its binary has uprobes, and the receiver's
+	// self-metrics say so.
+	series, err := scrape(t, metricsURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v, _ := metricValue(series, `otelcol_uprobe_uprobes_attached`); v < 2 {
+		t.Errorf("uprobe_uprobes_attached = %v while the workload is probed", v)
+	}
+	if v, _ := metricValue(series, `otelcol_uprobe_binaries_attached`); v < 1 {
+		t.Errorf("uprobe_binaries_attached = %v while the workload is probed", v)
 	}
 	if err := os.WriteFile(start, nil, 0o644); err != nil {
 		t.Fatal(err)
@@ -115,4 +135,21 @@ func TestCollectorExportsScopeRecords(t *testing.T) {
 		t.Fatalf("%d records for %d outermost calls", got, calls)
 	}
 	t.Logf("%d records for %d outermost calls arrived over OTLP", got, calls)
+
+	series, err = scrape(t, metricsURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v, _ := metricValue(series, `otelcol_uprobe_records_emitted(_total)?`); v < float64(calls) {
+		t.Errorf("uprobe_records_emitted = %v, want at least %d", v, calls)
+	}
+	if v, ok := metricValue(series, `otelcol_uprobe_records_lost(_total)?`, `reason="ringbuf_full"`); !ok || v != 0 {
+		t.Errorf("uprobe_records_lost{ringbuf_full} = %v (present %v), want 0", v, ok)
+	}
+	if _, ok := metricValue(series, `otelcol_uprobe_ringbuf_drops(_total)?`, `ringbuf="process_events"`); !ok {
+		t.Error("uprobe_ringbuf_drops{process_events} missing")
+	}
+	if v, _ := metricValue(series, `otelcol_uprobe_binaries_evaluated(_total)?`); v < 1 {
+		t.Errorf("uprobe_binaries_evaluated = %v", v)
+	}
 }

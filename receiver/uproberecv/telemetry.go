@@ -1,0 +1,71 @@
+package uproberecv
+
+import (
+	"context"
+	"errors"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+
+	"github.com/bpfcol/bpfcol/receiver/uproberecv/internal/metadata"
+)
+
+// registerTelemetry publishes the receiver's counters as the self-metrics
+// declared in metadata.yaml, read when the collector's metrics reader asks.
+func (r *logsReceiver) registerTelemetry() error {
+	tb, err := metadata.NewTelemetryBuilder(r.set.TelemetrySettings)
+	if err != nil {
+		return err
+	}
+	r.telemetry = tb
+	observe := func(o metric.Int64Observer, v int64, key, value string) {
+		o.Observe(v, metric.WithAttributes(attribute.String(key, value)))
+	}
+	return errors.Join(
+		tb.RegisterUprobeBinariesAttachedCallback(func(_ context.Context, o metric.Int64Observer) error {
+			binaries, _ := r.tracker.attachedTotals()
+			o.Observe(int64(binaries))
+			return nil
+		}),
+		tb.RegisterUprobeUprobesAttachedCallback(func(_ context.Context, o metric.Int64Observer) error {
+			_, uprobes := r.tracker.attachedTotals()
+			o.Observe(int64(uprobes))
+			return nil
+		}),
+		tb.RegisterUprobeBinariesEvaluatedCallback(func(_ context.Context, o metric.Int64Observer) error {
+			o.Observe(r.tracker.stats.evaluations.Load())
+			return nil
+		}),
+		tb.RegisterUprobeNegativeCacheHitsCallback(func(_ context.Context, o metric.Int64Observer) error {
+			o.Observe(r.tracker.stats.negativeHits.Load())
+			return nil
+		}),
+		tb.RegisterUprobeRecordsEmittedCallback(func(_ context.Context, o metric.Int64Observer) error {
+			o.Observe(r.exported.Load())
+			return nil
+		}),
+		tb.RegisterUprobeRecordsLostCallback(func(_ context.Context, o metric.Int64Observer) error {
+			c, err := r.probes.Counters()
+			if err != nil {
+				return err
+			}
+			observe(o, int64(c.LostRingbuf), "reason", "ringbuf_full")
+			observe(o, int64(c.ScopeFull), "reason", "scope_table_full")
+			observe(o, r.refused.Load(), "reason", "export_refused")
+			return nil
+		}),
+		tb.RegisterUprobeRingbufDropsCallback(func(_ context.Context, o metric.Int64Observer) error {
+			c, err := r.probes.Counters()
+			if err != nil {
+				return err
+			}
+			w, err := r.watcher.Counters()
+			if err != nil {
+				return err
+			}
+			observe(o, int64(c.LostRingbuf), "ringbuf", "scope_records")
+			observe(o, int64(w.LostRingbuf), "ringbuf", "process_events")
+			return nil
+		}),
+	)
+}
