@@ -1,61 +1,25 @@
 package profiler
 
 import (
-	"errors"
-	"fmt"
-	"strings"
-
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/asm"
-	"github.com/cilium/ebpf/btf"
-	"github.com/cilium/ebpf/features"
 
 	"github.com/bpfcol/bpfcol/internal/bpf/capability"
+	"github.com/bpfcol/bpfcol/internal/bpf/support"
 )
 
 // CheckSupport reports, by name, the first capability or kernel feature the
 // sampler needs and does not have.
 func CheckSupport() error {
-	missing, err := capability.Missing(capability.BPF, capability.Perfmon)
-	if err != nil {
-		return err
-	}
-	if len(missing) > 0 {
-		names := make([]string, len(missing))
-		for i, c := range missing {
-			names[i] = c.String()
-		}
-		return fmt.Errorf("missing capability %s (run as root or grant it)", strings.Join(names, ", "))
-	}
-	if _, err := btf.LoadKernelSpec(); err != nil {
-		return fmt.Errorf("kernel BTF (/sys/kernel/btf/vmlinux, CONFIG_DEBUG_INFO_BTF) is not available: %w", err)
-	}
-	checks := []struct {
-		name string
-		err  func() error
-	}{
-		{"perf_event BPF programs", func() error { return features.HaveProgramType(ebpf.PerfEvent) }},
-		{"BPF ringbuf maps (kernel 5.8)", func() error { return features.HaveMapType(ebpf.RingBuf) }},
-		{"helper bpf_get_stack", func() error { return features.HaveProgramHelper(ebpf.PerfEvent, asm.FnGetStack) }},
-		{"helper bpf_get_current_task_btf (kernel 5.11)", func() error { return features.HaveProgramHelper(ebpf.PerfEvent, asm.FnGetCurrentTaskBtf) }},
-		{"helper bpf_task_pt_regs (kernel 5.15)", func() error { return features.HaveProgramHelper(ebpf.PerfEvent, asm.FnTaskPtRegs) }},
-	}
-	for _, c := range checks {
-		if err := c.err(); err != nil {
-			if errors.Is(err, ebpf.ErrNotSupported) {
-				return fmt.Errorf("kernel feature missing: %s: %w", c.name, err)
-			}
-			return fmt.Errorf("probing kernel feature %s: %w", c.name, err)
-		}
-	}
-	return nil
+	return support.Check(
+		support.Capabilities("loading needs CAP_BPF, system-wide perf events CAP_PERFMON", capability.BPF, capability.Perfmon),
+		support.KernelBTF,
+		support.ProgramType("perf_event BPF programs", ebpf.PerfEvent),
+		support.MapType("BPF ringbuf maps (kernel 5.8)", ebpf.RingBuf),
+		support.Helper("helper bpf_get_stack", ebpf.PerfEvent, asm.FnGetStack),
+		support.Helper("helper bpf_get_current_task_btf (kernel 5.11)", ebpf.PerfEvent, asm.FnGetCurrentTaskBtf),
+		support.Helper("helper bpf_task_pt_regs (kernel 5.15)", ebpf.PerfEvent, asm.FnTaskPtRegs),
+	)
 }
 
-// explainPermission names the likely cause of EPERM/EACCES from bpf() or
-// perf_event_open().
-func explainPermission(err error) error {
-	if errors.Is(err, unixEPERM) || errors.Is(err, unixEACCES) {
-		return fmt.Errorf("%w (needs CAP_BPF and CAP_PERFMON, or root; check kernel.perf_event_paranoid and kernel.unprivileged_bpf_disabled)", err)
-	}
-	return err
-}
+var explainPermission = support.ExplainPermission

@@ -1,8 +1,0 @@
-package profiler
-
-import "golang.org/x/sys/unix"
-
-const (
-	unixEPERM  = unix.EPERM
-	unixEACCES = unix.EACCES
-)
