@@ -1,0 +1,57 @@
+package aggregate
+
+import (
+	"os"
+	"testing"
+	"time"
+
+	"github.com/bpfcol/bpfcol/internal/bpf/profiler"
+)
+
+// TestAggregateCountsAndBounds adds samples of a few stacks and checks the
+// counts, the per-interval bound on distinct stacks, and that Flush starts
+// a new interval.
+func TestAggregateCountsAndBounds(t *testing.T) {
+	reads := 0
+	a := New(Config{
+		MaxStacks:     2,
+		MaxTimestamps: 3,
+		ProcessInfo: func(pid int) (*Process, error) {
+			reads++
+			return &Process{PID: pid, ExePath: "/proc/self/exe"}, nil
+		},
+	})
+	sample := func(tid uint32, user ...uint64) *profiler.Sample {
+		return &profiler.Sample{PID: uint32(os.Getpid()), TID: tid, Comm: "t", KtimeNs: 1, User: user}
+	}
+	a.Add(sample(1, 0x10, 0x20))
+	a.Add(sample(1, 0x10, 0x20))
+	a.Add(sample(2, 0x10, 0x20)) // another thread: another stack
+	a.Add(sample(1, 0x30))       // a third stack: over MaxStacks
+	a.Add(sample(1, 0x10, 0x20))
+
+	b := a.Flush(time.Now())
+	if len(b.Stacks) != 2 {
+		t.Fatalf("%d stacks, want 2", len(b.Stacks))
+	}
+	if b.Stacks[0].Count != 3 || b.Stacks[1].Count != 1 {
+		t.Fatalf("counts %d, %d; want 3, 1", b.Stacks[0].Count, b.Stacks[1].Count)
+	}
+	if b.Stats.Samples != 5 || b.Stats.DroppedStacksFull != 1 {
+		t.Fatalf("stats %+v", b.Stats)
+	}
+	if n := len(b.Stacks[0].Timestamps) + len(b.Stacks[1].Timestamps); n != 3 {
+		t.Fatalf("%d timestamps kept, want MaxTimestamps=3", n)
+	}
+	if f := b.Stacks[0].User; len(f) != 2 || f[0].Return || !f[1].Return {
+		t.Fatalf("leaf must be a PC and callers return addresses: %+v", f)
+	}
+	if reads != 1 {
+		t.Fatalf("process read %d times in one interval, want 1", reads)
+	}
+
+	a.Add(sample(1, 0x30))
+	if b := a.Flush(time.Now()); len(b.Stacks) != 1 || b.Stats.Samples != 1 || b.Stats.DroppedStacksFull != 0 {
+		t.Fatalf("second interval: %d stacks, stats %+v", len(b.Stacks), b.Stats)
+	}
+}
