@@ -92,15 +92,16 @@ func (r *profilesReceiver) start(_ context.Context, _ component.Host) error {
 	if err != nil {
 		return fmt.Errorf("starting ebpfprof receiver: %w", err)
 	}
-	r.sampler = sampler
-	r.binaries = symbolize.NewBinaryCache(maxBinaries)
 	// Kernel frames are named in BPF; without CAP_PERFMON (or on an old
 	// kernel) the symbolizer falls back to /proc/kallsyms and logs why once.
-	r.kernelSyms, err = kernelsym.New(kernelsym.Options{Logger: r.set.Logger})
+	kernelSyms, err := kernelsym.New(kernelsym.Options{Logger: r.set.Logger})
 	if err != nil {
 		sampler.Close()
 		return fmt.Errorf("starting kernel symbolizer: %w", err)
 	}
+	// From here on Shutdown owns what Start created.
+	r.sampler, r.kernelSyms = sampler, kernelSyms
+	r.binaries = symbolize.NewBinaryCache(maxBinaries)
 	if r.symbolizer, err = symbolize.NewSymbolizer(r.cfg.Symbolizer.symbolizeConfig()); err != nil {
 		r.set.Logger.Warn("user frames named from the mapped binaries only", zap.Error(err))
 	}
