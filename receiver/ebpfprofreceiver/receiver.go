@@ -27,6 +27,11 @@ const (
 	// sampleQueueSize bounds the samples between the ringbuf drain and the
 	// aggregator; when it is full the drain drops and counts, never waits.
 	sampleQueueSize = 8192
+	// maxDrainBatch bounds the samples handed over at once.
+	maxDrainBatch = 256
+	// drainInterval is how often the ringbuf is drained when it is less
+	// than half full; it bounds the delay before a sample is aggregated.
+	drainInterval = 100 * time.Millisecond
 	// batchQueueSize bounds the intervals waiting for symbolization and
 	// export; when it is full an interval is dropped and counted.
 	batchQueueSize = 2
@@ -49,7 +54,7 @@ type profilesReceiver struct {
 	telemetry  *metadata.TelemetryBuilder
 	wg         sync.WaitGroup
 
-	samples    chan *profiler.Sample
+	samples    chan []*profiler.Sample
 	batches    chan *aggregate.Batch
 	samplePool sync.Pool
 
@@ -108,7 +113,7 @@ func (r *profilesReceiver) start(_ context.Context, _ component.Host) error {
 	if err := r.registerTelemetry(); err != nil {
 		r.set.Logger.Warn("self-metrics unavailable", zap.Error(err))
 	}
-	r.samples = make(chan *profiler.Sample, sampleQueueSize)
+	r.samples = make(chan []*profiler.Sample, sampleQueueSize/maxDrainBatch)
 	r.batches = make(chan *aggregate.Batch, batchQueueSize)
 
 	agg := aggregate.New(aggregate.Config{Binaries: r.binaries})
@@ -126,29 +131,51 @@ func (r *profilesReceiver) start(_ context.Context, _ component.Host) error {
 	return nil
 }
 
-// drain moves samples from the ringbuf to the aggregator. It never blocks
-// on the aggregator: when the queue is full the sample is counted and
-// dropped.
+// drain moves samples from the ringbuf to the aggregator, in batches every
+// drainInterval (sooner when the ringbuf is half full): one wakeup per
+// batch instead of one per sample. It never blocks on the aggregator: when
+// the queue is full the batch is counted and dropped.
 func (r *profilesReceiver) drain() {
 	defer r.wg.Done()
 	defer close(r.samples)
+	batch := make([]*profiler.Sample, 0, maxDrainBatch)
+	handOver := func() {
+		if len(batch) == 0 {
+			return
+		}
+		select {
+		case r.samples <- batch:
+		default:
+			r.droppedQueue.Add(int64(len(batch)))
+			for _, s := range batch {
+				r.samplePool.Put(s)
+			}
+		}
+		batch = make([]*profiler.Sample, 0, maxDrainBatch)
+	}
+	r.sampler.SetDeadline(time.Now().Add(drainInterval))
 	for {
 		s := r.samplePool.Get().(*profiler.Sample)
-		if err := r.sampler.Read(s); err != nil {
+		err := r.sampler.Read(s)
+		switch {
+		case err == nil:
+			if r.firstSample.CompareAndSwap(false, true) {
+				r.set.Logger.Info("first sample received", zap.Duration("since_start", time.Since(r.startedAt)))
+			}
+			r.read.Add(1)
+			if batch = append(batch, s); len(batch) == maxDrainBatch {
+				handOver()
+			}
+		case errors.Is(err, profiler.ErrDeadline):
+			r.samplePool.Put(s)
+			handOver()
+			r.sampler.SetDeadline(time.Now().Add(drainInterval))
+		default:
 			if !errors.Is(err, profiler.ErrClosed) {
 				r.set.Logger.Error("reading samples stopped", zap.Error(err))
 			}
+			handOver()
 			return
-		}
-		if r.firstSample.CompareAndSwap(false, true) {
-			r.set.Logger.Info("first sample received", zap.Duration("since_start", time.Since(r.startedAt)))
-		}
-		r.read.Add(1)
-		select {
-		case r.samples <- s:
-		default:
-			r.droppedQueue.Add(1)
-			r.samplePool.Put(s)
 		}
 	}
 }
@@ -174,13 +201,15 @@ func (r *profilesReceiver) aggregate(agg *aggregate.Aggregator) {
 	}
 	for {
 		select {
-		case s, ok := <-r.samples:
+		case batch, ok := <-r.samples:
 			if !ok {
 				handOver(agg.Flush(time.Now()))
 				return
 			}
-			agg.Add(s)
-			r.samplePool.Put(s)
+			for _, s := range batch {
+				agg.Add(s)
+				r.samplePool.Put(s)
+			}
 		case now := <-ticker.C:
 			handOver(agg.Flush(now))
 		}

@@ -26,11 +26,18 @@ const (
 	maxBatchRecords = 4096
 	// flushInterval bounds how long a record waits for its batch to fill.
 	flushInterval = 200 * time.Millisecond
+	// pollInterval bounds how long a record waits in the ringbuf: records
+	// wake the reader only in bulk (wakeupBytes), so it also reads on a timer.
+	pollInterval = 50 * time.Millisecond
 	// clockRefreshInterval is how often the ktime to Unix offset is measured.
 	clockRefreshInterval = 10 * time.Second
 	// ringBufferBytes holds about 50k records: a quarter second at the
 	// throughput goal, enough to ride out a slow consumer.
 	ringBufferBytes = 4 << 20
+	// wakeupBytes is the ringbuf fill at which a record wakes the reader
+	// before its poll: an eighth leaves room for a poll interval at the
+	// throughput goal.
+	wakeupBytes = ringBufferBytes / 8
 )
 
 // options are knobs tests and benchmarks turn; users do not.
@@ -111,6 +118,7 @@ func (r *logsReceiver) start(_ context.Context, _ component.Host) (err error) {
 	r.probes, err = scopeprobe.New(scopeprobe.Options{
 		Settings:        settings,
 		RingBufferBytes: ringBufferBytes,
+		WakeupBytes:     wakeupBytes,
 		LoadFiller:      r.opts.loadFiller,
 	})
 	if err != nil {
@@ -188,10 +196,12 @@ func (r *logsReceiver) refreshClock() {
 }
 
 // drainRecords reads records into batches, handing a batch on when it is
-// full or its first record waited flushInterval.
+// full or its first record waited flushInterval. Between batches it polls
+// every pollInterval for records that did not wake it.
 func (r *logsReceiver) drainRecords(b *logBuilder) {
 	defer r.wg.Done()
 	var rec scopeprobe.Record
+	r.probes.SetDeadline(time.Now().Add(pollInterval))
 	for {
 		err := r.probes.Read(&rec)
 		switch {
@@ -225,7 +235,7 @@ func (r *logsReceiver) drainRecords(b *logBuilder) {
 }
 
 func (r *logsReceiver) flush(b *logBuilder) {
-	r.probes.SetDeadline(time.Time{})
+	r.probes.SetDeadline(time.Now().Add(pollInterval))
 	if b.records == 0 {
 		return
 	}

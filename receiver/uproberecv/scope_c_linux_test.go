@@ -89,11 +89,6 @@ func TestCWorkloadScopes(t *testing.T) {
 	}}
 	before := openFDs(t)
 	r, sink := startReceiver(t, cfg, options{})
-	progIDs, err := r.probes.ProgramIDs()
-	if err != nil {
-		t.Fatal(err)
-	}
-
 	start, out := tempPaths(t)
 	started := time.Now()
 	cmd := testworkload.Start(t, bin, start, out, "3", fmt.Sprint(calibrationCalls))
@@ -102,6 +97,12 @@ func TestCWorkloadScopes(t *testing.T) {
 		t.Fatalf("workload started after the receiver was not probed within 1s")
 	}
 	t.Logf("workload probed %s after it started", time.Since(started).Round(time.Millisecond))
+	// Once the workload is probed: the scope programs are loaded per probe
+	// on first attach.
+	progIDs, err := r.probes.ProgramIDs()
+	if err != nil {
+		t.Fatal(err)
+	}
 	touch(t, start)
 	calls, cal, costs := parseCalls(t, readOutput(t, out, 60*time.Second))
 	if err := cmd.Wait(); err != nil {

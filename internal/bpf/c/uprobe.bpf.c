@@ -7,6 +7,10 @@
 // and goroutines move between threads. A depth counter absorbs nested and
 // recursive calls: the start time is taken at depth 0->1 and one record is
 // emitted at 1->0 when the scope lasted at least the probe's min duration.
+//
+// Thread scopes live in slots of task storage, reused call after call, so
+// the common pair costs two task storage lookups and a clock read; scopes
+// by goroutine (and thread scopes beyond the slots) live in an LRU hash.
 
 #include "bpfcol_types.h"
 #include <bpf/bpf_helpers.h>
@@ -16,6 +20,7 @@ char LICENSE[] SEC("license") = "Dual BSD/GPL";
 
 // Cookie flags (high 32 bits), mirrored in Go (scopeprobe).
 #define COOKIE_SCOPE_BY_G (1ULL << 32)
+#define COOKIE_FIXED (1ULL << 63) // in fixed_cookie only: it is set
 
 // Probe setting flags, mirrored in Go.
 #define SETTING_MAIN_THREAD_ONLY (1U << 0)
@@ -76,12 +81,63 @@ struct fill_args {
 	u32 probe_id;
 };
 
+// Scopes keyed by goroutine, and thread scopes that found no free slot in
+// their thread's storage. Entries are deleted when the scope closes, so the
+// LRU only evicts when more scopes are open than it holds.
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
 	__uint(max_entries, 16384); // resized by the loader
 	__type(key, struct scope_key);
 	__type(value, struct scope);
 } scopes SEC(".maps");
+
+// A thread's scopes live in its task storage: no hashing, no insert or
+// delete per call (a closed scope leaves its slot free for the next), and the
+// kernel frees them with the thread.
+#define THREAD_SLOTS 8
+
+struct thread_scope {
+	u64 start_ns;
+	u32 probe_id;
+	u32 depth;    // 0: the slot is free
+	u32 nested;
+	u32 pad;
+};
+
+struct thread_scopes {
+	u32 in_hash;  // scopes of the thread that overflowed into the scopes map
+	u32 pad;
+	struct thread_scope slot[THREAD_SLOTS];
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_TASK_STORAGE);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, int);
+	__type(value, struct thread_scopes);
+} thread_scopes SEC(".maps");
+
+// Set by the loader when uprobe programs may use task storage (kernel 6.2+
+// lets kprobe-type programs call bpf_task_storage_get). Without it thread
+// scopes go to the scopes map too; the verifier drops the dead branch.
+const volatile bool thread_storage = false;
+
+// Set by the loader for a reader that polls: a record wakes it only once
+// this many bytes wait, as a wakeup costs the probed thread microseconds.
+// Zero wakes the reader whenever it has caught up (the ringbuf's default).
+const volatile u64 wakeup_bytes = 0;
+
+// Set by the loader in the copies of the scope programs it loads per cookie:
+// the cookie as a constant, as reading it costs a helper call (~20 ns here,
+// a tenth of the programs' cost). Zero: read the attach cookie.
+const volatile u64 fixed_cookie = 0;
+
+static __always_inline u64 cookie_of(struct pt_regs *ctx)
+{
+	if (fixed_cookie & COOKIE_FIXED)
+		return fixed_cookie;
+	return bpf_get_attach_cookie(ctx);
+}
 
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
@@ -123,9 +179,57 @@ static __always_inline void count(enum counter c)
 		*v += 1;
 }
 
-static __always_inline void scope_key_of(struct pt_regs *ctx, u64 pid_tgid, struct scope_key *key)
+// filtered reports whether the probe's filters ignore this thread. Filters
+// apply to outermost entries only; an exit finds no scope for a filtered
+// entry, and asks again so as not to count it as an exit without entry.
+static __always_inline bool filtered(const struct probe_setting *set, u64 pid_tgid, u32 id)
 {
-	u64 cookie = bpf_get_attach_cookie(ctx);
+	u32 pid = pid_tgid >> 32;
+	if ((set->flags & SETTING_MAIN_THREAD_ONLY) && (u32)pid_tgid != pid)
+		return true;
+	if (set->flags & SETTING_PID_FILTER) {
+		struct pid_filter_key pk = { .probe_id = id, .pid = pid };
+		if (!bpf_map_lookup_elem(&pid_filter, &pk))
+			return true;
+	}
+	return false;
+}
+
+// open_in_map opens a scope in the scopes map; it returns whether it did.
+static __always_inline bool open_in_map(struct scope_key *key)
+{
+	struct scope fresh = { .start_ns = bpf_ktime_get_ns(), .depth = 1, .nested = 0 };
+	if (bpf_map_update_elem(&scopes, key, &fresh, BPF_ANY)) {
+		count(COUNTER_SCOPE_FULL);
+		return false;
+	}
+	return true;
+}
+
+// What close_in_map found.
+enum closed {
+	CLOSED_NONE,   // no open scope
+	CLOSED_INNER,  // an inner scope closed: depth went down
+	CLOSED_OUTER,  // the outermost scope closed
+};
+
+static __always_inline enum closed close_in_map(struct scope_key *key, u64 *start, u32 *nested)
+{
+	struct scope *s = bpf_map_lookup_elem(&scopes, key);
+	if (!s)
+		return CLOSED_NONE;
+	if (s->depth > 1) {
+		s->depth--;
+		return CLOSED_INNER;
+	}
+	*start = s->start_ns;
+	*nested = s->nested;
+	bpf_map_delete_elem(&scopes, key);
+	return CLOSED_OUTER;
+}
+
+static __always_inline void key_of(struct scope_key *key, u64 cookie, u64 pid_tgid, struct pt_regs *ctx)
+{
 	key->pid = pid_tgid >> 32;
 	key->probe_id = (u32)cookie;
 	if (cookie & COOKIE_SCOPE_BY_G)
@@ -134,77 +238,179 @@ static __always_inline void scope_key_of(struct pt_regs *ctx, u64 pid_tgid, stru
 		key->scope = (u32)pid_tgid;
 }
 
-SEC("uprobe")
-int scope_entry(struct pt_regs *ctx)
+// entry_in_map is the whole entry for scopes kept in the scopes map.
+static __always_inline void entry_in_map(struct pt_regs *ctx, u64 cookie, u64 pid_tgid)
 {
-	u64 now = bpf_ktime_get_ns();
-	u64 pid_tgid = bpf_get_current_pid_tgid();
 	struct scope_key key = {};
-	scope_key_of(ctx, pid_tgid, &key);
-
+	key_of(&key, cookie, pid_tgid, ctx);
 	struct scope *s = bpf_map_lookup_elem(&scopes, &key);
 	if (s) {
 		s->depth++;
 		s->nested++;
-		return 0;
+		return;
 	}
-
-	// Filters apply to outermost entries only: an exit finds no scope for a
-	// filtered entry and is ignored.
 	u32 id = key.probe_id;
 	struct probe_setting *set = bpf_map_lookup_elem(&settings, &id);
 	if (!set)
-		return 0;
-	if ((set->flags & SETTING_MAIN_THREAD_ONLY) && (u32)pid_tgid != key.pid) {
+		return;
+	if (filtered(set, pid_tgid, id)) {
 		count(COUNTER_FILTERED);
-		return 0;
+		return;
 	}
-	if (set->flags & SETTING_PID_FILTER) {
-		struct pid_filter_key pk = { .probe_id = id, .pid = key.pid };
-		if (!bpf_map_lookup_elem(&pid_filter, &pk)) {
-			count(COUNTER_FILTERED);
-			return 0;
+	open_in_map(&key);
+}
+
+// pid_tgid_of is bpf_get_current_pid_tgid() from a task pointer already at
+// hand: loads instead of a helper call, which costs ~20 ns here.
+static __always_inline u64 pid_tgid_of(struct task_struct *task)
+{
+	return (u64)task->tgid << 32 | (u32)task->pid;
+}
+
+// entry_in_thread is the entry for thread scopes in task storage.
+static __always_inline void entry_in_thread(struct pt_regs *ctx, u64 cookie)
+{
+	u32 id = (u32)cookie;
+	struct task_struct *task = bpf_get_current_task_btf();
+	u64 pid_tgid = pid_tgid_of(task);
+	struct thread_scopes *ts = bpf_task_storage_get(&thread_scopes, task, 0, 0);
+	struct thread_scope *free = NULL;
+	struct scope_key key = {};
+	if (ts) {
+#pragma unroll
+		for (int i = 0; i < THREAD_SLOTS; i++) {
+			struct thread_scope *sl = &ts->slot[i];
+			if (!sl->depth) {
+				if (!free)
+					free = sl;
+			} else if (sl->probe_id == id) {
+				sl->depth++;
+				sl->nested++;
+				return;
+			}
+		}
+		if (ts->in_hash) {
+			key_of(&key, cookie, pid_tgid, ctx);
+			struct scope *s = bpf_map_lookup_elem(&scopes, &key);
+			if (s) {
+				s->depth++;
+				s->nested++;
+				return;
+			}
 		}
 	}
 
-	struct scope fresh = { .start_ns = now, .depth = 1, .nested = 0 };
-	if (bpf_map_update_elem(&scopes, &key, &fresh, BPF_ANY))
-		count(COUNTER_SCOPE_FULL);
+	struct probe_setting *set = bpf_map_lookup_elem(&settings, &id);
+	if (!set)
+		return;
+	if (filtered(set, pid_tgid, id)) {
+		count(COUNTER_FILTERED);
+		return;
+	}
+	if (!ts) {
+		// The thread's first scope. Creating can fail (memory, or task
+		// storage busy on this CPU): the scope is then not stored, as when
+		// the map is full, and its exit counts as one without entry.
+		ts = bpf_task_storage_get(&thread_scopes, task, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
+		if (!ts) {
+			count(COUNTER_SCOPE_FULL);
+			return;
+		}
+		free = &ts->slot[0];
+	}
+	if (free) {
+		free->probe_id = id;
+		free->nested = 0;
+		free->start_ns = bpf_ktime_get_ns();
+		free->depth = 1;
+		return;
+	}
+	// More scopes open on this thread than it has slots.
+	key_of(&key, cookie, pid_tgid, ctx);
+	if (open_in_map(&key))
+		ts->in_hash++;
+}
+
+SEC("uprobe")
+int scope_entry(struct pt_regs *ctx)
+{
+	u64 cookie = cookie_of(ctx);
+	if (thread_storage && !(cookie & COOKIE_SCOPE_BY_G))
+		entry_in_thread(ctx, cookie);
+	else
+		entry_in_map(ctx, cookie, bpf_get_current_pid_tgid());
 	return 0;
+}
+
+// exit_without_entry counts an exit that found no scope, unless the probe's
+// filters ignored its entry.
+static __always_inline void exit_without_entry(u64 pid_tgid, u32 id)
+{
+	struct probe_setting *set = bpf_map_lookup_elem(&settings, &id);
+	if (set && filtered(set, pid_tgid, id))
+		return;
+	count(COUNTER_EXIT_NO_ENTRY);
+}
+
+// close_in_thread closes or makes shallower the thread scope of the probe.
+static __always_inline enum closed close_in_thread(struct pt_regs *ctx, struct task_struct *task, u64 cookie,
+						    u64 pid_tgid, u64 *start, u32 *nested)
+{
+	u32 id = (u32)cookie;
+	struct thread_scopes *ts = bpf_task_storage_get(&thread_scopes, task, 0, 0);
+	if (!ts)
+		return CLOSED_NONE;
+#pragma unroll
+	for (int i = 0; i < THREAD_SLOTS; i++) {
+		struct thread_scope *sl = &ts->slot[i];
+		if (sl->depth && sl->probe_id == id) {
+			if (sl->depth > 1) {
+				sl->depth--;
+				return CLOSED_INNER;
+			}
+			*start = sl->start_ns;
+			*nested = sl->nested;
+			sl->depth = 0;
+			return CLOSED_OUTER;
+		}
+	}
+	if (!ts->in_hash)
+		return CLOSED_NONE;
+	struct scope_key key = {};
+	key_of(&key, cookie, pid_tgid, ctx);
+	enum closed c = close_in_map(&key, start, nested);
+	if (c == CLOSED_OUTER)
+		ts->in_hash--;
+	return c;
 }
 
 SEC("uprobe")
 int scope_exit(struct pt_regs *ctx)
 {
 	u64 now = bpf_ktime_get_ns();
-	u64 pid_tgid = bpf_get_current_pid_tgid();
-	struct scope_key key = {};
-	scope_key_of(ctx, pid_tgid, &key);
-
-	struct scope *s = bpf_map_lookup_elem(&scopes, &key);
-	if (!s) {
-		// A thread the entry filtered is not an exit without entry.
-		u32 pid_id = key.probe_id;
-		struct probe_setting *set = bpf_map_lookup_elem(&settings, &pid_id);
-		if (set && (set->flags & SETTING_MAIN_THREAD_ONLY) && (u32)pid_tgid != key.pid)
-			return 0;
-		if (set && (set->flags & SETTING_PID_FILTER)) {
-			struct pid_filter_key pk = { .probe_id = pid_id, .pid = key.pid };
-			if (!bpf_map_lookup_elem(&pid_filter, &pk))
-				return 0;
-		}
-		count(COUNTER_EXIT_NO_ENTRY);
+	u64 cookie = cookie_of(ctx);
+	u32 id = (u32)cookie;
+	u64 pid_tgid;
+	u64 start = 0;
+	u32 nested = 0;
+	enum closed c;
+	if (thread_storage && !(cookie & COOKIE_SCOPE_BY_G)) {
+		struct task_struct *task = bpf_get_current_task_btf();
+		pid_tgid = pid_tgid_of(task);
+		c = close_in_thread(ctx, task, cookie, pid_tgid, &start, &nested);
+	} else {
+		pid_tgid = bpf_get_current_pid_tgid();
+		struct scope_key key = {};
+		key_of(&key, cookie, pid_tgid, ctx);
+		c = close_in_map(&key, &start, &nested);
+	}
+	if (c == CLOSED_NONE) {
+		exit_without_entry(pid_tgid, id);
 		return 0;
 	}
-	if (s->depth > 1) {
-		s->depth--;
+	if (c == CLOSED_INNER)
 		return 0;
-	}
-	u64 start = s->start_ns;
-	u32 nested = s->nested;
-	bpf_map_delete_elem(&scopes, &key);
 
-	u32 id = key.probe_id;
 	struct probe_setting *set = bpf_map_lookup_elem(&settings, &id);
 	if (!set)
 		return 0;
@@ -218,16 +424,20 @@ int scope_exit(struct pt_regs *ctx)
 		count(COUNTER_LOST_RINGBUF);
 		return 0;
 	}
+	u32 pid = pid_tgid >> 32;
 	r->start_ns = start;
 	r->end_ns = now;
-	r->pid = key.pid;
+	r->pid = pid;
 	r->tid = (u32)pid_tgid;
 	r->probe_id = id;
 	r->nested = nested;
-	r->flags = (u32)pid_tgid == key.pid ? RECORD_MAIN_THREAD : 0;
+	r->flags = (u32)pid_tgid == pid ? RECORD_MAIN_THREAD : 0;
 	r->pad = 0;
 	bpf_get_current_comm(r->comm, sizeof(r->comm));
-	bpf_ringbuf_submit(r, 0);
+	u64 flags = 0;
+	if (wakeup_bytes)
+		flags = bpf_ringbuf_query(&records, BPF_RB_AVAIL_DATA) >= wakeup_bytes ? BPF_RB_FORCE_WAKEUP : BPF_RB_NO_WAKEUP;
+	bpf_ringbuf_submit(r, flags);
 	count(COUNTER_RECORDS);
 	return 0;
 }

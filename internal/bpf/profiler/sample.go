@@ -1,5 +1,14 @@
 package profiler
 
+import "os"
+
+// ErrClosed is returned by Read once the Sampler is closed.
+var ErrClosed = os.ErrClosed
+
+// ErrDeadline is returned by Read when the deadline set by SetDeadline
+// passed and the ringbuf is empty.
+var ErrDeadline = os.ErrDeadlineExceeded
+
 // Sample is one decoded stack sample.
 type Sample struct {
 	// KtimeNs is the CLOCK_MONOTONIC time of the sample.

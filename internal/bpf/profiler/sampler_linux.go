@@ -7,6 +7,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"time"
 	"unsafe"
 
 	"github.com/cilium/ebpf"
@@ -34,8 +35,6 @@ const (
 	maxRingBufferSize = 256 << 20
 )
 
-// ErrClosed is returned by Read once the Sampler is closed.
-var ErrClosed = os.ErrClosed
 
 // Sampler is a loaded and attached stack sampler.
 type Sampler struct {
@@ -130,12 +129,21 @@ func openCPUClock(cpu, frequency int) (int, error) {
 	return fd, nil
 }
 
+// SetDeadline makes Read return ErrDeadline once t has passed and every
+// sample already in the ringbuf was read. The BPF program wakes a reader
+// only when the ringbuf is half full, so readers drain on a timer.
+func (s *Sampler) SetDeadline(t time.Time) { s.reader.SetDeadline(t) }
+
 // Read blocks until the next sample arrives and decodes it into dst. It
-// returns ErrClosed once the Sampler is closed. dst's slices are reused.
+// returns ErrDeadline when the deadline passed with nothing left to read,
+// and ErrClosed once the Sampler is closed. dst's slices are reused.
 func (s *Sampler) Read(dst *Sample) error {
 	if err := s.reader.ReadInto(&s.record); err != nil {
-		if errors.Is(err, ringbuf.ErrClosed) {
+		switch {
+		case errors.Is(err, ringbuf.ErrClosed):
 			return ErrClosed
+		case errors.Is(err, os.ErrDeadlineExceeded):
+			return ErrDeadline
 		}
 		return fmt.Errorf("reading sample: %w", err)
 	}

@@ -4,11 +4,8 @@ package profiler
 
 import (
 	"errors"
-	"os"
+	"time"
 )
-
-// ErrClosed is returned by Read once the Sampler is closed.
-var ErrClosed = os.ErrClosed
 
 var errNotLinux = errors.New("the BPF stack sampler runs only on linux")
 
@@ -23,6 +20,9 @@ func New(Options) (*Sampler, error) { return nil, errNotLinux }
 
 // Read fails: sampling needs linux.
 func (*Sampler) Read(*Sample) error { return errNotLinux }
+
+// SetDeadline does nothing: sampling needs linux.
+func (*Sampler) SetDeadline(time.Time) {}
 
 // Counters fails: sampling needs linux.
 func (*Sampler) Counters() (Counters, error) { return Counters{}, errNotLinux }

@@ -20,6 +20,7 @@ import (
 // Mirrored from uprobe.bpf.c.
 const (
 	cookieScopeByG        = 1 << 32
+	cookieFixed           = 1 << 63
 	settingMainThreadOnly = 1 << 0
 	settingPIDFilter      = 1 << 1
 	recordMainThread      = 1 << 0
@@ -67,10 +68,19 @@ type Probes struct {
 	// uprobe_multi links; nil when the kernel has none or Options say so.
 	entryMulti, exitMulti *ebpf.Program
 
+	// copySpec holds the scope programs of the attach mode in use, loaded
+	// once per cookie with the cookie as a constant (fixedPrograms); nil
+	// for empty programs, which read no cookie.
+	copySpec *ebpf.CollectionSpec
+	// sharedMaps are the maps every copy uses.
+	sharedMaps map[string]*ebpf.Map
+
 	mu          sync.Mutex
 	attachments map[*Attachment]struct{}
-	closed      bool
-	percpu      []uint64
+	// fixed holds the program copies by cookie: at most two per probe.
+	fixed  map[uint64]scopePrograms
+	closed bool
+	percpu []uint64
 }
 
 // New checks support, then loads the programs and fills the settings map.
@@ -94,7 +104,7 @@ func New(opts Options) (_ *Probes, err error) {
 	spec.Maps[uprobeMapPidFilter].MaxEntries = maxPIDFilter
 	spec.Maps[uprobeMapRecords].MaxEntries = ringSize(opts.RingBufferBytes)
 
-	p := &Probes{attachments: map[*Attachment]struct{}{}}
+	p := &Probes{attachments: map[*Attachment]struct{}{}, fixed: map[uint64]scopePrograms{}}
 	defer func() {
 		if err != nil {
 			p.Close()
@@ -124,6 +134,18 @@ func (p *Probes) load(spec *ebpf.CollectionSpec, opts Options) error {
 			spec.Programs[name].Instructions = asm.Instructions{asm.Mov.Imm(asm.R0, 0), asm.Return()}
 		}
 	}
+	// Kernels before 6.2 refuse task storage in uprobe programs: thread
+	// scopes then go to the scopes map with the goroutine ones.
+	if features.HaveProgramHelper(ebpf.Kprobe, asm.FnTaskStorageGet) == nil {
+		if err := spec.Variables[uprobeVarThreadStorage].Set(true); err != nil {
+			return fmt.Errorf("enabling thread scopes in task storage: %w", err)
+		}
+	}
+	if opts.WakeupBytes > 0 {
+		if err := spec.Variables[uprobeVarWakeupBytes].Set(uint64(opts.WakeupBytes)); err != nil {
+			return fmt.Errorf("setting ringbuf wakeup threshold: %w", err)
+		}
+	}
 	multi := !opts.PerfEventUprobes && features.HaveBPFLinkUprobeMulti() == nil
 	if multi {
 		for _, name := range []string{uprobeProgScopeEntry, uprobeProgScopeExit} {
@@ -131,6 +153,17 @@ func (p *Probes) load(spec *ebpf.CollectionSpec, opts Options) error {
 			ps.Name += "_m"
 			ps.AttachType = ebpf.AttachTraceUprobeMulti
 			spec.Programs[name+multiSuffix] = ps
+		}
+	}
+	if !opts.EmptyPrograms {
+		p.copySpec = spec.Copy()
+		suffix := ""
+		if multi {
+			suffix = multiSuffix
+		}
+		p.copySpec.Programs = map[string]*ebpf.ProgramSpec{}
+		for _, name := range []string{uprobeProgScopeEntry + suffix, uprobeProgScopeExit + suffix} {
+			p.copySpec.Programs[name] = spec.Programs[name].Copy()
 		}
 	}
 	coll, err := ebpf.NewCollection(spec)
@@ -142,9 +175,13 @@ func (p *Probes) load(spec *ebpf.CollectionSpec, opts Options) error {
 	o := &p.objs
 	for name, dst := range map[string]**ebpf.Map{
 		uprobeMapCounters: &o.Counters, uprobeMapPidFilter: &o.PidFilter, uprobeMapRecords: &o.Records,
-		uprobeMapScopes: &o.Scopes, uprobeMapSettings: &o.Settings,
+		uprobeMapScopes: &o.Scopes, uprobeMapSettings: &o.Settings, uprobeMapThreadScopes: &o.ThreadScopes,
 	} {
 		*dst = coll.DetachMap(name)
+	}
+	p.sharedMaps = map[string]*ebpf.Map{
+		uprobeMapCounters: o.Counters, uprobeMapPidFilter: o.PidFilter, uprobeMapRecords: o.Records,
+		uprobeMapScopes: o.Scopes, uprobeMapSettings: o.Settings, uprobeMapThreadScopes: o.ThreadScopes,
 	}
 	for name, dst := range map[string]**ebpf.Program{
 		uprobeProgScopeEntry: &o.ScopeEntry, uprobeProgScopeExit: &o.ScopeExit, uprobeProgFillRecords: &o.FillRecords,
@@ -158,6 +195,50 @@ func (p *Probes) load(spec *ebpf.CollectionSpec, opts Options) error {
 // multiSuffix names the copies of the scope programs loaded for
 // uprobe_multi links, which need their own expected attach type.
 const multiSuffix = "_multi"
+
+// scopePrograms are an entry and an exit program.
+type scopePrograms struct{ entry, exit *ebpf.Program }
+
+func (sp scopePrograms) close() error {
+	return errors.Join(sp.entry.Close(), sp.exit.Close())
+}
+
+// programsFor returns the scope programs to attach sites of cookie with:
+// a copy with the cookie built in, loaded on first use, or the programs
+// that read it when there is no copy to make.
+func (p *Probes) programsFor(cookie uint64, multi bool) (scopePrograms, error) {
+	generic := scopePrograms{p.objs.ScopeEntry, p.objs.ScopeExit}
+	if multi {
+		generic = scopePrograms{p.entryMulti, p.exitMulti}
+	}
+	if p.copySpec == nil {
+		return generic, nil
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return scopePrograms{}, ErrClosed
+	}
+	if sp, ok := p.fixed[cookie]; ok {
+		return sp, nil
+	}
+	spec := p.copySpec.Copy()
+	if err := spec.Variables[uprobeVarFixedCookie].Set(cookie | cookieFixed); err != nil {
+		return scopePrograms{}, fmt.Errorf("fixing cookie %#x: %w", cookie, err)
+	}
+	coll, err := ebpf.NewCollectionWithOptions(spec, ebpf.CollectionOptions{MapReplacements: p.sharedMaps})
+	if err != nil {
+		return scopePrograms{}, fmt.Errorf("loading scope programs for cookie %#x: %w", cookie, explainPermission(err))
+	}
+	defer coll.Close()
+	suffix := ""
+	if multi {
+		suffix = multiSuffix
+	}
+	sp := scopePrograms{coll.DetachProgram(uprobeProgScopeEntry + suffix), coll.DetachProgram(uprobeProgScopeExit + suffix)}
+	p.fixed[cookie] = sp
+	return sp, nil
+}
 
 func ringSize(bytes int) uint32 {
 	if bytes <= 0 {
@@ -250,18 +331,22 @@ func cookieOf(s Site) uint64 {
 
 func (p *Probes) attachEach(a *Attachment, exe *link.Executable, path string, sites []Site) error {
 	for _, s := range sites {
+		cookie := cookieOf(s)
+		progs, err := p.programsFor(cookie, false)
+		if err != nil {
+			return err
+		}
 		// Address bypasses cilium's own symbol lookup; Offset 0 keeps the
 		// address as the exact file offset.
-		opts := &link.UprobeOptions{Address: s.Offset, Cookie: cookieOf(s), RefCtrOffset: s.RefCtrOffset}
+		opts := &link.UprobeOptions{Address: s.Offset, Cookie: cookie, RefCtrOffset: s.RefCtrOffset}
 		var l link.Link
-		var err error
 		switch s.Kind {
 		case Entry:
-			l, err = exe.Uprobe(s.Symbol, p.objs.ScopeEntry, opts)
+			l, err = exe.Uprobe(s.Symbol, progs.entry, opts)
 		case Exit:
-			l, err = exe.Uprobe(s.Symbol, p.objs.ScopeExit, opts)
+			l, err = exe.Uprobe(s.Symbol, progs.exit, opts)
 		case ReturnProbe:
-			l, err = exe.Uretprobe(s.Symbol, p.objs.ScopeExit, opts)
+			l, err = exe.Uretprobe(s.Symbol, progs.exit, opts)
 		default:
 			err = fmt.Errorf("unknown site kind %d", s.Kind)
 		}
@@ -273,44 +358,64 @@ func (p *Probes) attachEach(a *Attachment, exe *link.Executable, path string, si
 	return nil
 }
 
+// multiBatch is what one uprobe_multi link per site kind holds for the
+// sites of one cookie.
+type multiBatch struct {
+	byKind     [ReturnProbe + 1]link.UprobeMultiOptions
+	names      [ReturnProbe + 1][]string
+	semaphores bool
+}
+
 func (p *Probes) attachMulti(a *Attachment, exe *link.Executable, path string, sites []Site) error {
-	var byKind [ReturnProbe + 1]link.UprobeMultiOptions
-	var names [ReturnProbe + 1][]string
-	semaphores := false
+	batches := map[uint64]*multiBatch{}
+	var cookies []uint64
 	for _, s := range sites {
 		if s.Kind < Entry || s.Kind > ReturnProbe {
 			return fmt.Errorf("attaching %s of %s: unknown site kind %d", s.Symbol, path, s.Kind)
 		}
-		o := &byKind[s.Kind]
+		cookie := cookieOf(s)
+		b := batches[cookie]
+		if b == nil {
+			b = &multiBatch{}
+			batches[cookie] = b
+			cookies = append(cookies, cookie)
+		}
+		o := &b.byKind[s.Kind]
 		o.Addresses = append(o.Addresses, s.Offset)
-		o.Cookies = append(o.Cookies, cookieOf(s))
+		o.Cookies = append(o.Cookies, cookie)
 		o.RefCtrOffsets = append(o.RefCtrOffsets, s.RefCtrOffset)
-		semaphores = semaphores || s.RefCtrOffset != 0
-		names[s.Kind] = append(names[s.Kind], s.Symbol)
+		b.semaphores = b.semaphores || s.RefCtrOffset != 0
+		b.names[s.Kind] = append(b.names[s.Kind], s.Symbol)
 	}
-	for kind := range byKind {
-		o := &byKind[kind]
-		if len(o.Addresses) == 0 {
-			continue
-		}
-		if !semaphores {
-			o.RefCtrOffsets = nil
-		}
-		var l link.Link
-		var err error
-		switch SiteKind(kind) {
-		case Entry:
-			l, err = exe.UprobeMulti(nil, p.entryMulti, o)
-		case Exit:
-			l, err = exe.UprobeMulti(nil, p.exitMulti, o)
-		case ReturnProbe:
-			l, err = exe.UretprobeMulti(nil, p.exitMulti, o)
-		}
+	for _, cookie := range cookies {
+		progs, err := p.programsFor(cookie, true)
 		if err != nil {
-			return fmt.Errorf("attaching %d %s uprobes (%s) to %s with uprobe_multi: %w",
-				len(o.Addresses), SiteKind(kind), summarize(names[kind]), path, explainPermission(err))
+			return err
 		}
-		a.links = append(a.links, l)
+		b := batches[cookie]
+		for kind := range b.byKind {
+			o := &b.byKind[kind]
+			if len(o.Addresses) == 0 {
+				continue
+			}
+			if !b.semaphores {
+				o.RefCtrOffsets = nil
+			}
+			var l link.Link
+			switch SiteKind(kind) {
+			case Entry:
+				l, err = exe.UprobeMulti(nil, progs.entry, o)
+			case Exit:
+				l, err = exe.UprobeMulti(nil, progs.exit, o)
+			case ReturnProbe:
+				l, err = exe.UretprobeMulti(nil, progs.exit, o)
+			}
+			if err != nil {
+				return fmt.Errorf("attaching %d %s uprobes (%s) to %s with uprobe_multi: %w",
+					len(o.Addresses), SiteKind(kind), summarize(b.names[kind]), path, explainPermission(err))
+			}
+			a.links = append(a.links, l)
+		}
 	}
 	return nil
 }
@@ -437,7 +542,13 @@ func (p *Probes) Fill(count, probeID uint32) error {
 // uprobe_multi copies included), so tests can look for links left behind.
 func (p *Probes) ProgramIDs() ([]ebpf.ProgramID, error) {
 	var ids []ebpf.ProgramID
-	for _, prog := range []*ebpf.Program{p.objs.ScopeEntry, p.objs.ScopeExit, p.entryMulti, p.exitMulti} {
+	progs := []*ebpf.Program{p.objs.ScopeEntry, p.objs.ScopeExit, p.entryMulti, p.exitMulti}
+	p.mu.Lock()
+	for _, sp := range p.fixed {
+		progs = append(progs, sp.entry, sp.exit)
+	}
+	p.mu.Unlock()
+	for _, prog := range progs {
 		if prog == nil {
 			continue
 		}
@@ -467,6 +578,12 @@ func (p *Probes) Close() error {
 	if p.reader != nil {
 		errs = append(errs, p.reader.Close())
 	}
+	p.mu.Lock()
+	for cookie, sp := range p.fixed {
+		errs = append(errs, sp.close())
+		delete(p.fixed, cookie)
+	}
+	p.mu.Unlock()
 	errs = append(errs, p.objs.Close(), p.entryMulti.Close(), p.exitMulti.Close())
 	return errors.Join(errs...)
 }

@@ -108,6 +108,12 @@ type Options struct {
 	// PerfEventUprobes attaches one perf-event uprobe per site even when the
 	// kernel has uprobe_multi links (6.6+), which are used otherwise.
 	PerfEventUprobes bool
+	// WakeupBytes, when positive, lets records wake a blocked Read only once
+	// that many bytes wait in the ringbuf: the reader must then poll with
+	// SetDeadline, as Read returns what waits when its deadline passes. Zero
+	// wakes Read for every record that finds it caught up, which costs the
+	// probed thread a wakeup per record at low rates.
+	WakeupBytes int
 	// EmptyPrograms loads programs that do nothing in place of the scope
 	// programs, so benchmarks can measure the kernel's own cost of the same
 	// sites (the floor under the scope programs).

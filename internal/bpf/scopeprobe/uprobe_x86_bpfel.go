@@ -59,6 +59,20 @@ type uprobeScopeRecord struct {
 	Comm    [16]int8
 }
 
+type uprobeThreadScopes struct {
+	_      structs.HostLayout
+	InHash uint32
+	Pad    uint32
+	Slot   [8]struct {
+		_       structs.HostLayout
+		StartNs uint64
+		ProbeId uint32
+		Depth   uint32
+		Nested  uint32
+		Pad     uint32
+	}
+}
+
 // Names of all BPF objects in the ELF.
 //
 // Used for safe lookups in a Collection or CollectionSpec.
@@ -68,13 +82,17 @@ const (
 	uprobeMapRecords            = "records"
 	uprobeMapScopes             = "scopes"
 	uprobeMapSettings           = "settings"
+	uprobeMapThreadScopes       = "thread_scopes"
 	uprobeProgFillRecords       = "fill_records"
 	uprobeProgScopeEntry        = "scope_entry"
 	uprobeProgScopeExit         = "scope_exit"
+	uprobeVarFixedCookie        = "fixed_cookie"
+	uprobeVarThreadStorage      = "thread_storage"
 	uprobeVarUnusedFillArgs     = "unused_fill_args"
 	uprobeVarUnusedPidFilterKey = "unused_pid_filter_key"
 	uprobeVarUnusedProbeSetting = "unused_probe_setting"
 	uprobeVarUnusedScopeRecord  = "unused_scope_record"
+	uprobeVarWakeupBytes        = "wakeup_bytes"
 )
 
 // loadUprobe returns the embedded CollectionSpec for uprobe.
@@ -128,21 +146,25 @@ type uprobeProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type uprobeMapSpecs struct {
-	Counters  *ebpf.MapSpec `ebpf:"counters"`
-	PidFilter *ebpf.MapSpec `ebpf:"pid_filter"`
-	Records   *ebpf.MapSpec `ebpf:"records"`
-	Scopes    *ebpf.MapSpec `ebpf:"scopes"`
-	Settings  *ebpf.MapSpec `ebpf:"settings"`
+	Counters     *ebpf.MapSpec `ebpf:"counters"`
+	PidFilter    *ebpf.MapSpec `ebpf:"pid_filter"`
+	Records      *ebpf.MapSpec `ebpf:"records"`
+	Scopes       *ebpf.MapSpec `ebpf:"scopes"`
+	Settings     *ebpf.MapSpec `ebpf:"settings"`
+	ThreadScopes *ebpf.MapSpec `ebpf:"thread_scopes"`
 }
 
 // uprobeVariableSpecs contains global variables before they are loaded into the kernel.
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type uprobeVariableSpecs struct {
+	FixedCookie        *ebpf.VariableSpec `ebpf:"fixed_cookie"`
+	ThreadStorage      *ebpf.VariableSpec `ebpf:"thread_storage"`
 	UnusedFillArgs     *ebpf.VariableSpec `ebpf:"unused_fill_args"`
 	UnusedPidFilterKey *ebpf.VariableSpec `ebpf:"unused_pid_filter_key"`
 	UnusedProbeSetting *ebpf.VariableSpec `ebpf:"unused_probe_setting"`
 	UnusedScopeRecord  *ebpf.VariableSpec `ebpf:"unused_scope_record"`
+	WakeupBytes        *ebpf.VariableSpec `ebpf:"wakeup_bytes"`
 }
 
 // uprobeObjects contains all objects after they have been loaded into the kernel.
@@ -165,11 +187,12 @@ func (o *uprobeObjects) Close() error {
 //
 // It can be passed to loadUprobeObjects or ebpf.CollectionSpec.LoadAndAssign.
 type uprobeMaps struct {
-	Counters  *ebpf.Map `ebpf:"counters"`
-	PidFilter *ebpf.Map `ebpf:"pid_filter"`
-	Records   *ebpf.Map `ebpf:"records"`
-	Scopes    *ebpf.Map `ebpf:"scopes"`
-	Settings  *ebpf.Map `ebpf:"settings"`
+	Counters     *ebpf.Map `ebpf:"counters"`
+	PidFilter    *ebpf.Map `ebpf:"pid_filter"`
+	Records      *ebpf.Map `ebpf:"records"`
+	Scopes       *ebpf.Map `ebpf:"scopes"`
+	Settings     *ebpf.Map `ebpf:"settings"`
+	ThreadScopes *ebpf.Map `ebpf:"thread_scopes"`
 }
 
 func (m *uprobeMaps) Close() error {
@@ -179,6 +202,7 @@ func (m *uprobeMaps) Close() error {
 		m.Records,
 		m.Scopes,
 		m.Settings,
+		m.ThreadScopes,
 	)
 }
 
@@ -186,10 +210,13 @@ func (m *uprobeMaps) Close() error {
 //
 // It can be passed to loadUprobeObjects or ebpf.CollectionSpec.LoadAndAssign.
 type uprobeVariables struct {
+	FixedCookie        *ebpf.Variable `ebpf:"fixed_cookie"`
+	ThreadStorage      *ebpf.Variable `ebpf:"thread_storage"`
 	UnusedFillArgs     *ebpf.Variable `ebpf:"unused_fill_args"`
 	UnusedPidFilterKey *ebpf.Variable `ebpf:"unused_pid_filter_key"`
 	UnusedProbeSetting *ebpf.Variable `ebpf:"unused_probe_setting"`
 	UnusedScopeRecord  *ebpf.Variable `ebpf:"unused_scope_record"`
+	WakeupBytes        *ebpf.Variable `ebpf:"wakeup_bytes"`
 }
 
 // uprobePrograms contains all programs after they have been loaded into the kernel.

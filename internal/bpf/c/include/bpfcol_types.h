@@ -34,9 +34,11 @@ enum bpf_map_type {
 	BPF_MAP_TYPE_PERCPU_ARRAY = 6,
 	BPF_MAP_TYPE_LRU_HASH = 9,
 	BPF_MAP_TYPE_RINGBUF = 27,
+	BPF_MAP_TYPE_TASK_STORAGE = 29,
 };
 
 enum {
+	BPF_F_NO_PREALLOC = (1U << 0),
 	BPF_F_MMAPABLE = (1U << 10),
 	BPF_F_RDONLY_PROG = (1U << 7),
 };
@@ -49,6 +51,15 @@ enum {
 enum {
 	BPF_RB_NO_WAKEUP = (1ULL << 0),
 	BPF_RB_FORCE_WAKEUP = (1ULL << 1),
+};
+
+enum {
+	BPF_RB_AVAIL_DATA = 0,
+	BPF_RB_RING_SIZE = 1,
+};
+
+enum {
+	BPF_LOCAL_STORAGE_GET_F_CREATE = (1ULL << 0),
 };
 
 enum {
