@@ -35,7 +35,6 @@ const (
 	maxRingBufferSize = 256 << 20
 )
 
-
 // Sampler is a loaded and attached stack sampler.
 type Sampler struct {
 	objs    profilerObjects
