@@ -3,69 +3,17 @@
 package symbolize
 
 import (
-	"context"
 	"debug/elf"
-	"fmt"
-	"io"
-	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/bpfcol/bpfcol/internal/process"
 	"github.com/bpfcol/bpfcol/internal/symbolize/debuginfod"
+	"github.com/bpfcol/bpfcol/internal/testdebuginfod"
 )
-
-// startDebuginfod runs elfutils' debuginfod on 127.0.0.1 over dir with a
-// private database, and waits until it serves every build-id in ids.
-func startDebuginfod(t *testing.T, dir string, ids ...string) string {
-	t.Helper()
-	requireTools(t, "debuginfod")
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	port := l.Addr().(*net.TCPAddr).Port
-	l.Close()
-	ctx, cancel := context.WithCancel(context.Background())
-	cmd := exec.CommandContext(ctx, "debuginfod", "-F", dir, "-p", fmt.Sprint(port), "-d", filepath.Join(t.TempDir(), "db.sqlite"), "-t", "1", "-g", "0")
-	var out strings.Builder
-	cmd.Stdout, cmd.Stderr = &out, &out
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		cancel()
-		cmd.Wait()
-		if t.Failed() {
-			t.Logf("debuginfod output:\n%s", out.String())
-		}
-	})
-	url := fmt.Sprintf("http://127.0.0.1:%d", port)
-	deadline := time.Now().Add(60 * time.Second)
-	for _, id := range ids {
-		for {
-			// debuginfod answers GET only.
-			resp, err := http.Get(url + "/buildid/" + id + "/debuginfo")
-			if err == nil {
-				io.Copy(io.Discard, resp.Body)
-				resp.Body.Close()
-				if resp.StatusCode == http.StatusOK {
-					break
-				}
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("debuginfod did not index %s within 60s (last: %v)", id, err)
-			}
-			time.Sleep(200 * time.Millisecond)
-		}
-	}
-	return url
-}
 
 // stripCopy writes an objcopy --strip-all copy of bin to dst and checks the
 // build-id note survived.
@@ -152,7 +100,7 @@ func TestFileModeThroughDebuginfod(t *testing.T) {
 		ids = append(ids, id)
 		targets = append(targets, target{full, stripped, id})
 	}
-	url := startDebuginfod(t, srv, ids...)
+	url := testdebuginfod.Start(t, srv, ids...)
 	cacheDir := t.TempDir()
 	cfg := SymbolizerConfig{
 		SystemDebugDir: t.TempDir(),

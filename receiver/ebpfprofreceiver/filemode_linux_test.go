@@ -3,9 +3,6 @@ package ebpfprofreceiver
 import (
 	"context"
 	"fmt"
-	"io"
-	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -19,6 +16,7 @@ import (
 	"go.opentelemetry.io/collector/pdata/pprofile"
 	"go.opentelemetry.io/collector/receiver/receivertest"
 
+	"github.com/bpfcol/bpfcol/internal/testdebuginfod"
 	"github.com/bpfcol/bpfcol/internal/testenv"
 	"github.com/bpfcol/bpfcol/internal/testworkload"
 	"github.com/bpfcol/bpfcol/receiver/ebpfprofreceiver/internal/metadata"
@@ -46,44 +44,6 @@ func runTool(t *testing.T, stdin, name string, args ...string) string {
 		t.Fatalf("%s %v: %v", name, args, err)
 	}
 	return string(out)
-}
-
-// serveDebuginfo runs elfutils' debuginfod on 127.0.0.1 over dir and waits
-// until it serves each build-id in ids.
-func serveDebuginfo(t *testing.T, dir string, ids ...string) string {
-	t.Helper()
-	bin := requireTool(t, "debuginfod")
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	port := l.Addr().(*net.TCPAddr).Port
-	l.Close()
-	ctx, cancel := context.WithCancel(context.Background())
-	cmd := exec.CommandContext(ctx, bin, "-F", dir, "-p", strconv.Itoa(port), "-d", filepath.Join(t.TempDir(), "db.sqlite"), "-t", "1", "-g", "0")
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cancel(); cmd.Wait() })
-	url := fmt.Sprintf("http://127.0.0.1:%d", port)
-	deadline := time.Now().Add(60 * time.Second)
-	for _, id := range ids {
-		for {
-			resp, err := http.Get(url + "/buildid/" + id + "/debuginfo")
-			if err == nil {
-				io.Copy(io.Discard, resp.Body)
-				resp.Body.Close()
-				if resp.StatusCode == http.StatusOK {
-					break
-				}
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("debuginfod did not index %s within 60s", id)
-			}
-			time.Sleep(200 * time.Millisecond)
-		}
-	}
-	return url
 }
 
 // gnuBuildID reads the GNU build-id of bin with readelf.
@@ -217,7 +177,7 @@ func TestStrippedBinariesNamedThroughDebuginfod(t *testing.T) {
 		targets = append(targets, target{full, stripped, id})
 		ids = append(ids, id)
 	}
-	url := serveDebuginfo(t, srv, ids...)
+	url := testdebuginfod.Start(t, srv, ids...)
 
 	sink := new(consumertest.ProfilesSink)
 	cfg := createDefaultConfig().(*Config)
