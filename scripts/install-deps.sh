@@ -36,6 +36,9 @@ required=(
 	"nm binutils"
 	"readelf binutils"
 	"gcc gcc"                                     # C test workloads
+	"g++ g++"                                     # C++ test workloads
+	"objcopy binutils"                            # stripped copies of test binaries
+	"unshare util-linux"                          # mount-namespace symbolization test
 	"capsh libcap2-bin"                           # capability-dropping tests
 	"/usr/include/$(gcc -dumpmachine 2>/dev/null || echo x86_64-linux-gnu)/sys/sdt.h systemtap-sdt-dev" # USDT probes in workloads
 )
