@@ -172,57 +172,11 @@ func goTextStartFromRelocations(f *elf.File, pclntab []byte) (uint64, bool) {
 	if f.Class != elf.ELFCLASS64 || len(pclntab) < 8 || pclntab[7] != 8 {
 		return 0, false
 	}
-	var relative uint32
-	switch f.Machine {
-	case elf.EM_X86_64:
-		relative = uint32(elf.R_X86_64_RELATIVE)
-	case elf.EM_AARCH64:
-		relative = uint32(elf.R_AARCH64_RELATIVE)
-	default:
-		return 0, false
-	}
 	sect := goPclntabSection(f)
 	if sect == nil {
 		return 0, false
 	}
-	// Two passes over the relocations avoid an index of all of them: first the slots
-	// pointing at .gopclntab, then the words that would be their
-	// moduledata.text.
-	var relas [][]byte
-	for _, rs := range f.Sections {
-		if rs.Type != elf.SHT_RELA || rs.Entsize != 24 {
-			continue
-		}
-		if data, err := rs.Data(); err == nil {
-			relas = append(relas, data)
-		}
-	}
-	each := func(fn func(off, addend uint64)) {
-		for _, data := range relas {
-			for i := 0; i+24 <= len(data); i += 24 {
-				if elf.R_TYPE64(f.ByteOrder.Uint64(data[i+8:])) == relative {
-					fn(f.ByteOrder.Uint64(data[i:]), f.ByteOrder.Uint64(data[i+16:]))
-				}
-			}
-		}
-	}
-	textSlots := map[uint64]bool{}
-	each(func(off, addend uint64) {
-		if addend == sect.Addr && len(textSlots) < 16 {
-			textSlots[off+moduledataTextWord*8] = true
-		}
-	})
-	var text uint64
-	found := false
-	each(func(off, addend uint64) {
-		if !found && textSlots[off] {
-			text, found = addend, true
-		}
-	})
-	if found {
-		return text, true
-	}
-	return 0, false
+	return goModuledataWordFromRelocations(f, sect.Addr, moduledataTextWord)
 }
 
 // lookup returns the frames for pc, leaf first: each inlined call, with
