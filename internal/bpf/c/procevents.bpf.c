@@ -60,22 +60,9 @@ struct {
 	__uint(max_entries, 256 << 10);
 } proc_events SEC(".maps");
 
-struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, COUNTER_MAX);
-	__type(key, u32);
-	__type(value, u64);
-} counters SEC(".maps");
+#include "bpfcol_counters.h"
 
 const struct proc_event *unused_proc_event __attribute__((unused));
-
-static __always_inline void count(enum counter c)
-{
-	u32 key = c;
-	u64 *v = bpf_map_lookup_elem(&counters, &key);
-	if (v)
-		*v += 1;
-}
 
 static __always_inline struct proc_event *reserve(u32 pid, u32 kind)
 {

@@ -54,24 +54,11 @@ struct {
 	__uint(max_entries, 4 << 20); // resized by the loader
 } samples SEC(".maps");
 
-struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, COUNTER_MAX);
-	__type(key, u32);
-	__type(value, u64);
-} counters SEC(".maps");
+#include "bpfcol_counters.h"
 
 // Anchors the record type in BTF so bpf2go can mirror it in Go; costs one
 // 8-byte .bss map.
 const struct sample *unused_sample __attribute__((unused));
-
-static __always_inline void count(enum counter c)
-{
-	u32 key = c;
-	u64 *v = bpf_map_lookup_elem(&counters, &key);
-	if (v)
-		*v += 1;
-}
 
 SEC("perf_event")
 int sample_stack(void *ctx)

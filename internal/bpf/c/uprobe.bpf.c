@@ -158,26 +158,13 @@ struct {
 	__uint(max_entries, 1 << 20); // resized by the loader
 } records SEC(".maps");
 
-struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, COUNTER_MAX);
-	__type(key, u32);
-	__type(value, u64);
-} counters SEC(".maps");
+#include "bpfcol_counters.h"
 
 // Anchor the shared types in BTF so bpf2go mirrors them in Go.
 const struct scope_record *unused_scope_record __attribute__((unused));
 const struct probe_setting *unused_probe_setting __attribute__((unused));
 const struct pid_filter_key *unused_pid_filter_key __attribute__((unused));
 const struct fill_args *unused_fill_args __attribute__((unused));
-
-static __always_inline void count(enum counter c)
-{
-	u32 key = c;
-	u64 *v = bpf_map_lookup_elem(&counters, &key);
-	if (v)
-		*v += 1;
-}
 
 // filtered reports whether the probe's filters ignore this thread. Filters
 // apply to outermost entries only; an exit finds no scope for a filtered
