@@ -11,9 +11,18 @@ import (
 	"github.com/cilium/ebpf/link"
 	"github.com/cilium/ebpf/ringbuf"
 	"golang.org/x/sys/unix"
+
+	"github.com/bpfcol/bpfcol/internal/bpf/counters"
 )
 
 const eventSize = int(unsafe.Sizeof(proceventsProcEvent{}))
+
+// Indexes of the counters map, mirrored from procevents.bpf.c.
+const (
+	counterEvents = iota
+	counterLostRingbuf
+	counterMax
+)
 
 // ErrClosed is returned by Read once the Watcher is closed.
 var ErrClosed = os.ErrClosed
@@ -24,7 +33,6 @@ type Watcher struct {
 	links  []link.Link
 	reader *ringbuf.Reader
 	record ringbuf.Record
-	percpu []uint64
 }
 
 // New loads the programs and attaches them to the sched_process_exec and
@@ -88,19 +96,11 @@ func (w *Watcher) Read(dst *Event) error {
 // Counters sums the BPF counters over all CPUs. Not safe to call
 // concurrently with itself.
 func (w *Watcher) Counters() (Counters, error) {
-	if w.percpu == nil {
-		w.percpu = make([]uint64, ebpf.MustPossibleCPU())
+	v, err := counters.Sum(w.objs.Counters, counterMax)
+	if err != nil {
+		return Counters{}, fmt.Errorf("reading process event counters: %w", err)
 	}
-	var c Counters
-	for idx, dst := range []*uint64{&c.Events, &c.LostRingbuf} {
-		if err := w.objs.Counters.Lookup(uint32(idx), &w.percpu); err != nil {
-			return Counters{}, fmt.Errorf("reading process event counter %d: %w", idx, err)
-		}
-		for _, v := range w.percpu {
-			*dst += v
-		}
-	}
-	return c, nil
+	return Counters{Events: v[counterEvents], LostRingbuf: v[counterLostRingbuf]}, nil
 }
 
 // Close detaches the programs, stops Read and frees the maps. It is safe to

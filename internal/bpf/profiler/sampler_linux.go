@@ -14,6 +14,8 @@ import (
 	"github.com/cilium/ebpf/link"
 	"github.com/cilium/ebpf/ringbuf"
 	"golang.org/x/sys/unix"
+
+	"github.com/bpfcol/bpfcol/internal/bpf/counters"
 )
 
 // Indexes of the counters map, mirrored from profiler.bpf.c.
@@ -37,13 +39,12 @@ const (
 
 // Sampler is a loaded and attached stack sampler.
 type Sampler struct {
-	objs    profilerObjects
-	links   []link.Link
-	events  []int
-	reader  *ringbuf.Reader
-	record  ringbuf.Record
-	ncpu    int
-	counter []uint64
+	objs   profilerObjects
+	links  []link.Link
+	events []int
+	reader *ringbuf.Reader
+	record ringbuf.Record
+	ncpu   int
 }
 
 // New checks that the kernel and the process's capabilities allow sampling,
@@ -189,35 +190,18 @@ func commString(comm []int8) string {
 
 // Counters sums the sampler's counters over all CPUs.
 func (s *Sampler) Counters() (Counters, error) {
-	sum := func(idx uint32) (uint64, error) {
-		if s.counter == nil {
-			s.counter = make([]uint64, ebpf.MustPossibleCPU())
-		}
-		if err := s.objs.Counters.Lookup(idx, &s.counter); err != nil {
-			return 0, fmt.Errorf("reading sampler counter %d: %w", idx, err)
-		}
-		var total uint64
-		for _, v := range s.counter {
-			total += v
-		}
-		return total, nil
+	v, err := counters.Sum(s.objs.Counters, counterMax)
+	if err != nil {
+		return Counters{}, fmt.Errorf("reading sampler counters: %w", err)
 	}
-	var c Counters
-	for idx, dst := range map[uint32]*uint64{
-		counterSamples:        &c.Samples,
-		counterDroppedRingbuf: &c.DroppedRingbuf,
-		counterUserStackErr:   &c.UserStackErrors,
-		counterKernelStackErr: &c.KernelStackErrors,
-		counterSPReadErr:      &c.SPReadErrors,
-		counterIdle:           &c.Idle,
-	} {
-		v, err := sum(idx)
-		if err != nil {
-			return Counters{}, err
-		}
-		*dst = v
-	}
-	return c, nil
+	return Counters{
+		Samples:           v[counterSamples],
+		DroppedRingbuf:    v[counterDroppedRingbuf],
+		UserStackErrors:   v[counterUserStackErr],
+		KernelStackErrors: v[counterKernelStackErr],
+		SPReadErrors:      v[counterSPReadErr],
+		Idle:              v[counterIdle],
+	}, nil
 }
 
 // CPUs is how many CPUs the sampler is attached to.

@@ -15,6 +15,8 @@ import (
 	"github.com/cilium/ebpf/features"
 	"github.com/cilium/ebpf/link"
 	"github.com/cilium/ebpf/ringbuf"
+
+	"github.com/bpfcol/bpfcol/internal/bpf/counters"
 )
 
 // Mirrored from uprobe.bpf.c.
@@ -34,6 +36,7 @@ const (
 	counterShort
 	counterScopeFull
 	counterFiltered
+	counterMax
 )
 
 const (
@@ -80,7 +83,6 @@ type Probes struct {
 	// fixed holds the program copies by cookie: at most two per probe.
 	fixed  map[uint64]scopePrograms
 	closed bool
-	percpu []uint64
 }
 
 // New checks support, then loads the programs and fills the settings map.
@@ -499,28 +501,18 @@ func commString(comm *[16]int8) string {
 
 // Counters sums the BPF counters over all CPUs.
 func (p *Probes) Counters() (Counters, error) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.percpu == nil {
-		p.percpu = make([]uint64, ebpf.MustPossibleCPU())
+	v, err := counters.Sum(p.objs.Counters, counterMax)
+	if err != nil {
+		return Counters{}, fmt.Errorf("reading scope counters: %w", err)
 	}
-	var c Counters
-	for idx, dst := range []*uint64{
-		counterRecords:     &c.Records,
-		counterLostRingbuf: &c.LostRingbuf,
-		counterExitNoEntry: &c.ExitWithoutEntry,
-		counterShort:       &c.Short,
-		counterScopeFull:   &c.ScopeFull,
-		counterFiltered:    &c.Filtered,
-	} {
-		if err := p.objs.Counters.Lookup(uint32(idx), &p.percpu); err != nil {
-			return Counters{}, fmt.Errorf("reading scope counter %d: %w", idx, err)
-		}
-		for _, v := range p.percpu {
-			*dst += v
-		}
-	}
-	return c, nil
+	return Counters{
+		Records:          v[counterRecords],
+		LostRingbuf:      v[counterLostRingbuf],
+		ExitWithoutEntry: v[counterExitNoEntry],
+		Short:            v[counterShort],
+		ScopeFull:        v[counterScopeFull],
+		Filtered:         v[counterFiltered],
+	}, nil
 }
 
 // Fill writes count synthetic records of probeID into the ringbuf from BPF
