@@ -496,3 +496,40 @@ func receiverStarts(t *testing.T, output string) map[string]time.Time {
 	}
 	return found
 }
+
+// TestDeployPprofExtensionOff checks that no shipped config (config/ and
+// the resources in deploy/) enables the pprof extension: it opens a port
+// that makes bpfcol do work for anyone who can reach it.
+func TestDeployPprofExtensionOff(t *testing.T) {
+	configs := map[string]map[string]any{}
+	for _, r := range deployResources(t) {
+		configs[filepath.Base(r.path)+"/"+r.name] = r.spec.Config
+	}
+	paths, err := filepath.Glob(filepath.Join(repoRoot(t), "config", "*.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, path := range paths {
+		data, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var cfg map[string]any
+		if err := yaml.Unmarshal(data, &cfg); err != nil {
+			t.Fatalf("parsing %s: %v", path, err)
+		}
+		configs["config/"+filepath.Base(path)] = cfg
+	}
+	if len(configs) < 2 {
+		t.Fatalf("found only %d shipped configs", len(configs))
+	}
+	for name, cfg := range configs {
+		service, _ := mapAt(cfg, "service")
+		enabled, _ := service["extensions"].([]any)
+		for _, e := range enabled {
+			if componentType(fmt.Sprint(e)) == "pprof" {
+				t.Errorf("%s enables the pprof extension", name)
+			}
+		}
+	}
+}
