@@ -7,10 +7,10 @@ import (
 	"runtime"
 	"testing"
 
+	"github.com/bpfcol/bpfcol/internal/frame"
 	"github.com/bpfcol/bpfcol/internal/process"
 	"github.com/bpfcol/bpfcol/internal/symbolize"
 	"github.com/bpfcol/bpfcol/receiver/ebpfprofreceiver/internal/aggregate"
-	"github.com/bpfcol/bpfcol/receiver/ebpfprofreceiver/internal/profilebuilder"
 )
 
 //go:noinline
@@ -23,10 +23,10 @@ func ownProcess(t *testing.T) *aggregate.Process {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var exec []process.Mapping
+	var exec []frame.Mapping
 	for _, m := range maps {
 		if m.Executable() {
-			exec = append(exec, m)
+			exec = append(exec, frame.Mapping{Mapping: m})
 		}
 	}
 	exe, err := process.ExecutablePath(os.Getpid())
@@ -48,20 +48,23 @@ func TestResolveOwnFrames(t *testing.T) {
 		t.Fatalf("no executable mapping holds %#x", fn)
 	}
 	const unmapped = 0x10 // the zero page is never mapped
+	inMapping := func(f frame.Frame) frame.Frame { f.Mapping = m; return f }
 	batch := &aggregate.Batch{Stacks: []*aggregate.Stack{
 		{Process: proc, PID: uint32(proc.PID), TID: 7, Comm: "tester", Count: 3, Timestamps: []uint64{1, 2, 3},
-			User: []aggregate.UserFrame{
-				{Addr: fn + 1, Mapping: m},
-				{Addr: fn + 1, Return: true, Mapping: m},
-				{Addr: unmapped, Return: true},
+			Frames: []frame.Frame{
+				inMapping(frame.AtPC(frame.Native, fn+1)),
+				inMapping(frame.AtReturnAddress(frame.Native, fn+1)),
+				frame.AtReturnAddress(frame.Native, unmapped),
 			}},
 		{Process: proc, PID: uint32(proc.PID), TID: 8, Comm: "other", Count: 1,
-			User: []aggregate.UserFrame{{Addr: fn + 1, Mapping: m}}},
+			Frames: []frame.Frame{inMapping(frame.AtPC(frame.Native, fn+1))}},
 	}}
 
 	cache := symbolize.NewBinaryCache(8)
 	defer cache.Close()
-	procs, stats := New(cache, nil).Resolve(batch)
+	r := New(cache, nil)
+	procs := r.Resolve(batch)
+	stats := r.Stats()
 
 	if len(procs) != 1 || procs[0].PID != int64(proc.PID) || procs[0].ExePath != proc.ExePath || len(procs[0].Samples) != 2 {
 		t.Fatalf("want one process with two samples, got %+v", procs)
@@ -71,11 +74,11 @@ func TestResolveOwnFrames(t *testing.T) {
 		t.Fatalf("sample %+v", s)
 	}
 	pc, ret, none := s.Frames[0], s.Frames[1], s.Frames[2]
-	for _, f := range []profilebuilder.Frame{pc, ret} {
-		if len(f.Lines) == 0 || f.Lines[len(f.Lines)-1].Function != want {
+	for _, f := range []frame.Frame{pc, ret} {
+		if f.Name() != want {
 			t.Fatalf("frame %#x named %+v, want %s", f.Address, f.Lines, want)
 		}
-		if f.Type != profilebuilder.FrameGo || f.Mapping == nil || f.Mapping.Path != m.Path || f.Mapping.BuildIDGo == "" {
+		if f.Type != frame.Go || f.Mapping == nil || f.Mapping.Path != m.Path || f.Mapping.BuildIDGo == "" {
 			t.Fatalf("frame %#x: type %q mapping %+v", f.Address, f.Type, f.Mapping)
 		}
 	}
@@ -83,10 +86,16 @@ func TestResolveOwnFrames(t *testing.T) {
 	if ret.Address != pc.Address-1 {
 		t.Fatalf("return address %#x, PC %#x: want PC-1", ret.Address, pc.Address)
 	}
-	if none.Mapping != nil || len(none.Lines) != 0 || none.Address != unmapped {
+	// An unmapped return address keeps its lookup address.
+	if none.Mapping != nil || len(none.Lines) != 0 || none.Address != unmapped-1 || !none.ReturnAddress {
 		t.Fatalf("unmapped frame %+v", none)
 	}
-	if stats.UserFrames != 4 || stats.UnmappedUserFrames != 1 || stats.UnnamedUserFrames != 1 {
+	// Four user frames: three named, one unmapped.
+	if stats != (Stats{UserNamed: 3, UserUnmapped: 1}) {
 		t.Fatalf("stats %+v", stats)
+	}
+	// The second sample's PC was named from the cache.
+	if c := r.NameCacheStats(); c.Len != 2 || c.Hits != 1 {
+		t.Fatalf("name cache %+v, want 2 entries and 1 hit", c)
 	}
 }
