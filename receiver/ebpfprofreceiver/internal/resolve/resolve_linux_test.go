@@ -5,11 +5,15 @@ import (
 	"path/filepath"
 	"reflect"
 	"runtime"
+	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/bpfcol/bpfcol/internal/frame"
 	"github.com/bpfcol/bpfcol/internal/process"
 	"github.com/bpfcol/bpfcol/internal/symbolize"
+	"github.com/bpfcol/bpfcol/internal/symbolize/kernelsym"
+	"github.com/bpfcol/bpfcol/internal/testenv"
 	"github.com/bpfcol/bpfcol/receiver/ebpfprofreceiver/internal/aggregate"
 )
 
@@ -97,5 +101,72 @@ func TestResolveOwnFrames(t *testing.T) {
 	// The second sample's PC was named from the cache.
 	if c := r.NameCacheStats(); c.Len != 2 || c.Hits != 1 {
 		t.Fatalf("name cache %+v, want 2 entries and 1 hit", c)
+	}
+}
+
+// kallsymsAddr returns the address of the kernel text symbol name.
+func kallsymsAddr(t *testing.T, name string) uint64 {
+	t.Helper()
+	data, err := os.ReadFile("/proc/kallsyms")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		f := strings.Fields(line)
+		if len(f) >= 3 && f[2] == name && (f[1] == "T" || f[1] == "t") {
+			addr, err := strconv.ParseUint(f[0], 16, 64)
+			if err != nil || addr == 0 {
+				t.Fatalf("kallsyms hides addresses (%q)", line)
+			}
+			return addr
+		}
+	}
+	t.Fatalf("%s not in /proc/kallsyms", name)
+	return 0
+}
+
+// TestResolveKernelFrames names kernel frames through the real kernel
+// symbolizer. A return address one byte into vfs_read names vfs_read and
+// one at its very first byte names the function before it: the address is
+// adjusted exactly once. Kernel frames point at the [kernel.kallsyms]
+// mapping and carry no source file.
+func TestResolveKernelFrames(t *testing.T) {
+	testenv.RequireBPF(t)
+	start := kallsymsAddr(t, "vfs_read")
+	syms, err := kernelsym.New(kernelsym.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer syms.Close()
+	batch := &aggregate.Batch{Stacks: []*aggregate.Stack{{PID: 1, TID: 1, Count: 1, Frames: []frame.Frame{
+		frame.AtPC(frame.Kernel, start+4),
+		frame.AtReturnAddress(frame.Kernel, start+1),
+		frame.AtReturnAddress(frame.Kernel, start),
+	}}}}
+	cache := symbolize.NewBinaryCache(8)
+	defer cache.Close()
+	r := New(cache, syms)
+	procs := r.Resolve(batch)
+	if len(procs) != 1 || len(procs[0].Samples) != 1 {
+		t.Fatalf("want one sample, got %+v", procs)
+	}
+	fs := procs[0].Samples[0].Frames
+	t.Logf("kernel symbolizer %s: %q %q %q", syms.Path(), fs[0].Name(), fs[1].Name(), fs[2].Name())
+	if fs[0].Name() != "vfs_read" || fs[1].Name() != "vfs_read" {
+		t.Errorf("PC and return address inside vfs_read named %q and %q", fs[0].Name(), fs[1].Name())
+	}
+	if n := fs[2].Name(); n == "" || n == "vfs_read" {
+		t.Errorf("a return address at vfs_read's first byte named %q, want the function before it", n)
+	}
+	if fs[1].Address != start || fs[2].Address != start-1 {
+		t.Errorf("return addresses looked up at %#x and %#x, want %#x and %#x", fs[1].Address, fs[2].Address, start, start-1)
+	}
+	for _, f := range fs {
+		if f.Type != frame.Kernel || f.Mapping == nil || f.Mapping.Path != "[kernel.kallsyms]" || len(f.Lines) != 1 || f.Lines[0].File != "" {
+			t.Errorf("kernel frame %#x: type %s mapping %+v lines %+v", f.Address, f.Type, f.Mapping, f.Lines)
+		}
+	}
+	if s := r.Stats(); s != (Stats{KernelNamed: 3}) {
+		t.Errorf("stats %+v, want 3 named kernel frames", s)
 	}
 }
