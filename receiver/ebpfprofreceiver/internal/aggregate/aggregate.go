@@ -7,6 +7,7 @@ package aggregate
 import (
 	"encoding/binary"
 	"os"
+	"slices"
 	"time"
 
 	"github.com/bpfcol/bpfcol/internal/bpf/profiler"
@@ -114,6 +115,7 @@ type Aggregator struct {
 	procs      *processTable
 	leaves     *leafAnalyzer
 	key        []byte
+	scratch    []frame.Frame // the frames of the sample being added
 	clock      monotonicClock
 }
 
@@ -163,7 +165,7 @@ func (a *Aggregator) Add(s *profiler.Sample) {
 			PID:     s.PID,
 			TID:     s.TID,
 			Comm:    s.Comm,
-			Frames:  frames,
+			Frames:  slices.Clone(frames),
 		}
 		a.stacks[string(key)] = st
 		a.order = append(a.order, st)
@@ -176,9 +178,11 @@ func (a *Aggregator) Add(s *profiler.Sample) {
 }
 
 // frames turns the sample's raw addresses into frames: the kernel stack,
-// then the user stack with the caller a frameless leaf hid put back.
+// then the user stack with the caller a frameless leaf hid put back. The
+// slice is reused by the next sample.
 func (a *Aggregator) frames(proc *Process, s *profiler.Sample) []frame.Frame {
-	frames := make([]frame.Frame, 0, len(s.Kernel)+len(s.User)+1)
+	frames := a.scratch[:0]
+	defer func() { a.scratch = frames[:0] }()
 	for i, addr := range s.Kernel {
 		if i == 0 {
 			frames = append(frames, frame.AtPC(frame.Kernel, addr))
