@@ -6,6 +6,8 @@ import (
 	"slices"
 
 	"go.opentelemetry.io/collector/pdata/pprofile"
+
+	"github.com/bpfcol/bpfcol/internal/conventions"
 )
 
 // Sample is one sample of a profile, with its frames' function names, leaf
@@ -25,7 +27,7 @@ func Samples(p pprofile.Profiles) []Sample {
 	var out []Sample
 	for i := 0; i < p.ResourceProfiles().Len(); i++ {
 		rp := p.ResourceProfiles().At(i)
-		pidVal, _ := rp.Resource().Attributes().Get("process.pid")
+		pidVal, _ := rp.Resource().Attributes().Get(conventions.ProcessPID)
 		for j := 0; j < rp.ScopeProfiles().Len(); j++ {
 			sp := rp.ScopeProfiles().At(j)
 			for k := 0; k < sp.Profiles().Len(); k++ {
@@ -35,7 +37,7 @@ func Samples(p pprofile.Profiles) []Sample {
 					ss := Sample{PID: pidVal.Int(), Count: smp.Values().At(0)}
 					for _, ai := range smp.AttributeIndices().AsRaw() {
 						a := d.AttributeTable().At(int(ai))
-						if str(a.KeyStrindex()) == "thread.id" {
+						if str(a.KeyStrindex()) == conventions.ThreadID {
 							ss.ThreadIDs = append(ss.ThreadIDs, a.Value().Int())
 						}
 					}
@@ -45,7 +47,7 @@ func Samples(p pprofile.Profiles) []Sample {
 						ftype := ""
 						for _, ai := range loc.AttributeIndices().AsRaw() {
 							a := d.AttributeTable().At(int(ai))
-							if str(a.KeyStrindex()) == "profile.frame.type" {
+							if str(a.KeyStrindex()) == conventions.ProfileFrameType {
 								ftype = a.Value().Str()
 							}
 						}
@@ -97,4 +99,6 @@ func (s Sample) HasChain(chain []string) bool {
 
 // isKernel reports whether a frame type runs in the kernel: kernel code or
 // a JIT-compiled BPF program.
-func isKernel(frameType string) bool { return frameType == "kernel" || frameType == "bpf" }
+func isKernel(frameType string) bool {
+	return frameType == conventions.FrameTypeKernel || frameType == conventions.FrameTypeBPF
+}

@@ -54,20 +54,56 @@ type profilesReceiver struct {
 	telemetry  *metadata.TelemetryBuilder
 	wg         sync.WaitGroup
 
+	aggregator *aggregate.Aggregator
+	resolver   *resolve.Resolver
 	samples    chan []*profiler.Sample
 	batches    chan *aggregate.Batch
 	samplePool sync.Pool
 
-	// Counts since start, logged at shutdown.
-	read                atomic.Int64
-	droppedQueue        atomic.Int64
-	droppedBatchSamples atomic.Int64
-	droppedStacks       atomic.Int64
-	exportedSamples     atomic.Int64
-	refusedSamples      atomic.Int64
-	profilesEmitted     atomic.Int64
-	firstSample         atomic.Bool
-	startedAt           time.Time
+	counts           sampleCounts
+	callersRecovered atomic.Int64
+	unknownProcesses atomic.Int64
+	profilesEmitted  atomic.Int64
+	firstSample      atomic.Bool
+	startedAt        time.Time
+}
+
+// sampleCounts follow every sample read from the ringbuf to where it ends:
+// exported, or dropped for one reason. Once the pipeline has stopped,
+// read = exported + the drops.
+type sampleCounts struct {
+	read atomic.Int64
+	// exported counts samples (each aggregated stack weighs its count)
+	// in profiles the next consumer accepted.
+	exported atomic.Int64
+	// droppedQueue: the aggregator's queue was full.
+	droppedQueue atomic.Int64
+	// droppedStacks: the interval's stack table was full.
+	droppedStacks atomic.Int64
+	// droppedBatch: the export queue was full.
+	droppedBatch atomic.Int64
+	// refused: the next consumer refused the profiles.
+	refused atomic.Int64
+}
+
+// dropped returns the samples read and not exported.
+func (c *sampleCounts) dropped() int64 {
+	return c.droppedQueue.Load() + c.droppedStacks.Load() + c.droppedBatch.Load() + c.refused.Load()
+}
+
+// logFields returns the counts as the shutdown log writes them, with the
+// samples the ringbuf dropped before they could be read.
+func (c *sampleCounts) logFields(droppedRingbuf uint64) []zap.Field {
+	return []zap.Field{
+		zap.Uint64("samples_dropped_ringbuf", droppedRingbuf),
+		zap.Int64("samples_read", c.read.Load()),
+		zap.Int64("samples_exported", c.exported.Load()),
+		zap.Int64("samples_dropped", c.dropped()),
+		zap.Int64("samples_dropped_queue", c.droppedQueue.Load()),
+		zap.Int64("samples_dropped_stacks_full", c.droppedStacks.Load()),
+		zap.Int64("samples_dropped_batch_queue", c.droppedBatch.Load()),
+		zap.Int64("samples_refused_downstream", c.refused.Load()),
+	}
 }
 
 func newProfilesReceiver(set receiver.Settings, cfg *Config, next xconsumer.Profiles) (*profilesReceiver, error) {
@@ -110,16 +146,21 @@ func (r *profilesReceiver) start(_ context.Context, _ component.Host) error {
 	if r.symbolizer, err = symbolize.NewSymbolizer(r.cfg.Symbolizer.symbolizeConfig()); err != nil {
 		r.set.Logger.Warn("user frames named from the mapped binaries only", zap.Error(err))
 	}
-	if err := r.registerTelemetry(); err != nil {
-		r.set.Logger.Warn("self-metrics unavailable", zap.Error(err))
-	}
 	r.samples = make(chan []*profiler.Sample, sampleQueueSize/maxDrainBatch)
 	r.batches = make(chan *aggregate.Batch, batchQueueSize)
 
-	agg := aggregate.New(aggregate.Config{Binaries: r.binaries})
+	r.aggregator = aggregate.New(aggregate.Config{Binaries: r.binaries})
+	var opts []resolve.Option
+	if r.symbolizer != nil {
+		opts = append(opts, resolve.WithSymbolizer(r.symbolizer))
+	}
+	r.resolver = resolve.New(r.binaries, r.kernelSyms, opts...)
+	if err := r.registerTelemetry(); err != nil {
+		r.set.Logger.Warn("self-metrics unavailable", zap.Error(err))
+	}
 	r.wg.Add(3)
 	go r.drain()
-	go r.aggregate(agg)
+	go r.aggregate()
 	go r.export()
 
 	r.set.Logger.Info("ebpfprof receiver started",
@@ -146,7 +187,7 @@ func (r *profilesReceiver) drain() {
 		select {
 		case r.samples <- batch:
 		default:
-			r.droppedQueue.Add(int64(len(batch)))
+			r.counts.droppedQueue.Add(int64(len(batch)))
 			for _, s := range batch {
 				r.samplePool.Put(s)
 			}
@@ -162,7 +203,7 @@ func (r *profilesReceiver) drain() {
 			if r.firstSample.CompareAndSwap(false, true) {
 				r.set.Logger.Info("first sample received", zap.Duration("since_start", time.Since(r.startedAt)))
 			}
-			r.read.Add(1)
+			r.counts.read.Add(1)
 			if batch = append(batch, s); len(batch) == maxDrainBatch {
 				handOver()
 			}
@@ -183,20 +224,23 @@ func (r *profilesReceiver) drain() {
 // aggregate counts samples and hands one batch per report interval to the
 // exporter. When the drain stops (at shutdown) the last, partial interval
 // is handed over too.
-func (r *profilesReceiver) aggregate(agg *aggregate.Aggregator) {
+func (r *profilesReceiver) aggregate() {
 	defer r.wg.Done()
 	defer close(r.batches)
+	agg := r.aggregator
 	ticker := time.NewTicker(r.cfg.ReportInterval)
 	defer ticker.Stop()
 	handOver := func(b *aggregate.Batch) {
-		r.droppedStacks.Add(b.Stats.DroppedStacksFull)
+		r.counts.droppedStacks.Add(b.Stats.DroppedStacksFull)
+		r.callersRecovered.Add(b.Stats.CallersRecovered)
+		r.unknownProcesses.Add(b.Stats.UnknownProcesses)
 		if len(b.Stacks) == 0 {
 			return
 		}
 		select {
 		case r.batches <- b:
 		default:
-			r.droppedBatchSamples.Add(b.Stats.Samples - b.Stats.DroppedStacksFull)
+			r.counts.droppedBatch.Add(b.Samples())
 		}
 	}
 	for {
@@ -219,31 +263,27 @@ func (r *profilesReceiver) aggregate(agg *aggregate.Aggregator) {
 // export names the frames of each batch, builds pdata and hands it on.
 func (r *profilesReceiver) export() {
 	defer r.wg.Done()
-	var opts []resolve.Option
-	if r.symbolizer != nil {
-		opts = append(opts, resolve.WithSymbolizer(r.symbolizer))
-	}
-	resolver := resolve.New(r.binaries, kernelNames{r.kernelSyms}, opts...)
 	meta := profilebuilder.Meta{
 		PeriodNanos:  int64(time.Second) / int64(r.cfg.SamplingFrequency),
 		ScopeName:    metadata.ScopeName,
 		ScopeVersion: r.set.BuildInfo.Version,
 	}
 	for b := range r.batches {
-		procs, _ := resolver.Resolve(b)
+		procs := r.resolver.Resolve(b)
 		meta.Start, meta.End = b.Start, b.End
 		profiles := profilebuilder.Build(procs, meta)
-		n := profiles.SampleCount()
 		ctx := r.obsrecv.StartProfilesOp(context.Background())
 		err := r.next.ConsumeProfiles(ctx, profiles)
-		r.obsrecv.EndProfilesOp(ctx, "pprofile", n, err)
+		// obsreport counts pdata records (one per distinct stack); the
+		// shutdown log and samples_dropped count samples.
+		r.obsrecv.EndProfilesOp(ctx, "pprofile", profiles.SampleCount(), err)
 		if err == nil {
-			r.exportedSamples.Add(int64(n))
+			r.counts.exported.Add(b.Samples())
 			r.profilesEmitted.Add(1)
 		} else {
 			// The pipeline refused: the batch is dropped, never retried
 			// here, so memory stays bounded.
-			r.refusedSamples.Add(int64(n))
+			r.counts.refused.Add(b.Samples())
 		}
 	}
 }
@@ -263,14 +303,7 @@ func (r *profilesReceiver) Shutdown(ctx context.Context) error {
 		err = errors.Join(err, fmt.Errorf("waiting for the pipeline to stop: %w", ctx.Err()))
 	}
 	counters, _ := r.sampler.Counters()
-	r.set.Logger.Info("ebpfprof receiver stopped",
-		zap.Int64("samples_read", r.read.Load()),
-		zap.Int64("samples_exported", r.exportedSamples.Load()),
-		zap.Uint64("samples_dropped_ringbuf", counters.DroppedRingbuf),
-		zap.Int64("samples_dropped_queue", r.droppedQueue.Load()),
-		zap.Int64("samples_dropped_stacks_full", r.droppedStacks.Load()),
-		zap.Int64("samples_dropped_batch_queue", r.droppedBatchSamples.Load()),
-		zap.Int64("samples_refused_downstream", r.refusedSamples.Load()))
+	r.set.Logger.Info("ebpfprof receiver stopped", r.counts.logFields(counters.DroppedRingbuf)...)
 	if r.telemetry != nil {
 		r.telemetry.Shutdown()
 	}
@@ -280,26 +313,4 @@ func (r *profilesReceiver) Shutdown(ctx context.Context) error {
 	err = errors.Join(err, r.binaries.Close(), r.kernelSyms.Close())
 	r.sampler = nil
 	return err
-}
-
-// kernelNames adapts the kernel symbolizer to the resolve stage.
-type kernelNames struct {
-	syms *kernelsym.Symbolizer
-}
-
-func (k kernelNames) SymbolizeKernel(addrs []resolve.KernelAddr) ([]resolve.KernelName, error) {
-	raw := make([]uint64, len(addrs))
-	isReturn := make([]bool, len(addrs))
-	for i, a := range addrs {
-		raw[i], isReturn[i] = a.Addr, a.Return
-	}
-	syms, err := k.syms.Symbolize(raw, isReturn)
-	if err != nil {
-		return nil, err
-	}
-	out := make([]resolve.KernelName, len(syms))
-	for i, s := range syms {
-		out[i] = resolve.KernelName{Name: s.Name, Module: s.Module, BPFProgram: s.IsBPFProg, OK: s.OK}
-	}
-	return out, nil
 }

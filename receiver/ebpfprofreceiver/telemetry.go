@@ -37,10 +37,10 @@ func (r *profilesReceiver) registerTelemetry() error {
 				return err
 			}
 			observe(o, int64(c.DroppedRingbuf), "reason", "ringbuf_full")
-			observe(o, r.droppedQueue.Load(), "reason", "queue_full")
-			observe(o, r.droppedStacks.Load(), "reason", "stack_table_full")
-			observe(o, r.droppedBatchSamples.Load(), "reason", "batch_queue_full")
-			observe(o, r.refusedSamples.Load(), "reason", "export_refused")
+			observe(o, r.counts.droppedQueue.Load(), "reason", "queue_full")
+			observe(o, r.counts.droppedStacks.Load(), "reason", "stack_table_full")
+			observe(o, r.counts.droppedBatch.Load(), "reason", "batch_queue_full")
+			observe(o, r.counts.refused.Load(), "reason", "export_refused")
 			return nil
 		}),
 		tb.RegisterEbpfprofStacksLostCallback(func(_ context.Context, o metric.Int64Observer) error {
@@ -93,6 +93,36 @@ func (r *profilesReceiver) registerTelemetry() error {
 				observe(o, s.Tables, "cache", "debug_tables")
 				observe(o, s.TableBytes, "cache", "debug_table_bytes")
 			}
+			observe(o, int64(r.resolver.NameCacheStats().Len), "cache", "frame_names")
+			observe(o, int64(r.aggregator.LeafCacheStats().Len), "cache", "leaf_functions")
+			return nil
+		}),
+		tb.RegisterEbpfprofCacheEvictionsCallback(func(_ context.Context, o metric.Int64Observer) error {
+			observe(o, int64(r.resolver.NameCacheStats().Evictions), "cache", "frame_names")
+			observe(o, int64(r.aggregator.LeafCacheStats().Evictions), "cache", "leaf_functions")
+			return nil
+		}),
+		tb.RegisterEbpfprofCallersRecoveredCallback(func(_ context.Context, o metric.Int64Observer) error {
+			o.Observe(r.callersRecovered.Load())
+			return nil
+		}),
+		tb.RegisterEbpfprofProcessesUnknownCallback(func(_ context.Context, o metric.Int64Observer) error {
+			o.Observe(r.unknownProcesses.Load())
+			return nil
+		}),
+		tb.RegisterEbpfprofFramesResolvedCallback(func(_ context.Context, o metric.Int64Observer) error {
+			s := r.resolver.Stats()
+			frames := func(v int64, stack, result string) {
+				o.Observe(v, metric.WithAttributes(attribute.String("stack", stack), attribute.String("result", result)))
+			}
+			frames(s.UserNamed, "user", "named")
+			frames(s.UserUnnamed, "user", "unnamed")
+			frames(s.UserUnmapped, "user", "unmapped")
+			frames(s.UserUnreadable, "user", "unreadable")
+			frames(s.UserSkipped, "user", "skipped")
+			frames(s.UserPending, "user", "pending")
+			frames(s.KernelNamed, "kernel", "named")
+			frames(s.KernelUnnamed, "kernel", "unnamed")
 			return nil
 		}),
 		tb.RegisterEbpfprofKernelSymbolizerCallback(func(_ context.Context, o metric.Int64Observer) error {

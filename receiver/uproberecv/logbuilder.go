@@ -5,23 +5,24 @@ import (
 	"go.opentelemetry.io/collector/pdata/plog"
 
 	"github.com/bpfcol/bpfcol/internal/bpf/scopeprobe"
+	"github.com/bpfcol/bpfcol/internal/conventions"
 )
 
 // Attribute keys of a scope record.
 const (
-	attrProbeID      = "probe.id"
-	attrDurationNs   = "duration_ns"
-	attrStartUnixNs  = "start_time_unix_nano"
-	attrEndUnixNs    = "end_time_unix_nano"
-	attrThreadID     = "thread.id"
-	attrThreadName   = "thread.name"
-	attrIsMainThread = "is_main_thread"
-	attrNestedCalls  = "nested_calls"
+	attrProbeID      = conventions.ProbeID
+	attrDurationNs   = conventions.DurationNs
+	attrStartUnixNs  = conventions.StartTimeUnixNano
+	attrEndUnixNs    = conventions.EndTimeUnixNano
+	attrThreadID     = conventions.ThreadID
+	attrThreadName   = conventions.ThreadName
+	attrIsMainThread = conventions.IsMainThread
+	attrNestedCalls  = conventions.NestedCalls
 
-	attrProcessPID       = "process.pid"
-	attrExecutablePath   = "process.executable.path"
-	attrExecutableName   = "process.executable.name"
-	attrContainerID      = "container.id"
+	attrProcessPID       = conventions.ProcessPID
+	attrExecutablePath   = conventions.ProcessExecutablePath
+	attrExecutableName   = conventions.ProcessExecutableName
+	attrContainerID      = conventions.ContainerID
 	recordAttributeCount = 8
 )
 

@@ -8,27 +8,18 @@ import (
 	"github.com/google/pprof/profile"
 	"go.opentelemetry.io/collector/pdata/pcommon"
 	"go.opentelemetry.io/collector/pdata/pprofile"
-)
 
-// Attribute keys read from the pdata profiles.
-const (
-	attrFrameType  = "profile.frame.type"
-	attrBuildIDGNU = "process.executable.build_id.gnu"
-	attrBuildIDGo  = "process.executable.build_id.go"
+	"github.com/bpfcol/bpfcol/internal/conventions"
 )
-
-// kernelMappingFile names the mapping of kernel frames, as perf does; pprof
-// never tries to open a file whose name starts with "[".
-const kernelMappingFile = "[kernel.kallsyms]"
 
 // labelKeys renames attributes to the short label names pprof users know
 // from `-tagfocus=pid=…` and the Go runtime's profiles. Other attributes keep
 // their key.
 var labelKeys = map[string]string{
-	"process.pid":             "pid",
-	"process.executable.name": "process",
-	"thread.id":               "tid",
-	"thread.name":             "thread",
+	conventions.ProcessPID:            "pid",
+	conventions.ProcessExecutableName: "process",
+	conventions.ThreadID:              "tid",
+	conventions.ThreadName:            "thread",
 }
 
 // Convert merges every process of src into one pprof profile. Each sample
@@ -265,9 +256,9 @@ func (c *converter) location(i int32) (*profile.Location, error) {
 		if err != nil {
 			return nil, fmt.Errorf("location %d: %w", i, err)
 		}
-		if key == attrFrameType {
+		if key == conventions.ProfileFrameType {
 			ft := a.Value().Str()
-			kernel = ft == "kernel" || ft == "bpf"
+			kernel = ft == conventions.FrameTypeKernel || ft == conventions.FrameTypeBPF
 		}
 	}
 	m, err := c.mapping(src.MappingIndex())
@@ -319,7 +310,7 @@ func (c *converter) newMapping(file string) *profile.Mapping {
 
 func (c *converter) kernel() *profile.Mapping {
 	if c.kernelMapping == nil {
-		c.kernelMapping = c.newMapping(kernelMappingFile)
+		c.kernelMapping = c.newMapping(conventions.KernelMappingPath)
 	}
 	return c.kernelMapping
 }
@@ -348,9 +339,9 @@ func (c *converter) mapping(i int32) (*profile.Mapping, error) {
 			return nil, fmt.Errorf("mapping %d: %w", i, err)
 		}
 		switch key {
-		case attrBuildIDGNU:
+		case conventions.ProcessExecutableBuildIDGNU:
 			gnu = a.Value().Str()
-		case attrBuildIDGo:
+		case conventions.ProcessExecutableBuildIDGo:
 			goID = a.Value().Str()
 		}
 	}

@@ -7,9 +7,12 @@ package aggregate
 import (
 	"encoding/binary"
 	"os"
+	"slices"
 	"time"
 
 	"github.com/bpfcol/bpfcol/internal/bpf/profiler"
+	"github.com/bpfcol/bpfcol/internal/frame"
+	"github.com/bpfcol/bpfcol/internal/lru"
 	"github.com/bpfcol/bpfcol/internal/process"
 	"github.com/bpfcol/bpfcol/internal/symbolize"
 )
@@ -37,31 +40,21 @@ type Process struct {
 	ExePath     string
 	ExeName     string
 	ContainerID string
-	// Mappings are the process's executable mappings.
-	Mappings []process.Mapping
+	// Mappings are the process's executable mappings, which its user
+	// frames point at.
+	Mappings []frame.Mapping
 
 	held map[symbolize.FileKey]struct{} // binaries already opened into the cache
 }
 
 // Mapping returns the executable mapping holding addr, or nil.
-func (p *Process) Mapping(addr uint64) *process.Mapping {
+func (p *Process) Mapping(addr uint64) *frame.Mapping {
 	for i := range p.Mappings {
 		if p.Mappings[i].Contains(addr) {
 			return &p.Mappings[i]
 		}
 	}
 	return nil
-}
-
-// UserFrame is one user-space frame.
-type UserFrame struct {
-	// Addr is the address in the process.
-	Addr uint64
-	// Return is set for return addresses: the call is the instruction
-	// before Addr.
-	Return bool
-	// Mapping is the executable mapping holding Addr, nil if none.
-	Mapping *process.Mapping
 }
 
 // Stack is one distinct stack of one thread with its count.
@@ -71,10 +64,11 @@ type Stack struct {
 	PID     uint32
 	TID     uint32
 	Comm    string
-	// Kernel holds kernel addresses, the interrupted PC first.
-	Kernel []uint64
-	// User holds user frames, the leaf first.
-	User       []UserFrame
+	// Frames holds the kernel frames, the interrupted PC first, then the
+	// user frames, the leaf first. Return addresses are already adjusted
+	// (frame.AtReturnAddress); user frames point at their mapping in
+	// Process, kernel frames have none yet.
+	Frames     []frame.Frame
 	Count      int64
 	Timestamps []uint64
 }
@@ -100,6 +94,15 @@ type Batch struct {
 	Stats      Stats
 }
 
+// Samples returns how many samples the batch's stacks hold.
+func (b *Batch) Samples() int64 {
+	var n int64
+	for _, s := range b.Stacks {
+		n += s.Count
+	}
+	return n
+}
+
 // Aggregator collects samples into a Batch. It is not safe for concurrent
 // use: one goroutine adds samples and flushes.
 type Aggregator struct {
@@ -112,6 +115,7 @@ type Aggregator struct {
 	procs      *processTable
 	leaves     *leafAnalyzer
 	key        []byte
+	scratch    []frame.Frame // the frames of the sample being added
 	clock      monotonicClock
 }
 
@@ -148,8 +152,8 @@ func (a *Aggregator) Add(s *profiler.Sample) {
 		a.stats.UnknownProcesses++
 	}
 
-	user := a.userFrames(proc, s)
-	key := a.stackKey(s, user)
+	frames := a.frames(proc, s)
+	key := a.stackKey(s, frames)
 	st, ok := a.stacks[string(key)]
 	if !ok {
 		if len(a.stacks) >= a.cfg.MaxStacks {
@@ -161,8 +165,7 @@ func (a *Aggregator) Add(s *profiler.Sample) {
 			PID:     s.PID,
 			TID:     s.TID,
 			Comm:    s.Comm,
-			Kernel:  append([]uint64(nil), s.Kernel...),
-			User:    user,
+			Frames:  slices.Clone(frames),
 		}
 		a.stacks[string(key)] = st
 		a.order = append(a.order, st)
@@ -174,47 +177,60 @@ func (a *Aggregator) Add(s *profiler.Sample) {
 	}
 }
 
-func (a *Aggregator) userFrames(proc *Process, s *profiler.Sample) []UserFrame {
-	if len(s.User) == 0 {
-		return nil
-	}
-	frames := make([]UserFrame, 0, len(s.User)+1)
-	mappingOf := func(addr uint64) *process.Mapping {
-		if proc == nil {
-			return nil
+// frames turns the sample's raw addresses into frames: the kernel stack,
+// then the user stack with the caller a frameless leaf hid put back. The
+// slice is reused by the next sample.
+func (a *Aggregator) frames(proc *Process, s *profiler.Sample) []frame.Frame {
+	frames := a.scratch[:0]
+	defer func() { a.scratch = frames[:0] }()
+	for i, addr := range s.Kernel {
+		if i == 0 {
+			frames = append(frames, frame.AtPC(frame.Kernel, addr))
+		} else {
+			frames = append(frames, frame.AtReturnAddress(frame.Kernel, addr))
 		}
-		return proc.Mapping(addr)
 	}
-	leaf := UserFrame{Addr: s.User[0], Mapping: mappingOf(s.User[0])}
+	if len(s.User) == 0 {
+		return frames
+	}
+	user := len(frames)
+	mapped := func(f frame.Frame) frame.Frame {
+		if proc != nil {
+			f.Mapping = proc.Mapping(f.Address)
+		}
+		return f
+	}
+	leaf := mapped(frame.AtPC(frame.Native, s.User[0]))
 	frames = append(frames, leaf)
 	if caller, ok := a.leaves.lostCaller(proc, leaf, s); ok {
-		frames = append(frames, UserFrame{Addr: caller, Return: true, Mapping: mappingOf(caller)})
+		frames = append(frames, mapped(frame.AtReturnAddress(frame.Native, caller)))
 		a.stats.CallersRecovered++
 	}
 	for _, addr := range s.User[1:] {
-		frames = append(frames, UserFrame{Addr: addr, Return: true, Mapping: mappingOf(addr)})
+		frames = append(frames, mapped(frame.AtReturnAddress(frame.Native, addr)))
 	}
-	a.holdBinaries(proc, frames)
+	a.holdBinaries(proc, frames[user:])
 	return frames
 }
 
 // stackKey serializes what makes two samples the same stack.
-func (a *Aggregator) stackKey(s *profiler.Sample, user []UserFrame) []byte {
+func (a *Aggregator) stackKey(s *profiler.Sample, frames []frame.Frame) []byte {
 	k := a.key[:0]
 	k = binary.LittleEndian.AppendUint32(k, s.PID)
 	k = binary.LittleEndian.AppendUint32(k, s.TID)
 	k = append(k, s.Comm...)
 	k = append(k, 0)
 	k = binary.LittleEndian.AppendUint32(k, uint32(len(s.Kernel)))
-	for _, addr := range s.Kernel {
-		k = binary.LittleEndian.AppendUint64(k, addr)
-	}
-	for _, f := range user {
-		k = binary.LittleEndian.AppendUint64(k, f.Addr)
+	for _, f := range frames {
+		k = binary.LittleEndian.AppendUint64(k, f.Address)
 	}
 	a.key = k
 	return k
 }
+
+// LeafCacheStats returns the counts of the cache of analysed leaf
+// functions. It is safe to call from any goroutine.
+func (a *Aggregator) LeafCacheStats() lru.Stats { return a.leaves.functions.Stats() }
 
 // Flush returns what was aggregated since the last Flush and starts a new
 // interval. Processes not seen for two intervals leave the process table.
@@ -233,15 +249,15 @@ func (a *Aggregator) Flush(now time.Time) *Batch {
 // holdBinaries opens, once per process read, every binary a sample is in,
 // so the binary is still there to symbolize after a short-lived process
 // exits.
-func (a *Aggregator) holdBinaries(proc *Process, frames []UserFrame) {
+func (a *Aggregator) holdBinaries(proc *Process, frames []frame.Frame) {
 	if proc == nil || a.cfg.Binaries == nil {
 		return
 	}
 	for _, f := range frames {
-		m := f.Mapping
-		if m == nil || !m.File() {
+		if f.Mapping == nil || !f.Mapping.File() {
 			continue
 		}
+		m := &f.Mapping.Mapping
 		key := symbolize.FileKey{Dev: m.Dev, Ino: m.Inode}
 		if _, ok := proc.held[key]; ok {
 			continue

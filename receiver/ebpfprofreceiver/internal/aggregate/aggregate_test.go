@@ -2,10 +2,12 @@ package aggregate
 
 import (
 	"os"
+	"reflect"
 	"testing"
 	"time"
 
 	"github.com/bpfcol/bpfcol/internal/bpf/profiler"
+	"github.com/bpfcol/bpfcol/internal/frame"
 )
 
 // TestAggregateCountsAndBounds adds samples of a few stacks and checks the
@@ -24,6 +26,8 @@ func TestAggregateCountsAndBounds(t *testing.T) {
 	sample := func(tid uint32, user ...uint64) *profiler.Sample {
 		return &profiler.Sample{PID: uint32(os.Getpid()), TID: tid, Comm: "t", KtimeNs: 1, User: user}
 	}
+	withKernel := &profiler.Sample{PID: uint32(os.Getpid()), TID: 3, Comm: "t", KtimeNs: 1,
+		Kernel: []uint64{0xffff_0100, 0xffff_0200}, User: []uint64{0x10}}
 	a.Add(sample(1, 0x10, 0x20))
 	a.Add(sample(1, 0x10, 0x20))
 	a.Add(sample(2, 0x10, 0x20)) // another thread: another stack
@@ -43,11 +47,28 @@ func TestAggregateCountsAndBounds(t *testing.T) {
 	if n := len(b.Stacks[0].Timestamps) + len(b.Stacks[1].Timestamps); n != 3 {
 		t.Fatalf("%d timestamps kept, want MaxTimestamps=3", n)
 	}
-	if f := b.Stacks[0].User; len(f) != 2 || f[0].Return || !f[1].Return {
-		t.Fatalf("leaf must be a PC and callers return addresses: %+v", f)
+	// The caller's return address is looked up one byte lower, once, here.
+	if f := b.Stacks[0].Frames; len(f) != 2 || f[0].ReturnAddress || !f[1].ReturnAddress || f[0].Address != 0x10 || f[1].Address != 0x1f {
+		t.Fatalf("leaf must be a PC and callers return addresses minus 1: %+v", f)
 	}
 	if reads != 1 {
 		t.Fatalf("process read %d times in one interval, want 1", reads)
+	}
+
+	a.Add(withKernel)
+	b = a.Flush(time.Now())
+	// Kernel frames come first, the interrupted PC as it is and the return
+	// addresses one byte lower, then the user frames.
+	if len(b.Stacks) != 1 {
+		t.Fatalf("%d stacks, want 1", len(b.Stacks))
+	}
+	want := []frame.Frame{
+		{Type: frame.Kernel, Address: 0xffff_0100},
+		{Type: frame.Kernel, Address: 0xffff_01ff, ReturnAddress: true},
+		{Type: frame.Native, Address: 0x10},
+	}
+	if got := b.Stacks[0].Frames; !reflect.DeepEqual(got, want) {
+		t.Fatalf("frames %+v, want %+v", got, want)
 	}
 
 	a.Add(sample(1, 0x30))

@@ -4,12 +4,15 @@ import (
 	"os"
 
 	"github.com/bpfcol/bpfcol/internal/bpf/profiler"
+	"github.com/bpfcol/bpfcol/internal/frame"
+	"github.com/bpfcol/bpfcol/internal/lru"
 	"github.com/bpfcol/bpfcol/internal/process"
 	"github.com/bpfcol/bpfcol/internal/symbolize"
 	"github.com/bpfcol/bpfcol/internal/unwind"
 )
 
-// maxAnalyzedFunctions bounds the cache of analysed functions.
+// maxAnalyzedFunctions bounds the cache of analysed functions, least
+// recently used out first.
 const maxAnalyzedFunctions = 1 << 12
 
 type functionKey struct {
@@ -22,21 +25,20 @@ type functionKey struct {
 // SP (or SP+8), which the sampler captured.
 type leafAnalyzer struct {
 	binaries  *symbolize.BinaryCache
-	functions map[functionKey]*unwind.Function // nil value: not analysable
+	functions *lru.Cache[functionKey, *unwind.Function] // nil value: not analysable
 }
 
 func newLeafAnalyzer(binaries *symbolize.BinaryCache) *leafAnalyzer {
-	return &leafAnalyzer{binaries: binaries, functions: map[functionKey]*unwind.Function{}}
+	return &leafAnalyzer{binaries: binaries, functions: lru.New[functionKey, *unwind.Function](maxAnalyzedFunctions, nil)}
 }
 
 // lostCaller returns the return address into the leaf's caller when the
 // frame-pointer stack in s does not already hold it.
-func (l *leafAnalyzer) lostCaller(proc *Process, leaf UserFrame, s *profiler.Sample) (uint64, bool) {
-	m := leaf.Mapping
-	if l.binaries == nil || proc == nil || m == nil || !m.File() || !s.SPWordsValid {
+func (l *leafAnalyzer) lostCaller(proc *Process, leaf frame.Frame, s *profiler.Sample) (uint64, bool) {
+	if l.binaries == nil || proc == nil || leaf.Mapping == nil || !leaf.Mapping.File() || !s.SPWordsValid {
 		return 0, false
 	}
-	slot, ok := l.slot(proc.PID, m, leaf.Addr)
+	slot, ok := l.slot(proc.PID, &leaf.Mapping.Mapping, leaf.Address)
 	if !ok {
 		return 0, false
 	}
@@ -66,13 +68,10 @@ func (l *leafAnalyzer) slot(pid int, m *process.Mapping, addr uint64) (int, bool
 	}
 	// Each function is decoded once; its answer for every PC is kept.
 	key := functionKey{file, start}
-	fn, seen := l.functions[key]
+	fn, seen := l.functions.Get(key)
 	if !seen {
 		fn = analyze(bin, start, end)
-		if len(l.functions) >= maxAnalyzedFunctions {
-			clear(l.functions)
-		}
-		l.functions[key] = fn
+		l.functions.Add(key, fn)
 	}
 	if fn == nil {
 		return 0, false

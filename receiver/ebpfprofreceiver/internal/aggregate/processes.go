@@ -4,6 +4,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/bpfcol/bpfcol/internal/frame"
 	"github.com/bpfcol/bpfcol/internal/process"
 )
 
@@ -103,10 +104,10 @@ func readProcess(pid int) (*Process, error) {
 	if err != nil {
 		return nil, err
 	}
-	exec := maps[:0]
+	var exec []frame.Mapping
 	for _, m := range maps {
 		if m.Executable() {
-			exec = append(exec, m)
+			exec = append(exec, frame.Mapping{Mapping: m})
 		}
 	}
 	p := &Process{PID: pid, Mappings: exec}

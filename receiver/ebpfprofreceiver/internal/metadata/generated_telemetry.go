@@ -29,9 +29,13 @@ type TelemetryBuilder struct {
 	mu                            sync.Mutex
 	registrations                 []metric.Registration
 	EbpfprofBinariesClassified    metric.Int64ObservableCounter
+	EbpfprofCacheEvictions        metric.Int64ObservableCounter
 	EbpfprofCacheSize             metric.Int64ObservableGauge
+	EbpfprofCallersRecovered      metric.Int64ObservableCounter
 	EbpfprofDebuginfodBytes       metric.Int64ObservableCounter
+	EbpfprofFramesResolved        metric.Int64ObservableCounter
 	EbpfprofKernelSymbolizer      metric.Int64ObservableGauge
+	EbpfprofProcessesUnknown      metric.Int64ObservableCounter
 	EbpfprofProfilesEmitted       metric.Int64ObservableCounter
 	EbpfprofSamplesDropped        metric.Int64ObservableCounter
 	EbpfprofSamplesTaken          metric.Int64ObservableCounter
@@ -65,12 +69,42 @@ func (builder *TelemetryBuilder) RegisterEbpfprofBinariesClassifiedCallback(cb m
 	return nil
 }
 
+// RegisterEbpfprofCacheEvictionsCallback sets callback for observable EbpfprofCacheEvictions metric.
+func (builder *TelemetryBuilder) RegisterEbpfprofCacheEvictionsCallback(cb metric.Int64Callback) error {
+	reg, err := builder.meter.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
+		cb(ctx, &observerInt64{inst: builder.EbpfprofCacheEvictions, obs: o})
+		return nil
+	}, builder.EbpfprofCacheEvictions)
+	if err != nil {
+		return err
+	}
+	builder.mu.Lock()
+	defer builder.mu.Unlock()
+	builder.registrations = append(builder.registrations, reg)
+	return nil
+}
+
 // RegisterEbpfprofCacheSizeCallback sets callback for observable EbpfprofCacheSize metric.
 func (builder *TelemetryBuilder) RegisterEbpfprofCacheSizeCallback(cb metric.Int64Callback) error {
 	reg, err := builder.meter.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
 		cb(ctx, &observerInt64{inst: builder.EbpfprofCacheSize, obs: o})
 		return nil
 	}, builder.EbpfprofCacheSize)
+	if err != nil {
+		return err
+	}
+	builder.mu.Lock()
+	defer builder.mu.Unlock()
+	builder.registrations = append(builder.registrations, reg)
+	return nil
+}
+
+// RegisterEbpfprofCallersRecoveredCallback sets callback for observable EbpfprofCallersRecovered metric.
+func (builder *TelemetryBuilder) RegisterEbpfprofCallersRecoveredCallback(cb metric.Int64Callback) error {
+	reg, err := builder.meter.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
+		cb(ctx, &observerInt64{inst: builder.EbpfprofCallersRecovered, obs: o})
+		return nil
+	}, builder.EbpfprofCallersRecovered)
 	if err != nil {
 		return err
 	}
@@ -95,12 +129,42 @@ func (builder *TelemetryBuilder) RegisterEbpfprofDebuginfodBytesCallback(cb metr
 	return nil
 }
 
+// RegisterEbpfprofFramesResolvedCallback sets callback for observable EbpfprofFramesResolved metric.
+func (builder *TelemetryBuilder) RegisterEbpfprofFramesResolvedCallback(cb metric.Int64Callback) error {
+	reg, err := builder.meter.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
+		cb(ctx, &observerInt64{inst: builder.EbpfprofFramesResolved, obs: o})
+		return nil
+	}, builder.EbpfprofFramesResolved)
+	if err != nil {
+		return err
+	}
+	builder.mu.Lock()
+	defer builder.mu.Unlock()
+	builder.registrations = append(builder.registrations, reg)
+	return nil
+}
+
 // RegisterEbpfprofKernelSymbolizerCallback sets callback for observable EbpfprofKernelSymbolizer metric.
 func (builder *TelemetryBuilder) RegisterEbpfprofKernelSymbolizerCallback(cb metric.Int64Callback) error {
 	reg, err := builder.meter.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
 		cb(ctx, &observerInt64{inst: builder.EbpfprofKernelSymbolizer, obs: o})
 		return nil
 	}, builder.EbpfprofKernelSymbolizer)
+	if err != nil {
+		return err
+	}
+	builder.mu.Lock()
+	defer builder.mu.Unlock()
+	builder.registrations = append(builder.registrations, reg)
+	return nil
+}
+
+// RegisterEbpfprofProcessesUnknownCallback sets callback for observable EbpfprofProcessesUnknown metric.
+func (builder *TelemetryBuilder) RegisterEbpfprofProcessesUnknownCallback(cb metric.Int64Callback) error {
+	reg, err := builder.meter.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
+		cb(ctx, &observerInt64{inst: builder.EbpfprofProcessesUnknown, obs: o})
+		return nil
+	}, builder.EbpfprofProcessesUnknown)
 	if err != nil {
 		return err
 	}
@@ -219,10 +283,22 @@ func NewTelemetryBuilder(settings component.TelemetrySettings, options ...Teleme
 		metric.WithUnit("{binary}"),
 	)
 	errs = errors.Join(errs, err)
+	builder.EbpfprofCacheEvictions, err = builder.meter.Int64ObservableCounter(
+		"otelcol_ebpfprof_cache_evictions",
+		metric.WithDescription("Entries a cache evicted, least recently used first, to stay within its bound. [Development]"),
+		metric.WithUnit("{entry}"),
+	)
+	errs = errors.Join(errs, err)
 	builder.EbpfprofCacheSize, err = builder.meter.Int64ObservableGauge(
 		"otelcol_ebpfprof_cache_size",
 		metric.WithDescription("Entries (or bytes, for debug_table_bytes) held by each cache. [Development]"),
 		metric.WithUnit("1"),
+	)
+	errs = errors.Join(errs, err)
+	builder.EbpfprofCallersRecovered, err = builder.meter.Int64ObservableCounter(
+		"otelcol_ebpfprof_callers_recovered",
+		metric.WithDescription("Samples whose frameless leaf function's caller, lost to frame-pointer walking, was put back from the stack. [Development]"),
+		metric.WithUnit("{sample}"),
 	)
 	errs = errors.Join(errs, err)
 	builder.EbpfprofDebuginfodBytes, err = builder.meter.Int64ObservableCounter(
@@ -231,10 +307,22 @@ func NewTelemetryBuilder(settings component.TelemetrySettings, options ...Teleme
 		metric.WithUnit("By"),
 	)
 	errs = errors.Join(errs, err)
+	builder.EbpfprofFramesResolved, err = builder.meter.Int64ObservableCounter(
+		"otelcol_ebpfprof_frames_resolved",
+		metric.WithDescription("Frames of the distinct stacks of each interval, by stack and by what became of them; unnamed, unmapped, unreadable, skipped and pending frames go out with their address and mapping. [Development]"),
+		metric.WithUnit("{frame}"),
+	)
+	errs = errors.Join(errs, err)
 	builder.EbpfprofKernelSymbolizer, err = builder.meter.Int64ObservableGauge(
 		"otelcol_ebpfprof_kernel_symbolizer",
 		metric.WithDescription("1 for the way kernel frames are named now (bpf, or the kallsyms fallback). [Development]"),
 		metric.WithUnit("1"),
+	)
+	errs = errors.Join(errs, err)
+	builder.EbpfprofProcessesUnknown, err = builder.meter.Int64ObservableCounter(
+		"otelcol_ebpfprof_processes_unknown",
+		metric.WithDescription("Samples of processes whose /proc entry could not be read (usually gone already); their user frames have no mapping. [Development]"),
+		metric.WithUnit("{sample}"),
 	)
 	errs = errors.Join(errs, err)
 	builder.EbpfprofProfilesEmitted, err = builder.meter.Int64ObservableCounter(

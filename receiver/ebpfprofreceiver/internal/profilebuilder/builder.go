@@ -7,64 +7,15 @@ import (
 
 	"go.opentelemetry.io/collector/pdata/pcommon"
 	"go.opentelemetry.io/collector/pdata/pprofile"
+
+	"github.com/bpfcol/bpfcol/internal/conventions"
+	"github.com/bpfcol/bpfcol/internal/frame"
 )
-
-// Frame types, the values of the profile.frame.type location attribute.
-const (
-	FrameKernel = "kernel"
-	// FrameBPF marks a JIT-compiled BPF program running in the kernel.
-	FrameBPF    = "bpf"
-	FrameNative = "native"
-	FrameGo     = "go"
-)
-
-// Attribute keys, following the OpenTelemetry semantic conventions.
-const (
-	attrFrameType   = "profile.frame.type"
-	attrBuildIDGNU  = "process.executable.build_id.gnu"
-	attrBuildIDGo   = "process.executable.build_id.go"
-	attrPID         = "process.pid"
-	attrExePath     = "process.executable.path"
-	attrExeName     = "process.executable.name"
-	attrContainerID = "container.id"
-	attrThreadID    = "thread.id"
-	attrThreadName  = "thread.name"
-)
-
-// Line is one source-level function at a location.
-type Line struct {
-	Function string
-	// SystemName is the name as the binary spells it (mangled); empty when
-	// it is the same as Function.
-	SystemName string
-	File       string
-	Line       int64
-}
-
-// Mapping is the file a location's address belongs to.
-type Mapping struct {
-	Path                  string
-	Start, Limit, Offset  uint64
-	BuildIDGNU, BuildIDGo string
-}
-
-// Frame is one location of a stack.
-type Frame struct {
-	// Address is the ELF virtual address for user frames (return addresses
-	// already have 1 subtracted), the kernel address for kernel frames.
-	Address uint64
-	Type    string
-	// Mapping may be nil when the address is not in a known file.
-	Mapping *Mapping
-	// Lines holds the inlined functions first and the function they were
-	// inlined into last. Empty when the frame has no name.
-	Lines []Line
-}
 
 // Sample is one stack with how often it was seen.
 type Sample struct {
 	// Frames holds the leaf first.
-	Frames     []Frame
+	Frames     []frame.Frame
 	Count      int64
 	Timestamps []uint64
 	ThreadID   int64
@@ -101,15 +52,15 @@ func Build(procs []Process, meta Meta) pprofile.Profiles {
 		p := &procs[i]
 		rp := out.ResourceProfiles().AppendEmpty()
 		res := rp.Resource().Attributes()
-		res.PutInt(attrPID, p.PID)
+		res.PutInt(conventions.ProcessPID, p.PID)
 		if p.ExePath != "" {
-			res.PutStr(attrExePath, p.ExePath)
+			res.PutStr(conventions.ProcessExecutablePath, p.ExePath)
 		}
 		if p.ExeName != "" {
-			res.PutStr(attrExeName, p.ExeName)
+			res.PutStr(conventions.ProcessExecutableName, p.ExeName)
 		}
 		if p.ContainerID != "" {
-			res.PutStr(attrContainerID, p.ContainerID)
+			res.PutStr(conventions.ContainerID, p.ContainerID)
 		}
 		sp := rp.ScopeProfiles().AppendEmpty()
 		sp.Scope().SetName(meta.ScopeName)
@@ -130,8 +81,8 @@ func Build(procs []Process, meta Meta) pprofile.Profiles {
 			ps.Values().Append(s.Count)
 			ps.TimestampsUnixNano().Append(s.Timestamps...)
 			ps.AttributeIndices().Append(
-				d.attrInt(attrThreadID, s.ThreadID),
-				d.attrStr(attrThreadName, s.ThreadName),
+				d.attrInt(conventions.ThreadID, s.ThreadID),
+				d.attrStr(conventions.ThreadName, s.ThreadName),
 			)
 		}
 	}

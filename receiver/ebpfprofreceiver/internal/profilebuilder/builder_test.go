@@ -5,6 +5,9 @@ import (
 	"time"
 
 	"go.opentelemetry.io/collector/pdata/pprofile"
+
+	"github.com/bpfcol/bpfcol/internal/frame"
+	"github.com/bpfcol/bpfcol/internal/process"
 )
 
 func roundTrip(t *testing.T, p pprofile.Profiles) pprofile.Profiles {
@@ -21,26 +24,29 @@ func roundTrip(t *testing.T, p pprofile.Profiles) pprofile.Profiles {
 }
 
 func testInput() ([]Process, Meta) {
-	bin := &Mapping{Path: "/usr/bin/app", Start: 0x1000, Limit: 0x9000, Offset: 0x1000, BuildIDGNU: "abcd"}
-	goBin := &Mapping{Path: "/usr/bin/goapp", Start: 0x400000, Limit: 0x800000, BuildIDGo: "go-id/x"}
-	leaf := Frame{Address: 0x1234, Type: FrameNative, Mapping: bin, Lines: []Line{
-		{Function: "inlined_helper", File: "a.c", Line: 10},
-		{Function: "leaf", File: "a.c", Line: 20},
+	userMapping := func(path string, start, end, offset uint64) process.Mapping {
+		return process.Mapping{Path: path, Start: start, End: end, Offset: offset}
+	}
+	bin := &frame.Mapping{Mapping: userMapping("/usr/bin/app", 0x1000, 0x9000, 0x1000), BuildIDGNU: "abcd"}
+	goBin := &frame.Mapping{Mapping: userMapping("/usr/bin/goapp", 0x400000, 0x800000, 0), BuildIDGo: "go-id/x"}
+	leaf := frame.Frame{Address: 0x1234, Type: frame.Native, Mapping: bin, Lines: []frame.Line{
+		{Name: "inlined_helper", File: "a.c", Line: 10, Column: 5},
+		{Name: "ns::leaf(int)", SystemName: "_ZN2ns4leafEi", File: "a.c", Line: 20},
 	}}
-	caller := Frame{Address: 0x1300, Type: FrameNative, Mapping: &Mapping{Path: "/usr/bin/app", Start: 0x1000, Limit: 0x9000, Offset: 0x1000, BuildIDGNU: "abcd"},
-		Lines: []Line{{Function: "main", SystemName: "main", File: "a.c", Line: 30}}}
-	kernel := Frame{Address: 0xffffffff81000000, Type: FrameKernel, Lines: []Line{{Function: "vfs_read"}}}
-	unnamed := Frame{Address: 0x5000, Type: FrameNative, Mapping: bin}
-	goFrame := Frame{Address: 0x401000, Type: FrameGo, Mapping: goBin, Lines: []Line{{Function: "main.leaf", File: "main.go", Line: 7}}}
+	caller := frame.Frame{Address: 0x1300, Type: frame.Native, Mapping: &frame.Mapping{Mapping: userMapping("/usr/bin/app", 0x1000, 0x9000, 0x1000), BuildIDGNU: "abcd"},
+		Lines: []frame.Line{{Name: "main", SystemName: "main", File: "a.c", Line: 30}}}
+	kernel := frame.Frame{Address: 0xffffffff81000000, Type: frame.Kernel, Lines: []frame.Line{{Name: "vfs_read"}}}
+	unnamed := frame.Frame{Address: 0x5000, Type: frame.Native, Mapping: bin}
+	goFrame := frame.Frame{Address: 0x401000, Type: frame.Go, Mapping: goBin, Lines: []frame.Line{{Name: "main.leaf", File: "main.go", Line: 7}}}
 	procs := []Process{
 		{PID: 10, ExePath: "/usr/bin/app", ExeName: "app", ContainerID: "c0ffee", Samples: []Sample{
-			{Frames: []Frame{kernel, leaf, caller}, Count: 3, Timestamps: []uint64{1, 2, 3}, ThreadID: 11, ThreadName: "worker"},
-			{Frames: []Frame{leaf, caller}, Count: 1, Timestamps: []uint64{4}, ThreadID: 10, ThreadName: "app"},
-			{Frames: []Frame{unnamed, caller}, Count: 2, ThreadID: 10, ThreadName: "app"},
+			{Frames: []frame.Frame{kernel, leaf, caller}, Count: 3, Timestamps: []uint64{1, 2, 3}, ThreadID: 11, ThreadName: "worker"},
+			{Frames: []frame.Frame{leaf, caller}, Count: 1, Timestamps: []uint64{4}, ThreadID: 10, ThreadName: "app"},
+			{Frames: []frame.Frame{unnamed, caller}, Count: 2, ThreadID: 10, ThreadName: "app"},
 		}},
 		{PID: 20, ExePath: "/usr/bin/goapp", ExeName: "goapp", Samples: []Sample{
-			{Frames: []Frame{goFrame}, Count: 5, ThreadID: 21, ThreadName: "goapp"},
-			{Frames: []Frame{leaf, caller}, Count: 1, ThreadID: 22, ThreadName: "goapp"},
+			{Frames: []frame.Frame{goFrame}, Count: 5, ThreadID: 21, ThreadName: "goapp"},
+			{Frames: []frame.Frame{leaf, caller}, Count: 1, ThreadID: 22, ThreadName: "goapp"},
 		}},
 	}
 	meta := Meta{Start: time.Unix(100, 0), End: time.Unix(105, 0), PeriodNanos: 50_000_000, ScopeName: "test"}
@@ -135,12 +141,22 @@ func TestBuildRoundTrip(t *testing.T) {
 		t.Errorf("kernel frame: type %q mapping %d", frameType(k), k.MappingIndex())
 	}
 	leaf := d.LocationTable().At(int(stack.At(1)))
-	var names []string
+	var names, systemNames []string
 	for i := 0; i < leaf.Lines().Len(); i++ {
-		names = append(names, str(d.FunctionTable().At(int(leaf.Lines().At(i).FunctionIndex())).NameStrindex()))
+		fn := d.FunctionTable().At(int(leaf.Lines().At(i).FunctionIndex()))
+		names = append(names, str(fn.NameStrindex()))
+		systemNames = append(systemNames, str(fn.SystemNameStrindex()))
 	}
-	if len(names) != 2 || names[0] != "inlined_helper" || names[1] != "leaf" {
-		t.Errorf("leaf lines %v, want [inlined_helper leaf]", names)
+	if len(names) != 2 || names[0] != "inlined_helper" || names[1] != "ns::leaf(int)" {
+		t.Errorf("leaf lines %v, want [inlined_helper ns::leaf(int)]", names)
+	}
+	// The demangled name is the function's name, the mangled one its
+	// system name; a name without a mangled form is both.
+	if len(systemNames) != 2 || systemNames[0] != "inlined_helper" || systemNames[1] != "_ZN2ns4leafEi" {
+		t.Errorf("leaf system names %v, want [inlined_helper _ZN2ns4leafEi]", systemNames)
+	}
+	if c := leaf.Lines().At(0).Column(); c != 5 {
+		t.Errorf("inlined line column %d, want 5", c)
 	}
 	if leaf.Address() != 0x1234 || frameType(leaf) != "native" {
 		t.Errorf("leaf address %x type %q", leaf.Address(), frameType(leaf))

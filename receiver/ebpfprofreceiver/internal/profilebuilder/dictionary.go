@@ -5,6 +5,9 @@ import (
 	"strings"
 
 	"go.opentelemetry.io/collector/pdata/pprofile"
+
+	"github.com/bpfcol/bpfcol/internal/conventions"
+	"github.com/bpfcol/bpfcol/internal/frame"
 )
 
 // dictionary deduplicates every table of a ProfilesDictionary with maps:
@@ -14,7 +17,7 @@ type dictionary struct {
 	strings   map[string]int32
 	attrs     map[attrKey]int32
 	functions map[functionKey]int32
-	mappings  map[Mapping]int32
+	mappings  map[frame.Mapping]int32
 	locations map[string]int32
 	stacks    map[string]int32
 	scratch   strings.Builder
@@ -45,7 +48,7 @@ func newDictionary(d pprofile.ProfilesDictionary) *dictionary {
 		strings:   map[string]int32{"": 0},
 		attrs:     map[attrKey]int32{},
 		functions: map[functionKey]int32{},
-		mappings:  map[Mapping]int32{},
+		mappings:  map[frame.Mapping]int32{},
 		locations: map[string]int32{},
 		stacks:    map[string]int32{},
 	}
@@ -87,17 +90,17 @@ func (t *dictionary) attrInt(key string, value int64) int32 {
 	return idx
 }
 
-func (t *dictionary) function(l *Line) int32 {
-	k := functionKey{l.Function, l.SystemName, l.File}
+func (t *dictionary) function(l *frame.Line) int32 {
+	k := functionKey{l.Name, l.SystemName, l.File}
 	if idx, ok := t.functions[k]; ok {
 		return idx
 	}
 	idx := int32(t.d.FunctionTable().Len())
 	f := t.d.FunctionTable().AppendEmpty()
-	f.SetNameStrindex(t.str(l.Function))
+	f.SetNameStrindex(t.str(l.Name))
 	sys := l.SystemName
 	if sys == "" {
-		sys = l.Function
+		sys = l.Name
 	}
 	f.SetSystemNameStrindex(t.str(sys))
 	f.SetFilenameStrindex(t.str(l.File))
@@ -105,7 +108,7 @@ func (t *dictionary) function(l *Line) int32 {
 	return idx
 }
 
-func (t *dictionary) mapping(m *Mapping) int32 {
+func (t *dictionary) mapping(m *frame.Mapping) int32 {
 	if m == nil {
 		return 0
 	}
@@ -115,14 +118,14 @@ func (t *dictionary) mapping(m *Mapping) int32 {
 	idx := int32(t.d.MappingTable().Len())
 	pm := t.d.MappingTable().AppendEmpty()
 	pm.SetMemoryStart(m.Start)
-	pm.SetMemoryLimit(m.Limit)
+	pm.SetMemoryLimit(m.End)
 	pm.SetFileOffset(m.Offset)
 	pm.SetFilenameStrindex(t.str(m.Path))
 	if m.BuildIDGNU != "" {
-		pm.AttributeIndices().Append(t.attrStr(attrBuildIDGNU, m.BuildIDGNU))
+		pm.AttributeIndices().Append(t.attrStr(conventions.ProcessExecutableBuildIDGNU, m.BuildIDGNU))
 	}
 	if m.BuildIDGo != "" {
-		pm.AttributeIndices().Append(t.attrStr(attrBuildIDGo, m.BuildIDGo))
+		pm.AttributeIndices().Append(t.attrStr(conventions.ProcessExecutableBuildIDGo, m.BuildIDGo))
 	}
 	t.mappings[*m] = idx
 	return idx
@@ -130,7 +133,7 @@ func (t *dictionary) mapping(m *Mapping) int32 {
 
 // location keys a frame by its mapping, address, type and names, so two
 // processes sharing a library share its locations.
-func (t *dictionary) location(f *Frame) int32 {
+func (t *dictionary) location(f *frame.Frame) int32 {
 	mi := t.mapping(f.Mapping)
 	b := &t.scratch
 	b.Reset()
@@ -138,12 +141,14 @@ func (t *dictionary) location(f *Frame) int32 {
 	b.WriteByte(':')
 	b.WriteString(strconv.FormatUint(f.Address, 36))
 	b.WriteByte(':')
-	b.WriteString(f.Type)
+	b.WriteString(strconv.FormatUint(uint64(f.Type), 36))
 	for i := range f.Lines {
 		b.WriteByte(0)
 		b.WriteString(strconv.FormatInt(int64(t.function(&f.Lines[i])), 36))
 		b.WriteByte(':')
 		b.WriteString(strconv.FormatInt(f.Lines[i].Line, 36))
+		b.WriteByte(':')
+		b.WriteString(strconv.FormatInt(f.Lines[i].Column, 36))
 	}
 	key := b.String()
 	if idx, ok := t.locations[key]; ok {
@@ -153,17 +158,18 @@ func (t *dictionary) location(f *Frame) int32 {
 	loc := t.d.LocationTable().AppendEmpty()
 	loc.SetMappingIndex(mi)
 	loc.SetAddress(f.Address)
-	loc.AttributeIndices().Append(t.attrStr(attrFrameType, f.Type))
+	loc.AttributeIndices().Append(t.attrStr(conventions.ProfileFrameType, f.Type.String()))
 	for i := range f.Lines {
 		l := loc.Lines().AppendEmpty()
 		l.SetFunctionIndex(t.function(&f.Lines[i]))
 		l.SetLine(f.Lines[i].Line)
+		l.SetColumn(f.Lines[i].Column)
 	}
 	t.locations[key] = idx
 	return idx
 }
 
-func (t *dictionary) stack(frames []Frame) int32 {
+func (t *dictionary) stack(frames []frame.Frame) int32 {
 	idxs := make([]int32, len(frames))
 	b := make([]byte, 0, 4*len(frames))
 	for i := range frames {

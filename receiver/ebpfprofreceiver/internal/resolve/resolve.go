@@ -5,76 +5,92 @@ package resolve
 
 import (
 	"os"
+	"sync/atomic"
 
+	"github.com/bpfcol/bpfcol/internal/frame"
+	"github.com/bpfcol/bpfcol/internal/lru"
 	"github.com/bpfcol/bpfcol/internal/process"
 	"github.com/bpfcol/bpfcol/internal/symbolize"
+	"github.com/bpfcol/bpfcol/internal/symbolize/kernelsym"
 	"github.com/bpfcol/bpfcol/receiver/ebpfprofreceiver/internal/aggregate"
 	"github.com/bpfcol/bpfcol/receiver/ebpfprofreceiver/internal/profilebuilder"
 )
 
-// maxCachedLines bounds the cache of named user addresses kept across
-// batches.
-const maxCachedLines = 1 << 16
+// maxCachedNames bounds the cache of named user addresses kept across
+// batches, least recently used out first.
+const maxCachedNames = 1 << 16
 
-// KernelAddr is one kernel address to name.
-type KernelAddr struct {
-	Addr uint64
-	// Return is set for return addresses, which are looked up at Addr-1.
-	Return bool
-}
-
-// KernelName is what a kernel address resolved to.
-type KernelName struct {
-	Name string
-	// Module is "" for the core kernel.
-	Module string
-	// BPFProgram is set for JIT-compiled BPF programs.
-	BPFProgram bool
-	OK         bool
-}
-
-// KernelSymbolizer names kernel addresses in one batch.
+// KernelSymbolizer names kernel addresses in one batch; *kernelsym.Symbolizer
+// is one. Addresses come already adjusted (frame.AtReturnAddress), so every
+// isReturn is false.
 type KernelSymbolizer interface {
-	SymbolizeKernel(addrs []KernelAddr) ([]KernelName, error)
+	Symbolize(addrs []uint64, isReturn []bool) ([]kernelsym.Symbol, error)
 }
 
-// Stats counts the outcomes of one Resolve.
+// Stats count the frames resolved since the Resolver was made, each frame
+// under exactly one outcome. Frames are counted once per distinct stack of
+// an interval, not per sample.
 type Stats struct {
-	// UserFrames and KernelFrames count the frames resolved.
-	UserFrames, KernelFrames int64
-	// UnnamedUserFrames counts user frames left without a name; they keep
-	// their address and mapping.
-	UnnamedUserFrames int64
-	// UnmappedUserFrames counts user frames outside any file mapping.
-	UnmappedUserFrames int64
-	// UnnamedKernelFrames counts kernel frames left without a name.
-	UnnamedKernelFrames int64
-	// BinaryOpenErrors counts mappings whose binary could not be opened.
-	BinaryOpenErrors int64
-	// PendingUserFrames counts user frames whose debug info is being
-	// fetched; they go out with their build-id and address.
-	PendingUserFrames int64
-	// SkippedUserFrames counts user frames in mappings classified skip.
-	SkippedUserFrames int64
+	// UserNamed counts user frames given at least a function name.
+	UserNamed int64
+	// UserUnnamed counts user frames in a readable binary that names
+	// nothing at their address.
+	UserUnnamed int64
+	// UserUnmapped counts user frames outside any file mapping, or outside
+	// the loaded segments of their file.
+	UserUnmapped int64
+	// UserUnreadable counts user frames whose binary could not be opened.
+	UserUnreadable int64
+	// UserSkipped counts user frames in binaries classified skip.
+	UserSkipped int64
+	// UserPending counts user frames whose debug info is being fetched;
+	// they go out with their build id and address, named in a later
+	// interval.
+	UserPending int64
+	// KernelNamed and KernelUnnamed count kernel frames.
+	KernelNamed, KernelUnnamed int64
 }
 
-type lineKey struct {
-	file symbolize.FileKey
-	addr uint64
+// outcome is what became of one frame, an index into Resolver.counts.
+type outcome int
+
+const (
+	userNamed outcome = iota
+	userUnnamed
+	userUnmapped
+	userUnreadable
+	userSkipped
+	userPending
+	kernelNamed
+	kernelUnnamed
+	numOutcomes
+)
+
+// nameKey identifies a user address by its file and file offset.
+type nameKey struct {
+	file   symbolize.FileKey
+	offset uint64
 }
 
-// Resolver names frames. It is not safe for concurrent use.
+// named is the final answer for one user address.
+type named struct {
+	vaddr   uint64
+	lines   []frame.Line
+	outcome outcome
+}
+
+// Resolver names frames. Resolve must not be called concurrently; Stats and
+// NameCacheStats may be, from any goroutine.
 type Resolver struct {
 	binaries *symbolize.BinaryCache
 	// sym adds DWARF, debug files and debuginfod; nil names frames from
 	// the mapped binary alone.
 	sym    *symbolize.Symbolizer
 	kernel KernelSymbolizer
-	lines  map[lineKey][]profilebuilder.Line
-	// symbolized caches the Symbolizer's final answers by file offset.
-	symbolized map[lineKey]symbolizedLines
-	// kernelMapping is the one mapping every kernel frame points at.
-	kernelMapping *profilebuilder.Mapping
+	// names caches final answers; a frame whose debug info is on its way
+	// is asked again next batch.
+	names  *lru.Cache[nameKey, named]
+	counts [numOutcomes]atomic.Int64
 }
 
 // Option configures a Resolver.
@@ -90,11 +106,9 @@ func WithSymbolizer(s *symbolize.Symbolizer) Option {
 // their addresses.
 func New(binaries *symbolize.BinaryCache, kernel KernelSymbolizer, opts ...Option) *Resolver {
 	r := &Resolver{
-		binaries:      binaries,
-		kernel:        kernel,
-		lines:         map[lineKey][]profilebuilder.Line{},
-		symbolized:    map[lineKey]symbolizedLines{},
-		kernelMapping: &profilebuilder.Mapping{Path: "[kernel.kallsyms]"},
+		binaries: binaries,
+		kernel:   kernel,
+		names:    lru.New[nameKey, named](maxCachedNames, nil),
 	}
 	for _, o := range opts {
 		o(r)
@@ -102,19 +116,41 @@ func New(binaries *symbolize.BinaryCache, kernel KernelSymbolizer, opts ...Optio
 	return r
 }
 
+// Stats returns the frame counts so far.
+func (r *Resolver) Stats() Stats {
+	c := func(o outcome) int64 { return r.counts[o].Load() }
+	return Stats{
+		UserNamed:      c(userNamed),
+		UserUnnamed:    c(userUnnamed),
+		UserUnmapped:   c(userUnmapped),
+		UserUnreadable: c(userUnreadable),
+		UserSkipped:    c(userSkipped),
+		UserPending:    c(userPending),
+		KernelNamed:    c(kernelNamed),
+		KernelUnnamed:  c(kernelUnnamed),
+	}
+}
+
+// NameCacheStats returns the counts of the cache of named user addresses.
+func (r *Resolver) NameCacheStats() lru.Stats { return r.names.Stats() }
+
 // batchState holds what one Resolve opened, released at its end.
 type batchState struct {
 	binaries map[symbolize.FileKey]*symbolize.Binary
-	mappings map[*process.Mapping]*profilebuilder.Mapping
-	kernel   map[KernelAddr]KernelName
+	// mappings are the batch's copies of the aggregator's mappings, with
+	// build ids: the aggregator keeps using its own.
+	mappings map[*frame.Mapping]*frame.Mapping
+	kernel   map[uint64]kernelsym.Symbol
+	// modules holds one mapping per kernel module seen.
+	modules map[string]*frame.Mapping
 }
 
 // Resolve names every frame of b and groups the stacks by process.
-func (r *Resolver) Resolve(b *aggregate.Batch) ([]profilebuilder.Process, Stats) {
-	var stats Stats
+func (r *Resolver) Resolve(b *aggregate.Batch) []profilebuilder.Process {
 	st := &batchState{
 		binaries: map[symbolize.FileKey]*symbolize.Binary{},
-		mappings: map[*process.Mapping]*profilebuilder.Mapping{},
+		mappings: map[*frame.Mapping]*frame.Mapping{},
+		modules:  map[string]*frame.Mapping{},
 	}
 	defer func() {
 		for _, bin := range st.binaries {
@@ -123,7 +159,7 @@ func (r *Resolver) Resolve(b *aggregate.Batch) ([]profilebuilder.Process, Stats)
 			}
 		}
 	}()
-	st.kernel = r.resolveKernel(b, &stats)
+	st.kernel = r.resolveKernel(b)
 
 	byPID := map[uint32]int{}
 	var procs []profilebuilder.Process
@@ -138,15 +174,14 @@ func (r *Resolver) Resolve(b *aggregate.Batch) ([]profilebuilder.Process, Stats)
 			}
 			procs = append(procs, p)
 		}
-		frames := make([]profilebuilder.Frame, 0, len(s.Kernel)+len(s.User))
-		for i, addr := range s.Kernel {
-			frames = append(frames, r.kernelFrame(st, KernelAddr{Addr: addr, Return: i > 0}))
+		frames := make([]frame.Frame, len(s.Frames))
+		for i, f := range s.Frames {
+			if f.Type.InKernel() {
+				frames[i] = r.kernelFrame(st, f)
+			} else {
+				frames[i] = r.userFrame(st, s.PID, f)
+			}
 		}
-		for _, f := range s.User {
-			frames = append(frames, r.userFrame(st, s.PID, f, &stats))
-		}
-		stats.KernelFrames += int64(len(s.Kernel))
-		stats.UserFrames += int64(len(s.User))
 		procs[idx].Samples = append(procs[idx].Samples, profilebuilder.Sample{
 			Frames:     frames,
 			Count:      s.Count,
@@ -155,183 +190,163 @@ func (r *Resolver) Resolve(b *aggregate.Batch) ([]profilebuilder.Process, Stats)
 			ThreadName: s.Comm,
 		})
 	}
-	return procs, stats
+	return procs
 }
 
 // resolveKernel names all kernel addresses of the batch in one call.
-func (r *Resolver) resolveKernel(b *aggregate.Batch, stats *Stats) map[KernelAddr]KernelName {
-	names := map[KernelAddr]KernelName{}
+func (r *Resolver) resolveKernel(b *aggregate.Batch) map[uint64]kernelsym.Symbol {
+	names := map[uint64]kernelsym.Symbol{}
 	if r.kernel == nil {
 		return names
 	}
-	var addrs []KernelAddr
+	var addrs []uint64
 	for _, s := range b.Stacks {
-		for i, addr := range s.Kernel {
-			k := KernelAddr{Addr: addr, Return: i > 0}
-			if _, ok := names[k]; !ok {
-				names[k] = KernelName{}
-				addrs = append(addrs, k)
+		for _, f := range s.Frames {
+			if !f.Type.InKernel() {
+				continue
+			}
+			if _, ok := names[f.Address]; !ok {
+				names[f.Address] = kernelsym.Symbol{}
+				addrs = append(addrs, f.Address)
 			}
 		}
 	}
 	if len(addrs) == 0 {
 		return names
 	}
-	resolved, err := r.kernel.SymbolizeKernel(addrs)
+	resolved, err := r.kernel.Symbolize(addrs, make([]bool, len(addrs)))
 	if err != nil {
-		stats.UnnamedKernelFrames += int64(len(addrs))
 		return names
 	}
-	for i, k := range addrs {
-		names[k] = resolved[i]
+	for i, a := range addrs {
+		names[a] = resolved[i]
 	}
 	return names
 }
 
-func (r *Resolver) kernelFrame(st *batchState, k KernelAddr) profilebuilder.Frame {
-	addr := k.Addr
-	if k.Return {
-		addr--
+func (r *Resolver) kernelFrame(st *batchState, f frame.Frame) frame.Frame {
+	sym := st.kernel[f.Address]
+	if !sym.OK {
+		r.counts[kernelUnnamed].Add(1)
+		f.Mapping = st.kernelMapping("")
+		return f
 	}
-	f := profilebuilder.Frame{Address: addr, Type: profilebuilder.FrameKernel, Mapping: r.kernelMapping}
-	if n := st.kernel[k]; n.OK {
-		f.Lines = []profilebuilder.Line{{Function: n.Name, File: n.Module}}
-		if n.BPFProgram {
-			f.Type = profilebuilder.FrameBPF
-		}
+	r.counts[kernelNamed].Add(1)
+	f.Mapping = st.kernelMapping(sym.Module)
+	f.Lines = []frame.Line{{Name: sym.Name}}
+	if sym.IsBPFProg {
+		f.Type = frame.BPF
 	}
 	return f
 }
 
-func (r *Resolver) userFrame(st *batchState, pid uint32, f aggregate.UserFrame, stats *Stats) profilebuilder.Frame {
-	out := profilebuilder.Frame{Address: f.Addr, Type: profilebuilder.FrameNative}
-	m := f.Mapping
-	if m == nil || !m.File() {
-		stats.UnmappedUserFrames++
-		stats.UnnamedUserFrames++
-		return out
-	}
-	bin := r.binary(st, int(pid), m, stats)
-	if bin == nil {
-		stats.UnnamedUserFrames++
-		out.Mapping = r.mapping(st, m, nil)
-		return out
-	}
-	out.Mapping = r.mapping(st, m, bin)
-	if bin.IsGo() {
-		out.Type = profilebuilder.FrameGo
-	}
-	if r.sym != nil {
-		return r.symbolizedFrame(out, pid, m, bin, f, stats)
-	}
-	vaddr, ok := bin.Mapper().FileOffsetToVirtualAddress(m.FileOffset(f.Addr))
+// kernelMapping returns the batch's mapping of module ("" for the core
+// kernel).
+func (st *batchState) kernelMapping(module string) *frame.Mapping {
+	m, ok := st.modules[module]
 	if !ok {
-		stats.UnnamedUserFrames++
-		return out
+		m = frame.KernelMapping(module)
+		st.modules[module] = m
 	}
-	if f.Return {
-		vaddr-- // name the call instruction, not the one after it
-	}
-	out.Address = vaddr
-	out.Lines = r.linesAt(bin, symbolize.FileKey{Dev: m.Dev, Ino: m.Inode}, vaddr)
-	if len(out.Lines) == 0 {
-		stats.UnnamedUserFrames++
-	}
-	return out
+	return m
 }
 
-// symbolizedFrame names f through the Symbolizer. Only final answers are
-// cached: a frame whose debug info is on its way is asked again next batch.
-func (r *Resolver) symbolizedFrame(out profilebuilder.Frame, pid uint32, m *process.Mapping, bin *symbolize.Binary, f aggregate.UserFrame, stats *Stats) profilebuilder.Frame {
-	fileKey := symbolize.FileKey{Dev: m.Dev, Ino: m.Inode}
-	key := lineKey{fileKey, m.FileOffset(f.Addr)<<1 | boolBit(f.Return)}
-	if c, ok := r.symbolized[key]; ok {
-		out.Address, out.Lines = c.vaddr, c.lines
-		if len(out.Lines) == 0 {
-			stats.UnnamedUserFrames++
+func (r *Resolver) userFrame(st *batchState, pid uint32, f frame.Frame) frame.Frame {
+	am := f.Mapping // the aggregator's
+	if am == nil || !am.File() {
+		r.counts[userUnmapped].Add(1)
+		return f
+	}
+	m := &am.Mapping
+	bin := r.binary(st, int(pid), m)
+	f.Mapping = r.mapping(st, am, bin)
+	if bin == nil {
+		r.counts[userUnreadable].Add(1)
+		return f
+	}
+	if bin.IsGo() {
+		f.Type = frame.Go
+	}
+	key := nameKey{symbolize.FileKey{Dev: m.Dev, Ino: m.Inode}, m.FileOffset(f.Address)}
+	n, ok := r.names.Get(key)
+	if !ok {
+		var final bool
+		if n, final = r.name(pid, m, bin, key); final {
+			r.names.Add(key, n)
 		}
-		return out
 	}
-	l := r.sym.Symbolize(symbolize.MappingRef{PID: int(pid), Path: m.Path, Key: fileKey}, bin, m.FileOffset(f.Addr), f.Return)
-	switch l.Status {
-	case symbolize.Unmapped:
-		stats.UnnamedUserFrames++
-		return out
-	case symbolize.Pending:
-		stats.PendingUserFrames++
+	r.counts[n.outcome].Add(1)
+	if n.outcome != userUnmapped {
+		f.Address, f.Lines = n.vaddr, n.lines
 	}
-	if l.Mode == symbolize.ModeSkip {
-		stats.SkippedUserFrames++
-	}
-	out.Address = l.VAddr
-	if len(l.Frames) > 0 {
-		out.Lines = make([]profilebuilder.Line, len(l.Frames))
-		for i, fr := range l.Frames {
-			out.Lines[i] = profilebuilder.Line{Function: fr.Function, File: fr.File, Line: fr.Line}
-		}
-	} else {
-		stats.UnnamedUserFrames++
-	}
-	if l.Status != symbolize.Pending {
-		if len(r.symbolized) >= maxCachedLines {
-			clear(r.symbolized)
-		}
-		r.symbolized[key] = symbolizedLines{vaddr: l.VAddr, lines: out.Lines}
-	}
-	return out
+	return f
 }
 
-type symbolizedLines struct {
-	vaddr uint64
-	lines []profilebuilder.Line
-}
-
-func boolBit(b bool) uint64 {
-	if b {
-		return 1
-	}
-	return 0
-}
-
-func (r *Resolver) linesAt(bin *symbolize.Binary, file symbolize.FileKey, vaddr uint64) []profilebuilder.Line {
-	key := lineKey{file, vaddr}
-	if lines, ok := r.lines[key]; ok {
-		return lines
-	}
-	var lines []profilebuilder.Line
-	if frames, ok := bin.Symbolize(vaddr); ok {
-		lines = make([]profilebuilder.Line, len(frames))
-		for i, fr := range frames {
-			lines[i] = profilebuilder.Line{Function: fr.Function, File: fr.File, Line: fr.Line}
+// name looks the address at key.offset of bin up, through the Symbolizer
+// when there is one. final is false while debug info is on its way.
+func (r *Resolver) name(pid uint32, m *process.Mapping, bin *symbolize.Binary, key nameKey) (n named, final bool) {
+	if r.sym == nil {
+		vaddr, ok := bin.Mapper().FileOffsetToVirtualAddress(key.offset)
+		if !ok {
+			return named{outcome: userUnmapped}, true
 		}
+		n = named{vaddr: vaddr, outcome: userUnnamed}
+		if frames, ok := bin.Symbolize(vaddr); ok {
+			n.lines, n.outcome = linesOf(frames), userNamed
+		}
+		return n, true
 	}
-	if len(r.lines) >= maxCachedLines {
-		clear(r.lines)
+	// The offset is already the lookup address: never adjusted again.
+	l := r.sym.Symbolize(symbolize.MappingRef{PID: int(pid), Path: m.Path, Key: key.file}, bin, key.offset, false)
+	n = named{vaddr: l.VAddr, lines: linesOf(l.Frames)}
+	switch {
+	case l.Status == symbolize.Unmapped:
+		n = named{outcome: userUnmapped}
+	case len(n.lines) > 0:
+		n.outcome = userNamed
+	case l.Status == symbolize.Pending:
+		n.outcome = userPending
+	case l.Mode == symbolize.ModeSkip:
+		n.outcome = userSkipped
+	default:
+		n.outcome = userUnnamed
 	}
-	r.lines[key] = lines
+	return n, l.Status != symbolize.Pending
+}
+
+// linesOf converts the symbolizer's frames into lines.
+func linesOf(frames []symbolize.Frame) []frame.Line {
+	if len(frames) == 0 {
+		return nil
+	}
+	lines := make([]frame.Line, len(frames))
+	for i, fr := range frames {
+		lines[i] = frame.Line{Name: fr.Function, File: fr.File, Line: fr.Line}
+	}
 	return lines
 }
 
-// binary opens each mapping's binary once per batch.
-func (r *Resolver) binary(st *batchState, pid int, m *process.Mapping, stats *Stats) *symbolize.Binary {
+// binary opens each mapping's binary once per batch; nil when it cannot be
+// opened.
+func (r *Resolver) binary(st *batchState, pid int, m *process.Mapping) *symbolize.Binary {
 	key := symbolize.FileKey{Dev: m.Dev, Ino: m.Inode}
 	if bin, ok := st.binaries[key]; ok {
 		return bin
 	}
 	bin, err := r.binaries.Get(key, func() (*os.File, error) { return process.OpenMapping(pid, m) })
 	if err != nil {
-		stats.BinaryOpenErrors++
 		bin = nil
 	}
 	st.binaries[key] = bin
 	return bin
 }
 
-func (r *Resolver) mapping(st *batchState, m *process.Mapping, bin *symbolize.Binary) *profilebuilder.Mapping {
+// mapping returns the batch's copy of m, with the build ids of bin.
+func (r *Resolver) mapping(st *batchState, m *frame.Mapping, bin *symbolize.Binary) *frame.Mapping {
 	if pm, ok := st.mappings[m]; ok {
 		return pm
 	}
-	pm := &profilebuilder.Mapping{Path: m.Path, Start: m.Start, Limit: m.End, Offset: m.Offset}
+	pm := &frame.Mapping{Mapping: m.Mapping}
 	if bin != nil {
 		pm.BuildIDGNU, pm.BuildIDGo = bin.BuildIDGNU(), bin.BuildIDGo()
 	}

@@ -5,12 +5,16 @@ import (
 	"path/filepath"
 	"reflect"
 	"runtime"
+	"strconv"
+	"strings"
 	"testing"
 
+	"github.com/bpfcol/bpfcol/internal/frame"
 	"github.com/bpfcol/bpfcol/internal/process"
 	"github.com/bpfcol/bpfcol/internal/symbolize"
+	"github.com/bpfcol/bpfcol/internal/symbolize/kernelsym"
+	"github.com/bpfcol/bpfcol/internal/testenv"
 	"github.com/bpfcol/bpfcol/receiver/ebpfprofreceiver/internal/aggregate"
-	"github.com/bpfcol/bpfcol/receiver/ebpfprofreceiver/internal/profilebuilder"
 )
 
 //go:noinline
@@ -23,10 +27,10 @@ func ownProcess(t *testing.T) *aggregate.Process {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var exec []process.Mapping
+	var exec []frame.Mapping
 	for _, m := range maps {
 		if m.Executable() {
-			exec = append(exec, m)
+			exec = append(exec, frame.Mapping{Mapping: m})
 		}
 	}
 	exe, err := process.ExecutablePath(os.Getpid())
@@ -48,20 +52,23 @@ func TestResolveOwnFrames(t *testing.T) {
 		t.Fatalf("no executable mapping holds %#x", fn)
 	}
 	const unmapped = 0x10 // the zero page is never mapped
+	inMapping := func(f frame.Frame) frame.Frame { f.Mapping = m; return f }
 	batch := &aggregate.Batch{Stacks: []*aggregate.Stack{
 		{Process: proc, PID: uint32(proc.PID), TID: 7, Comm: "tester", Count: 3, Timestamps: []uint64{1, 2, 3},
-			User: []aggregate.UserFrame{
-				{Addr: fn + 1, Mapping: m},
-				{Addr: fn + 1, Return: true, Mapping: m},
-				{Addr: unmapped, Return: true},
+			Frames: []frame.Frame{
+				inMapping(frame.AtPC(frame.Native, fn+1)),
+				inMapping(frame.AtReturnAddress(frame.Native, fn+1)),
+				frame.AtReturnAddress(frame.Native, unmapped),
 			}},
 		{Process: proc, PID: uint32(proc.PID), TID: 8, Comm: "other", Count: 1,
-			User: []aggregate.UserFrame{{Addr: fn + 1, Mapping: m}}},
+			Frames: []frame.Frame{inMapping(frame.AtPC(frame.Native, fn+1))}},
 	}}
 
 	cache := symbolize.NewBinaryCache(8)
 	defer cache.Close()
-	procs, stats := New(cache, nil).Resolve(batch)
+	r := New(cache, nil)
+	procs := r.Resolve(batch)
+	stats := r.Stats()
 
 	if len(procs) != 1 || procs[0].PID != int64(proc.PID) || procs[0].ExePath != proc.ExePath || len(procs[0].Samples) != 2 {
 		t.Fatalf("want one process with two samples, got %+v", procs)
@@ -71,11 +78,11 @@ func TestResolveOwnFrames(t *testing.T) {
 		t.Fatalf("sample %+v", s)
 	}
 	pc, ret, none := s.Frames[0], s.Frames[1], s.Frames[2]
-	for _, f := range []profilebuilder.Frame{pc, ret} {
-		if len(f.Lines) == 0 || f.Lines[len(f.Lines)-1].Function != want {
+	for _, f := range []frame.Frame{pc, ret} {
+		if f.Name() != want {
 			t.Fatalf("frame %#x named %+v, want %s", f.Address, f.Lines, want)
 		}
-		if f.Type != profilebuilder.FrameGo || f.Mapping == nil || f.Mapping.Path != m.Path || f.Mapping.BuildIDGo == "" {
+		if f.Type != frame.Go || f.Mapping == nil || f.Mapping.Path != m.Path || f.Mapping.BuildIDGo == "" {
 			t.Fatalf("frame %#x: type %q mapping %+v", f.Address, f.Type, f.Mapping)
 		}
 	}
@@ -83,10 +90,83 @@ func TestResolveOwnFrames(t *testing.T) {
 	if ret.Address != pc.Address-1 {
 		t.Fatalf("return address %#x, PC %#x: want PC-1", ret.Address, pc.Address)
 	}
-	if none.Mapping != nil || len(none.Lines) != 0 || none.Address != unmapped {
+	// An unmapped return address keeps its lookup address.
+	if none.Mapping != nil || len(none.Lines) != 0 || none.Address != unmapped-1 || !none.ReturnAddress {
 		t.Fatalf("unmapped frame %+v", none)
 	}
-	if stats.UserFrames != 4 || stats.UnmappedUserFrames != 1 || stats.UnnamedUserFrames != 1 {
+	// Four user frames: three named, one unmapped.
+	if stats != (Stats{UserNamed: 3, UserUnmapped: 1}) {
 		t.Fatalf("stats %+v", stats)
+	}
+	// The second sample's PC was named from the cache.
+	if c := r.NameCacheStats(); c.Len != 2 || c.Hits != 1 {
+		t.Fatalf("name cache %+v, want 2 entries and 1 hit", c)
+	}
+}
+
+// kallsymsAddr returns the address of the kernel text symbol name.
+func kallsymsAddr(t *testing.T, name string) uint64 {
+	t.Helper()
+	data, err := os.ReadFile("/proc/kallsyms")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		f := strings.Fields(line)
+		if len(f) >= 3 && f[2] == name && (f[1] == "T" || f[1] == "t") {
+			addr, err := strconv.ParseUint(f[0], 16, 64)
+			if err != nil || addr == 0 {
+				t.Fatalf("kallsyms hides addresses (%q)", line)
+			}
+			return addr
+		}
+	}
+	t.Fatalf("%s not in /proc/kallsyms", name)
+	return 0
+}
+
+// TestResolveKernelFrames names kernel frames through the real kernel
+// symbolizer. A return address one byte into vfs_read names vfs_read and
+// one at its very first byte names the function before it: the address is
+// adjusted exactly once. Kernel frames point at the [kernel.kallsyms]
+// mapping and carry no source file.
+func TestResolveKernelFrames(t *testing.T) {
+	testenv.RequireBPF(t)
+	start := kallsymsAddr(t, "vfs_read")
+	syms, err := kernelsym.New(kernelsym.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer syms.Close()
+	batch := &aggregate.Batch{Stacks: []*aggregate.Stack{{PID: 1, TID: 1, Count: 1, Frames: []frame.Frame{
+		frame.AtPC(frame.Kernel, start+4),
+		frame.AtReturnAddress(frame.Kernel, start+1),
+		frame.AtReturnAddress(frame.Kernel, start),
+	}}}}
+	cache := symbolize.NewBinaryCache(8)
+	defer cache.Close()
+	r := New(cache, syms)
+	procs := r.Resolve(batch)
+	if len(procs) != 1 || len(procs[0].Samples) != 1 {
+		t.Fatalf("want one sample, got %+v", procs)
+	}
+	fs := procs[0].Samples[0].Frames
+	t.Logf("kernel symbolizer %s: %q %q %q", syms.Path(), fs[0].Name(), fs[1].Name(), fs[2].Name())
+	if fs[0].Name() != "vfs_read" || fs[1].Name() != "vfs_read" {
+		t.Errorf("PC and return address inside vfs_read named %q and %q", fs[0].Name(), fs[1].Name())
+	}
+	if n := fs[2].Name(); n == "" || n == "vfs_read" {
+		t.Errorf("a return address at vfs_read's first byte named %q, want the function before it", n)
+	}
+	if fs[1].Address != start || fs[2].Address != start-1 {
+		t.Errorf("return addresses looked up at %#x and %#x, want %#x and %#x", fs[1].Address, fs[2].Address, start, start-1)
+	}
+	for _, f := range fs {
+		if f.Type != frame.Kernel || f.Mapping == nil || f.Mapping.Path != "[kernel.kallsyms]" || len(f.Lines) != 1 || f.Lines[0].File != "" {
+			t.Errorf("kernel frame %#x: type %s mapping %+v lines %+v", f.Address, f.Type, f.Mapping, f.Lines)
+		}
+	}
+	if s := r.Stats(); s != (Stats{KernelNamed: 3}) {
+		t.Errorf("stats %+v, want 3 named kernel frames", s)
 	}
 }
