@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"os"
 	"sync"
+
+	"github.com/bpfcol/bpfcol/internal/process"
 )
 
 // ErrCacheClosed is returned by BinaryCache.Get after Close.
@@ -14,14 +16,14 @@ var ErrCacheClosed = errors.New("binary cache is closed")
 // cacheEntry is one key of a BinaryCache. ready is closed once the open
 // attempt finished; b and err are immutable afterwards.
 type cacheEntry struct {
-	key   FileKey
+	key   process.FileKey
 	ready chan struct{}
 	b     *Binary
 	err   error
 	elem  *list.Element // position in the LRU list, nil while opening
 }
 
-// BinaryCache is a bounded LRU of opened Binaries keyed by FileKey. Each key
+// BinaryCache is a bounded LRU of opened Binaries keyed by process.FileKey. Each key
 // is opened at most once at a time: concurrent Gets for a key being opened
 // wait for that open. Failed opens are not cached. Evicting a Binary gives up
 // the cache's reference, so its file is closed once the last reader released
@@ -30,7 +32,7 @@ type BinaryCache struct {
 	maxEntries int
 
 	mu      sync.Mutex
-	entries map[FileKey]*cacheEntry
+	entries map[process.FileKey]*cacheEntry
 	lru     *list.List // of *cacheEntry, most recently used at the front
 	closed  bool
 }
@@ -40,7 +42,7 @@ type BinaryCache struct {
 func NewBinaryCache(maxEntries int) *BinaryCache {
 	return &BinaryCache{
 		maxEntries: max(maxEntries, 1),
-		entries:    make(map[FileKey]*cacheEntry),
+		entries:    make(map[process.FileKey]*cacheEntry),
 		lru:        list.New(),
 	}
 }
@@ -48,7 +50,7 @@ func NewBinaryCache(maxEntries int) *BinaryCache {
 // Get returns the Binary for key, calling open and OpenBinary on a miss.
 // The caller holds a reference and must call Release on the Binary when
 // done with it (never Close: that reference belongs to the cache).
-func (c *BinaryCache) Get(key FileKey, open func() (*os.File, error)) (*Binary, error) {
+func (c *BinaryCache) Get(key process.FileKey, open func() (*os.File, error)) (*Binary, error) {
 	c.mu.Lock()
 	if c.closed {
 		c.mu.Unlock()

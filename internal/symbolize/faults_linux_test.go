@@ -97,7 +97,7 @@ func TestFetchFaults(t *testing.T) {
 			}
 			defer bin.Close()
 			fi, _ := f.Stat()
-			key, _ := FileKeyOf(fi)
+			key, _ := fileKeyOf(fi)
 			ref := MappingRef{Path: stripped, Key: key}
 			seg := execSegment(t, full)
 			off := textAddresses(t, full, 10)[3] - seg.Vaddr + seg.Off
@@ -188,7 +188,7 @@ func TestCorruptCachedDebugDemoted(t *testing.T) {
 	}
 	defer bin.Close()
 	fi, _ := f.Stat()
-	key, _ := FileKeyOf(fi)
+	key, _ := fileKeyOf(fi)
 	seg := execSegment(t, full)
 	addrs := textAddresses(t, full, 100000)
 	want := llvmFrames(t, full, addrs)

@@ -146,7 +146,7 @@ func TestFileModeThroughDebuginfod(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer bin.Close()
-		ref := MappingRef{PID: pid, Path: m.Path, Key: FileKey{Dev: m.Dev, Ino: m.Inode}}
+		ref := MappingRef{PID: pid, Path: m.Path, Key: process.FileKey{Dev: m.Dev, Ino: m.Inode}}
 		if mode := s.Classify(ref, bin); mode != ModeFile {
 			t.Fatalf("%s classified %v, want file", tg.stripped, mode)
 		}
@@ -216,7 +216,7 @@ func TestFileModeThroughDebuginfod(t *testing.T) {
 			t.Fatal(err)
 		}
 		fi, _ := f.Stat()
-		key, _ := FileKeyOf(fi)
+		key, _ := fileKeyOf(fi)
 		seg := execSegment(t, tg.full)
 		a := textAddresses(t, tg.full, 10)[5]
 		l := s2.Symbolize(MappingRef{Path: tg.stripped, Key: key}, bin, a-seg.Vaddr+seg.Off, false)

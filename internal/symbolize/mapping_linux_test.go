@@ -51,7 +51,7 @@ func checkNamedThroughMapping(t *testing.T, pid int, m *process.Mapping, truth s
 		t.Fatal(err)
 	}
 	defer s.Close()
-	ref := MappingRef{PID: pid, Path: m.Path, Key: FileKey{Dev: m.Dev, Ino: m.Inode}}
+	ref := MappingRef{PID: pid, Path: m.Path, Key: process.FileKey{Dev: m.Dev, Ino: m.Inode}}
 	seg := execSegment(t, truth)
 	addrs := textAddresses(t, truth, 2000)
 	want := llvmFrames(t, truth, addrs)

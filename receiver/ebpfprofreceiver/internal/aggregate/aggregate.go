@@ -40,7 +40,7 @@ type Process struct {
 	// Mappings are the process's executable mappings.
 	Mappings []process.Mapping
 
-	held map[symbolize.FileKey]struct{} // binaries already opened into the cache
+	held map[process.FileKey]struct{} // binaries already opened into the cache
 }
 
 // Mapping returns the executable mapping holding addr, or nil.
@@ -242,12 +242,12 @@ func (a *Aggregator) holdBinaries(proc *Process, frames []UserFrame) {
 		if m == nil || !m.File() {
 			continue
 		}
-		key := symbolize.FileKey{Dev: m.Dev, Ino: m.Inode}
+		key := process.FileKey{Dev: m.Dev, Ino: m.Inode}
 		if _, ok := proc.held[key]; ok {
 			continue
 		}
 		if proc.held == nil {
-			proc.held = map[symbolize.FileKey]struct{}{}
+			proc.held = map[process.FileKey]struct{}{}
 		}
 		proc.held[key] = struct{}{}
 		bin, err := a.cfg.Binaries.Get(key, func() (*os.File, error) { return process.OpenMapping(proc.PID, m) })

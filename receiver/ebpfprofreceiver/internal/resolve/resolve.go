@@ -59,7 +59,7 @@ type Stats struct {
 }
 
 type lineKey struct {
-	file symbolize.FileKey
+	file process.FileKey
 	addr uint64
 }
 
@@ -104,7 +104,7 @@ func New(binaries *symbolize.BinaryCache, kernel KernelSymbolizer, opts ...Optio
 
 // batchState holds what one Resolve opened, released at its end.
 type batchState struct {
-	binaries map[symbolize.FileKey]*symbolize.Binary
+	binaries map[process.FileKey]*symbolize.Binary
 	mappings map[*process.Mapping]*profilebuilder.Mapping
 	kernel   map[KernelAddr]KernelName
 }
@@ -113,7 +113,7 @@ type batchState struct {
 func (r *Resolver) Resolve(b *aggregate.Batch) ([]profilebuilder.Process, Stats) {
 	var stats Stats
 	st := &batchState{
-		binaries: map[symbolize.FileKey]*symbolize.Binary{},
+		binaries: map[process.FileKey]*symbolize.Binary{},
 		mappings: map[*process.Mapping]*profilebuilder.Mapping{},
 	}
 	defer func() {
@@ -233,7 +233,7 @@ func (r *Resolver) userFrame(st *batchState, pid uint32, f aggregate.UserFrame, 
 		vaddr-- // name the call instruction, not the one after it
 	}
 	out.Address = vaddr
-	out.Lines = r.linesAt(bin, symbolize.FileKey{Dev: m.Dev, Ino: m.Inode}, vaddr)
+	out.Lines = r.linesAt(bin, process.FileKey{Dev: m.Dev, Ino: m.Inode}, vaddr)
 	if len(out.Lines) == 0 {
 		stats.UnnamedUserFrames++
 	}
@@ -243,7 +243,7 @@ func (r *Resolver) userFrame(st *batchState, pid uint32, f aggregate.UserFrame, 
 // symbolizedFrame names f through the Symbolizer. Only final answers are
 // cached: a frame whose debug info is on its way is asked again next batch.
 func (r *Resolver) symbolizedFrame(out profilebuilder.Frame, pid uint32, m *process.Mapping, bin *symbolize.Binary, f aggregate.UserFrame, stats *Stats) profilebuilder.Frame {
-	fileKey := symbolize.FileKey{Dev: m.Dev, Ino: m.Inode}
+	fileKey := process.FileKey{Dev: m.Dev, Ino: m.Inode}
 	key := lineKey{fileKey, m.FileOffset(f.Addr)<<1 | boolBit(f.Return)}
 	if c, ok := r.symbolized[key]; ok {
 		out.Address, out.Lines = c.vaddr, c.lines
@@ -293,7 +293,7 @@ func boolBit(b bool) uint64 {
 	return 0
 }
 
-func (r *Resolver) linesAt(bin *symbolize.Binary, file symbolize.FileKey, vaddr uint64) []profilebuilder.Line {
+func (r *Resolver) linesAt(bin *symbolize.Binary, file process.FileKey, vaddr uint64) []profilebuilder.Line {
 	key := lineKey{file, vaddr}
 	if lines, ok := r.lines[key]; ok {
 		return lines
@@ -314,7 +314,7 @@ func (r *Resolver) linesAt(bin *symbolize.Binary, file symbolize.FileKey, vaddr 
 
 // binary opens each mapping's binary once per batch.
 func (r *Resolver) binary(st *batchState, pid int, m *process.Mapping, stats *Stats) *symbolize.Binary {
-	key := symbolize.FileKey{Dev: m.Dev, Ino: m.Inode}
+	key := process.FileKey{Dev: m.Dev, Ino: m.Inode}
 	if bin, ok := st.binaries[key]; ok {
 		return bin
 	}

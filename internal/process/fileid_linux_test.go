@@ -1,0 +1,180 @@
+package process
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+)
+
+func statID(t *testing.T, p string) FileID {
+	t.Helper()
+	fi, err := os.Stat(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, ok := FileIDOf(fi)
+	if !ok || id.Ino == 0 {
+		t.Fatalf("FileIDOf(%s) = %+v, %v", p, id, ok)
+	}
+	return id
+}
+
+// TestFileIDSameFileManyPaths names one file by its path, a hard link, a
+// symlink, and an open descriptor: all four are one FileID.
+func TestFileIDSameFileManyPaths(t *testing.T) {
+	dir := t.TempDir()
+	p := filepath.Join(dir, "bin")
+	if err := os.WriteFile(p, []byte("some code"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Link(p, filepath.Join(dir, "hardlink")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink("bin", filepath.Join(dir, "symlink")); err != nil {
+		t.Fatal(err)
+	}
+	want := statID(t, p)
+	if want.Size != 9 {
+		t.Fatalf("size %d, want 9", want.Size)
+	}
+	for _, other := range []string{"hardlink", "symlink"} {
+		if got := statID(t, filepath.Join(dir, other)); !got.Same(want) || got != want {
+			t.Errorf("%s: %+v, want %+v", other, got, want)
+		}
+	}
+	f, err := os.Open(filepath.Join(dir, "hardlink"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	got, err := StatFile(f)
+	if err != nil || !got.Same(want) {
+		t.Errorf("StatFile = %+v, %v; want %+v", got, err, want)
+	}
+	other := filepath.Join(dir, "copy")
+	if err := os.WriteFile(other, []byte("some code"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if statID(t, other).Same(want) {
+		t.Error("a copy with the same content is the same file")
+	}
+}
+
+// TestFileIDReplacedFile rewrites a file in place (same inode) and replaces
+// it by rename (new inode): both are another FileID.
+func TestFileIDReplacedFile(t *testing.T) {
+	dir := t.TempDir()
+	p := filepath.Join(dir, "bin")
+	if err := os.WriteFile(p, []byte("stripped"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	before := statID(t, p)
+
+	// Same size, only the mtime tells.
+	if err := os.WriteFile(p, []byte("symbols!"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	later := before.ModTime.Add(time.Second)
+	if err := os.Chtimes(p, later, later); err != nil {
+		t.Fatal(err)
+	}
+	inPlace := statID(t, p)
+	if inPlace.FileKey != before.FileKey {
+		t.Fatalf("in-place write changed the inode: %+v -> %+v", before, inPlace)
+	}
+	if inPlace.Same(before) {
+		t.Errorf("in-place rewrite with a new mtime is the same file: %+v", inPlace)
+	}
+
+	// Same mtime, only the size tells.
+	if err := os.WriteFile(p, []byte("now with symbols"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chtimes(p, before.ModTime, before.ModTime); err != nil {
+		t.Fatal(err)
+	}
+	if grown := statID(t, p); grown.Same(before) || !grown.ModTime.Equal(before.ModTime) {
+		t.Errorf("in-place rewrite with another size: %+v, before %+v", grown, before)
+	}
+
+	tmp := filepath.Join(dir, "bin.new")
+	if err := os.WriteFile(tmp, []byte("stripped"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chtimes(tmp, before.ModTime, before.ModTime); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, p); err != nil {
+		t.Fatal(err)
+	}
+	renamed := statID(t, p)
+	if renamed.FileKey == before.FileKey || renamed.Same(before) {
+		t.Errorf("file replaced by rename kept its identity: %+v, before %+v", renamed, before)
+	}
+}
+
+// TestStatMappingOwnExecutable stats the test binary through its own
+// mapping and through its path in our root.
+func TestStatMappingOwnExecutable(t *testing.T) {
+	maps, err := ReadMappings(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	exe, err := ExecutablePath(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := statID(t, exe)
+	for i := range maps {
+		m := &maps[i]
+		if m.Path != exe || !m.Executable() {
+			continue
+		}
+		if m.Key() != want.FileKey {
+			t.Fatalf("mapping key %+v, stat says %+v", m.Key(), want.FileKey)
+		}
+		got, err := StatMapping(os.Getpid(), m)
+		if err != nil || !got.Same(want) {
+			t.Fatalf("StatMapping = %+v, %v; want %+v", got, err, want)
+		}
+		if p := MappedFilePath(os.Getpid(), m); !statID(t, p).Same(want) {
+			t.Fatalf("MappedFilePath %s is another file", p)
+		}
+		stale := *m
+		stale.Inode++
+		if _, err := StatMapping(os.Getpid(), &stale); err == nil {
+			t.Fatal("StatMapping accepted a file that is not the mapped one")
+		}
+		return
+	}
+	t.Fatalf("no executable mapping of %s", exe)
+}
+
+// TestOpenInRootResolves opens through /proc/self/root: a plain path, an
+// absolute symlink and a ".." above the root all reach the file.
+func TestOpenInRootResolves(t *testing.T) {
+	dir := t.TempDir()
+	p := filepath.Join(dir, "target")
+	if err := os.WriteFile(p, []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(p, filepath.Join(dir, "abs")); err != nil {
+		t.Fatal(err)
+	}
+	want := statID(t, p)
+	for _, path := range []string{p, filepath.Join(dir, "abs"), "/../../" + p} {
+		f, err := OpenInRoot(os.Getpid(), path)
+		if err != nil {
+			t.Fatalf("OpenInRoot(%s): %v", path, err)
+		}
+		got, err := StatFile(f)
+		f.Close()
+		if err != nil || !got.Same(want) {
+			t.Errorf("OpenInRoot(%s) opened %+v, %v; want %+v", path, got, err, want)
+		}
+	}
+	if _, err := OpenInRoot(os.Getpid(), filepath.Join(dir, "missing")); err == nil {
+		t.Error("OpenInRoot opened a missing file")
+	}
+}
