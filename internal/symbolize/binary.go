@@ -242,28 +242,25 @@ func (b *Binary) SymbolsErr() error {
 }
 
 // ReadCode returns up to n bytes of the file's content at ELF virtual address
-// vaddr, read through the PT_LOAD segment that holds it. Fewer bytes come
-// back when the segment's file content ends first.
+// vaddr, read through the executable PT_LOAD segment that holds it. Fewer
+// bytes come back when the segment's file content ends first.
 func (b *Binary) ReadCode(vaddr uint64, n int) ([]byte, error) {
 	if n < 0 || n > maxReadCode {
 		return nil, fmt.Errorf("reading code at %#x: length %d outside [0, %d]", vaddr, n, maxReadCode)
 	}
-	for _, p := range b.elf.Progs {
-		if p.Type != elf.PT_LOAD || vaddr < p.Vaddr || vaddr-p.Vaddr >= p.Filesz {
-			continue
-		}
-		delta := vaddr - p.Vaddr
-		n = int(min(uint64(n), p.Filesz-delta))
-		buf := make([]byte, n)
-		read, err := b.file.ReadAt(buf, int64(p.Off+delta))
-		if read < n {
-			return nil, fmt.Errorf("reading code at %#x: %w", vaddr, err)
-		}
-		return buf, nil
+	off, avail, ok := b.mapper.VirtualAddressToFileOffset(vaddr)
+	if !ok {
+		return nil, fmt.Errorf("reading code at %#x: %w", vaddr, ErrNotMapped)
 	}
-	return nil, fmt.Errorf("reading code at %#x: %w", vaddr, ErrNotMapped)
+	n = int(min(uint64(n), avail))
+	buf := make([]byte, n)
+	read, err := b.file.ReadAt(buf, int64(off))
+	if read < n {
+		return nil, fmt.Errorf("reading code at %#x: %w", vaddr, err)
+	}
+	return buf, nil
 }
 
-// ErrNotMapped reports a virtual address outside every PT_LOAD segment's
-// file content.
-var ErrNotMapped = errors.New("address not in any loaded segment")
+// ErrNotMapped reports a virtual address outside every executable PT_LOAD
+// segment's file content.
+var ErrNotMapped = errors.New("address not in any executable segment")
