@@ -114,43 +114,6 @@ func TestFileIDReplacedFile(t *testing.T) {
 	}
 }
 
-// TestStatMappingOwnExecutable stats the test binary through its own
-// mapping and through its path in our root.
-func TestStatMappingOwnExecutable(t *testing.T) {
-	maps, err := ReadMappings(os.Getpid())
-	if err != nil {
-		t.Fatal(err)
-	}
-	exe, err := ExecutablePath(os.Getpid())
-	if err != nil {
-		t.Fatal(err)
-	}
-	want := statID(t, exe)
-	for i := range maps {
-		m := &maps[i]
-		if m.Path != exe || !m.Executable() {
-			continue
-		}
-		if m.Key() != want.FileKey {
-			t.Fatalf("mapping key %+v, stat says %+v", m.Key(), want.FileKey)
-		}
-		got, err := StatMapping(os.Getpid(), m)
-		if err != nil || !got.Same(want) {
-			t.Fatalf("StatMapping = %+v, %v; want %+v", got, err, want)
-		}
-		if p := MappedFilePath(os.Getpid(), m); !statID(t, p).Same(want) {
-			t.Fatalf("MappedFilePath %s is another file", p)
-		}
-		stale := *m
-		stale.Inode++
-		if _, err := StatMapping(os.Getpid(), &stale); err == nil {
-			t.Fatal("StatMapping accepted a file that is not the mapped one")
-		}
-		return
-	}
-	t.Fatalf("no executable mapping of %s", exe)
-}
-
 // TestOpenInRootResolves opens through /proc/self/root: a plain path, an
 // absolute symlink and a ".." above the root all reach the file.
 func TestOpenInRootResolves(t *testing.T) {

@@ -79,6 +79,19 @@ func TestOwnMappingsMatchStat(t *testing.T) {
 		if fst.Ino != st.Ino {
 			t.Fatalf("opened inode %d, want %d", fst.Ino, st.Ino)
 		}
+		id, err := StatMapping(os.Getpid(), m)
+		if err != nil || id.FileKey != m.Key() || id.Size != st.Size || !id.ModTime.Equal(time.Unix(st.Mtim.Unix())) {
+			t.Fatalf("StatMapping = %+v, %v; stat says size %d, mtime %v", id, err, st.Size, time.Unix(st.Mtim.Unix()))
+		}
+		fi, err := os.Stat(MappedFilePath(os.Getpid(), m))
+		if got, ok := FileIDOf(fi); err != nil || !ok || !got.Same(id) {
+			t.Fatalf("MappedFilePath names %+v (%v), want %+v", got, err, id)
+		}
+		stale := *m
+		stale.Inode++
+		if _, err := StatMapping(os.Getpid(), &stale); err == nil {
+			t.Fatal("StatMapping accepted a file that is not the mapped one")
+		}
 	}
 	if !found {
 		t.Fatalf("no executable mapping of %s", exe)
