@@ -121,3 +121,41 @@ func TestClassifiedEvictsAndStaysBounded(t *testing.T) {
 		t.Errorf("an evicted verdict was served: %d -> %d", evaluated, got)
 	}
 }
+
+// TestBinaryCacheEvictsAndStaysBounded opens more binaries than the cache
+// holds: the least recently used go, and the counts say so.
+func TestBinaryCacheEvictsAndStaysBounded(t *testing.T) {
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	opener := &countingOpener{path: exe}
+	c := NewBinaryCache(3)
+	defer c.Close()
+	get := func(ino uint64) {
+		t.Helper()
+		b, err := c.Get(process.FileKey{Dev: 1, Ino: ino}, opener.open)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b.Release()
+	}
+	for ino := range uint64(10) {
+		get(ino)
+		get(0) // keep 0 recently used
+	}
+	st := c.Stats()
+	if st.Len != 3 || c.Len() != 3 || st.Evictions != 7 {
+		t.Fatalf("stats %+v: want 3 binaries after 7 evictions", st)
+	}
+	opens := opener.opens.Load()
+	get(0)
+	get(9)
+	if got := opener.opens.Load(); got != opens {
+		t.Errorf("a held binary was opened again: %d -> %d opens", opens, got)
+	}
+	get(1)
+	if got := opener.opens.Load(); got != opens+1 {
+		t.Errorf("an evicted binary was served: %d -> %d opens", opens, got)
+	}
+}
