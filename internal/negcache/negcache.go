@@ -33,9 +33,8 @@ type Cache[K comparable, V any] struct {
 	keyOf func(V) K
 	same  func(a, b V) bool
 
-	entries *lru.Cache[K, entry[V]]
-
-	mu        sync.Mutex // serializes sweeps
+	mu        sync.Mutex // makes a lookup and the drop after it one step
+	entries   *lru.Cache[K, entry[V]]
 	nextSweep time.Time
 }
 
@@ -82,6 +81,8 @@ func newCache[K comparable, V any](ttl time.Duration, maxEntries int, keyOf func
 // expired. A stale or mismatching entry is dropped.
 func (c *Cache[K, V]) Contains(v V) bool {
 	key := c.keyOf(v)
+	c.mu.Lock()
+	defer c.mu.Unlock()
 	e, ok := c.entries.Get(key)
 	if !ok {
 		return false
@@ -97,7 +98,9 @@ func (c *Cache[K, V]) Contains(v V) bool {
 // the same key replaces the entry, so a path overwritten in place keeps one.
 func (c *Cache[K, V]) Add(v V) {
 	now := c.now()
-	c.sweep(now)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.sweepLocked(now)
 	c.entries.Add(c.keyOf(v), entry[V]{version: v, expires: now.Add(c.ttl)})
 }
 
@@ -110,11 +113,9 @@ func (c *Cache[K, V]) Len() int { return c.entries.Len() }
 // Stats returns the size, hits and evictions of the cache.
 func (c *Cache[K, V]) Stats() lru.Stats { return c.entries.Stats() }
 
-// sweep drops expired entries, at most once per TTL so a burst of inserts
-// does not scan the whole cache each time.
-func (c *Cache[K, V]) sweep(now time.Time) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
+// sweepLocked drops expired entries, at most once per TTL so a burst of
+// inserts does not scan the whole cache each time.
+func (c *Cache[K, V]) sweepLocked(now time.Time) {
 	if now.Before(c.nextSweep) {
 		return
 	}
