@@ -1,10 +1,15 @@
 package process
 
 import (
+	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"syscall"
 	"testing"
 	"time"
+
+	"github.com/bpfcol/bpfcol/internal/testenv"
 )
 
 func statID(t *testing.T, p string) FileID {
@@ -140,4 +145,82 @@ func TestOpenInRootResolves(t *testing.T) {
 	if _, err := OpenInRoot(os.Getpid(), filepath.Join(dir, "missing")); err == nil {
 		t.Error("OpenInRoot opened a missing file")
 	}
+}
+
+// TestOpenInRootConfined runs a child chrooted into a directory: paths,
+// ".." and absolute symlinks all resolve inside the child's root, so a
+// symlink naming a file of ours does not reach it.
+func TestOpenInRootConfined(t *testing.T) {
+	if os.Getenv("BPFCOL_PROCESS_CHROOT_CHILD") != "" {
+		return // this is the child: TestChrootChildBlocks does its part
+	}
+	testenv.RequireRoot(t) // chroot
+	outside := filepath.Join(t.TempDir(), "outside")
+	if err := os.WriteFile(outside, []byte("outside"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	root := t.TempDir()
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, err := os.ReadFile(self)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(root, "child"), data, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(root, "inside"), []byte("inside"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(outside, filepath.Join(root, "escape")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink("/inside", filepath.Join(root, "abs")); err != nil {
+		t.Fatal(err)
+	}
+	// The child blocks reading its stdin, inside its root.
+	cmd := exec.Command("/child", "-test.run=^TestChrootChildBlocks$")
+	cmd.Env = []string{"BPFCOL_PROCESS_CHROOT_CHILD=1"}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Chroot: root}
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { stdin.Close(); cmd.Wait() }()
+	pid := cmd.Process.Pid
+
+	read := func(path string) (string, error) {
+		f, err := OpenInRoot(pid, path)
+		if err != nil {
+			return "", err
+		}
+		defer f.Close()
+		b, err := io.ReadAll(f)
+		return string(b), err
+	}
+	for _, path := range []string{"/inside", "/abs", "/../../inside"} {
+		if got, err := read(path); err != nil || got != "inside" {
+			t.Errorf("OpenInRoot(%s) = %q, %v; want the file inside the child's root", path, got, err)
+		}
+	}
+	if got, err := read("/escape"); err == nil {
+		t.Errorf("OpenInRoot followed a symlink out of the child's root: read %q", got)
+	}
+	if got, err := read(outside); err == nil {
+		t.Errorf("OpenInRoot opened our %s in the child's root: read %q", outside, got)
+	}
+}
+
+// TestChrootChildBlocks is the chrooted child of TestOpenInRootConfined: it
+// waits for its stdin to close.
+func TestChrootChildBlocks(t *testing.T) {
+	if os.Getenv("BPFCOL_PROCESS_CHROOT_CHILD") == "" {
+		return // only meaningful as the child
+	}
+	io.Copy(io.Discard, os.Stdin)
 }
