@@ -7,18 +7,20 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/bpfcol/bpfcol/internal/process"
 )
 
 type fakeClock struct{ t time.Time }
 
 func (f *fakeClock) now() time.Time { return f.t }
 
-func file(ino uint64, size int64, mtime int64) File {
-	return File{Key: Key{Dev: 1, Ino: ino}, Size: size, ModTime: time.Unix(mtime, 0)}
+func file(ino uint64, size int64, mtime int64) process.FileID {
+	return process.FileID{FileKey: process.FileKey{Dev: 1, Ino: ino}, Size: size, ModTime: time.Unix(mtime, 0)}
 }
 
 func TestContainsChecksSizeAndMtime(t *testing.T) {
-	c := New(time.Minute, 10)
+	c := NewFiles(time.Minute, 10)
 	c.Add(file(1, 100, 5))
 	if !c.Contains(file(1, 100, 5)) {
 		t.Fatal("added file not found")
@@ -38,7 +40,7 @@ func TestContainsChecksSizeAndMtime(t *testing.T) {
 
 func TestExpiredEntryDroppedOnLookup(t *testing.T) {
 	clk := &fakeClock{t: time.Unix(1000, 0)}
-	c := New(time.Minute, 10, WithClock(clk.now))
+	c := NewFiles(time.Minute, 10, WithClock(clk.now))
 	c.Add(file(1, 1, 1))
 	clk.t = clk.t.Add(time.Minute)
 	if c.Contains(file(1, 1, 1)) {
@@ -50,7 +52,7 @@ func TestExpiredEntryDroppedOnLookup(t *testing.T) {
 }
 
 func TestOverwriteInPlaceKeepsOneEntry(t *testing.T) {
-	c := New(time.Minute, 10)
+	c := NewFiles(time.Minute, 10)
 	for i := range 50 {
 		c.Add(file(7, int64(i), int64(i)))
 	}
@@ -64,7 +66,7 @@ func TestOverwriteInPlaceKeepsOneEntry(t *testing.T) {
 
 func TestSweepAtMostOncePerTTL(t *testing.T) {
 	clk := &fakeClock{t: time.Unix(1000, 0)}
-	c := New(time.Minute, 100, WithClock(clk.now))
+	c := NewFiles(time.Minute, 100, WithClock(clk.now))
 	c.Add(file(1, 1, 1)) // sweeps (first insert) and schedules the next sweep
 	clk.t = clk.t.Add(30 * time.Second)
 	c.Add(file(2, 1, 1))
@@ -87,7 +89,7 @@ func TestSweepAtMostOncePerTTL(t *testing.T) {
 }
 
 func TestBounded(t *testing.T) {
-	c := New(time.Hour, 8)
+	c := NewFiles(time.Hour, 8)
 	for i := range 100 {
 		c.Add(file(uint64(i), 1, 1))
 	}
@@ -100,7 +102,7 @@ func TestBounded(t *testing.T) {
 }
 
 func TestConcurrent(t *testing.T) {
-	c := New(time.Millisecond, 64)
+	c := NewFiles(time.Millisecond, 64)
 	var wg sync.WaitGroup
 	for g := range 8 {
 		wg.Go(func() {
@@ -109,7 +111,7 @@ func TestConcurrent(t *testing.T) {
 				c.Add(f)
 				c.Contains(f)
 				if i%7 == 0 {
-					c.Remove(f.Key)
+					c.Remove(f.FileKey)
 				}
 			}
 		})
@@ -122,7 +124,7 @@ func TestConcurrent(t *testing.T) {
 
 func TestFileOfReplacedFile(t *testing.T) {
 	if runtime.GOOS != "linux" {
-		t.Skip("FileOf reads stat fields on Linux only")
+		t.Skip("FileIDOf reads stat fields on Linux only")
 	}
 	p := filepath.Join(t.TempDir(), "bin")
 	if err := os.WriteFile(p, []byte("stripped"), 0o755); err != nil {
@@ -132,22 +134,45 @@ func TestFileOfReplacedFile(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f, ok := FileOf(fi)
+	f, ok := process.FileIDOf(fi)
 	if !ok || f.Ino == 0 || f.Size != 8 {
-		t.Fatalf("FileOf = %+v, %v", f, ok)
+		t.Fatalf("FileIDOf = %+v, %v", f, ok)
 	}
-	c := New(time.Hour, 4)
+	c := NewFiles(time.Hour, 4)
 	c.Add(f)
 	// Overwrite in place: same inode, new size and mtime.
 	if err := os.WriteFile(p, []byte("now with symbols"), 0o755); err != nil {
 		t.Fatal(err)
 	}
 	fi, _ = os.Stat(p)
-	g, _ := FileOf(fi)
-	if g.Key != f.Key {
-		t.Fatalf("in-place write changed the inode: %v -> %v", f.Key, g.Key)
+	g, _ := process.FileIDOf(fi)
+	if g.FileKey != f.FileKey {
+		t.Fatalf("in-place write changed the inode: %v -> %v", f.FileKey, g.FileKey)
 	}
 	if c.Contains(g) {
 		t.Fatal("replaced binary served the stale verdict")
+	}
+}
+
+func TestKeysExpireAndStayBounded(t *testing.T) {
+	clk := &fakeClock{t: time.Unix(1000, 0)}
+	c := NewKeys[string](time.Minute, 4, WithClock(clk.now))
+	c.Add("dead")
+	if !c.Contains("dead") || c.Contains("beef") {
+		t.Fatal("a plain key is not remembered on its own")
+	}
+	clk.t = clk.t.Add(time.Minute)
+	if c.Contains("dead") {
+		t.Fatal("expired key served")
+	}
+	for i := range 20 {
+		c.Add(string(rune('a' + i)))
+	}
+	st := c.Stats()
+	if c.Len() != 4 || st.Len != 4 || st.Evictions != 16 {
+		t.Fatalf("len %d, stats %+v: want 4 entries after 16 evictions", c.Len(), st)
+	}
+	if c.Contains("a") || !c.Contains("t") {
+		t.Fatal("eviction did not drop the oldest key")
 	}
 }

@@ -29,10 +29,9 @@ type Function struct {
 // Binary is one opened ELF file. Symbol tables are parsed on first use, by
 // the symbolizer's readers.
 type Binary struct {
-	file *os.File
 	elf  *elf.File
 	isGo bool
-	syms *symbolize.Binary // owns file
+	syms *symbolize.Binary // owns the file
 }
 
 // Open parses the ELF headers of f. It takes ownership of f: f is closed on
@@ -42,7 +41,7 @@ func Open(f *os.File) (*Binary, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Binary{file: f, elf: sb.ELF(), isGo: sb.IsGo(), syms: sb}, nil
+	return &Binary{elf: sb.ELF(), isGo: sb.IsGo(), syms: sb}, nil
 }
 
 // Close closes the file.
@@ -107,12 +106,11 @@ func (b *Binary) Lookup(spec Spec) (Function, error) {
 // FileOffset converts an ELF virtual address in an executable segment into
 // the file offset uprobes are attached at.
 func (b *Binary) FileOffset(vaddr uint64) (uint64, error) {
-	for _, p := range b.elf.Progs {
-		if p.Type == elf.PT_LOAD && p.Flags&elf.PF_X != 0 && vaddr >= p.Vaddr && vaddr-p.Vaddr < p.Filesz {
-			return vaddr - p.Vaddr + p.Off, nil
-		}
+	off, _, ok := b.syms.Mapper().VirtualAddressToFileOffset(vaddr)
+	if !ok {
+		return 0, fmt.Errorf("address %#x is in no executable segment", vaddr)
 	}
-	return 0, fmt.Errorf("address %#x is in no executable segment", vaddr)
+	return off, nil
 }
 
 // code reads the bytes of [start, end) through the segment holding them.
@@ -120,13 +118,12 @@ func (b *Binary) code(start, end uint64) ([]byte, error) {
 	if end <= start || end-start > 1<<20 {
 		return nil, fmt.Errorf("reading code %#x-%#x: bad range", start, end)
 	}
-	off, err := b.FileOffset(start)
+	buf, err := b.syms.ReadCode(start, int(end-start))
 	if err != nil {
 		return nil, err
 	}
-	buf := make([]byte, end-start)
-	if _, err := b.file.ReadAt(buf, int64(off)); err != nil {
-		return nil, fmt.Errorf("reading code at %#x: %w", start, err)
+	if uint64(len(buf)) < end-start {
+		return nil, fmt.Errorf("reading code %#x-%#x: the segment ends at %#x", start, end, start+uint64(len(buf)))
 	}
 	return buf, nil
 }

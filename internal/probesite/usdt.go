@@ -1,7 +1,6 @@
 package probesite
 
 import (
-	"debug/elf"
 	"errors"
 	"fmt"
 
@@ -79,10 +78,9 @@ func (b *Binary) planUSDT(id uint32, spec Spec, exit string) (Plan, error) {
 // dataFileOffset converts the virtual address of file-backed data (a USDT
 // semaphore in .probes) into its file offset.
 func (b *Binary) dataFileOffset(vaddr uint64) (uint64, error) {
-	for _, p := range b.elf.Progs {
-		if p.Type == elf.PT_LOAD && vaddr >= p.Vaddr && vaddr-p.Vaddr < p.Filesz {
-			return vaddr - p.Vaddr + p.Off, nil
-		}
+	off, ok := b.syms.Mapper().DataAddressToFileOffset(vaddr)
+	if !ok {
+		return 0, fmt.Errorf("address %#x is in no file-backed segment", vaddr)
 	}
-	return 0, fmt.Errorf("address %#x is in no file-backed segment", vaddr)
+	return off, nil
 }

@@ -17,19 +17,55 @@ func OpenMapping(pid int, m *Mapping) (*os.File, error) {
 	if !m.File() {
 		return nil, fmt.Errorf("opening mapping %x-%x of pid %d: not a file mapping", m.Start, m.End, pid)
 	}
-	proc := "/proc/" + strconv.Itoa(pid)
-	f, errMapFiles := os.Open(fmt.Sprintf("%s/map_files/%x-%x", proc, m.Start, m.End))
+	f, errMapFiles := os.Open(mapFilesPath(pid, m))
 	if errMapFiles == nil {
 		return f, nil
 	}
-	f, errRoot := openInRoot(proc+"/root", m.Path)
+	f, errRoot := OpenInRoot(pid, m.Path)
 	if errRoot == nil {
 		return f, nil
 	}
 	return nil, fmt.Errorf("opening %s of pid %d: %w", m.Path, pid, errors.Join(errMapFiles, errRoot))
 }
 
-func openInRoot(root, path string) (*os.File, error) {
+// StatMapping returns the identity of the file behind a file mapping of pid,
+// opened as OpenMapping does. It fails when the file found is not the one
+// mapped (another device or inode: the path was replaced since).
+func StatMapping(pid int, m *Mapping) (FileID, error) {
+	f, err := OpenMapping(pid, m)
+	if err != nil {
+		return FileID{}, fmt.Errorf("stating mapped file: %w", err)
+	}
+	defer f.Close()
+	id, err := StatFile(f)
+	if err != nil {
+		return FileID{}, fmt.Errorf("stating %s of pid %d: %w", m.Path, pid, err)
+	}
+	if id.FileKey != m.Key() {
+		return FileID{}, fmt.Errorf("stating %s of pid %d: not the mapped file", m.Path, pid)
+	}
+	return id, nil
+}
+
+// MappedFilePath names the file behind a mapping of pid so that the kernel,
+// resolving it from our mount namespace, reaches the same inode (for
+// attaching uprobes by path): /proc/PID/map_files first, then the path
+// under /proc/PID/root.
+func MappedFilePath(pid int, m *Mapping) string {
+	if p := mapFilesPath(pid, m); fileExists(p) {
+		return p
+	}
+	return rootPath(pid) + m.Path
+}
+
+// OpenInRoot opens path as the process pid sees it: resolved inside
+// /proc/PID/root, so that neither ".." nor a symlink leads out of that
+// root. A pid of 0 or less opens path in our own root.
+func OpenInRoot(pid int, path string) (*os.File, error) {
+	if pid <= 0 {
+		return os.Open(path)
+	}
+	root := rootPath(pid)
 	dir, err := unix.Open(root, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return nil, &os.PathError{Op: "open", Path: root, Err: err}
@@ -43,4 +79,15 @@ func openInRoot(root, path string) (*os.File, error) {
 		return nil, &os.PathError{Op: "openat2", Path: root + path, Err: err}
 	}
 	return os.NewFile(uintptr(fd), root+path), nil
+}
+
+func rootPath(pid int) string { return "/proc/" + strconv.Itoa(pid) + "/root" }
+
+func mapFilesPath(pid int, m *Mapping) string {
+	return fmt.Sprintf("/proc/%d/map_files/%x-%x", pid, m.Start, m.End)
+}
+
+func fileExists(p string) bool {
+	_, err := os.Stat(p)
+	return err == nil
 }

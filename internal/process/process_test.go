@@ -3,6 +3,7 @@ package process
 import (
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -77,6 +78,19 @@ func TestOwnMappingsMatchStat(t *testing.T) {
 		f.Close()
 		if fst.Ino != st.Ino {
 			t.Fatalf("opened inode %d, want %d", fst.Ino, st.Ino)
+		}
+		id, err := StatMapping(os.Getpid(), m)
+		if err != nil || id.FileKey != m.Key() || id.Size != st.Size || !id.ModTime.Equal(time.Unix(st.Mtim.Unix())) {
+			t.Fatalf("StatMapping = %+v, %v; stat says size %d, mtime %v", id, err, st.Size, time.Unix(st.Mtim.Unix()))
+		}
+		fi, err := os.Stat(MappedFilePath(os.Getpid(), m))
+		if got, ok := FileIDOf(fi); err != nil || !ok || !got.Same(id) {
+			t.Fatalf("MappedFilePath names %+v (%v), want %+v", got, err, id)
+		}
+		stale := *m
+		stale.Inode++
+		if _, err := StatMapping(os.Getpid(), &stale); err == nil {
+			t.Fatal("StatMapping accepted a file that is not the mapped one")
 		}
 	}
 	if !found {
@@ -153,5 +167,57 @@ func TestOpenMappingOfDeletedFile(t *testing.T) {
 	got := make([]byte, 4)
 	if _, err := f.ReadAt(got, 0); err != nil || string(got) != "\x7fELF" {
 		t.Fatalf("read %q, %v", got, err)
+	}
+}
+
+func TestInfoCache(t *testing.T) {
+	reads := map[int]int{}
+	c := NewInfoCache(3)
+	c.read = func(pid int) (Info, error) {
+		reads[pid]++
+		if pid < 0 {
+			return Info{}, os.ErrNotExist
+		}
+		return Info{ExePath: "/bin/p" + string(rune('0'+pid)), ExeName: "p" + string(rune('0'+pid))}, nil
+	}
+	for _, pid := range []int{1, 2, 3, 1, 4, 5} {
+		if got := c.Lookup(pid); got.ExeName != "p"+string(rune('0'+pid)) {
+			t.Fatalf("Lookup(%d) = %+v", pid, got)
+		}
+	}
+	// 1 was used again before 4 and 5 came: 2 and 3 went.
+	if st := c.Stats(); st.Len != 3 || st.Evictions != 2 {
+		t.Fatalf("stats %+v: want 3 entries after 2 evictions", st)
+	}
+	c.Lookup(1)
+	c.Lookup(2)
+	if reads[1] != 1 || reads[2] != 2 {
+		t.Errorf("reads %v: want pid 1 served from the cache and evicted pid 2 read again", reads)
+	}
+	if got := c.Lookup(-1); got != (Info{}) {
+		t.Errorf("a gone process read as %+v", got)
+	}
+	c.Lookup(-1)
+	if reads[-1] != 2 {
+		t.Errorf("a gone process was cached: %d reads", reads[-1])
+	}
+	c.Forget(1)
+	c.Lookup(1)
+	if reads[1] != 2 {
+		t.Errorf("Forget kept pid 1: %d reads", reads[1])
+	}
+}
+
+func TestReadInfoSelf(t *testing.T) {
+	info, err := ReadInfo(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.ExePath != exe || info.ExeName != filepath.Base(exe) {
+		t.Errorf("ReadInfo = %+v, want executable %s", info, exe)
 	}
 }

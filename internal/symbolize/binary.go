@@ -176,13 +176,15 @@ func (b *Binary) Symbolize(vaddr uint64) (frames []Frame, ok bool) {
 			// out-of-line template instances exactly, as llvm-symbolizer
 			// does.
 			if last := &frames[len(frames)-1]; hasSym {
-				last.Function = demangleName(sym.name)
+				last.Function, last.SystemName = sourceAndSystemName(sym.name)
 			}
 			return frames, true
 		}
 	}
 	if hasSym {
-		return []Frame{{Function: demangleName(sym.name), File: sym.file}}, true
+		fr := Frame{File: sym.file}
+		fr.Function, fr.SystemName = sourceAndSystemName(sym.name)
+		return []Frame{fr}, true
 	}
 	return nil, false
 }
@@ -242,28 +244,25 @@ func (b *Binary) SymbolsErr() error {
 }
 
 // ReadCode returns up to n bytes of the file's content at ELF virtual address
-// vaddr, read through the PT_LOAD segment that holds it. Fewer bytes come
-// back when the segment's file content ends first.
+// vaddr, read through the executable PT_LOAD segment that holds it. Fewer
+// bytes come back when the segment's file content ends first.
 func (b *Binary) ReadCode(vaddr uint64, n int) ([]byte, error) {
 	if n < 0 || n > maxReadCode {
 		return nil, fmt.Errorf("reading code at %#x: length %d outside [0, %d]", vaddr, n, maxReadCode)
 	}
-	for _, p := range b.elf.Progs {
-		if p.Type != elf.PT_LOAD || vaddr < p.Vaddr || vaddr-p.Vaddr >= p.Filesz {
-			continue
-		}
-		delta := vaddr - p.Vaddr
-		n = int(min(uint64(n), p.Filesz-delta))
-		buf := make([]byte, n)
-		read, err := b.file.ReadAt(buf, int64(p.Off+delta))
-		if read < n {
-			return nil, fmt.Errorf("reading code at %#x: %w", vaddr, err)
-		}
-		return buf, nil
+	off, avail, ok := b.mapper.VirtualAddressToFileOffset(vaddr)
+	if !ok {
+		return nil, fmt.Errorf("reading code at %#x: %w", vaddr, ErrNotMapped)
 	}
-	return nil, fmt.Errorf("reading code at %#x: %w", vaddr, ErrNotMapped)
+	n = int(min(uint64(n), avail))
+	buf := make([]byte, n)
+	read, err := b.file.ReadAt(buf, int64(off))
+	if read < n {
+		return nil, fmt.Errorf("reading code at %#x: %w", vaddr, err)
+	}
+	return buf, nil
 }
 
-// ErrNotMapped reports a virtual address outside every PT_LOAD segment's
-// file content.
-var ErrNotMapped = errors.New("address not in any loaded segment")
+// ErrNotMapped reports a virtual address outside every executable PT_LOAD
+// segment's file content.
+var ErrNotMapped = errors.New("address not in any executable segment")

@@ -8,6 +8,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+
+	"github.com/bpfcol/bpfcol/internal/process"
 )
 
 // countingOpener opens path and counts the calls.
@@ -21,12 +23,12 @@ func (o *countingOpener) open() (*os.File, error) {
 	return os.Open(o.path)
 }
 
-func keyOf(t *testing.T, path string) FileKey {
+func keyOf(t *testing.T, path string) process.FileKey {
 	fi, err := os.Stat(path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	k, ok := FileKeyOf(fi)
+	k, ok := fileKeyOf(fi)
 	if !ok {
 		t.Fatal("FileKeyOf failed")
 	}
@@ -113,10 +115,10 @@ func TestBinaryCacheErrorsAndClose(t *testing.T) {
 	ws := builtWorkloads(t)
 	c := NewBinaryCache(2)
 	notELF := &countingOpener{path: "testdata/cworkload/main.c"}
-	if _, err := c.Get(FileKey{Dev: 1, Ino: 1}, notELF.open); err == nil {
+	if _, err := c.Get(process.FileKey{Dev: 1, Ino: 1}, notELF.open); err == nil {
 		t.Fatal("Get of a non-ELF file succeeded")
 	}
-	if _, err := c.Get(FileKey{Dev: 1, Ino: 1}, notELF.open); err == nil {
+	if _, err := c.Get(process.FileKey{Dev: 1, Ino: 1}, notELF.open); err == nil {
 		t.Fatal("second Get of a non-ELF file succeeded")
 	}
 	if n := notELF.opens.Load(); n != 2 {
@@ -141,4 +143,10 @@ func TestBinaryCacheErrorsAndClose(t *testing.T) {
 	if _, err := c.Get(keyOf(t, o.path), o.open); !errors.Is(err, ErrCacheClosed) {
 		t.Errorf("Get after Close = %v, want ErrCacheClosed", err)
 	}
+}
+
+// fileKeyOf returns the device and inode of fi, which comes from a stat call.
+func fileKeyOf(fi os.FileInfo) (process.FileKey, bool) {
+	id, ok := process.FileIDOf(fi)
+	return id.FileKey, ok
 }

@@ -28,3 +28,13 @@ func demangleName(name string) string {
 	}
 	return d
 }
+
+// sourceAndSystemName returns a symbol's name in source form and, when that
+// differs, its raw name (pprofile's system_name).
+func sourceAndSystemName(raw string) (name, system string) {
+	name = demangleName(raw)
+	if name == raw {
+		return raw, ""
+	}
+	return name, raw
+}

@@ -4,20 +4,29 @@
 // Sources: ELF symbol tables (.symtab, falling back to .dynsym), DWARF 4
 // and 5 (function, file:line and the inline chain; zlib, zstd and .zdebug
 // sections), Go's .gopclntab (which survives -ldflags='-s -w'), demangled
-// C++ and Rust names, build ids, the mapping from file offsets in
-// /proc/PID/maps to ELF virtual addresses, a bounded cache of opened
-// binaries keyed by device and inode, and the kernel's /proc/kallsyms.
+// C++ and Rust names, build ids, the one mapping between file offsets and
+// ELF virtual addresses (AddressMapper, both ways), a bounded cache of
+// opened binaries keyed by device and inode, and the kernel's
+// /proc/kallsyms.
 //
 // Symbolizer classifies each mapping (skip, process mode, file mode) and, in
 // file mode, finds the separate debug file by GNU build-id: the system
 // debug directory, configured directories, the bpfcol cache, then a
-// background debuginfod fetch.
+// background debuginfod fetch. Its files by job: symbolizer.go (config,
+// stats, the lookup), classify.go, debuglink.go (.gnu_debuglink), fetch.go
+// (local candidates and debuginfod), debugtables.go (the parsed debug files
+// held, bounded by bytes). Every in-memory cache is an internal/lru or
+// internal/negcache cache; CacheStats reports their size and evictions.
 package symbolize
 
 // Frame is one source-level frame.
 type Frame struct {
-	// Function is the raw symbol name, or the Go function name.
+	// Function is the name in source form: demangled for C++ and Rust,
+	// the Go function name for Go.
 	Function string
+	// SystemName is the raw (mangled) symbol name when it differs from
+	// Function, and empty otherwise.
+	SystemName string
 	// File is the source file, empty when only a symbol table was available.
 	File string
 	// Line is the source line, 0 if unknown.

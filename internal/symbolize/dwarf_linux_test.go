@@ -190,6 +190,12 @@ func framesEqual(a, b []Frame) bool {
 	}
 	for i := range a {
 		x, y := a[i], b[i]
+		// Our raw name must be the one Function was demangled from;
+		// llvm-symbolizer prints only the demangled form.
+		if x.SystemName != "" && demangleName(x.SystemName) != x.Function {
+			return false
+		}
+		x.SystemName = ""
 		// LLVM 14 leaves some names it cannot demangle mangled.
 		if strings.HasPrefix(y.Function, "_Z") && demangleName(y.Function) == x.Function {
 			y.Function = x.Function

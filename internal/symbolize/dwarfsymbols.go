@@ -738,7 +738,7 @@ func (t *dwarfTable) lookup(pc uint64) ([]Frame, bool) {
 	frames := make([]Frame, len(scopes))
 	for i := range scopes {
 		s := &t.scopes[scopes[len(scopes)-1-i]]
-		frames[i].Function = demangleName(s.name)
+		frames[i].Function, frames[i].SystemName = sourceAndSystemName(s.name)
 		if i == 0 {
 			frames[i].File, frames[i].Line = file, int64(line)
 		} else {

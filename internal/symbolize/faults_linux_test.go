@@ -97,13 +97,13 @@ func TestFetchFaults(t *testing.T) {
 			}
 			defer bin.Close()
 			fi, _ := f.Stat()
-			key, _ := FileKeyOf(fi)
+			key, _ := fileKeyOf(fi)
 			ref := MappingRef{Path: stripped, Key: key}
 			seg := execSegment(t, full)
 			off := textAddresses(t, full, 10)[3] - seg.Vaddr + seg.Off
 
 			start := time.Now()
-			if l := s.Symbolize(ref, bin, off, false); l.Status != Pending {
+			if l := s.Symbolize(ref, bin, off); l.Status != Pending {
 				t.Fatalf("first lookup status %v, want pending (never blocking)", l.Status)
 			}
 			if time.Since(start) > 500*time.Millisecond {
@@ -120,7 +120,7 @@ func TestFetchFaults(t *testing.T) {
 				t.Fatalf("failure not cached; stats %+v", s.Stats())
 			}
 			before := requests.Load()
-			l := s.Symbolize(ref, bin, off, false)
+			l := s.Symbolize(ref, bin, off)
 			if l.Status == Pending || (l.Status == Resolved && l.Frames[0].File != "") {
 				t.Errorf("after failure: %+v", l)
 			}
@@ -188,13 +188,13 @@ func TestCorruptCachedDebugDemoted(t *testing.T) {
 	}
 	defer bin.Close()
 	fi, _ := f.Stat()
-	key, _ := FileKeyOf(fi)
+	key, _ := fileKeyOf(fi)
 	seg := execSegment(t, full)
 	addrs := textAddresses(t, full, 100000)
 	want := llvmFrames(t, full, addrs)
 	named := 0
 	for i, a := range addrs {
-		l := s.Symbolize(MappingRef{Path: stripped, Key: key}, bin, a-seg.Vaddr+seg.Off, false)
+		l := s.Symbolize(MappingRef{Path: stripped, Key: key}, bin, a-seg.Vaddr+seg.Off)
 		if len(want[i]) > 0 && want[i][0].File != "" && framesEqual(l.Frames, want[i]) {
 			named++
 		}
@@ -207,7 +207,7 @@ func TestCorruptCachedDebugDemoted(t *testing.T) {
 	s.mu.Lock()
 	s.tables.closeAll()
 	s.mu.Unlock()
-	s.Symbolize(MappingRef{Path: stripped, Key: key}, bin, addrs[0]-seg.Vaddr+seg.Off, false)
+	s.Symbolize(MappingRef{Path: stripped, Key: key}, bin, addrs[0]-seg.Vaddr+seg.Off)
 	if st2 := s.Stats(); st2.ParseFailures != 1 || st2.NegativeHits == 0 {
 		t.Errorf("stats %+v: the bad copy was parsed again", st2)
 	}

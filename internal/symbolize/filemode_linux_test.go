@@ -146,7 +146,7 @@ func TestFileModeThroughDebuginfod(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer bin.Close()
-		ref := MappingRef{PID: pid, Path: m.Path, Key: FileKey{Dev: m.Dev, Ino: m.Inode}}
+		ref := MappingRef{PID: pid, Path: m.Path, Key: process.FileKey{Dev: m.Dev, Ino: m.Inode}}
 		if mode := s.Classify(ref, bin); mode != ModeFile {
 			t.Fatalf("%s classified %v, want file", tg.stripped, mode)
 		}
@@ -154,12 +154,12 @@ func TestFileModeThroughDebuginfod(t *testing.T) {
 		addrs := textAddresses(t, tg.full, 40000)
 		fileOff := func(vaddr uint64) uint64 { return vaddr - seg.Vaddr + seg.Off }
 		// The first lookup starts the fetch and must not wait for it.
-		first := s.Symbolize(ref, bin, fileOff(addrs[len(addrs)/2]), false)
+		first := s.Symbolize(ref, bin, fileOff(addrs[len(addrs)/2]))
 		if first.Status != Pending && first.Status != Resolved {
 			t.Fatalf("first lookup: status %v, want pending", first.Status)
 		}
 		deadline := time.Now().Add(60 * time.Second)
-		for s.Symbolize(ref, bin, fileOff(addrs[len(addrs)/2]), false).Status == Pending {
+		for s.Symbolize(ref, bin, fileOff(addrs[len(addrs)/2])).Status == Pending {
 			if time.Now().After(deadline) {
 				t.Fatalf("%s: debug info never arrived; stats %+v", tg.stripped, s.Stats())
 			}
@@ -168,7 +168,7 @@ func TestFileModeThroughDebuginfod(t *testing.T) {
 		want := llvmFrames(t, tg.full, addrs)
 		misses, inline := 0, 0
 		for i, a := range addrs {
-			l := s.Symbolize(ref, bin, fileOff(a), false)
+			l := s.Symbolize(ref, bin, fileOff(a))
 			if l.VAddr != a {
 				t.Fatalf("vaddr %#x came back as %#x", a, l.VAddr)
 			}
@@ -216,10 +216,10 @@ func TestFileModeThroughDebuginfod(t *testing.T) {
 			t.Fatal(err)
 		}
 		fi, _ := f.Stat()
-		key, _ := FileKeyOf(fi)
+		key, _ := fileKeyOf(fi)
 		seg := execSegment(t, tg.full)
 		a := textAddresses(t, tg.full, 10)[5]
-		l := s2.Symbolize(MappingRef{Path: tg.stripped, Key: key}, bin, a-seg.Vaddr+seg.Off, false)
+		l := s2.Symbolize(MappingRef{Path: tg.stripped, Key: key}, bin, a-seg.Vaddr+seg.Off)
 		if l.Status != Resolved {
 			t.Errorf("after restart %s: status %v, want resolved from the cache", tg.stripped, l.Status)
 		}

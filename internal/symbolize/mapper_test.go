@@ -82,3 +82,45 @@ func TestAddressMapperSeveralSegments(t *testing.T) {
 		t.Error("nil mapper resolved an offset")
 	}
 }
+
+// TestAddressMapperBothDirections converts addresses to file offsets and
+// back through the same segments, and keeps data segments out of code.
+func TestAddressMapperBothDirections(t *testing.T) {
+	progs := []*elf.Prog{
+		{ProgHeader: elf.ProgHeader{Type: elf.PT_LOAD, Flags: elf.PF_R, Off: 0, Vaddr: 0x200000, Filesz: 0x1234}},
+		{ProgHeader: elf.ProgHeader{Type: elf.PT_LOAD, Flags: elf.PF_R | elf.PF_X, Off: 0x1234, Vaddr: 0x201234, Filesz: 0x2000}},
+		{ProgHeader: elf.ProgHeader{Type: elf.PT_LOAD, Flags: elf.PF_R | elf.PF_W, Off: 0x3234, Vaddr: 0x204234, Filesz: 0x100, Memsz: 0x800}},
+	}
+	m := NewAddressMapper(progs)
+	for _, vaddr := range []uint64{0x201234, 0x201240, 0x203233} {
+		off, avail, ok := m.VirtualAddressToFileOffset(vaddr)
+		if !ok || avail != 0x203234-vaddr {
+			t.Fatalf("VirtualAddressToFileOffset(%#x) = %#x, %#x, %v", vaddr, off, avail, ok)
+		}
+		if back, ok := m.FileOffsetToVirtualAddress(off); !ok || back != vaddr {
+			t.Errorf("%#x -> offset %#x -> %#x, %v", vaddr, off, back, ok)
+		}
+		if data, ok := m.DataAddressToFileOffset(vaddr); !ok || data != off {
+			t.Errorf("DataAddressToFileOffset(%#x) = %#x, %v; want %#x", vaddr, data, ok, off)
+		}
+	}
+	for _, vaddr := range []uint64{0x200010, 0x204240, 0x203234, 0x204334, 0x100000} {
+		if off, _, ok := m.VirtualAddressToFileOffset(vaddr); ok {
+			t.Errorf("VirtualAddressToFileOffset(%#x) = %#x outside executable file content", vaddr, off)
+		}
+	}
+	if off, ok := m.DataAddressToFileOffset(0x204240); !ok || off != 0x3240 {
+		t.Errorf("DataAddressToFileOffset(data) = %#x, %v; want 0x3240", off, ok)
+	}
+	if off, ok := m.DataAddressToFileOffset(0x200010); !ok || off != 0x10 {
+		t.Errorf("DataAddressToFileOffset(rodata) = %#x, %v; want 0x10", off, ok)
+	}
+	// Bytes past p_filesz (.bss) have no file content.
+	if _, ok := m.DataAddressToFileOffset(0x204400); ok {
+		t.Error("DataAddressToFileOffset resolved .bss")
+	}
+	var nilMapper *AddressMapper
+	if _, _, ok := nilMapper.VirtualAddressToFileOffset(0x201234); ok {
+		t.Error("nil mapper resolved an address")
+	}
+}

@@ -51,13 +51,13 @@ func checkNamedThroughMapping(t *testing.T, pid int, m *process.Mapping, truth s
 		t.Fatal(err)
 	}
 	defer s.Close()
-	ref := MappingRef{PID: pid, Path: m.Path, Key: FileKey{Dev: m.Dev, Ino: m.Inode}}
+	ref := MappingRef{PID: pid, Path: m.Path, Key: process.FileKey{Dev: m.Dev, Ino: m.Inode}}
 	seg := execSegment(t, truth)
 	addrs := textAddresses(t, truth, 2000)
 	want := llvmFrames(t, truth, addrs)
 	named, misses := 0, 0
 	for i, a := range addrs {
-		l := s.Symbolize(ref, bin, a-seg.Vaddr+seg.Off, false)
+		l := s.Symbolize(ref, bin, a-seg.Vaddr+seg.Off)
 		if l.Mode != ModeProcess {
 			t.Fatalf("mode %v, want process", l.Mode)
 		}

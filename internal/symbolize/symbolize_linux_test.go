@@ -11,6 +11,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/bpfcol/bpfcol/internal/process"
 )
 
 // expectedAlias picks, among nm symbols sharing an address, the one the
@@ -298,23 +300,23 @@ func TestReadCode(t *testing.T) {
 	}
 }
 
-func TestFileKeyOf(t *testing.T) {
+func TestFileIDOf(t *testing.T) {
 	requireTools(t, "stat")
 	path := builtWorkloads(t)["c-pie"].path
 	fi, err := os.Stat(path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	key, ok := FileKeyOf(fi)
+	key, ok := fileKeyOf(fi)
 	if !ok {
-		t.Fatal("FileKeyOf(os.Stat) = not ok")
+		t.Fatal("FileIDOf(os.Stat) = not ok")
 	}
 	var dev, ino uint64
 	out := run(t, "", "stat", "-c", "%d %i", path)
 	if _, err := fmt.Sscan(out, &dev, &ino); err != nil {
 		t.Fatalf("parsing stat output %q: %v", out, err)
 	}
-	if key != (FileKey{Dev: dev, Ino: ino}) {
+	if key != (process.FileKey{Dev: dev, Ino: ino}) {
 		t.Errorf("FileKeyOf = %+v, stat says dev %d ino %d", key, dev, ino)
 	}
 }

@@ -17,7 +17,7 @@ import (
 	"go.opentelemetry.io/collector/pdata/pcommon"
 	"go.opentelemetry.io/collector/receiver/receivertest"
 
-	"github.com/bpfcol/bpfcol/internal/negcache"
+	"github.com/bpfcol/bpfcol/internal/process"
 	"github.com/bpfcol/bpfcol/internal/testenv"
 	"github.com/bpfcol/bpfcol/receiver/uproberecv/internal/metadata"
 )
@@ -104,17 +104,17 @@ type componentHost struct{}
 func (componentHost) GetExtensions() map[component.ID]component.Component { return nil }
 
 // keyOf returns the negative cache key (device, inode) of path.
-func keyOf(t testing.TB, path string) negcache.Key {
+func keyOf(t testing.TB, path string) process.FileKey {
 	t.Helper()
 	fi, err := os.Stat(path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	f, ok := negcache.FileOf(fi)
+	f, ok := process.FileIDOf(fi)
 	if !ok {
 		t.Fatal("no stat identity")
 	}
-	return f.Key
+	return f.FileKey
 }
 
 // waitFor polls cond every 10ms until it holds or timeout passes.

@@ -126,9 +126,9 @@ func (r *logsReceiver) start(_ context.Context, _ component.Host) (err error) {
 	}
 	r.clock.refresh()
 	r.infos = newProcessInfos()
-	var negative *negcache.Cache
+	var negative *negcache.Files
 	if !r.opts.noNegativeCache {
-		negative = negcache.New(negativeTTL, maxNegative)
+		negative = negcache.NewFiles(negativeTTL, maxNegative)
 	}
 	if r.tracker, err = newTracker(r.set.Logger, r.cfg.Probes, r.probes, negative, r.infos); err != nil {
 		return fmt.Errorf("starting uprobe receiver: %w", err)

@@ -61,7 +61,7 @@ func (p *compiledProbe) matches(pid int, path string) bool {
 // attachedBinary is one binary with uprobes on it, held by the processes
 // that map it.
 type attachedBinary struct {
-	key         negcache.Key
+	key         process.FileKey
 	path        string
 	attachments []*scopeprobe.Attachment
 	evaluated   map[uint32]bool // probes looked for, found or not
@@ -90,12 +90,12 @@ type tracker struct {
 	logger   *zap.Logger
 	probes   []compiledProbe
 	attacher attacher
-	negative *negcache.Cache // nil: every binary is evaluated afresh
+	negative *negcache.Files // nil: every binary is evaluated afresh
 	// quiet holds statically linked executables the negative cache
 	// answered: such a process maps no other file at exec, so the exec
 	// event's file identity settles it without reading /proc. Keyed by that
 	// identity; nil with negative.
-	quiet *negcache.Cache
+	quiet *negcache.Files
 	// onePath: every probe names the same exact path (binary:).
 	onePath bool
 	infos   *processInfos
@@ -103,25 +103,25 @@ type tracker struct {
 
 	mu       sync.Mutex
 	closed   bool
-	binaries map[negcache.Key]*attachedBinary
-	held     map[int]map[negcache.Key]struct{} // pid -> binaries it holds
-	execGen  map[int]uint64                    // pid -> exec generation, for rescans
+	binaries map[process.FileKey]*attachedBinary
+	held     map[int]map[process.FileKey]struct{} // pid -> binaries it holds
+	execGen  map[int]uint64                       // pid -> exec generation, for rescans
 	timers   map[*time.Timer]struct{}
 }
 
-func newTracker(logger *zap.Logger, cfgs []ProbeConfig, a attacher, negative *negcache.Cache, infos *processInfos) (*tracker, error) {
+func newTracker(logger *zap.Logger, cfgs []ProbeConfig, a attacher, negative *negcache.Files, infos *processInfos) (*tracker, error) {
 	t := &tracker{
 		logger:   logger,
 		attacher: a,
 		negative: negative,
 		infos:    infos,
-		binaries: map[negcache.Key]*attachedBinary{},
-		held:     map[int]map[negcache.Key]struct{}{},
+		binaries: map[process.FileKey]*attachedBinary{},
+		held:     map[int]map[process.FileKey]struct{}{},
 		execGen:  map[int]uint64{},
 		timers:   map[*time.Timer]struct{}{},
 	}
 	if negative != nil {
-		t.quiet = negcache.New(negativeTTL, maxNegative)
+		t.quiet = negcache.NewFiles(negativeTTL, maxNegative)
 	}
 	t.onePath = true
 	for i, c := range cfgs {
@@ -172,14 +172,14 @@ type scanResult struct {
 	// them known to have nothing for it; held those pid now holds.
 	matched, negative, held int
 	// negativeKey is the last file found wanting.
-	negativeKey negcache.Key
+	negativeKey process.FileKey
 }
 
 // complete reports whether neither a rescan nor another process of exe
 // could find more: every matched file was found wanting, and either no
 // library can come (static), or all probes name the one exact path that
 // is exe itself.
-func (r scanResult) complete(t *tracker, exe negcache.Key) bool {
+func (r scanResult) complete(t *tracker, exe process.FileKey) bool {
 	if r.matched == 0 || r.negative != r.matched {
 		return false
 	}
@@ -187,8 +187,8 @@ func (r scanResult) complete(t *tracker, exe negcache.Key) bool {
 }
 
 // exeFile converts an exec event's identity into the negative cache's.
-func exeFile(e procwatch.ExeFile) negcache.File {
-	return negcache.File{Key: negcache.Key{Dev: e.Dev, Ino: e.Ino}, Size: e.Size, ModTime: e.ModTime}
+func exeFile(e procwatch.ExeFile) process.FileID {
+	return process.FileID{FileKey: process.FileKey{Dev: e.Dev, Ino: e.Ino}, Size: e.Size, ModTime: e.ModTime}
 }
 
 // exec handles a process that replaced its image with exe (Ino zero when
@@ -215,7 +215,7 @@ func (t *tracker) exec(pid int, exe procwatch.ExeFile) {
 		return
 	}
 	res := t.scan(pid)
-	complete := res.complete(t, exeFile(exe).Key)
+	complete := res.complete(t, exeFile(exe).FileKey)
 	if t.quiet != nil && exe.Ino != 0 && complete {
 		t.quiet.Add(exeFile(exe))
 	}
@@ -281,7 +281,7 @@ func (t *tracker) scan(pid int) (res scanResult) {
 		return res // gone, or a kernel thread
 	}
 	t.stats.scans.Add(1)
-	seen := map[negcache.Key]bool{}
+	seen := map[process.FileKey]bool{}
 	var infoRead bool
 	for i := range maps {
 		m := &maps[i]
@@ -291,7 +291,7 @@ func (t *tracker) scan(pid int) (res scanResult) {
 		if strings.Contains(m.Path, "/ld-") {
 			res.dynamic = true
 		}
-		key := negcache.Key{Dev: m.Dev, Ino: m.Inode}
+		key := process.FileKey{Dev: m.Dev, Ino: m.Inode}
 		if seen[key] {
 			continue
 		}
@@ -329,7 +329,7 @@ func (t *tracker) scan(pid int) (res scanResult) {
 // m, and that pid holds it. It reports whether pid now holds the binary,
 // and whether the binary is known to have nothing for the matched probes
 // (from the negative cache or from reading it just now).
-func (t *tracker) binary(pid int, m *process.Mapping, key negcache.Key, matched []*compiledProbe) (held, negative bool) {
+func (t *tracker) binary(pid int, m *process.Mapping, key process.FileKey, matched []*compiledProbe) (held, negative bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.closed {
@@ -378,7 +378,7 @@ func (t *tracker) holdLocked(pid int, b *attachedBinary) {
 	b.holders[pid] = struct{}{}
 	h := t.held[pid]
 	if h == nil {
-		h = map[negcache.Key]struct{}{}
+		h = map[process.FileKey]struct{}{}
 		t.held[pid] = h
 	}
 	h[b.key] = struct{}{}
@@ -450,17 +450,17 @@ func attachPath(pid int, m *process.Mapping) string {
 
 // statMapping reads the identity the negative cache checks: device, inode,
 // size and mtime of the mapped file.
-func statMapping(pid int, m *process.Mapping) (negcache.File, error) {
+func statMapping(pid int, m *process.Mapping) (process.FileID, error) {
 	fi, err := os.Stat(fmt.Sprintf("/proc/%d/map_files/%x-%x", pid, m.Start, m.End))
 	if err != nil {
 		fi, err = os.Stat(fmt.Sprintf("/proc/%d/root%s", pid, m.Path))
 	}
 	if err != nil {
-		return negcache.File{}, fmt.Errorf("stating %s of pid %d: %w", m.Path, pid, err)
+		return process.FileID{}, fmt.Errorf("stating %s of pid %d: %w", m.Path, pid, err)
 	}
-	f, ok := negcache.FileOf(fi)
-	if !ok || f.Key != (negcache.Key{Dev: m.Dev, Ino: m.Inode}) {
-		return negcache.File{}, fmt.Errorf("stating %s of pid %d: not the mapped file", m.Path, pid)
+	f, ok := process.FileIDOf(fi)
+	if !ok || f.FileKey != (process.FileKey{Dev: m.Dev, Ino: m.Inode}) {
+		return process.FileID{}, fmt.Errorf("stating %s of pid %d: not the mapped file", m.Path, pid)
 	}
 	return f, nil
 }
@@ -477,12 +477,12 @@ func (t *tracker) close() {
 	for _, b := range t.binaries {
 		t.detachLocked(b)
 	}
-	t.held = map[int]map[negcache.Key]struct{}{}
+	t.held = map[int]map[process.FileKey]struct{}{}
 }
 
 // attachedCount returns how many binaries are attached and how many
 // processes hold the one with key, for tests.
-func (t *tracker) attachedCount(key negcache.Key) (binaries, holders int) {
+func (t *tracker) attachedCount(key process.FileKey) (binaries, holders int) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if b := t.binaries[key]; b != nil {

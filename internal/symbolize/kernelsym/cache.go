@@ -1,6 +1,10 @@
 package kernelsym
 
-import "runtime"
+import (
+	"runtime"
+
+	"github.com/bpfcol/bpfcol/internal/lru"
+)
 
 // resultKey is one request: the same address names a different symbol as a
 // return address (%pB looks up addr-1).
@@ -11,40 +15,26 @@ type resultKey struct {
 
 // resultCache holds answers for core kernel text only, which never moves;
 // module, BPF program and trampoline memory is reused after an unload, so
-// those addresses are asked again every time. It is cleared when full: profiles revisit the
-// same few thousand addresses, so a clear is rare and cheap to recover from.
+// those addresses are asked again every time. Profiles revisit the same few
+// thousand addresses, so the least recently used answers are the ones to
+// drop when it is full.
 type resultCache struct {
-	entries map[resultKey]Symbol
-	max     int
-	stats   *Stats
+	entries *lru.Cache[resultKey, Symbol]
+	off     bool // a disabled cache misses every get and keeps nothing
 }
 
-func newResultCache(max int, stats *Stats) *resultCache {
-	return &resultCache{entries: make(map[resultKey]Symbol), max: max, stats: stats}
+func newResultCache(max int) *resultCache {
+	return &resultCache{entries: lru.New[resultKey, Symbol](int64(max), nil), off: max <= 0}
 }
 
-func (c *resultCache) get(k resultKey) (Symbol, bool) {
-	s, ok := c.entries[k]
-	if ok {
-		c.stats.CacheHits++
-	} else {
-		c.stats.CacheMisses++
-	}
-	return s, ok
-}
+func (c *resultCache) get(k resultKey) (Symbol, bool) { return c.entries.Get(k) }
 
 func (c *resultCache) put(k resultKey, s Symbol) {
-	if !cacheable(k, s) || c.max <= 0 {
+	if c.off || !cacheable(k, s) {
 		return
 	}
-	if len(c.entries) >= c.max {
-		clear(c.entries)
-		c.stats.CacheClears++
-	}
-	c.entries[k] = s
+	c.entries.Add(k, s)
 }
-
-func (c *resultCache) len() int { return len(c.entries) }
 
 // Core kernel text on x86-64 is mapped in the 1 GiB below the module area
 // (Documentation/arch/x86/x86_64/mm.rst), where BPF JIT images, trampolines

@@ -9,6 +9,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/bpfcol/bpfcol/internal/bpf/ksymprog"
+	"github.com/bpfcol/bpfcol/internal/lru"
 )
 
 // Paths a Symbolizer resolves through, as Path reports them.
@@ -35,10 +36,8 @@ type Options struct {
 
 // Stats count what a Symbolizer did, for metrics.
 type Stats struct {
-	CacheHits   uint64
-	CacheMisses uint64
-	// CacheClears counts the times the full cache was emptied.
-	CacheClears uint64
+	// Cache is the result cache's size, hits, misses and evictions.
+	Cache lru.Stats
 	// KallsymsReads counts full parses of /proc/kallsyms (fallback only).
 	KallsymsReads uint64
 	// BPFAddresses counts addresses sent to the BPF formatter.
@@ -81,7 +80,7 @@ func newSymbolizer(opts Options, load func() (formatter, error)) (*Symbolizer, e
 		entries = DefaultCacheEntries
 	}
 	s := &Symbolizer{}
-	s.cache = newResultCache(entries, &s.stats)
+	s.cache = newResultCache(entries)
 
 	f, err := load()
 	if err == nil {
@@ -105,7 +104,9 @@ func (s *Symbolizer) Path() string { return s.path }
 func (s *Symbolizer) Stats() Stats {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.stats
+	st := s.stats
+	st.Cache = s.cache.entries.Stats()
+	return st
 }
 
 // Symbolize names addrs[i]: as a return address when isReturn[i] (the

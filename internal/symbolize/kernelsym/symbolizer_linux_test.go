@@ -71,7 +71,7 @@ func TestBPFPathMatchesKernelRules(t *testing.T) {
 	if diffs := ref.compare(addrs, isReturn, again); len(diffs) > 0 {
 		t.Errorf("%d mismatches from the cache, first: %s", len(diffs), diffs[0])
 	}
-	if st := s.Stats(); st.CacheHits == 0 {
+	if st := s.Stats(); st.Cache.Hits == 0 {
 		t.Errorf("no cache hits on the second pass: %+v", st)
 	}
 }
@@ -127,11 +127,15 @@ func TestBPFPathCacheIsBounded(t *testing.T) {
 	if diffs := ref.compare(addrs, isReturn, got); len(diffs) > 0 {
 		t.Errorf("%d mismatches, first: %s", len(diffs), diffs[0])
 	}
-	if n := s.cache.len(); n > 100 {
-		t.Errorf("cache holds %d entries, bound is 100", n)
+	st := s.Stats()
+	if n := s.cache.entries.Len(); n > 100 || st.Cache.Len != n {
+		t.Errorf("cache holds %d entries (stats say %d), bound is 100", n, st.Cache.Len)
 	}
-	if st := s.Stats(); st.CacheClears == 0 {
-		t.Errorf("1000 addresses through a 100-entry cache cleared it 0 times: %+v", st)
+	if st.Cache.Evictions == 0 {
+		t.Errorf("1000 addresses through a 100-entry cache evicted 0 entries: %+v", st)
+	}
+	if st.Cache.Len != 100 {
+		t.Errorf("a full cache holds %d entries after evicting: it was emptied, not trimmed: %+v", st.Cache.Len, st)
 	}
 }
 

@@ -44,7 +44,7 @@ type Process struct {
 	// frames point at.
 	Mappings []frame.Mapping
 
-	held map[symbolize.FileKey]struct{} // binaries already opened into the cache
+	held map[process.FileKey]struct{} // binaries already opened into the cache
 }
 
 // Mapping returns the executable mapping holding addr, or nil.
@@ -258,12 +258,12 @@ func (a *Aggregator) holdBinaries(proc *Process, frames []frame.Frame) {
 			continue
 		}
 		m := &f.Mapping.Mapping
-		key := symbolize.FileKey{Dev: m.Dev, Ino: m.Inode}
+		key := m.Key()
 		if _, ok := proc.held[key]; ok {
 			continue
 		}
 		if proc.held == nil {
-			proc.held = map[symbolize.FileKey]struct{}{}
+			proc.held = map[process.FileKey]struct{}{}
 		}
 		proc.held[key] = struct{}{}
 		bin, err := a.cfg.Binaries.Get(key, func() (*os.File, error) { return process.OpenMapping(proc.PID, m) })

@@ -16,7 +16,7 @@ import (
 const maxAnalyzedFunctions = 1 << 12
 
 type functionKey struct {
-	file  symbolize.FileKey
+	file  process.FileKey
 	start uint64
 }
 
@@ -52,7 +52,7 @@ func (l *leafAnalyzer) lostCaller(proc *Process, leaf frame.Frame, s *profiler.S
 }
 
 func (l *leafAnalyzer) slot(pid int, m *process.Mapping, addr uint64) (int, bool) {
-	file := symbolize.FileKey{Dev: m.Dev, Ino: m.Inode}
+	file := process.FileKey{Dev: m.Dev, Ino: m.Inode}
 	bin, err := l.binaries.Get(file, func() (*os.File, error) { return process.OpenMapping(pid, m) })
 	if err != nil {
 		return 0, false

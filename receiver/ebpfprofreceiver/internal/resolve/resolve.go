@@ -68,7 +68,7 @@ const (
 
 // nameKey identifies a user address by its file and file offset.
 type nameKey struct {
-	file   symbolize.FileKey
+	file   process.FileKey
 	offset uint64
 }
 
@@ -136,7 +136,7 @@ func (r *Resolver) NameCacheStats() lru.Stats { return r.names.Stats() }
 
 // batchState holds what one Resolve opened, released at its end.
 type batchState struct {
-	binaries map[symbolize.FileKey]*symbolize.Binary
+	binaries map[process.FileKey]*symbolize.Binary
 	// mappings are the batch's copies of the aggregator's mappings, with
 	// build ids: the aggregator keeps using its own.
 	mappings map[*frame.Mapping]*frame.Mapping
@@ -148,7 +148,7 @@ type batchState struct {
 // Resolve names every frame of b and groups the stacks by process.
 func (r *Resolver) Resolve(b *aggregate.Batch) []profilebuilder.Process {
 	st := &batchState{
-		binaries: map[symbolize.FileKey]*symbolize.Binary{},
+		binaries: map[process.FileKey]*symbolize.Binary{},
 		mappings: map[*frame.Mapping]*frame.Mapping{},
 		modules:  map[string]*frame.Mapping{},
 	}
@@ -267,7 +267,7 @@ func (r *Resolver) userFrame(st *batchState, pid uint32, f frame.Frame) frame.Fr
 	if bin.IsGo() {
 		f.Type = frame.Go
 	}
-	key := nameKey{symbolize.FileKey{Dev: m.Dev, Ino: m.Inode}, m.FileOffset(f.Address)}
+	key := nameKey{m.Key(), m.FileOffset(f.Address)}
 	n, ok := r.names.Get(key)
 	if !ok {
 		var final bool
@@ -297,7 +297,7 @@ func (r *Resolver) name(pid uint32, m *process.Mapping, bin *symbolize.Binary, k
 		return n, true
 	}
 	// The offset is already the lookup address: never adjusted again.
-	l := r.sym.Symbolize(symbolize.MappingRef{PID: int(pid), Path: m.Path, Key: key.file}, bin, key.offset, false)
+	l := r.sym.Symbolize(symbolize.MappingRef{PID: int(pid), Path: m.Path, Key: key.file}, bin, key.offset)
 	n = named{vaddr: l.VAddr, lines: linesOf(l.Frames)}
 	switch {
 	case l.Status == symbolize.Unmapped:
@@ -321,7 +321,7 @@ func linesOf(frames []symbolize.Frame) []frame.Line {
 	}
 	lines := make([]frame.Line, len(frames))
 	for i, fr := range frames {
-		lines[i] = frame.Line{Name: fr.Function, File: fr.File, Line: fr.Line}
+		lines[i] = frame.Line{Name: fr.Function, SystemName: fr.SystemName, File: fr.File, Line: fr.Line}
 	}
 	return lines
 }
@@ -329,7 +329,7 @@ func linesOf(frames []symbolize.Frame) []frame.Line {
 // binary opens each mapping's binary once per batch; nil when it cannot be
 // opened.
 func (r *Resolver) binary(st *batchState, pid int, m *process.Mapping) *symbolize.Binary {
-	key := symbolize.FileKey{Dev: m.Dev, Ino: m.Inode}
+	key := m.Key()
 	if bin, ok := st.binaries[key]; ok {
 		return bin
 	}

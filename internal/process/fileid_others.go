@@ -1,0 +1,9 @@
+//go:build !linux
+
+package process
+
+import "os"
+
+// FileIDOf always reports false outside Linux, where device and inode are
+// not read.
+func FileIDOf(os.FileInfo) (FileID, bool) { return FileID{}, false }

@@ -1,0 +1,116 @@
+package symbolize
+
+import (
+	"debug/elf"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"github.com/bpfcol/bpfcol/internal/symbolize/debuginfod"
+)
+
+// debugFile returns the parsed debug file of buildID, looking on disk in
+// order (system dir, configured dirs, the cache) and otherwise starting a
+// background fetch, in which case pending is true.
+func (s *Symbolizer) debugFile(buildID string) (dbg *Binary, pending bool) {
+	if dbg := s.tables.get(buildID); dbg != nil {
+		return dbg, false
+	}
+	for _, p := range s.localCandidates(buildID) {
+		f, err := os.Open(p)
+		if err != nil {
+			continue
+		}
+		if dbg := s.openDebug(buildID, f, func(b *Binary) bool { return b.BuildIDGNU() == buildID }); dbg != nil {
+			return dbg, false
+		}
+	}
+	return nil, s.startFetch(buildID)
+}
+
+func (s *Symbolizer) localCandidates(buildID string) []string {
+	rel := filepath.Join(".build-id", buildID[:2], buildID[2:]+".debug")
+	paths := []string{filepath.Join(s.cfg.SystemDebugDir, rel)}
+	for _, d := range s.cfg.DebugDirectories {
+		paths = append(paths, filepath.Join(d, rel))
+	}
+	if s.cache != nil {
+		if p, ok := s.cache.Lookup(buildID); ok {
+			paths = append(paths, p)
+		}
+	}
+	return paths
+}
+
+// startFetch starts fetching buildID unless a fetch is running, failed
+// recently, or fetching is off. It reports whether a fetch is running.
+func (s *Symbolizer) startFetch(buildID string) bool {
+	if s.cache == nil || !s.client.Enabled() {
+		return false
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return false
+	}
+	if s.pending[buildID] {
+		return true
+	}
+	if s.failedFetch.Contains(buildID) {
+		s.stats.negativeHits.Add(1)
+		return false
+	}
+	dst, err := s.cache.Path(buildID)
+	if err != nil {
+		return false
+	}
+	s.pending[buildID] = true
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		res, err := s.client.Fetch(s.ctx, buildID, dst, validateDebugFile(buildID))
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		delete(s.pending, buildID)
+		if err != nil {
+			s.stats.fetchFailures.Add(1)
+			s.failedFetch.Add(buildID)
+			return
+		}
+		s.stats.fetches.Add(1)
+		s.stats.fetchByte.Add(res.Bytes)
+		_ = s.cache.Added(buildID)
+	}()
+	return true
+}
+
+// FetchFailed reports whether buildID is in the failed-fetch negative cache.
+func (s *Symbolizer) FetchFailed(buildID string) bool {
+	return s.failedFetch.Contains(buildID)
+}
+
+// FetchPending reports whether buildID is being fetched.
+func (s *Symbolizer) FetchPending(buildID string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.pending[buildID]
+}
+
+// validateDebugFile accepts a download only if it is an ELF file carrying
+// buildID and some symbols or DWARF.
+func validateDebugFile(buildID string) debuginfod.Validator {
+	return func(f *os.File) error {
+		ef, err := elf.NewFile(f)
+		if err != nil {
+			return fmt.Errorf("parsing ELF: %w", err)
+		}
+		if got := readBuildIDs(ef, f).gnu; got != buildID {
+			return fmt.Errorf("build-id is %q, want %q", got, buildID)
+		}
+		if ef.Section(".debug_info") == nil && ef.Section(".zdebug_info") == nil && ef.Section(".symtab") == nil {
+			return errors.New("no DWARF and no symbol table")
+		}
+		return nil
+	}
+}
