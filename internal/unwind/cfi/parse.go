@@ -440,7 +440,10 @@ func parseCIE(r *reader, kind sectionKind) *cie {
 	if kind == debugFrame && c.addrSize == 4 {
 		c.fdeEnc = peUdata4
 	}
-	if aug != "" {
+	if aug == "S" {
+		// .debug_frame marks signal frames without 'z' (GNU as).
+		c.signal = true
+	} else if aug != "" {
 		if aug[0] != 'z' {
 			c.err = fmt.Errorf("augmentation %q not supported", aug)
 			return c
