@@ -123,7 +123,9 @@ func checkForms(t *testing.T, bin string, tbl *Table) {
 		what string
 		pred func(Row) bool
 	}{
-		{"f_state", "CFA from RBP", func(r Row) bool { return r.CFA == CFARBP && r.CFAOffset == 16 && r.RBP == RBPAtCFA && r.RBPOffset == -16 }},
+		{"f_state", "CFA from RBP", func(r Row) bool {
+			return r.CFA == CFARBP && r.CFAOffset == 16 && r.RBP == RBPAtCFA && r.RBPOffset == -16
+		}},
 		{"f_state", "RBP saved above the CFA", func(r Row) bool { return r.RBP == RBPAtCFA && r.RBPOffset == 8 }},
 		{"f_state", "a large CFA offset", func(r Row) bool { return r.CFA == CFARBP && r.CFAOffset == 100000 }},
 		{"f_state", "CFA back on RSP after leave", func(r Row) bool { return r.CFA == CFARSP && r.CFAOffset == 8 && r.RBP == RBPUnchanged }},
