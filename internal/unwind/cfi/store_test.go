@@ -126,7 +126,7 @@ func TestStoreFailuresAndBounds(t *testing.T) {
 	require.Equal(t, "held", recvKey(t, built))
 	require.Equal(t, "queued", recvKey(t, built))
 	st = s.Stats()
-	require.EqualValues(t, 4, st.Builds) // "dropped" never built
+	require.EqualValues(t, 4, st.Builds)      // "dropped" never built
 	require.EqualValues(t, 4, st.BuildErrors) // libc too large twice
 	require.LessOrEqual(t, st.Bytes, int64(4096))
 }
