@@ -284,7 +284,8 @@ type parseStats struct {
 // error, keeping what was found before it.
 func parseSection(data []byte, kind sectionKind, b *bases, st *parseStats) ([]fde, error) {
 	cies := make(map[int]*cie)
-	var fdes []fde
+	// FDEs of real sections take 24-60 bytes.
+	fdes := make([]fde, 0, len(data)/32)
 	r := &reader{b: data}
 	for r.left() > 0 {
 		start := r.off
