@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
 	"slices"
 )
 
@@ -213,10 +214,15 @@ func segmentData(f *elf.File, addr uint64) ([]byte, error) {
 		if p.Type != elf.PT_LOAD || addr < p.Vaddr || addr-p.Vaddr >= p.Filesz {
 			continue
 		}
+		// Read in chunks: Filesz is not trusted to match the file.
 		n := min(p.Filesz-(addr-p.Vaddr), maxSectionBytes)
-		data := make([]byte, n)
-		if _, err := p.ReadAt(data, int64(addr-p.Vaddr)); err != nil {
+		r := io.NewSectionReader(p, int64(addr-p.Vaddr), int64(n))
+		data, err := io.ReadAll(io.LimitReader(r, int64(n)))
+		if err != nil {
 			return nil, err
+		}
+		if uint64(len(data)) < n {
+			return nil, io.ErrUnexpectedEOF
 		}
 		return data, nil
 	}
