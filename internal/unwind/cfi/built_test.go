@@ -170,3 +170,23 @@ func TestNoSectionHeaders(t *testing.T) {
 	require.NotEmpty(t, BuildID(f))
 	require.Equal(t, BuildID(orig), BuildID(f), "build ID from PT_NOTE")
 }
+
+// TestBuiltGo covers Go's CFI: a compressed .debug_frame only.
+func TestBuiltGo(t *testing.T) {
+	bin := filepath.Join(t.TempDir(), "gohello")
+	cmd := exec.Command("go", "build", "-o", bin, filepath.Join("testdata", "gohello.go"))
+	out, err := cmd.CombinedOutput()
+	require.NoError(t, err, "go build: %s", out)
+	f, err := elf.Open(bin)
+	require.NoError(t, err)
+	defer f.Close()
+	s := f.Section(".debug_frame")
+	require.NotNil(t, s)
+	require.NotZero(t, s.Flags&elf.SHF_COMPRESSED, "Go compresses .debug_frame")
+	_, err = EHFrame(f)
+	require.ErrorIs(t, err, ErrNoCFI)
+	checkFile(t, bin, true, DebugFrame, 0.01)
+	full, err := FromELF(f)
+	require.NoError(t, err)
+	require.Equal(t, compileFile(t, bin, DebugFrame).Rows, full.Rows)
+}
