@@ -22,10 +22,9 @@ const minCoverage = 0.9
 // .debug_frame of f itself when .eh_frame covers less than 90% of the
 // executable code. It returns ErrNoCFI when f has neither.
 func FromELF(f *elf.File) (*Table, error) {
+	// A .eh_frame that fails to parse is no reason not to try
+	// .debug_frame; its error is returned if that fails too.
 	t, err := EHFrame(f)
-	if err != nil && !errors.Is(err, ErrNoCFI) {
-		return nil, err
-	}
 	if t != nil && !NeedsDebugFrame(f, t) {
 		return t, nil
 	}
@@ -39,8 +38,10 @@ func FromELF(f *elf.File) (*Table, error) {
 		return t, nil
 	case errors.Is(derr, ErrNoCFI):
 		return nil, err
+	case errors.Is(err, ErrNoCFI):
+		return nil, derr
 	}
-	return nil, derr
+	return nil, err
 }
 
 // NeedsDebugFrame tells whether t, compiled from f's .eh_frame, covers so

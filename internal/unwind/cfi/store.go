@@ -244,9 +244,6 @@ func (s *Store[K]) build(open func() (*os.File, error)) (*Table, error) {
 		return nil, fmt.Errorf("reading ELF: %w", err)
 	}
 	t, err := FromELF(ef)
-	if err != nil && !errors.Is(err, ErrNoCFI) {
-		return nil, err
-	}
 	if s.cfg.DebugFile == nil || (t != nil && !NeedsDebugFrame(ef, t)) {
 		return t, err
 	}
@@ -260,12 +257,10 @@ func (s *Store[K]) build(open func() (*os.File, error)) (*Table, error) {
 		return d, nil
 	case derr == nil:
 		return t.Fill(d), nil
-	case errors.Is(derr, ErrPending) && t != nil:
-		return t, ErrPending
+	case errors.Is(derr, ErrPending):
+		return t, ErrPending // t may be nil: nothing yet
 	case t != nil:
 		return t, nil
-	case errors.Is(derr, ErrPending):
-		return nil, ErrPending
 	}
 	return nil, err
 }

@@ -4,6 +4,10 @@
 // frame address (CFA), where the return address is (always CFA-8 on
 // x86-64) and how the caller's RBP is restored.
 //
+// FromELF (or EHFrame and DebugFrame, joined with Table.Fill) compiles a
+// file; a Store builds tables off the hot path, once per file, bounded in
+// bytes, completing them from separate debug files.
+//
 // The table is what the BPF unwinder walks; the encoding into BPF map
 // values lives with the BPF loader, not here.
 package cfi
