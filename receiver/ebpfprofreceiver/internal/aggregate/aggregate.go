@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/bpfcol/bpfcol/internal/bpf/profiler"
+	"github.com/bpfcol/bpfcol/internal/ktime"
 	"github.com/bpfcol/bpfcol/internal/process"
 	"github.com/bpfcol/bpfcol/internal/symbolize"
 )
@@ -112,7 +113,7 @@ type Aggregator struct {
 	procs      *processTable
 	leaves     *leafAnalyzer
 	key        []byte
-	clock      monotonicClock
+	clock      ktime.Clock // refreshed every interval, so wall-clock steps are followed
 }
 
 // New returns an empty Aggregator.
@@ -136,7 +137,7 @@ func New(cfg Config) *Aggregator {
 		leaves: newLeafAnalyzer(cfg.Binaries),
 		start:  time.Now(),
 	}
-	a.clock.refresh()
+	a.clock.Refresh()
 	return a
 }
 
@@ -169,7 +170,7 @@ func (a *Aggregator) Add(s *profiler.Sample) {
 	}
 	st.Count++
 	if a.timestamps < a.cfg.MaxTimestamps {
-		st.Timestamps = append(st.Timestamps, a.clock.unixNanos(s.KtimeNs))
+		st.Timestamps = append(st.Timestamps, uint64(a.clock.UnixNanos(s.KtimeNs)))
 		a.timestamps++
 	}
 }
@@ -226,7 +227,7 @@ func (a *Aggregator) Flush(now time.Time) *Batch {
 	a.stats = Stats{}
 	a.start = now
 	a.procs.endInterval()
-	a.clock.refresh()
+	a.clock.Refresh()
 	return b
 }
 
