@@ -138,7 +138,7 @@ func (r *logsReceiver) start(_ context.Context, _ component.Host) (err error) {
 	if !r.opts.noNegativeCache {
 		negative = negcache.New(negativeTTL, maxNegative)
 	}
-	if r.tracker, err = newTracker(r.set.Logger, r.cfg.Probes, r.probes, negative, r.infos); err != nil {
+	if r.tracker, err = newTracker(r.set.Logger, r.cfg.Probes, probesAttacher{r.probes}, negative, r.infos); err != nil {
 		return fmt.Errorf("starting uprobe receiver: %w", err)
 	}
 	// Watch before scanning, so a process started during the scan is not
