@@ -259,6 +259,11 @@ func (t *tracker) exec(pid int, exe procwatch.ExeFile) {
 	}
 	for _, d := range rescanDelays {
 		t.mu.Lock()
+		if t.closed {
+			// Closed while scanning: close stopped the timers already.
+			t.mu.Unlock()
+			return
+		}
 		var timer *time.Timer
 		timer = time.AfterFunc(d, func() {
 			t.mu.Lock()
