@@ -293,6 +293,7 @@ func (r *logsReceiver) Shutdown(ctx context.Context) error {
 		zap.Uint64("exits_without_entry", counters.ExitWithoutEntry),
 		zap.Uint64("scopes_shorter_than_min", counters.Short),
 		zap.Uint64("scopes_not_stored", counters.ScopeFull),
+		zap.Uint64("entries_filtered", counters.Filtered),
 		zap.Int64("process_events", r.eventsRead.Load()),
 		zap.Int64("processes_scanned", st.scans.Load()),
 		zap.Int64("binaries_evaluated", st.evaluations.Load()),
