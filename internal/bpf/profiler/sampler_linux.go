@@ -128,7 +128,7 @@ func (s *Sampler) Read(dst *Sample) error {
 func decode(rec *profilerSample, dst *Sample) {
 	dst.KtimeNs = rec.KtimeNs
 	dst.PID, dst.TID, dst.CPU = rec.Pid, rec.Tid, rec.Cpu
-	dst.Comm = ringrec.Comm(&rec.Comm)
+	dst.Comm = ringrec.Comm(&rec.Comm, dst.Comm)
 	dst.Kernel = appendFrames(dst.Kernel[:0], rec.Kernel[:], rec.KernelBytes)
 	dst.User = appendFrames(dst.User[:0], rec.User[:], rec.UserBytes)
 	dst.UserIP, dst.UserSP, dst.UserBP = rec.UserIp, rec.UserSp, rec.UserBp

@@ -109,11 +109,25 @@ func TestReadRecords(t *testing.T) {
 			t.Errorf("record %d: got %+v, want %+v", i, *got, rec)
 		}
 	}
-	if got := Comm(&want[0].Comm); got != "worker" {
+}
+
+// TestComm checks the name before the NUL, the whole 16 bytes without one,
+// and that an equal previous name is returned without allocating.
+func TestComm(t *testing.T) {
+	worker, full := comm("worker"), comm("0123456789abcdef")
+	if got := Comm(&worker, ""); got != "worker" {
 		t.Errorf("comm %q, want worker", got)
 	}
-	if got := Comm(&want[1].Comm); got != "0123456789abcdef" {
+	if got := Comm(&full, "worker"); got != "0123456789abcdef" {
 		t.Errorf("comm without NUL %q, want all 16 bytes", got)
+	}
+	prev := "worker"
+	if allocs := testing.AllocsPerRun(100, func() { _ = Comm(&worker, prev) }); allocs != 0 {
+		t.Errorf("%v allocations for an unchanged name, want 0", allocs)
+	}
+	var empty [16]int8
+	if got := Comm(&empty, "worker"); got != "" {
+		t.Errorf("empty comm %q, want \"\"", got)
 	}
 }
 

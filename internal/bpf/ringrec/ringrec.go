@@ -29,11 +29,17 @@ func Size(bytes int) uint32 {
 }
 
 // Comm converts a task's comm, as bpf_get_current_comm fills it, into a
-// string: the bytes before the first NUL. It allocates only the string.
-func Comm(comm *[16]int8) string {
+// string: the bytes before the first NUL. It returns prev, allocating
+// nothing, when prev is that name already: readers pass the name their
+// reused destination holds, and threads rarely rename.
+func Comm(comm *[16]int8, prev string) string {
 	n := 0
 	for n < len(comm) && comm[n] != 0 {
 		n++
 	}
-	return string(unsafe.Slice((*byte)(unsafe.Pointer(&comm[0])), n))
+	name := unsafe.Slice((*byte)(unsafe.Pointer(&comm[0])), n)
+	if string(name) == prev { // compared without a conversion
+		return prev
+	}
+	return string(name)
 }
