@@ -49,9 +49,9 @@ type options struct {
 	loadFiller bool
 }
 
-// ktimeClock is the clock logBuilder converts record times with.
-// TODO(integrator): logBuilder can take a *ktime.Clock directly once its
-// attribute-key rework lands; this adapter only keeps its signature.
+// ktimeClock is the clock logBuilder converts record times with: only an
+// adapter that keeps logBuilder's signature, which is being reworked in
+// parallel; logBuilder can take a *ktime.Clock directly.
 type ktimeClock struct{ ktime.Clock }
 
 func (c *ktimeClock) unixNanos(t uint64) int64 { return c.UnixNanos(t) }
