@@ -403,10 +403,6 @@ func (t *tracker) binary(pid int, m *process.Mapping, key negcache.Key, matched 
 				t.mu.Unlock()
 				return true, false
 			}
-		} else if len(t.binaries)+len(t.pending) >= maxBinaries {
-			t.mu.Unlock()
-			t.logger.Warn("not attaching: too many binaries attached", zap.String("path", m.Path), zap.Int("limit", maxBinaries))
-			return false, false
 		}
 		p := &pendingBinary{done: make(chan struct{}), pid: pid}
 		t.pending[key] = p
@@ -440,6 +436,17 @@ func (t *tracker) newBinary(pid int, m *process.Mapping, key negcache.Key, p *pe
 		t.finishLocked(key, p)
 		t.mu.Unlock()
 		return false, true
+	}
+	t.mu.Lock()
+	// Other evaluations under way may add binaries too: count them.
+	full := len(t.binaries)+len(t.pending)-1 >= maxBinaries
+	if full {
+		t.finishLocked(key, p)
+	}
+	t.mu.Unlock()
+	if full {
+		t.logger.Warn("not attaching: too many binaries attached", zap.String("path", m.Path), zap.Int("limit", maxBinaries))
+		return false, false
 	}
 	a, conclusive := t.evaluate(pid, m, matched)
 	// Only a binary actually read and found wanting is cached: one whose
