@@ -58,8 +58,8 @@ struct {
 
 #include "bpfcol_counters.h"
 
-// Anchors the record type in BTF so bpf2go can mirror it in Go; costs one
-// 8-byte .bss map.
+// Anchor the record and flag types in BTF so bpf2go can mirror them in Go;
+// they cost 8 bytes each of one .bss map.
 const struct sample *unused_sample __attribute__((unused));
 const enum sample_flag *unused_sample_flag __attribute__((unused));
 
