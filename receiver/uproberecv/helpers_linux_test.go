@@ -13,6 +13,7 @@ import (
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
 	"go.opentelemetry.io/collector/component"
+	"go.opentelemetry.io/collector/component/componenttest"
 	"go.opentelemetry.io/collector/consumer/consumertest"
 	"go.opentelemetry.io/collector/pdata/pcommon"
 	"go.opentelemetry.io/collector/receiver/receivertest"
@@ -78,12 +79,24 @@ func flatten(sink *consumertest.LogsSink) []scopeLog {
 // unless the test did it.
 func startReceiver(t testing.TB, cfg *Config, opts options) (*logsReceiver, *consumertest.LogsSink) {
 	t.Helper()
+	r, sink, _ := startReceiverWithTelemetry(t, cfg, opts)
+	return r, sink
+}
+
+// startReceiverWithTelemetry is startReceiver with its self-metrics read
+// from the returned Telemetry.
+func startReceiverWithTelemetry(t testing.TB, cfg *Config, opts options) (*logsReceiver, *consumertest.LogsSink, *componenttest.Telemetry) {
+	t.Helper()
 	testenv.RequireBPF(t)
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
 	}
 	sink := new(consumertest.LogsSink)
-	r, err := newLogsReceiver(receivertest.NewNopSettings(metadata.Type), cfg, sink)
+	tel := componenttest.NewTelemetry()
+	t.Cleanup(func() { _ = tel.Shutdown(context.Background()) })
+	set := receivertest.NewNopSettings(metadata.Type)
+	set.TelemetrySettings = tel.NewTelemetrySettings()
+	r, err := newLogsReceiver(set, cfg, sink)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -96,7 +109,7 @@ func startReceiver(t testing.TB, cfg *Config, opts options) (*logsReceiver, *con
 			t.Errorf("shutdown: %v", err)
 		}
 	})
-	return r, sink
+	return r, sink, tel
 }
 
 type componentHost struct{}

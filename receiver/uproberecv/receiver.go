@@ -17,6 +17,7 @@ import (
 
 	"github.com/bpfcol/bpfcol/internal/bpf/procwatch"
 	"github.com/bpfcol/bpfcol/internal/bpf/scopeprobe"
+	"github.com/bpfcol/bpfcol/internal/ktime"
 	"github.com/bpfcol/bpfcol/internal/negcache"
 	"github.com/bpfcol/bpfcol/receiver/uproberecv/internal/metadata"
 )
@@ -47,6 +48,13 @@ type options struct {
 	// loadFiller loads the record filler program, for benchmarks.
 	loadFiller bool
 }
+
+// ktimeClock is the clock logBuilder converts record times with: only an
+// adapter that keeps logBuilder's signature, which is being reworked in
+// parallel; logBuilder can take a *ktime.Clock directly.
+type ktimeClock struct{ ktime.Clock }
+
+func (c *ktimeClock) unixNanos(t uint64) int64 { return c.UnixNanos(t) }
 
 // logsReceiver turns scope records into log records.
 type logsReceiver struct {
@@ -124,13 +132,13 @@ func (r *logsReceiver) start(_ context.Context, _ component.Host) (err error) {
 	if err != nil {
 		return fmt.Errorf("starting uprobe receiver: %w", err)
 	}
-	r.clock.refresh()
+	r.clock.Refresh()
 	r.infos = newProcessInfos()
 	var negative *negcache.Files
 	if !r.opts.noNegativeCache {
 		negative = negcache.NewFiles(negativeTTL, maxNegative)
 	}
-	if r.tracker, err = newTracker(r.set.Logger, r.cfg.Probes, r.probes, negative, r.infos); err != nil {
+	if r.tracker, err = newTracker(r.set.Logger, r.cfg.Probes, probesAttacher{r.probes}, negative, r.infos); err != nil {
 		return fmt.Errorf("starting uprobe receiver: %w", err)
 	}
 	// Watch before scanning, so a process started during the scan is not
@@ -154,7 +162,7 @@ func (r *logsReceiver) start(_ context.Context, _ component.Host) (err error) {
 		zap.Strings("probes", ids),
 		zap.Int64("binaries_attached", r.tracker.stats.attached.Load()),
 		zap.Int64("processes_scanned", r.tracker.stats.scans.Load()),
-		zap.Duration("clock_offset_uncertainty", time.Duration(r.clock.uncertainty.Load())),
+		zap.Duration("clock_offset_uncertainty", r.clock.Uncertainty()),
 		zap.Duration("start_duration", time.Since(r.startedAt)))
 	return nil
 }
@@ -190,7 +198,7 @@ func (r *logsReceiver) refreshClock() {
 		case <-r.stop:
 			return
 		case <-ticker.C:
-			r.clock.refresh()
+			r.clock.Refresh()
 		}
 	}
 }
@@ -285,13 +293,14 @@ func (r *logsReceiver) Shutdown(ctx context.Context) error {
 		zap.Uint64("exits_without_entry", counters.ExitWithoutEntry),
 		zap.Uint64("scopes_shorter_than_min", counters.Short),
 		zap.Uint64("scopes_not_stored", counters.ScopeFull),
+		zap.Uint64("entries_filtered", counters.Filtered),
 		zap.Int64("process_events", r.eventsRead.Load()),
 		zap.Int64("processes_scanned", st.scans.Load()),
 		zap.Int64("binaries_evaluated", st.evaluations.Load()),
 		zap.Int64("negative_cache_hits", st.negativeHits.Load()),
 		zap.Int64("execs_answered_from_event", st.quietExecs.Load()),
-		zap.Duration("clock_offset_uncertainty", time.Duration(r.clock.uncertainty.Load())),
-		zap.Duration("clock_offset_max_step", time.Duration(r.clock.maxStep.Load())))
+		zap.Duration("clock_offset_uncertainty", r.clock.Uncertainty()),
+		zap.Duration("clock_offset_max_step", r.clock.MaxStep()))
 	r.probes = nil
 	return errors.Join(errs...)
 }

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
+
 	"github.com/bpfcol/bpfcol/internal/testworkload"
 )
 
@@ -88,7 +90,7 @@ func TestCWorkloadScopes(t *testing.T) {
 		probe("cost3", "probe_cost", false, time.Hour),
 	}}
 	before := openFDs(t)
-	r, sink := startReceiver(t, cfg, options{})
+	r, sink, tel := startReceiverWithTelemetry(t, cfg, options{})
 	start, out := tempPaths(t)
 	started := time.Now()
 	cmd := testworkload.Start(t, bin, start, out, "3", fmt.Sprint(calibrationCalls))
@@ -201,6 +203,13 @@ func TestCWorkloadScopes(t *testing.T) {
 	}
 	if counters.Filtered < uint64(len(calls)-len(mainCalls)) {
 		t.Errorf("main_thread_only filtered %d entries, want at least %d", counters.Filtered, len(calls)-len(mainCalls))
+	}
+	// The filtered entries reach the self-metrics too.
+	if m, err := tel.GetMetric("otelcol_uprobe_entries_filtered"); err != nil {
+		t.Errorf("reading the filtered entries metric: %v", err)
+	} else if sum, ok := m.Data.(metricdata.Sum[int64]); !ok || len(sum.DataPoints) != 1 ||
+		sum.DataPoints[0].Value < int64(len(calls)-len(mainCalls)) {
+		t.Errorf("filtered entries metric %+v, want one point of at least %d", m.Data, len(calls)-len(mainCalls))
 	}
 
 	// Shutdown leaves no link of ours and no descriptor behind.

@@ -40,6 +40,14 @@ func (r *logsReceiver) registerTelemetry() error {
 			o.Observe(r.tracker.stats.negativeHits.Load())
 			return nil
 		}),
+		tb.RegisterUprobeEntriesFilteredCallback(func(_ context.Context, o metric.Int64Observer) error {
+			c, err := r.probes.Counters()
+			if err != nil {
+				return err
+			}
+			o.Observe(int64(c.Filtered))
+			return nil
+		}),
 		tb.RegisterUprobeRecordsEmittedCallback(func(_ context.Context, o metric.Int64Observer) error {
 			o.Observe(r.exported.Load())
 			return nil

@@ -35,9 +35,28 @@ const (
 // after exec: the tracepoint fires before ld.so maps the libraries.
 var rescanDelays = []time.Duration{50 * time.Millisecond, 500 * time.Millisecond}
 
-// attacher puts uprobe sites on a binary; scopeprobe.Probes is the real one.
+// attacher puts uprobe sites on a binary; probesAttacher is the real one.
 type attacher interface {
-	Attach(path string, sites []scopeprobe.Site) (*scopeprobe.Attachment, error)
+	Attach(path string, sites []scopeprobe.Site) (attachment, error)
+}
+
+// attachment is the uprobes one Attach put on a binary.
+type attachment interface {
+	// Links is how many uprobes it holds.
+	Links() int
+	// Close detaches them.
+	Close() error
+}
+
+// probesAttacher attaches with the loaded scope probes.
+type probesAttacher struct{ probes *scopeprobe.Probes }
+
+func (p probesAttacher) Attach(path string, sites []scopeprobe.Site) (attachment, error) {
+	a, err := p.probes.Attach(path, sites)
+	if err != nil {
+		return nil, err
+	}
+	return a, nil
 }
 
 // compiledProbe is a validated ProbeConfig with its regex and pid set.
@@ -63,9 +82,20 @@ func (p *compiledProbe) matches(pid int, path string) bool {
 type attachedBinary struct {
 	key         process.FileKey
 	path        string
-	attachments []*scopeprobe.Attachment
+	attachments []attachment
 	evaluated   map[uint32]bool // probes looked for, found or not
 	holders     map[int]struct{}
+}
+
+// pendingBinary marks a binary being evaluated without the tracker's lock:
+// others wanting it wait for done, so a binary is evaluated once however
+// many processes exec it at the same time.
+type pendingBinary struct {
+	done chan struct{}
+	// pid is the process the evaluation is for; released is set when it
+	// exits or execs meanwhile, so it must not hold the result.
+	pid      int
+	released bool
 }
 
 // trackerStats are discovery's counts since start.
@@ -101,9 +131,13 @@ type tracker struct {
 	infos   *processInfos
 	stats   trackerStats
 
+	// mu guards the maps below, never a file read, a parse or a syscall:
+	// binaries are evaluated and attached outside it (pending), and the
+	// result committed under it.
 	mu       sync.Mutex
 	closed   bool
 	binaries map[process.FileKey]*attachedBinary
+	pending  map[process.FileKey]*pendingBinary
 	held     map[int]map[process.FileKey]struct{} // pid -> binaries it holds
 	execGen  map[int]uint64                       // pid -> exec generation, for rescans
 	timers   map[*time.Timer]struct{}
@@ -116,6 +150,7 @@ func newTracker(logger *zap.Logger, cfgs []ProbeConfig, a attacher, negative *ne
 		negative: negative,
 		infos:    infos,
 		binaries: map[process.FileKey]*attachedBinary{},
+		pending:  map[process.FileKey]*pendingBinary{},
 		held:     map[int]map[process.FileKey]struct{}{},
 		execGen:  map[int]uint64{},
 		timers:   map[*time.Timer]struct{}{},
@@ -224,6 +259,11 @@ func (t *tracker) exec(pid int, exe procwatch.ExeFile) {
 	}
 	for _, d := range rescanDelays {
 		t.mu.Lock()
+		if t.closed {
+			// Closed while scanning: close stopped the timers already.
+			t.mu.Unlock()
+			return
+		}
 		var timer *time.Timer
 		timer = time.AfterFunc(d, func() {
 			t.mu.Lock()
@@ -248,8 +288,13 @@ func (t *tracker) exit(pid int) {
 }
 
 // releaseLocked drops pid from every binary it holds, detaching binaries
-// nobody holds any more.
+// nobody holds any more, and from the evaluations under way for it.
 func (t *tracker) releaseLocked(pid int) {
+	for _, p := range t.pending {
+		if p.pid == pid {
+			p.released = true
+		}
+	}
 	for key := range t.held[pid] {
 		b := t.binaries[key]
 		if b == nil {
@@ -291,7 +336,7 @@ func (t *tracker) scan(pid int) (res scanResult) {
 		if strings.Contains(m.Path, "/ld-") {
 			res.dynamic = true
 		}
-		key := process.FileKey{Dev: m.Dev, Ino: m.Inode}
+		key := m.Key()
 		if seen[key] {
 			continue
 		}
@@ -329,49 +374,142 @@ func (t *tracker) scan(pid int) (res scanResult) {
 // m, and that pid holds it. It reports whether pid now holds the binary,
 // and whether the binary is known to have nothing for the matched probes
 // (from the negative cache or from reading it just now).
+//
+// The binary is read and attached without the tracker's lock: it is marked
+// pending, evaluated, and the result committed under the lock. Whoever
+// finds it pending waits for that result.
 func (t *tracker) binary(pid int, m *process.Mapping, key process.FileKey, matched []*compiledProbe) (held, negative bool) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if t.closed {
-		return false, false
-	}
-	b := t.binaries[key]
-	if b != nil {
+	for {
+		t.mu.Lock()
+		if t.closed {
+			t.mu.Unlock()
+			return false, false
+		}
+		if p := t.pending[key]; p != nil {
+			t.mu.Unlock()
+			<-p.done
+			continue
+		}
+		b := t.binaries[key]
 		var missing []*compiledProbe
-		for _, p := range matched {
-			if !b.evaluated[p.id] {
-				missing = append(missing, p)
+		if b != nil {
+			for _, p := range matched {
+				if !b.evaluated[p.id] {
+					missing = append(missing, p)
+				}
+			}
+			if len(missing) == 0 {
+				t.holdLocked(pid, b)
+				t.mu.Unlock()
+				return true, false
 			}
 		}
-		if len(missing) > 0 {
-			t.attachLocked(pid, m, b, missing)
-		}
-		t.holdLocked(pid, b)
-		return true, false
-	}
+		p := &pendingBinary{done: make(chan struct{}), pid: pid}
+		t.pending[key] = p
+		t.mu.Unlock()
 
-	file, statErr := statMapping(pid, m)
+		var again bool
+		if b != nil {
+			held, again = t.addProbes(pid, m, key, b, p, missing)
+		} else {
+			held, negative = t.newBinary(pid, m, key, p, matched)
+		}
+		if !again {
+			return held, negative
+		}
+	}
+}
+
+// finishLocked ends the evaluation p of key: waiters go on.
+func (t *tracker) finishLocked(key process.FileKey, p *pendingBinary) {
+	delete(t.pending, key)
+	close(p.done)
+}
+
+// newBinary evaluates a binary not attached yet for pid and commits the
+// result: a binary with uprobes that pid holds, or a negative verdict.
+func (t *tracker) newBinary(pid int, m *process.Mapping, key process.FileKey, p *pendingBinary, matched []*compiledProbe) (held, negative bool) {
+	file, statErr := process.StatMapping(pid, m)
 	if statErr == nil && t.negative != nil && t.negative.Contains(file) {
 		t.stats.negativeHits.Add(1)
+		t.mu.Lock()
+		t.finishLocked(key, p)
+		t.mu.Unlock()
 		return false, true
 	}
-	if len(t.binaries) >= maxBinaries {
+	t.mu.Lock()
+	// Other evaluations under way may add binaries too: count them.
+	full := len(t.binaries)+len(t.pending)-1 >= maxBinaries
+	if full {
+		t.finishLocked(key, p)
+	}
+	t.mu.Unlock()
+	if full {
 		t.logger.Warn("not attaching: too many binaries attached", zap.String("path", m.Path), zap.Int("limit", maxBinaries))
 		return false, false
 	}
-	b = &attachedBinary{key: key, path: m.Path, evaluated: map[uint32]bool{}, holders: map[int]struct{}{}}
-	if attached, conclusive := t.attachLocked(pid, m, b, matched); !attached {
-		// Only a binary actually read and found wanting is cached: one
-		// whose process exited before it could be opened may be fine.
-		if conclusive && statErr == nil && t.negative != nil {
-			t.negative.Add(file)
-		}
+	a, conclusive := t.evaluate(pid, m, matched)
+	// Only a binary actually read and found wanting is cached: one whose
+	// process exited before it could be opened may be fine.
+	if a == nil && conclusive && statErr == nil && t.negative != nil {
+		t.negative.Add(file)
+	}
+
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.finishLocked(key, p)
+	if a == nil {
 		return false, conclusive
 	}
+	if t.closed || p.released {
+		// Nobody would hold it: the process exited or exec'd while its
+		// binary was being attached.
+		t.closeAttachment(m.Path, a)
+		return false, false
+	}
+	b := &attachedBinary{key: key, path: m.Path, evaluated: map[uint32]bool{}, holders: map[int]struct{}{}}
+	for _, pr := range matched {
+		b.evaluated[pr.id] = true
+	}
+	b.attachments = append(b.attachments, a)
 	t.binaries[key] = b
 	t.stats.attached.Add(1)
 	t.holdLocked(pid, b)
 	return true, false
+}
+
+// addProbes evaluates probes not yet looked for in the attached binary b,
+// and commits the result. again reports that b was detached meanwhile (its
+// last process exited): the caller starts over.
+func (t *tracker) addProbes(pid int, m *process.Mapping, key process.FileKey, b *attachedBinary, p *pendingBinary, missing []*compiledProbe) (held, again bool) {
+	a, _ := t.evaluate(pid, m, missing)
+
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.finishLocked(key, p)
+	if t.closed || t.binaries[key] != b {
+		if a != nil {
+			t.closeAttachment(m.Path, a)
+		}
+		return false, !t.closed && !p.released
+	}
+	for _, pr := range missing {
+		b.evaluated[pr.id] = true
+	}
+	if a != nil {
+		b.attachments = append(b.attachments, a)
+	}
+	if p.released {
+		return false, false
+	}
+	t.holdLocked(pid, b)
+	return true, false
+}
+
+func (t *tracker) closeAttachment(path string, a attachment) {
+	if err := a.Close(); err != nil {
+		t.logger.Warn("detaching uprobes", zap.String("path", path), zap.Error(err))
+	}
 }
 
 func (t *tracker) holdLocked(pid int, b *attachedBinary) {
@@ -384,24 +522,22 @@ func (t *tracker) holdLocked(pid int, b *attachedBinary) {
 	h[b.key] = struct{}{}
 }
 
-// attachLocked opens the binary through the process (so container paths
-// resolve), plans the probes and attaches their sites. It reports whether
-// the binary now has any uprobe of ours, and whether that verdict comes from
-// reading the binary (not from a failure to open it or to attach).
-func (t *tracker) attachLocked(pid int, m *process.Mapping, b *attachedBinary, probes []*compiledProbe) (attached, conclusive bool) {
-	for _, p := range probes {
-		b.evaluated[p.id] = true
-	}
+// evaluate opens the binary through the process (so container paths
+// resolve), plans the probes and attaches their sites. It touches no
+// tracker state but its stats, so it runs without the lock. It returns the
+// attachment, nil when nothing was attached, and whether that verdict comes
+// from reading the binary (not from a failure to open it or to attach).
+func (t *tracker) evaluate(pid int, m *process.Mapping, probes []*compiledProbe) (_ attachment, conclusive bool) {
 	f, err := process.OpenMapping(pid, m)
 	if err != nil {
 		t.logger.Debug("opening binary", zap.String("path", m.Path), zap.Int("pid", pid), zap.Error(err))
-		return len(b.attachments) > 0, false
+		return nil, false
 	}
 	t.stats.evaluations.Add(1)
 	bin, err := probesite.Open(f)
 	if err != nil {
 		t.logger.Info("binary has nothing to instrument: not ELF", zap.String("path", m.Path), zap.Error(err))
-		return len(b.attachments) > 0, true
+		return nil, true
 	}
 	defer bin.Close()
 	var sites []scopeprobe.Site
@@ -425,44 +561,16 @@ func (t *tracker) attachLocked(pid int, m *process.Mapping, b *attachedBinary, p
 		t.logger.Info("probe placement", zap.String("probe", p.cfg.ID), zap.String("path", m.Path), zap.Strings("choices", plan.Notes))
 	}
 	if len(sites) == 0 {
-		return len(b.attachments) > 0, true
+		return nil, true
 	}
-	a, err := t.attacher.Attach(attachPath(pid, m), sites)
+	a, err := t.attacher.Attach(process.MappedFilePath(pid, m), sites)
 	if err != nil {
 		t.logger.Warn("attaching uprobes", zap.String("path", m.Path), zap.Strings("probes", attachedIDs), zap.Error(err))
-		return len(b.attachments) > 0, false
+		return nil, false
 	}
-	b.attachments = append(b.attachments, a)
 	t.logger.Info("attached uprobes", zap.String("path", m.Path), zap.Strings("probes", attachedIDs),
 		zap.Int("uprobes", a.Links()), zap.Bool("go", bin.IsGo()), zap.Int("pid", pid))
-	return true, true
-}
-
-// attachPath names the mapped file in a way the kernel resolves to the same
-// inode from our mount namespace: map_files first, then the process's root.
-func attachPath(pid int, m *process.Mapping) string {
-	p := fmt.Sprintf("/proc/%d/map_files/%x-%x", pid, m.Start, m.End)
-	if _, err := os.Stat(p); err == nil {
-		return p
-	}
-	return fmt.Sprintf("/proc/%d/root%s", pid, m.Path)
-}
-
-// statMapping reads the identity the negative cache checks: device, inode,
-// size and mtime of the mapped file.
-func statMapping(pid int, m *process.Mapping) (process.FileID, error) {
-	fi, err := os.Stat(fmt.Sprintf("/proc/%d/map_files/%x-%x", pid, m.Start, m.End))
-	if err != nil {
-		fi, err = os.Stat(fmt.Sprintf("/proc/%d/root%s", pid, m.Path))
-	}
-	if err != nil {
-		return process.FileID{}, fmt.Errorf("stating %s of pid %d: %w", m.Path, pid, err)
-	}
-	f, ok := process.FileIDOf(fi)
-	if !ok || f.FileKey != (process.FileKey{Dev: m.Dev, Ino: m.Inode}) {
-		return process.FileID{}, fmt.Errorf("stating %s of pid %d: not the mapped file", m.Path, pid)
-	}
-	return f, nil
+	return a, true
 }
 
 // close stops rescans and detaches every binary.

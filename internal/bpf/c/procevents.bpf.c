@@ -12,10 +12,13 @@
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";
 
-// Event kinds, mirrored in Go (procwatch).
-#define PROC_EVENT_EXEC 1
-#define PROC_EVENT_EXIT 2
+// Event kinds, generated for Go by bpf2go (-type proc_event_kind).
+enum proc_event_kind {
+	PROC_EVENT_EXEC = 1,
+	PROC_EVENT_EXIT = 2,
+};
 
+// Counter indexes, generated for Go by bpf2go (-type counter).
 enum counter {
 	COUNTER_EVENTS = 0,
 	COUNTER_LOST_RINGBUF,
@@ -24,7 +27,7 @@ enum counter {
 
 struct proc_event {
 	u32 pid;
-	u32 kind; // PROC_EVENT_*
+	u32 kind; // enum proc_event_kind
 	// Exec only, all zero when unknown: the executed file as stat(2) sees
 	// it, dev in the kernel's internal encoding (major << 20 | minor).
 	u64 exe_dev;
@@ -63,6 +66,7 @@ struct {
 #include "bpfcol_counters.h"
 
 const struct proc_event *unused_proc_event __attribute__((unused));
+const enum proc_event_kind *unused_proc_event_kind __attribute__((unused));
 
 static __always_inline struct proc_event *reserve(u32 pid, u32 kind)
 {

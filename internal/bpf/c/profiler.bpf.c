@@ -14,7 +14,7 @@ char LICENSE[] SEC("license") = "Dual BSD/GPL";
 
 #define MAX_STACK_DEPTH 127
 
-// Counter indexes, mirrored in Go (sampler.go).
+// Counter indexes, generated for Go by bpf2go (-type counter).
 enum counter {
 	COUNTER_SAMPLES = 0,       // samples recorded
 	COUNTER_DROPPED_RINGBUF,   // ringbuf full: sample lost
@@ -45,9 +45,11 @@ struct sample {
 	u64 user[MAX_STACK_DEPTH];
 };
 
-// Flags of a sample.
-#define SAMPLE_KERNEL_THREAD (1U << 0)
-#define SAMPLE_SP_WORDS_VALID (1U << 1)
+// Flags of a sample, generated for Go by bpf2go (-type sample_flag).
+enum sample_flag {
+	SAMPLE_KERNEL_THREAD = 1U << 0,
+	SAMPLE_SP_WORDS_VALID = 1U << 1,
+};
 
 struct {
 	__uint(type, BPF_MAP_TYPE_RINGBUF);
@@ -56,9 +58,10 @@ struct {
 
 #include "bpfcol_counters.h"
 
-// Anchors the record type in BTF so bpf2go can mirror it in Go; costs one
-// 8-byte .bss map.
+// Anchor the record and flag types in BTF so bpf2go can mirror them in Go;
+// they cost 8 bytes each of one .bss map.
 const struct sample *unused_sample __attribute__((unused));
+const enum sample_flag *unused_sample_flag __attribute__((unused));
 
 SEC("perf_event")
 int sample_stack(void *ctx)

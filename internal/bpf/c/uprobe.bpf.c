@@ -18,18 +18,29 @@
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";
 
-// Cookie flags (high 32 bits), mirrored in Go (scopeprobe).
-#define COOKIE_SCOPE_BY_G (1ULL << 32)
-#define COOKIE_FIXED (1ULL << 63) // in fixed_cookie only: it is set
+// The enums below are generated for Go by bpf2go (-type).
 
-// Probe setting flags, mirrored in Go.
-#define SETTING_MAIN_THREAD_ONLY (1U << 0)
-#define SETTING_PID_FILTER (1U << 1)
+// Bits of the cookie flags (high 32 bits), as bit numbers: a 64-bit enum
+// needs BTF that clang 14 does not emit.
+enum cookie_bit {
+	COOKIE_BIT_SCOPE_BY_G = 32,
+	COOKIE_BIT_FIXED = 63, // in fixed_cookie only: it is set
+};
+#define COOKIE_SCOPE_BY_G (1ULL << COOKIE_BIT_SCOPE_BY_G)
+#define COOKIE_FIXED (1ULL << COOKIE_BIT_FIXED)
 
-// Record flags, mirrored in Go.
-#define RECORD_MAIN_THREAD (1U << 0)
+// Probe setting flags.
+enum setting_flag {
+	SETTING_MAIN_THREAD_ONLY = 1U << 0,
+	SETTING_PID_FILTER = 1U << 1,
+};
 
-// Counter indexes, mirrored in Go.
+// Record flags.
+enum record_flag {
+	RECORD_MAIN_THREAD = 1U << 0,
+};
+
+// Counter indexes.
 enum counter {
 	COUNTER_RECORDS = 0,       // records emitted
 	COUNTER_LOST_RINGBUF,      // ringbuf full: record lost
@@ -54,7 +65,7 @@ struct scope {
 
 struct probe_setting {
 	u64 min_duration_ns;
-	u32 flags;    // SETTING_*
+	u32 flags;    // enum setting_flag
 	u32 pad;
 };
 
@@ -70,7 +81,7 @@ struct scope_record {
 	u32 tid;       // the thread that closed the scope
 	u32 probe_id;
 	u32 nested;
-	u32 flags;     // RECORD_*
+	u32 flags;     // enum record_flag
 	u32 pad;
 	char comm[16]; // name of the thread that closed the scope
 };
@@ -165,6 +176,9 @@ const struct scope_record *unused_scope_record __attribute__((unused));
 const struct probe_setting *unused_probe_setting __attribute__((unused));
 const struct pid_filter_key *unused_pid_filter_key __attribute__((unused));
 const struct fill_args *unused_fill_args __attribute__((unused));
+const enum cookie_bit *unused_cookie_bit __attribute__((unused));
+const enum setting_flag *unused_setting_flag __attribute__((unused));
+const enum record_flag *unused_record_flag __attribute__((unused));
 
 // filtered reports whether the probe's filters ignore this thread. Filters
 // apply to outermost entries only; an exit finds no scope for a filtered

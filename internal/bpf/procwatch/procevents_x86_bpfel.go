@@ -13,6 +13,14 @@ import (
 	"github.com/cilium/ebpf"
 )
 
+type proceventsCounter uint32
+
+const (
+	proceventsCounterCOUNTER_EVENTS       proceventsCounter = 0
+	proceventsCounterCOUNTER_LOST_RINGBUF proceventsCounter = 1
+	proceventsCounterCOUNTER_MAX          proceventsCounter = 2
+)
+
 type proceventsProcEvent struct {
 	_            structs.HostLayout
 	Pid          uint32
@@ -24,15 +32,24 @@ type proceventsProcEvent struct {
 	ExeMtimeNsec uint64
 }
 
+type proceventsProcEventKind uint32
+
+const (
+	proceventsProcEventKindPROC_EVENT_EXEC proceventsProcEventKind = 1
+	proceventsProcEventKindPROC_EVENT_EXIT proceventsProcEventKind = 2
+)
+
 // Names of all BPF objects in the ELF.
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	proceventsMapCounters        = "counters"
-	proceventsMapProcEvents      = "proc_events"
-	proceventsProgOnExec         = "on_exec"
-	proceventsProgOnExit         = "on_exit"
-	proceventsVarUnusedProcEvent = "unused_proc_event"
+	proceventsMapCounters            = "counters"
+	proceventsMapProcEvents          = "proc_events"
+	proceventsProgOnExec             = "on_exec"
+	proceventsProgOnExit             = "on_exit"
+	proceventsVarUnusedCounter       = "unused_counter"
+	proceventsVarUnusedProcEvent     = "unused_proc_event"
+	proceventsVarUnusedProcEventKind = "unused_proc_event_kind"
 )
 
 // loadProcevents returns the embedded CollectionSpec for procevents.
@@ -93,7 +110,9 @@ type proceventsMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type proceventsVariableSpecs struct {
-	UnusedProcEvent *ebpf.VariableSpec `ebpf:"unused_proc_event"`
+	UnusedCounter       *ebpf.VariableSpec `ebpf:"unused_counter"`
+	UnusedProcEvent     *ebpf.VariableSpec `ebpf:"unused_proc_event"`
+	UnusedProcEventKind *ebpf.VariableSpec `ebpf:"unused_proc_event_kind"`
 }
 
 // proceventsObjects contains all objects after they have been loaded into the kernel.
@@ -131,7 +150,9 @@ func (m *proceventsMaps) Close() error {
 //
 // It can be passed to loadProceventsObjects or ebpf.CollectionSpec.LoadAndAssign.
 type proceventsVariables struct {
-	UnusedProcEvent *ebpf.Variable `ebpf:"unused_proc_event"`
+	UnusedCounter       *ebpf.Variable `ebpf:"unused_counter"`
+	UnusedProcEvent     *ebpf.Variable `ebpf:"unused_proc_event"`
+	UnusedProcEventKind *ebpf.Variable `ebpf:"unused_proc_event_kind"`
 }
 
 // proceventsPrograms contains all programs after they have been loaded into the kernel.

@@ -5,7 +5,8 @@ import "time"
 // Kind is what happened to a process.
 type Kind uint32
 
-// The kinds of events, mirrored from procevents.bpf.c.
+// The kinds of events. Read translates the BPF side's kinds
+// (enum proc_event_kind) into these.
 const (
 	// Exec: the process replaced its image with execve.
 	Exec Kind = 1

@@ -3,36 +3,24 @@ package procwatch
 import (
 	"errors"
 	"fmt"
-	"os"
 	"time"
-	"unsafe"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
-	"github.com/cilium/ebpf/ringbuf"
 	"golang.org/x/sys/unix"
 
 	"github.com/bpfcol/bpfcol/internal/bpf/counters"
-)
-
-const eventSize = int(unsafe.Sizeof(proceventsProcEvent{}))
-
-// Indexes of the counters map, mirrored from procevents.bpf.c.
-const (
-	counterEvents = iota
-	counterLostRingbuf
-	counterMax
+	"github.com/bpfcol/bpfcol/internal/bpf/ringrec"
 )
 
 // ErrClosed is returned by Read once the Watcher is closed.
-var ErrClosed = os.ErrClosed
+var ErrClosed = ringrec.ErrClosed
 
 // Watcher is the loaded and attached pair of tracepoint programs.
 type Watcher struct {
 	objs   proceventsObjects
 	links  []link.Link
-	reader *ringbuf.Reader
-	record ringbuf.Record
+	reader *ringrec.Reader[proceventsProcEvent]
 }
 
 // New loads the programs and attaches them to the sched_process_exec and
@@ -60,26 +48,27 @@ func New() (_ *Watcher, err error) {
 		}
 		w.links = append(w.links, l)
 	}
-	if w.reader, err = ringbuf.NewReader(w.objs.ProcEvents); err != nil {
-		return nil, fmt.Errorf("opening process event ringbuf: %w", err)
+	if w.reader, err = ringrec.NewReader[proceventsProcEvent](w.objs.ProcEvents, "process event"); err != nil {
+		return nil, err
 	}
 	return w, nil
 }
 
 // Read blocks until the next event.
 func (w *Watcher) Read(dst *Event) error {
-	if err := w.reader.ReadInto(&w.record); err != nil {
-		if errors.Is(err, ringbuf.ErrClosed) {
-			return ErrClosed
-		}
-		return fmt.Errorf("reading process event: %w", err)
+	ev, err := w.reader.Read()
+	if err != nil {
+		return err
 	}
-	raw := w.record.RawSample
-	if len(raw) < eventSize {
-		return fmt.Errorf("reading process event: %d bytes, want %d", len(raw), eventSize)
+	switch proceventsProcEventKind(ev.Kind) {
+	case proceventsProcEventKindPROC_EVENT_EXEC:
+		dst.Kind = Exec
+	case proceventsProcEventKindPROC_EVENT_EXIT:
+		dst.Kind = Exit
+	default:
+		return fmt.Errorf("reading process event: unknown kind %d", ev.Kind)
 	}
-	ev := (*proceventsProcEvent)(unsafe.Pointer(&raw[0]))
-	dst.PID, dst.Kind = ev.Pid, Kind(ev.Kind)
+	dst.PID = ev.Pid
 	dst.Exe = ExeFile{}
 	if ev.ExeIno != 0 {
 		// The kernel's internal dev_t is major << 20 | minor.
@@ -93,14 +82,16 @@ func (w *Watcher) Read(dst *Event) error {
 	return nil
 }
 
-// Counters sums the BPF counters over all CPUs. Not safe to call
-// concurrently with itself.
+// Counters sums the BPF counters over all CPUs.
 func (w *Watcher) Counters() (Counters, error) {
-	v, err := counters.Sum(w.objs.Counters, counterMax)
+	v, err := counters.Sum(w.objs.Counters, int(proceventsCounterCOUNTER_MAX))
 	if err != nil {
 		return Counters{}, fmt.Errorf("reading process event counters: %w", err)
 	}
-	return Counters{Events: v[counterEvents], LostRingbuf: v[counterLostRingbuf]}, nil
+	return Counters{
+		Events:      v[proceventsCounterCOUNTER_EVENTS],
+		LostRingbuf: v[proceventsCounterCOUNTER_LOST_RINGBUF],
+	}, nil
 }
 
 // Close detaches the programs, stops Read and frees the maps. It is safe to
@@ -111,9 +102,7 @@ func (w *Watcher) Close() error {
 		errs = append(errs, l.Close())
 	}
 	w.links = nil
-	if w.reader != nil {
-		errs = append(errs, w.reader.Close())
-	}
+	errs = append(errs, w.reader.Close())
 	errs = append(errs, w.objs.Close())
 	return errors.Join(errs...)
 }

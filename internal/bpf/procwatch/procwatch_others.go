@@ -4,11 +4,12 @@ package procwatch
 
 import (
 	"errors"
-	"os"
+
+	"github.com/bpfcol/bpfcol/internal/bpf/ringrec"
 )
 
 // ErrClosed is returned by Read once the Watcher is closed.
-var ErrClosed = os.ErrClosed
+var ErrClosed = ringrec.ErrClosed
 
 var errNotLinux = errors.New("process events need linux")
 

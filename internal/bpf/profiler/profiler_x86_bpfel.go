@@ -13,6 +13,18 @@ import (
 	"github.com/cilium/ebpf"
 )
 
+type profilerCounter uint32
+
+const (
+	profilerCounterCOUNTER_SAMPLES          profilerCounter = 0
+	profilerCounterCOUNTER_DROPPED_RINGBUF  profilerCounter = 1
+	profilerCounterCOUNTER_USER_STACK_ERR   profilerCounter = 2
+	profilerCounterCOUNTER_KERNEL_STACK_ERR profilerCounter = 3
+	profilerCounterCOUNTER_SP_READ_ERR      profilerCounter = 4
+	profilerCounterCOUNTER_IDLE             profilerCounter = 5
+	profilerCounterCOUNTER_MAX              profilerCounter = 6
+)
+
 type profilerSample struct {
 	_           structs.HostLayout
 	KtimeNs     uint64
@@ -31,14 +43,23 @@ type profilerSample struct {
 	User        [127]uint64
 }
 
+type profilerSampleFlag uint32
+
+const (
+	profilerSampleFlagSAMPLE_KERNEL_THREAD  profilerSampleFlag = 1
+	profilerSampleFlagSAMPLE_SP_WORDS_VALID profilerSampleFlag = 2
+)
+
 // Names of all BPF objects in the ELF.
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	profilerMapCounters     = "counters"
-	profilerMapSamples      = "samples"
-	profilerProgSampleStack = "sample_stack"
-	profilerVarUnusedSample = "unused_sample"
+	profilerMapCounters         = "counters"
+	profilerMapSamples          = "samples"
+	profilerProgSampleStack     = "sample_stack"
+	profilerVarUnusedCounter    = "unused_counter"
+	profilerVarUnusedSample     = "unused_sample"
+	profilerVarUnusedSampleFlag = "unused_sample_flag"
 )
 
 // loadProfiler returns the embedded CollectionSpec for profiler.
@@ -98,7 +119,9 @@ type profilerMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type profilerVariableSpecs struct {
-	UnusedSample *ebpf.VariableSpec `ebpf:"unused_sample"`
+	UnusedCounter    *ebpf.VariableSpec `ebpf:"unused_counter"`
+	UnusedSample     *ebpf.VariableSpec `ebpf:"unused_sample"`
+	UnusedSampleFlag *ebpf.VariableSpec `ebpf:"unused_sample_flag"`
 }
 
 // profilerObjects contains all objects after they have been loaded into the kernel.
@@ -136,7 +159,9 @@ func (m *profilerMaps) Close() error {
 //
 // It can be passed to loadProfilerObjects or ebpf.CollectionSpec.LoadAndAssign.
 type profilerVariables struct {
-	UnusedSample *ebpf.Variable `ebpf:"unused_sample"`
+	UnusedCounter    *ebpf.Variable `ebpf:"unused_counter"`
+	UnusedSample     *ebpf.Variable `ebpf:"unused_sample"`
+	UnusedSampleFlag *ebpf.Variable `ebpf:"unused_sample_flag"`
 }
 
 // profilerPrograms contains all programs after they have been loaded into the kernel.

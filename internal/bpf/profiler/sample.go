@@ -1,13 +1,13 @@
 package profiler
 
-import "os"
+import "github.com/bpfcol/bpfcol/internal/bpf/ringrec"
 
 // ErrClosed is returned by Read once the Sampler is closed.
-var ErrClosed = os.ErrClosed
+var ErrClosed = ringrec.ErrClosed
 
 // ErrDeadline is returned by Read when the deadline set by SetDeadline
 // passed and the ringbuf is empty.
-var ErrDeadline = os.ErrDeadlineExceeded
+var ErrDeadline = ringrec.ErrDeadline
 
 // Sample is one decoded stack sample.
 type Sample struct {

@@ -3,7 +3,6 @@ package profiler
 import (
 	"errors"
 	"fmt"
-	"math/bits"
 	"os"
 	"strconv"
 	"strings"
@@ -12,38 +11,20 @@ import (
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
-	"github.com/cilium/ebpf/ringbuf"
 	"golang.org/x/sys/unix"
 
 	"github.com/bpfcol/bpfcol/internal/bpf/counters"
+	"github.com/bpfcol/bpfcol/internal/bpf/ringrec"
 )
 
-// Indexes of the counters map, mirrored from profiler.bpf.c.
-const (
-	counterSamples = iota
-	counterDroppedRingbuf
-	counterUserStackErr
-	counterKernelStackErr
-	counterSPReadErr
-	counterIdle
-	counterMax
-)
-
-// Flags of a record, mirrored from profiler.bpf.c.
-const (
-	flagKernelThread  = 1 << 0
-	flagSPWordsValid  = 1 << 1
-	recordSize        = int(unsafe.Sizeof(profilerSample{}))
-	maxRingBufferSize = 256 << 20
-)
+const recordSize = int(unsafe.Sizeof(profilerSample{}))
 
 // Sampler is a loaded and attached stack sampler.
 type Sampler struct {
 	objs   profilerObjects
 	links  []link.Link
 	events []int
-	reader *ringbuf.Reader
-	record ringbuf.Record
+	reader *ringrec.Reader[profilerSample]
 	ncpu   int
 }
 
@@ -77,8 +58,8 @@ func New(opts Options) (_ *Sampler, err error) {
 	if err := spec.LoadAndAssign(&s.objs, nil); err != nil {
 		return nil, fmt.Errorf("loading sampler: %w", explainPermission(err))
 	}
-	if s.reader, err = ringbuf.NewReader(s.objs.Samples); err != nil {
-		return nil, fmt.Errorf("opening sample ringbuf: %w", err)
+	if s.reader, err = ringrec.NewReader[profilerSample](s.objs.Samples, "sample"); err != nil {
+		return nil, err
 	}
 	for _, cpu := range cpus {
 		fd, err := openCPUClock(cpu, opts.Frequency)
@@ -109,9 +90,7 @@ func ringBufferSize(opts Options, ncpu int) uint32 {
 	if size <= 0 {
 		size = 2 * ncpu * opts.Frequency * (recordSize + 8)
 	}
-	size = max(size, os.Getpagesize())
-	size = min(size, maxRingBufferSize)
-	return uint32(1) << bits.Len32(uint32(size-1))
+	return ringrec.Size(size)
 }
 
 func openCPUClock(cpu, frequency int) (int, error) {
@@ -138,35 +117,24 @@ func (s *Sampler) SetDeadline(t time.Time) { s.reader.SetDeadline(t) }
 // returns ErrDeadline when the deadline passed with nothing left to read,
 // and ErrClosed once the Sampler is closed. dst's slices are reused.
 func (s *Sampler) Read(dst *Sample) error {
-	if err := s.reader.ReadInto(&s.record); err != nil {
-		switch {
-		case errors.Is(err, ringbuf.ErrClosed):
-			return ErrClosed
-		case errors.Is(err, os.ErrDeadlineExceeded):
-			return ErrDeadline
-		}
-		return fmt.Errorf("reading sample: %w", err)
+	rec, err := s.reader.Read()
+	if err != nil {
+		return err
 	}
-	raw := s.record.RawSample
-	if len(raw) < recordSize {
-		return fmt.Errorf("reading sample: record of %d bytes, want %d", len(raw), recordSize)
-	}
-	var rec profilerSample
-	copy(unsafe.Slice((*byte)(unsafe.Pointer(&rec)), recordSize), raw)
-	decode(&rec, dst)
+	decode(rec, dst)
 	return nil
 }
 
 func decode(rec *profilerSample, dst *Sample) {
 	dst.KtimeNs = rec.KtimeNs
 	dst.PID, dst.TID, dst.CPU = rec.Pid, rec.Tid, rec.Cpu
-	dst.Comm = commString(rec.Comm[:])
+	dst.Comm = ringrec.Comm(&rec.Comm, dst.Comm)
 	dst.Kernel = appendFrames(dst.Kernel[:0], rec.Kernel[:], rec.KernelBytes)
 	dst.User = appendFrames(dst.User[:0], rec.User[:], rec.UserBytes)
 	dst.UserIP, dst.UserSP, dst.UserBP = rec.UserIp, rec.UserSp, rec.UserBp
 	dst.SPWords = rec.SpWords
-	dst.SPWordsValid = rec.Flags&flagSPWordsValid != 0
-	dst.KernelThread = rec.Flags&flagKernelThread != 0
+	dst.SPWordsValid = rec.Flags&uint32(profilerSampleFlagSAMPLE_SP_WORDS_VALID) != 0
+	dst.KernelThread = rec.Flags&uint32(profilerSampleFlagSAMPLE_KERNEL_THREAD) != 0
 }
 
 func appendFrames(dst, frames []uint64, nbytes int32) []uint64 {
@@ -177,30 +145,19 @@ func appendFrames(dst, frames []uint64, nbytes int32) []uint64 {
 	return append(dst, frames[:n]...)
 }
 
-func commString(comm []int8) string {
-	b := make([]byte, 0, len(comm))
-	for _, c := range comm {
-		if c == 0 {
-			break
-		}
-		b = append(b, byte(c))
-	}
-	return string(b)
-}
-
 // Counters sums the sampler's counters over all CPUs.
 func (s *Sampler) Counters() (Counters, error) {
-	v, err := counters.Sum(s.objs.Counters, counterMax)
+	v, err := counters.Sum(s.objs.Counters, int(profilerCounterCOUNTER_MAX))
 	if err != nil {
 		return Counters{}, fmt.Errorf("reading sampler counters: %w", err)
 	}
 	return Counters{
-		Samples:           v[counterSamples],
-		DroppedRingbuf:    v[counterDroppedRingbuf],
-		UserStackErrors:   v[counterUserStackErr],
-		KernelStackErrors: v[counterKernelStackErr],
-		SPReadErrors:      v[counterSPReadErr],
-		Idle:              v[counterIdle],
+		Samples:           v[profilerCounterCOUNTER_SAMPLES],
+		DroppedRingbuf:    v[profilerCounterCOUNTER_DROPPED_RINGBUF],
+		UserStackErrors:   v[profilerCounterCOUNTER_USER_STACK_ERR],
+		KernelStackErrors: v[profilerCounterCOUNTER_KERNEL_STACK_ERR],
+		SPReadErrors:      v[profilerCounterCOUNTER_SP_READ_ERR],
+		Idle:              v[profilerCounterCOUNTER_IDLE],
 	}, nil
 }
 
@@ -220,9 +177,7 @@ func (s *Sampler) Close() error {
 	}
 	s.events = nil
 	// The reader stays set: a concurrent or later Read must see it closed.
-	if s.reader != nil {
-		errs = append(errs, s.reader.Close())
-	}
+	errs = append(errs, s.reader.Close())
 	errs = append(errs, s.objs.Close())
 	return errors.Join(errs...)
 }

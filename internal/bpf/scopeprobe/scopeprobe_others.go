@@ -4,18 +4,8 @@ package scopeprobe
 
 import (
 	"errors"
-	"os"
 	"time"
 )
-
-// ErrClosed is returned by Read once the Probes are closed.
-var ErrClosed = os.ErrClosed
-
-// ErrDeadline is returned by Read when the deadline passed.
-var ErrDeadline = os.ErrDeadlineExceeded
-
-// ErrFlushed is returned by Read after Flush.
-var ErrFlushed = errors.New("flushed")
 
 var errNotLinux = errors.New("uprobes need linux")
 

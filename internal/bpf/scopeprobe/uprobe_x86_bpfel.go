@@ -13,6 +13,25 @@ import (
 	"github.com/cilium/ebpf"
 )
 
+type uprobeCookieBit uint32
+
+const (
+	uprobeCookieBitCOOKIE_BIT_SCOPE_BY_G uprobeCookieBit = 32
+	uprobeCookieBitCOOKIE_BIT_FIXED      uprobeCookieBit = 63
+)
+
+type uprobeCounter uint32
+
+const (
+	uprobeCounterCOUNTER_RECORDS       uprobeCounter = 0
+	uprobeCounterCOUNTER_LOST_RINGBUF  uprobeCounter = 1
+	uprobeCounterCOUNTER_EXIT_NO_ENTRY uprobeCounter = 2
+	uprobeCounterCOUNTER_SHORT         uprobeCounter = 3
+	uprobeCounterCOUNTER_SCOPE_FULL    uprobeCounter = 4
+	uprobeCounterCOUNTER_FILTERED      uprobeCounter = 5
+	uprobeCounterCOUNTER_MAX           uprobeCounter = 6
+)
+
 type uprobeFillArgs struct {
 	_       structs.HostLayout
 	Count   uint32
@@ -31,6 +50,12 @@ type uprobeProbeSetting struct {
 	Flags         uint32
 	Pad           uint32
 }
+
+type uprobeRecordFlag uint32
+
+const (
+	uprobeRecordFlagRECORD_MAIN_THREAD uprobeRecordFlag = 1
+)
 
 type uprobeScope struct {
 	_       structs.HostLayout
@@ -58,6 +83,13 @@ type uprobeScopeRecord struct {
 	Pad     uint32
 	Comm    [16]int8
 }
+
+type uprobeSettingFlag uint32
+
+const (
+	uprobeSettingFlagSETTING_MAIN_THREAD_ONLY uprobeSettingFlag = 1
+	uprobeSettingFlagSETTING_PID_FILTER       uprobeSettingFlag = 2
+)
 
 type uprobeThreadScopes struct {
 	_      structs.HostLayout
@@ -88,10 +120,14 @@ const (
 	uprobeProgScopeExit         = "scope_exit"
 	uprobeVarFixedCookie        = "fixed_cookie"
 	uprobeVarThreadStorage      = "thread_storage"
+	uprobeVarUnusedCookieBit    = "unused_cookie_bit"
+	uprobeVarUnusedCounter      = "unused_counter"
 	uprobeVarUnusedFillArgs     = "unused_fill_args"
 	uprobeVarUnusedPidFilterKey = "unused_pid_filter_key"
 	uprobeVarUnusedProbeSetting = "unused_probe_setting"
+	uprobeVarUnusedRecordFlag   = "unused_record_flag"
 	uprobeVarUnusedScopeRecord  = "unused_scope_record"
+	uprobeVarUnusedSettingFlag  = "unused_setting_flag"
 	uprobeVarWakeupBytes        = "wakeup_bytes"
 )
 
@@ -160,10 +196,14 @@ type uprobeMapSpecs struct {
 type uprobeVariableSpecs struct {
 	FixedCookie        *ebpf.VariableSpec `ebpf:"fixed_cookie"`
 	ThreadStorage      *ebpf.VariableSpec `ebpf:"thread_storage"`
+	UnusedCookieBit    *ebpf.VariableSpec `ebpf:"unused_cookie_bit"`
+	UnusedCounter      *ebpf.VariableSpec `ebpf:"unused_counter"`
 	UnusedFillArgs     *ebpf.VariableSpec `ebpf:"unused_fill_args"`
 	UnusedPidFilterKey *ebpf.VariableSpec `ebpf:"unused_pid_filter_key"`
 	UnusedProbeSetting *ebpf.VariableSpec `ebpf:"unused_probe_setting"`
+	UnusedRecordFlag   *ebpf.VariableSpec `ebpf:"unused_record_flag"`
 	UnusedScopeRecord  *ebpf.VariableSpec `ebpf:"unused_scope_record"`
+	UnusedSettingFlag  *ebpf.VariableSpec `ebpf:"unused_setting_flag"`
 	WakeupBytes        *ebpf.VariableSpec `ebpf:"wakeup_bytes"`
 }
 
@@ -212,10 +252,14 @@ func (m *uprobeMaps) Close() error {
 type uprobeVariables struct {
 	FixedCookie        *ebpf.Variable `ebpf:"fixed_cookie"`
 	ThreadStorage      *ebpf.Variable `ebpf:"thread_storage"`
+	UnusedCookieBit    *ebpf.Variable `ebpf:"unused_cookie_bit"`
+	UnusedCounter      *ebpf.Variable `ebpf:"unused_counter"`
 	UnusedFillArgs     *ebpf.Variable `ebpf:"unused_fill_args"`
 	UnusedPidFilterKey *ebpf.Variable `ebpf:"unused_pid_filter_key"`
 	UnusedProbeSetting *ebpf.Variable `ebpf:"unused_probe_setting"`
+	UnusedRecordFlag   *ebpf.Variable `ebpf:"unused_record_flag"`
 	UnusedScopeRecord  *ebpf.Variable `ebpf:"unused_scope_record"`
+	UnusedSettingFlag  *ebpf.Variable `ebpf:"unused_setting_flag"`
 	WakeupBytes        *ebpf.Variable `ebpf:"wakeup_bytes"`
 }
 

@@ -12,6 +12,7 @@ import (
 
 	"github.com/bpfcol/bpfcol/internal/bpf/profiler"
 	"github.com/bpfcol/bpfcol/internal/frame"
+	"github.com/bpfcol/bpfcol/internal/ktime"
 	"github.com/bpfcol/bpfcol/internal/lru"
 	"github.com/bpfcol/bpfcol/internal/process"
 	"github.com/bpfcol/bpfcol/internal/symbolize"
@@ -116,7 +117,7 @@ type Aggregator struct {
 	leaves     *leafAnalyzer
 	key        []byte
 	scratch    []frame.Frame // the frames of the sample being added
-	clock      monotonicClock
+	clock      ktime.Clock   // refreshed every interval, so wall-clock steps are followed
 }
 
 // New returns an empty Aggregator.
@@ -140,7 +141,7 @@ func New(cfg Config) *Aggregator {
 		leaves: newLeafAnalyzer(cfg.Binaries),
 		start:  time.Now(),
 	}
-	a.clock.refresh()
+	a.clock.Refresh()
 	return a
 }
 
@@ -172,7 +173,7 @@ func (a *Aggregator) Add(s *profiler.Sample) {
 	}
 	st.Count++
 	if a.timestamps < a.cfg.MaxTimestamps {
-		st.Timestamps = append(st.Timestamps, a.clock.unixNanos(s.KtimeNs))
+		st.Timestamps = append(st.Timestamps, uint64(a.clock.UnixNanos(s.KtimeNs)))
 		a.timestamps++
 	}
 }
@@ -242,7 +243,7 @@ func (a *Aggregator) Flush(now time.Time) *Batch {
 	a.stats = Stats{}
 	a.start = now
 	a.procs.endInterval()
-	a.clock.refresh()
+	a.clock.Refresh()
 	return b
 }
 

@@ -30,6 +30,7 @@ type TelemetryBuilder struct {
 	registrations           []metric.Registration
 	UprobeBinariesAttached  metric.Int64ObservableGauge
 	UprobeBinariesEvaluated metric.Int64ObservableCounter
+	UprobeEntriesFiltered   metric.Int64ObservableCounter
 	UprobeNegativeCacheHits metric.Int64ObservableCounter
 	UprobeRecordsEmitted    metric.Int64ObservableCounter
 	UprobeRecordsLost       metric.Int64ObservableCounter
@@ -69,6 +70,21 @@ func (builder *TelemetryBuilder) RegisterUprobeBinariesEvaluatedCallback(cb metr
 		cb(ctx, &observerInt64{inst: builder.UprobeBinariesEvaluated, obs: o})
 		return nil
 	}, builder.UprobeBinariesEvaluated)
+	if err != nil {
+		return err
+	}
+	builder.mu.Lock()
+	defer builder.mu.Unlock()
+	builder.registrations = append(builder.registrations, reg)
+	return nil
+}
+
+// RegisterUprobeEntriesFilteredCallback sets callback for observable UprobeEntriesFiltered metric.
+func (builder *TelemetryBuilder) RegisterUprobeEntriesFilteredCallback(cb metric.Int64Callback) error {
+	reg, err := builder.meter.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
+		cb(ctx, &observerInt64{inst: builder.UprobeEntriesFiltered, obs: o})
+		return nil
+	}, builder.UprobeEntriesFiltered)
 	if err != nil {
 		return err
 	}
@@ -191,6 +207,12 @@ func NewTelemetryBuilder(settings component.TelemetrySettings, options ...Teleme
 		"otelcol_uprobe_binaries_evaluated",
 		metric.WithDescription("Binaries opened and searched for the probed symbols; a binary answered by the negative cache is not counted. [Development]"),
 		metric.WithUnit("{binary}"),
+	)
+	errs = errors.Join(errs, err)
+	builder.UprobeEntriesFiltered, err = builder.meter.Int64ObservableCounter(
+		"otelcol_uprobe_entries_filtered",
+		metric.WithDescription("Outermost entries the BPF programs ignored because of main_thread_only or pids. [Development]"),
+		metric.WithUnit("{entry}"),
 	)
 	errs = errors.Join(errs, err)
 	builder.UprobeNegativeCacheHits, err = builder.meter.Int64ObservableCounter(

@@ -1,9 +1,9 @@
-package uproberecv
+package ktime
 
 import "golang.org/x/sys/unix"
 
-// monotonicNanos reads CLOCK_MONOTONIC, the clock of bpf_ktime_get_ns.
-func monotonicNanos() int64 {
+// MonotonicNanos reads CLOCK_MONOTONIC, the clock of bpf_ktime_get_ns.
+func MonotonicNanos() int64 {
 	var ts unix.Timespec
 	_ = unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts)
 	return ts.Nano()
