@@ -23,16 +23,10 @@ import (
 )
 
 // requireTool returns the path of the first tool found, skipping the test
-// when none is installed.
+// when none is installed (failing it under BPFCOL_REQUIRE_BPF=1).
 func requireTool(t *testing.T, names ...string) string {
 	t.Helper()
-	for _, n := range names {
-		if p, err := exec.LookPath(n); err == nil {
-			return p
-		}
-	}
-	t.Skipf("%v not installed", names)
-	return ""
+	return testenv.LookPath(t, names...)
 }
 
 func runTool(t *testing.T, stdin, name string, args ...string) string {
