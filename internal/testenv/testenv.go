@@ -4,7 +4,9 @@
 package testenv
 
 import (
+	"fmt"
 	"os"
+	"os/exec"
 	"testing"
 
 	"github.com/bpfcol/bpfcol/internal/bpf/capability"
@@ -33,6 +35,26 @@ func RequireRoot(t testing.TB) {
 	if os.Geteuid() != 0 {
 		unavailable(t, "needs root")
 	}
+}
+
+// Unavailable skips t for why, or fails it under BPFCOL_REQUIRE_BPF=1: for
+// any condition a privileged test needs that the machine may lack.
+func Unavailable(t testing.TB, why string) {
+	t.Helper()
+	unavailable(t, why)
+}
+
+// LookPath returns the path of the first of names found in PATH, and skips
+// t (or fails it under BPFCOL_REQUIRE_BPF=1) when none is installed.
+func LookPath(t testing.TB, names ...string) string {
+	t.Helper()
+	for _, n := range names {
+		if p, err := exec.LookPath(n); err == nil {
+			return p
+		}
+	}
+	unavailable(t, fmt.Sprintf("none of %v is installed (scripts/install-deps.sh installs them)", names))
+	return ""
 }
 
 func unavailable(t testing.TB, why string) {

@@ -1,9 +1,14 @@
 package kernelsym
 
 import (
+	"bytes"
+	"encoding/json"
 	"errors"
 	"io"
 	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -146,5 +151,126 @@ func TestClosedSymbolizer(t *testing.T) {
 	}
 	if _, err := s.Symbolize([]uint64{1}, []bool{false}); err == nil || !strings.Contains(err.Error(), "closed") {
 		t.Errorf("Symbolize after Close: %v, want a closed error", err)
+	}
+}
+
+// Environment of TestBPFPathChild, set only by
+// TestBPFPathNeverOpensKallsyms: the request file and the answer file.
+const (
+	bpfChildIn  = "BPFCOL_KERNELSYM_BPF_CHILD_IN"
+	bpfChildOut = "BPFCOL_KERNELSYM_BPF_CHILD_OUT"
+)
+
+// bpfChildRequest is what the parent asks the child to symbolize.
+type bpfChildRequest struct {
+	Addrs    []uint64
+	IsReturn []bool
+}
+
+// TestBPFPathNeverOpensKallsyms runs the BPF path in a child process, built
+// with default Options as bpfcol builds it, under strace, and fails if any
+// thread of the child opens /proc/kallsyms: the symbolizer, cilium/ebpf or
+// any other dependency. refuseKallsyms only sees the symbolizer's own
+// opener; this sees every open the kernel is asked for. The parent reads
+// kallsyms for the reference and compares the child's answers with it, so
+// the child must really have symbolized.
+func TestBPFPathNeverOpensKallsyms(t *testing.T) {
+	testenv.RequireBPF(t)
+	strace := testenv.LookPath(t, "strace")
+	ref := loadReference(t)
+	req := bpfChildRequest{}
+	req.Addrs, req.IsReturn = ref.sample(rand.New(rand.NewPCG(3, 4)), 2000)
+	dir := t.TempDir()
+	in, out, trace := filepath.Join(dir, "request.json"), filepath.Join(dir, "answer.json"), filepath.Join(dir, "strace.log")
+	b, err := json.Marshal(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(in, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(strace, "-f", "-qq", "-e", "trace=open,openat,openat2", "-e", "signal=none", "-o", trace,
+		os.Args[0], "-test.run=^TestBPFPathChild$", "-test.v", "-test.count=1")
+	cmd.Env = append(os.Environ(), bpfChildIn+"="+in, bpfChildOut+"="+out)
+	output, err := cmd.CombinedOutput()
+	t.Logf("child output:\n%s", output)
+	if err != nil {
+		t.Fatalf("child under strace: %v", err)
+	}
+	if !bytes.Contains(output, []byte("--- PASS: TestBPFPathChild")) {
+		t.Fatal("the child test did not run and pass")
+	}
+
+	b, err = os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []Symbol
+	if err := json.Unmarshal(b, &got); err != nil {
+		t.Fatalf("child's answer: %v", err)
+	}
+	if len(got) != len(req.Addrs) {
+		t.Fatalf("child answered %d addresses of %d", len(got), len(req.Addrs))
+	}
+	if diffs := ref.compare(req.Addrs, req.IsReturn, got); len(diffs) > 0 {
+		t.Errorf("child: %d mismatches, first: %s", len(diffs), diffs[0])
+	}
+
+	b, err = os.ReadFile(trace)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sawRequest, opens, kallsyms := false, 0, 0
+	for line := range strings.Lines(string(b)) {
+		opens++
+		// The trace must show the child's own opens, or it proves nothing.
+		if strings.Contains(line, `"`+in+`"`) {
+			sawRequest = true
+		}
+		if strings.Contains(line, "kallsyms") {
+			kallsyms++
+			t.Errorf("the BPF path opened kallsyms: %s", strings.TrimSpace(line))
+		}
+	}
+	if !sawRequest {
+		t.Fatalf("strace did not record the child opening %s; trace:\n%s", in, b)
+	}
+	t.Logf("%d opens traced, %d of kallsyms", opens, kallsyms)
+}
+
+// TestBPFPathChild runs inside TestBPFPathNeverOpensKallsyms's child
+// process: it must not read kallsyms itself, so it takes its addresses
+// from the parent.
+func TestBPFPathChild(t *testing.T) {
+	in, out := os.Getenv(bpfChildIn), os.Getenv(bpfChildOut)
+	if in == "" {
+		// TestBPFPathNeverOpensKallsyms is what fails or passes.
+		return
+	}
+	b, err := os.ReadFile(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var req bpfChildRequest
+	if err := json.Unmarshal(b, &req); err != nil {
+		t.Fatal(err)
+	}
+	s, err := New(Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if s.Path() != PathBPF {
+		t.Fatalf("Path() = %q, want %q", s.Path(), PathBPF)
+	}
+	got, err := s.Symbolize(req.Addrs, req.IsReturn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b, err = json.Marshal(got); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(out, b, 0o600); err != nil {
+		t.Fatal(err)
 	}
 }
