@@ -60,6 +60,20 @@ const clockTicksPerSecond = 100
 // seconds.
 var firstSampleLog = regexp.MustCompile(`first sample received.*"since_start": ([0-9.e+-]+)`)
 
+// perfSamplesLine is perf record's summary on stderr.
+var perfSamplesLine = regexp.MustCompile(`perf record: Captured and wrote .* \((\d+) samples\)`)
+
+// perfRecordSamples reads the sample count from perf record's summary.
+func perfRecordSamples(b *testing.B, stderr string) int64 {
+	b.Helper()
+	m := perfSamplesLine.FindStringSubmatch(stderr)
+	if m == nil {
+		b.Fatalf("no sample count in perf record's output:\n%s", stderr)
+	}
+	n, _ := strconv.ParseInt(m[1], 10, 64)
+	return n
+}
+
 // BenchmarkCollectorOverhead measures, in one run and while two busy
 // workloads keep both CPUs loaded, the CPU time of bin/bpfcol sampling at
 // 20 Hz and of `perf record -a -g -F 20`, as a percentage of one core, and
@@ -96,7 +110,7 @@ func BenchmarkCollectorOverhead(b *testing.B) {
 		seconds, _ := strconv.ParseFloat(m[1], 64)
 		sinceReceiverStart := time.Duration(seconds * float64(time.Second))
 
-		perfCmd := exec.Command(perf, "record", "-a", "-g", "-F", "20", "-o", filepath.Join(b.TempDir(), "perf.data"), "--", "sleep", strconv.Itoa(int((window+warmUp).Seconds())+2))
+		perfCmd := exec.Command(perf, "record", "-a", "-g", "-F", strconv.Itoa(overheadHz), "-o", filepath.Join(b.TempDir(), "perf.data"), "--", "sleep", strconv.Itoa(int((window+warmUp).Seconds())+2))
 		perfCmd.Stdout, perfCmd.Stderr = &lockedBuffer{}, &lockedBuffer{}
 		if err := perfCmd.Start(); err != nil {
 			b.Fatal(err)
@@ -118,6 +132,13 @@ func BenchmarkCollectorOverhead(b *testing.B) {
 		if err := perfCmd.Wait(); err != nil {
 			b.Fatalf("perf record: %v\n%s", err, perfCmd.Stderr)
 		}
+		// The peer must have sampled too: perf records every CPU, idle or
+		// not, over a run longer than the window, so at least the samples
+		// of the window's busy time.
+		perfSamples := perfRecordSamples(b, perfCmd.Stderr.(*lockedBuffer).String())
+		if least := float64(overheadHz)*float64(hostAfter.busy-hostBefore.busy)/clockTicksPerSecond - float64(hostAfter.cpus); float64(perfSamples) < least {
+			b.Fatalf("perf record captured %d samples, want at least %.0f", perfSamples, least)
+		}
 
 		pct := func(ticks int64) float64 {
 			return 100 * float64(ticks) / clockTicksPerSecond / window.Seconds()
@@ -128,6 +149,7 @@ func BenchmarkCollectorOverhead(b *testing.B) {
 		b.ReportMetric(float64(firstSample.Milliseconds()), "first_sample_ms_from_exec")
 		b.ReportMetric(float64(samples), "samples_exported")
 		b.ReportMetric(share, "samples_exported/expected")
+		b.ReportMetric(float64(perfSamples), "perf_record_samples")
 		b.ReportMetric(float64(sinceReceiverStart.Microseconds())/1000, "first_sample_ms_from_receiver_start")
 		b.Logf("over %s after %s of warm-up: bpfcol %.3f%% of a core, perf record %.3f%% (ratio %.1f); bpfcol used %d ms of CPU before; first sample %s after exec (%s after receiver start)",
 			window, warmUp, pct(colTicks), pct(perfTicks), pct(colTicks)/max(pct(perfTicks), 0.001), colWarm*1000/clockTicksPerSecond, firstSample, sinceReceiverStart)
