@@ -49,8 +49,8 @@ const (
 
 // Info is what Lstat reports about one entry.
 type Info struct {
-	Mode fs.FileMode
-	UID  uint32
+	Mode    fs.FileMode
+	UID     uint32
 	Size    int64
 	ModTime time.Time
 }

@@ -5,13 +5,13 @@ import "testing"
 func TestValid(t *testing.T) {
 	for id, want := range map[string]bool{
 		"0123456789abcdef0123456789abcdef01234567": true, // SHA-1, the usual
-		"abcd":             true,
-		"ab":               false, // too short for NN/REST.debug
-		"abc":              false, // odd
-		"ABCD":             false,
-		"../etc":           false,
-		"ab/cd":            false,
-		"":                 false,
+		"abcd":                         true,
+		"ab":                           false, // too short for NN/REST.debug
+		"abc":                          false, // odd
+		"ABCD":                         false,
+		"../etc":                       false,
+		"ab/cd":                        false,
+		"":                             false,
 		string(make([]byte, MaxLen+2)): false,
 	} {
 		if got := Valid(id); got != want {

@@ -56,8 +56,8 @@ type Cache struct {
 	corrupt atomic.Int64
 
 	mu    sync.Mutex
-	total int64 // bytes of the files indexed
-	temp  int64 // bytes of downloads in progress
+	total int64                    // bytes of the files indexed
+	temp  int64                    // bytes of downloads in progress
 	index map[string]*list.Element // build-id → element of lru
 	lru   *list.List               // of *item, most recently used at the front
 }
