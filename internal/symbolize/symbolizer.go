@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/bpfcol/bpfcol/internal/negcache"
+	"github.com/bpfcol/bpfcol/internal/symbolize/buildid"
 	"github.com/bpfcol/bpfcol/internal/symbolize/debugcache"
 	"github.com/bpfcol/bpfcol/internal/symbolize/debuginfod"
 )
@@ -224,6 +225,9 @@ func (s *Symbolizer) Close() error {
 	s.mu.Unlock()
 	s.cancel()
 	s.wg.Wait()
+	if s.cache != nil {
+		s.cache.Close()
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.tables.closeAll()
@@ -311,7 +315,7 @@ func (s *Symbolizer) evaluate(ref MappingRef, bin *Binary) *classification {
 	if key, ok := s.resolveDebugLink(ref, bin); ok {
 		return &classification{mode: ModeProcess, debugKey: key}
 	}
-	if id := bin.BuildIDGNU(); debuginfod.ValidBuildID(id) {
+	if id := bin.BuildIDGNU(); buildid.Valid(id) {
 		return &classification{mode: ModeFile, debugKey: id}
 	}
 	// No debug info anywhere: .dynsym is all there is.
@@ -431,7 +435,7 @@ func (s *Symbolizer) localCandidates(buildID string) []string {
 // (dev, inode, size, mtime), so the next candidate is tried and a good
 // sibling copy is never blocked.
 func (s *Symbolizer) openDebug(key, path string, matches func(*Binary) bool) *Binary {
-	f, err := os.Open(path)
+	f, err := s.openLocal(path)
 	if err != nil {
 		return nil
 	}
@@ -506,20 +510,21 @@ func (s *Symbolizer) startFetch(buildID string) bool {
 		}
 		delete(s.failedFetch, buildID)
 	}
-	dst, err := s.cache.Path(buildID)
-	if err != nil {
-		return false
-	}
 	s.pending[buildID] = true
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
-		res, err := s.client.Fetch(s.ctx, buildID, dst, validateDebugFile(buildID))
+		res, err := s.client.Fetch(s.ctx, buildID, s.cache, validateDebugFile(buildID))
 		s.mu.Lock()
 		defer s.mu.Unlock()
 		delete(s.pending, buildID)
+		s.stats.fetchByte.Add(res.Bytes)
 		if err != nil {
-			s.stats.fetchFailures.Add(1)
+			if errors.Is(err, debuginfod.ErrInvalid) {
+				s.stats.parseFailures.Add(1)
+			} else {
+				s.stats.fetchFailures.Add(1)
+			}
 			if len(s.failedFetch) >= maxNegativeEntries {
 				s.sweepFailedLocked()
 			}
@@ -527,8 +532,6 @@ func (s *Symbolizer) startFetch(buildID string) bool {
 			return
 		}
 		s.stats.fetches.Add(1)
-		s.stats.fetchByte.Add(res.Bytes)
-		_ = s.cache.Added(buildID)
 	}()
 	return true
 }
@@ -616,7 +619,7 @@ func (s *Symbolizer) resolveDebugLink(ref MappingRef, bin *Binary) (string, bool
 			dbg.Release()
 			return key, true
 		}
-		if !fileCRCMatches(p, crc) {
+		if !fileCRCMatches(s.openLocal, p, crc) {
 			continue
 		}
 		if dbg := s.openDebug(key, p, func(*Binary) bool { return true }); dbg != nil {
@@ -628,8 +631,8 @@ func (s *Symbolizer) resolveDebugLink(ref MappingRef, bin *Binary) (string, bool
 }
 
 // fileCRCMatches reports whether the file at p has the CRC32 (IEEE) crc.
-func fileCRCMatches(p string, crc uint32) bool {
-	f, err := os.Open(p)
+func fileCRCMatches(open func(string) (*os.File, error), p string, crc uint32) bool {
+	f, err := open(p)
 	if err != nil {
 		return false
 	}
