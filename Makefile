@@ -63,7 +63,7 @@ test: deps check-generate build ## Install missing tools, check generated code, 
 # go test -fuzz takes one target per run. A short -fuzzminimizetime keeps
 # the worker from spending the whole run minimizing a large (ELF-sized)
 # new input, during which no exec is counted.
-FUZZ_TARGETS := FuzzOpenBinary FuzzDWARF FuzzGopclntab
+FUZZ_TARGETS := FuzzOpenBinary FuzzDWARF FuzzGopclntab FuzzStreamCheck
 FUZZTIME ?= 8s
 fuzz-short: ## Fuzz each ELF, DWARF and gopclntab reader for FUZZTIME (8s).
 	for t in $(FUZZ_TARGETS); do \
