@@ -40,6 +40,7 @@ required=(
 	"objcopy binutils"                            # stripped copies of test binaries
 	"unshare util-linux"                          # mount-namespace symbolization test
 	"capsh libcap2-bin"                           # capability-dropping tests
+	"strace strace"                               # tests that watch which files are really opened
 	"/usr/include/$(gcc -dumpmachine 2>/dev/null || echo x86_64-linux-gnu)/sys/sdt.h systemtap-sdt-dev" # USDT probes in workloads
 )
 optional=() # failing to install these is a warning, not an error

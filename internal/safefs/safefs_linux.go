@@ -119,10 +119,9 @@ func (d *Dir) openat(rel string, flags int, mode uint32) (int, error) {
 		return -1, err
 	}
 	flags |= unix.O_CLOEXEC
-	if d.kind == Private {
-		flags |= unix.O_NOFOLLOW
-	}
 	if !noOpenat2.Load() {
+		// RESOLVE_NO_SYMLINKS covers the last component too (ELOOP);
+		// O_NOFOLLOW would instead open a link itself under O_PATH.
 		how := unix.OpenHow{Flags: uint64(flags), Mode: uint64(mode), Resolve: d.resolve()}
 		for range 8 {
 			fd, err := unix.Openat2(d.fd(), rel, &how)
@@ -151,28 +150,42 @@ func (d *Dir) openat(rel string, flags int, mode uint32) (int, error) {
 	cur := d.fd()
 	for _, p := range parts[:len(parts)-1] {
 		next, err := unix.Openat(cur, p, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+		link := err != nil && isLinkAt(cur, p)
 		if cur != d.fd() {
 			unix.Close(cur)
 		}
 		if err != nil {
-			if errors.Is(err, unix.ENOTDIR) || errors.Is(err, unix.ELOOP) {
+			if link {
 				return -1, fmt.Errorf("opening %s beneath %s: %w (%w)", rel, d.name, ErrSymlink, err)
 			}
 			return -1, fmt.Errorf("opening %s beneath %s: %w", rel, d.name, err)
 		}
 		cur = next
 	}
-	fd, err := unix.Openat(cur, parts[len(parts)-1], flags|unix.O_NOFOLLOW, mode)
+	last := parts[len(parts)-1]
+	fd, err := unix.Openat(cur, last, flags|unix.O_NOFOLLOW, mode)
+	link := err != nil && isLinkAt(cur, last)
+	if err == nil && flags&unix.O_PATH != 0 && isLinkAt(cur, last) {
+		// O_PATH|O_NOFOLLOW opens a link itself.
+		unix.Close(fd)
+		fd, err, link = -1, unix.ELOOP, true
+	}
 	if cur != d.fd() {
 		unix.Close(cur)
 	}
 	if err != nil {
-		if errors.Is(err, unix.ELOOP) {
+		if link {
 			return -1, fmt.Errorf("opening %s beneath %s: %w (%w)", rel, d.name, ErrSymlink, err)
 		}
 		return -1, fmt.Errorf("opening %s beneath %s: %w", rel, d.name, err)
 	}
 	return fd, nil
+}
+
+// isLinkAt reports whether name in the directory dirfd is a symlink.
+func isLinkAt(dirfd int, name string) bool {
+	var st unix.Stat_t
+	return unix.Fstatat(dirfd, name, &st, unix.AT_SYMLINK_NOFOLLOW) == nil && st.Mode&unix.S_IFMT == unix.S_IFLNK
 }
 
 // Open opens the regular file at rel for reading. Anything else (a FIFO
