@@ -47,6 +47,10 @@ type StreamCheck struct {
 	notes   []region // note regions not yet read
 	found   bool
 	checked int // note regions read
+	// tooLarge is set when the section headers lie beyond the limit. It
+	// is reported once the program headers' notes are read, so that a
+	// wrong build-id is reported as such.
+	tooLarge error
 }
 
 type region struct{ off, size, align int64 }
@@ -83,13 +87,23 @@ func (c *StreamCheck) within(off, size int64) bool {
 	return off >= 0 && size >= 0 && off <= (1<<62) && size <= (1<<62) && (c.limit <= 0 || off+size <= c.limit)
 }
 
+// bounds explains why a table of size bytes at off is refused: beyond the
+// size limit, the file is too large (ErrTooLarge); otherwise it is
+// malformed (ErrInvalid).
+func (c *StreamCheck) bounds(what string, off, size int64) error {
+	if off >= 0 && size >= 0 && off <= (1<<62) && size <= (1<<62) {
+		return fmt.Errorf("%s of %d bytes at %d ends beyond %d bytes: %w", what, size, off, c.limit, ErrTooLarge)
+	}
+	return invalid("%s of %d bytes at %d", what, size, off)
+}
+
 // Advance tells the check that the first n bytes have been received and
 // returns an error wrapping ErrInvalid as soon as they prove the download
 // wrong.
 func (c *StreamCheck) Advance(n int64) error {
 	c.n = n
 	if c.found {
-		return nil
+		return c.tooLarge
 	}
 	if !c.hdr {
 		if err := c.header(); err != nil || !c.hdr {
@@ -106,8 +120,11 @@ func (c *StreamCheck) Advance(n int64) error {
 			return err
 		}
 	}
-	if err := c.readNotes(); err != nil || c.found {
+	if err := c.readNotes(); err != nil {
 		return err
+	}
+	if c.found || (c.tooLarge != nil && c.phDone && len(c.notes) == 0) {
+		return c.tooLarge
 	}
 	if c.phDone && c.shDone && len(c.notes) == 0 {
 		return invalid("no GNU build-id note in %d note regions", c.checked)
@@ -194,8 +211,11 @@ func (c *StreamCheck) header() error {
 			return invalid("program header table at %d of %d-byte entries", c.phoff, phentsize)
 		}
 		c.phsize = phnum * phentsize
-		if c.phsize > maxPhdrTable || !c.within(c.phoff, c.phsize) {
-			return invalid("program header table of %d bytes at %d is out of bounds", c.phsize, c.phoff)
+		if c.phsize > maxPhdrTable {
+			return invalid("program header table of %d bytes", c.phsize)
+		}
+		if !c.within(c.phoff, c.phsize) {
+			return c.bounds("program header table", c.phoff, c.phsize)
 		}
 	} else {
 		c.phoff = 0
@@ -211,8 +231,15 @@ func (c *StreamCheck) header() error {
 		c.shsize = shnum * shentsize
 	}
 	// shnum 0 with a table: the count is in section 0 (extended numbering).
-	if c.shsize > maxShdrTable || !c.within(c.shoff, max(c.shsize, wantSh)) {
-		return invalid("section header table of %d bytes at %d is out of bounds", c.shsize, c.shoff)
+	if c.shsize > maxShdrTable {
+		return invalid("section header table of %d bytes", c.shsize)
+	}
+	if !c.within(c.shoff, max(c.shsize, wantSh)) {
+		err := c.bounds("section header table", c.shoff, max(c.shsize, wantSh))
+		if !errors.Is(err, ErrTooLarge) || c.phDone {
+			return err
+		}
+		c.tooLarge, c.shDone = err, true
 	}
 	if c.phDone && c.shDone {
 		return invalid("no program or section headers")
@@ -266,8 +293,11 @@ func (c *StreamCheck) sectionHeaders() error {
 		if c.is64 {
 			count = c.order.Uint64(b[32:])
 		}
-		if count == 0 || count > maxSections || int64(count)*ent > maxShdrTable || !c.within(c.shoff, int64(count)*ent) {
+		if count == 0 || count > maxSections || int64(count)*ent > maxShdrTable {
 			return invalid("extended section count %d", count)
+		}
+		if !c.within(c.shoff, int64(count)*ent) {
+			return c.bounds("section header table", c.shoff, int64(count)*ent)
 		}
 		c.shsize = int64(count) * ent
 	}

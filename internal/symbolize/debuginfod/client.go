@@ -361,33 +361,40 @@ const copyBuffer = 32 << 10
 // total by limit and checking the bytes as they arrive.
 func (c *Client) stream(tmp *debugcache.Temp, body io.Reader, check *StreamCheck, limit int64) (int64, error) {
 	buf := make([]byte, copyBuffer)
-	var n int64
+	var received, n int64 // bytes received, bytes kept
 	for {
 		k, rerr := body.Read(buf)
 		if k > 0 {
 			c.received.Add(int64(k))
-			n += int64(k)
-			if limit > 0 && n > limit {
-				return n, fmt.Errorf("downloading: more than %d bytes: %w", limit, ErrTooLarge)
+			received += int64(k)
+			// Bytes within the limit are checked first, so that a body
+			// that is wrong and too large is reported as wrong.
+			keep := int64(k)
+			if limit > 0 && n+keep > limit {
+				keep = limit - n
 			}
-			if _, err := tmp.Write(buf[:k]); err != nil {
-				return n, fmt.Errorf("downloading: %w", err)
+			if _, err := tmp.Write(buf[:keep]); err != nil {
+				return received, fmt.Errorf("downloading: %w", err)
 			}
+			n += keep
 			if err := check.Advance(n); err != nil {
-				return n, fmt.Errorf("checking download: %w", err)
+				return received, fmt.Errorf("checking download: %w", err)
+			}
+			if keep < int64(k) {
+				return received, fmt.Errorf("downloading: more than %d bytes: %w", limit, ErrTooLarge)
 			}
 		}
 		if rerr == io.EOF {
 			break
 		}
 		if rerr != nil {
-			return n, fmt.Errorf("downloading: %w", rerr)
+			return received, fmt.Errorf("downloading: %w", rerr)
 		}
 	}
 	if err := check.Finish(n); err != nil {
-		return n, fmt.Errorf("checking download: %w", err)
+		return received, fmt.Errorf("checking download: %w", err)
 	}
-	return n, nil
+	return received, nil
 }
 
 func (c *Client) allow(server string) bool {
