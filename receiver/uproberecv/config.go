@@ -230,7 +230,7 @@ func (c *Config) Validate() error {
 		}
 		for _, pid := range p.PIDs {
 			if pid <= 0 || pid >= maxPID {
-				errs = append(errs, fmt.Errorf("%s: %d is not a process id (1 to %s %d - 1)", field("pids"), pid, pidMaxFile, maxPID))
+				errs = append(errs, fmt.Errorf("%s: %d is not a process id: want 1 to %d (%s is %d)", field("pids"), pid, maxPID-1, pidMaxFile, maxPID))
 			}
 		}
 	}
