@@ -47,3 +47,11 @@ func openBeneath(open func(string) (*safefs.Dir, error), dir, rel string) (*os.F
 	defer d.Close()
 	return d.Open(filepath.Clean(rel))
 }
+
+// cacheCorrupt counts the links and foreign files removed from the cache.
+func (s *Symbolizer) cacheCorrupt() int64 {
+	if s.cache == nil {
+		return 0
+	}
+	return s.cache.Corrupt()
+}

@@ -109,7 +109,9 @@ type SymbolizerStats struct {
 	LocalHits int64
 	// Fetches, FetchFailures and FetchBytes count debuginfod downloads.
 	Fetches, FetchFailures, FetchBytes int64
-	// ParseFailures counts debug files that failed validation or parsing.
+	// ParseFailures counts debug files that failed validation or parsing,
+	// downloads that were not the requested file, and links or foreign
+	// files removed from the cache.
 	ParseFailures int64
 	// NegativeHits counts lookups answered by a negative cache.
 	NegativeHits int64
@@ -246,7 +248,7 @@ func (s *Symbolizer) Stats() SymbolizerStats {
 		Fetches:       s.stats.fetches.Load(),
 		FetchFailures: s.stats.fetchFailures.Load(),
 		FetchBytes:    s.stats.fetchByte.Load(),
-		ParseFailures: s.stats.parseFailures.Load(),
+		ParseFailures: s.stats.parseFailures.Load() + s.cacheCorrupt(),
 		NegativeHits:  s.stats.negativeHits.Load(),
 		Pending:       s.stats.pending.Load(),
 		Unmapped:      s.stats.unmapped.Load(),
