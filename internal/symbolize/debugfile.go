@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 
+	"github.com/bpfcol/bpfcol/internal/symbolize/buildid"
 	"github.com/bpfcol/bpfcol/internal/symbolize/debuginfod"
 )
 
@@ -20,11 +21,11 @@ var ErrNoDebugFile = errors.New("no debug file")
 // files other than the symbolizer, such as unwind tables built from
 // .debug_frame. The caller checks the file's build ID and closes it.
 func (s *Symbolizer) OpenDebugFile(buildID string) (f *os.File, pending bool, err error) {
-	if !debuginfod.ValidBuildID(buildID) || len(buildID) < 4 {
+	if !buildid.Valid(buildID) {
 		return nil, false, fmt.Errorf("opening debug file of %q: %w", buildID, debuginfod.ErrInvalidBuildID)
 	}
 	for _, p := range s.localCandidates(buildID) {
-		f, err := os.Open(p)
+		f, err := s.openLocal(p)
 		if err != nil {
 			continue
 		}
