@@ -31,12 +31,40 @@ type profilerSample struct {
 	User        [127]uint64
 }
 
+type profilerUnwindMapping struct {
+	_         structs.HostLayout
+	Start     uint64
+	End       uint64
+	TableBase uint64
+	RowFirst  uint32
+	RowCount  uint32
+	Kind      uint32
+	Pad       uint32
+}
+
+type profilerUnwindProc struct {
+	_        structs.HostLayout
+	Count    uint32
+	Pad      uint32
+	Mappings [512]profilerUnwindMapping
+}
+
+type profilerUnwindRow struct {
+	_      structs.HostLayout
+	Pc     uint32
+	CfaOff int16
+	Rules  uint8
+	RbpOff int8
+}
+
 // Names of all BPF objects in the ELF.
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
 	profilerMapCounters     = "counters"
 	profilerMapSamples      = "samples"
+	profilerMapUnwindProcs  = "unwind_procs"
+	profilerMapUnwindRows   = "unwind_rows"
 	profilerProgSampleStack = "sample_stack"
 	profilerVarUnusedSample = "unused_sample"
 )
@@ -90,8 +118,10 @@ type profilerProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type profilerMapSpecs struct {
-	Counters *ebpf.MapSpec `ebpf:"counters"`
-	Samples  *ebpf.MapSpec `ebpf:"samples"`
+	Counters    *ebpf.MapSpec `ebpf:"counters"`
+	Samples     *ebpf.MapSpec `ebpf:"samples"`
+	UnwindProcs *ebpf.MapSpec `ebpf:"unwind_procs"`
+	UnwindRows  *ebpf.MapSpec `ebpf:"unwind_rows"`
 }
 
 // profilerVariableSpecs contains global variables before they are loaded into the kernel.
@@ -121,14 +151,18 @@ func (o *profilerObjects) Close() error {
 //
 // It can be passed to loadProfilerObjects or ebpf.CollectionSpec.LoadAndAssign.
 type profilerMaps struct {
-	Counters *ebpf.Map `ebpf:"counters"`
-	Samples  *ebpf.Map `ebpf:"samples"`
+	Counters    *ebpf.Map `ebpf:"counters"`
+	Samples     *ebpf.Map `ebpf:"samples"`
+	UnwindProcs *ebpf.Map `ebpf:"unwind_procs"`
+	UnwindRows  *ebpf.Map `ebpf:"unwind_rows"`
 }
 
 func (m *profilerMaps) Close() error {
 	return _ProfilerClose(
 		m.Counters,
 		m.Samples,
+		m.UnwindProcs,
+		m.UnwindRows,
 	)
 }
 

@@ -32,6 +32,17 @@ type Sample struct {
 	SPWordsValid bool
 	// KernelThread is set for kernel threads, which have no user stack.
 	KernelThread bool
+	// CFI is set when User was walked with the process's CFI tables: its
+	// leaf's caller is exact, no frameless-leaf guess is needed.
+	CFI bool
+	// Complete is set when that walk reached the process root.
+	Complete bool
+	// UnknownMapping is set when the walk met an address outside the
+	// mappings loaded for the process: its mappings changed (dlopen, JIT).
+	UnknownMapping bool
+	// NoTable is set when the process's tables were not loaded yet; User
+	// then holds the frame-pointer stack.
+	NoTable bool
 }
 
 // Counters are the sampler's own counts since it was loaded.
@@ -48,6 +59,8 @@ type Counters struct {
 	SPReadErrors uint64
 	// Idle counts samples on the idle task, which are not recorded.
 	Idle uint64
+	// UnwindStops counts user stack walks by why they stopped.
+	UnwindStops [NumStopReasons]uint64
 }
 
 // Options configures a Sampler.
@@ -58,4 +71,10 @@ type Options struct {
 	// a power of two of at least one page. Zero picks a size for about two
 	// seconds of samples on every CPU.
 	RingBufferBytes int
+	// UnwindRows is the capacity of the CFI row store, in rows of
+	// UnwindRowBytes; zero means 1<<20. At most MaxUnwindRows.
+	UnwindRows int
+	// UnwindProcesses bounds the processes whose mappings the sampler
+	// holds; zero means 1024.
+	UnwindProcesses int
 }

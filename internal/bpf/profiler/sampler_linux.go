@@ -26,13 +26,18 @@ const (
 	counterKernelStackErr
 	counterSPReadErr
 	counterIdle
-	counterMax
+	counterUnwindStop
+	counterMax = counterUnwindStop + int(NumStopReasons)
 )
 
 // Flags of a record, mirrored from profiler.bpf.c.
 const (
 	flagKernelThread  = 1 << 0
 	flagSPWordsValid  = 1 << 1
+	flagCFI           = 1 << 2
+	flagComplete      = 1 << 3
+	flagUnknownMap    = 1 << 4
+	flagNoTable       = 1 << 5
 	recordSize        = int(unsafe.Sizeof(profilerSample{}))
 	maxRingBufferSize = 256 << 20
 )
@@ -45,6 +50,7 @@ type Sampler struct {
 	reader *ringbuf.Reader
 	record ringbuf.Record
 	ncpu   int
+	rows   uint32
 }
 
 // New checks that the kernel and the process's capabilities allow sampling,
@@ -67,8 +73,10 @@ func New(opts Options) (_ *Sampler, err error) {
 		return nil, fmt.Errorf("loading sampler spec: %w", err)
 	}
 	spec.Maps[profilerMapSamples].MaxEntries = ringBufferSize(opts, len(cpus))
+	spec.Maps[profilerMapUnwindRows].MaxEntries = unwindRows(opts)
+	spec.Maps[profilerMapUnwindProcs].MaxEntries = unwindProcesses(opts)
 
-	s := &Sampler{ncpu: len(cpus)}
+	s := &Sampler{ncpu: len(cpus), rows: spec.Maps[profilerMapUnwindRows].MaxEntries}
 	defer func() {
 		if err != nil {
 			s.Close()
@@ -167,6 +175,10 @@ func decode(rec *profilerSample, dst *Sample) {
 	dst.SPWords = rec.SpWords
 	dst.SPWordsValid = rec.Flags&flagSPWordsValid != 0
 	dst.KernelThread = rec.Flags&flagKernelThread != 0
+	dst.CFI = rec.Flags&flagCFI != 0
+	dst.Complete = rec.Flags&flagComplete != 0
+	dst.UnknownMapping = rec.Flags&flagUnknownMap != 0
+	dst.NoTable = rec.Flags&flagNoTable != 0
 }
 
 func appendFrames(dst, frames []uint64, nbytes int32) []uint64 {
@@ -194,14 +206,16 @@ func (s *Sampler) Counters() (Counters, error) {
 	if err != nil {
 		return Counters{}, fmt.Errorf("reading sampler counters: %w", err)
 	}
-	return Counters{
+	c := Counters{
 		Samples:           v[counterSamples],
 		DroppedRingbuf:    v[counterDroppedRingbuf],
 		UserStackErrors:   v[counterUserStackErr],
 		KernelStackErrors: v[counterKernelStackErr],
 		SPReadErrors:      v[counterSPReadErr],
 		Idle:              v[counterIdle],
-	}, nil
+	}
+	copy(c.UnwindStops[:], v[counterUnwindStop:counterMax])
+	return c, nil
 }
 
 // CPUs is how many CPUs the sampler is attached to.
