@@ -1,0 +1,493 @@
+// Package loader keeps the BPF unwinder's maps current. For every sampled
+// process it writes the executable mappings, and for every file they map
+// the file's compiled CFI table (internal/unwind/cfi) into the sampler's
+// row store, once per file however many processes map it.
+//
+// It works off the hot path on its own goroutine: Observe only queues a
+// process, never waits. Until a process is loaded its samples are walked
+// with frame pointers. The row store is bounded; the tables used least
+// recently are evicted to make room.
+package loader
+
+import (
+	"container/list"
+	"context"
+	"debug/elf"
+	"math"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/bpfcol/bpfcol/internal/bpf/profiler"
+	"github.com/bpfcol/bpfcol/internal/process"
+	"github.com/bpfcol/bpfcol/internal/symbolize"
+	"github.com/bpfcol/bpfcol/internal/unwind/cfi"
+)
+
+// maxUserAddr is the highest user address on x86-64 ([vsyscall] is above).
+const maxUserAddr = 0x00007fffffffffff
+
+// Sink is where the loader writes: the sampler's unwind maps.
+type Sink interface {
+	UnwindRowCapacity() uint32
+	WriteUnwindRows(first uint32, rows []cfi.Row, base uint64) error
+	SetUnwindMappings(pid uint32, maps []profiler.UnwindMapping) error
+	DeleteUnwindMappings(pid uint32) error
+}
+
+// TableFunc returns the compiled unwind table of the file identified by
+// key; open opens it. A nil table with a nil error means the file has no
+// CFI.
+type TableFunc func(key symbolize.FileKey, open func() (*os.File, error)) (*cfi.Table, error)
+
+// Config configures a Loader.
+type Config struct {
+	// Sink receives the rows and mappings.
+	Sink Sink
+	// Tables compiles a file's table.
+	Tables TableFunc
+	// MaxProcesses bounds the processes loaded; beyond it the one seen
+	// least recently is dropped. Zero means 1024.
+	MaxProcesses int
+	// QueueSize bounds the processes waiting to be loaded; a request
+	// beyond it is dropped and counted. Zero means 256.
+	QueueSize int
+	// ResyncInterval is the least time between two loads of one process.
+	// Zero means 500ms.
+	ResyncInterval time.Duration
+	// SweepInterval is how often exited and exec'd processes are found.
+	// Zero means one second.
+	SweepInterval time.Duration
+}
+
+// Stats are the loader's counts.
+type Stats struct {
+	// Processes and Files are the processes and file tables loaded now.
+	Processes, Files int64
+	// RowBytes is the row store in use, CapacityBytes its size.
+	RowBytes, CapacityBytes int64
+	// Evictions counts file tables evicted to make room.
+	Evictions int64
+	// Loads counts process loads; LoadErrors those that failed.
+	Loads, LoadErrors int64
+	// TableErrors counts files whose table could not be built.
+	TableErrors int64
+	// DroppedRequests counts load requests dropped on a full queue.
+	DroppedRequests int64
+}
+
+// fileEntry is one file's table in the row store, or the knowledge that it
+// has none usable.
+type fileEntry struct {
+	key   symbolize.FileKey
+	first uint32 // rows [first, first+count) of the store
+	count uint32
+	base  uint64 // ELF address the rows' PCs are relative to
+	// framePointers: no rows; frames here are followed by frame pointers.
+	framePointers bool
+	loads         []elf.ProgHeader
+	refs          int // processes mapping it
+	lru           *list.Element
+}
+
+type procIdentity struct {
+	startTime string
+	exeDev    uint64
+	exeIno    uint64
+}
+
+type procEntry struct {
+	id    procIdentity
+	maps  []process.Mapping // executable mappings
+	files map[*fileEntry]struct{}
+	seen  time.Time
+}
+
+// Loader loads processes' unwind tables into the sampler's maps.
+type Loader struct {
+	cfg      Config
+	requests chan uint32
+
+	mu       sync.Mutex
+	queued   map[uint32]struct{}
+	lastLoad map[uint32]time.Time
+	seen     map[uint32]struct{}
+
+	// Owned by the Run goroutine.
+	arena *arena
+	files map[symbolize.FileKey]*fileEntry
+	lru   *list.List // of *fileEntry with rows; front is most recent
+	procs map[uint32]*procEntry
+
+	processes, nfiles, rowBytes, capBytes  atomic.Int64
+	evictions, loads, loadErrors, tableErr atomic.Int64
+	dropped                                atomic.Int64
+}
+
+// New returns a Loader; Run does its work.
+func New(cfg Config) *Loader {
+	if cfg.MaxProcesses <= 0 {
+		cfg.MaxProcesses = 1024
+	}
+	if cfg.QueueSize <= 0 {
+		cfg.QueueSize = 256
+	}
+	if cfg.ResyncInterval <= 0 {
+		cfg.ResyncInterval = 500 * time.Millisecond
+	}
+	if cfg.SweepInterval <= 0 {
+		cfg.SweepInterval = time.Second
+	}
+	l := &Loader{
+		cfg:      cfg,
+		requests: make(chan uint32, cfg.QueueSize),
+		queued:   map[uint32]struct{}{},
+		lastLoad: map[uint32]time.Time{},
+		seen:     map[uint32]struct{}{},
+		arena:    newArena(cfg.Sink.UnwindRowCapacity()),
+		files:    map[symbolize.FileKey]*fileEntry{},
+		lru:      list.New(),
+		procs:    map[uint32]*procEntry{},
+	}
+	l.capBytes.Store(int64(cfg.Sink.UnwindRowCapacity()) * profiler.UnwindRowBytes)
+	return l
+}
+
+// Observe notes a sample. A process whose tables are not loaded, or whose
+// walk met an address outside its loaded mappings (dlopen, new JIT code),
+// is queued for loading. It never blocks.
+func (l *Loader) Observe(s *profiler.Sample) {
+	if s.KernelThread || s.PID == 0 {
+		return
+	}
+	pid := s.PID
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if len(l.seen) < 4*l.cfg.MaxProcesses {
+		l.seen[pid] = struct{}{}
+	}
+	if !s.NoTable && !s.UnknownMapping {
+		return
+	}
+	if _, ok := l.queued[pid]; ok {
+		return
+	}
+	if t, ok := l.lastLoad[pid]; ok && time.Since(t) < l.cfg.ResyncInterval {
+		return
+	}
+	select {
+	case l.requests <- pid:
+		l.queued[pid] = struct{}{}
+	default:
+		l.dropped.Add(1)
+	}
+}
+
+// Stats returns the loader's counts; safe from any goroutine.
+func (l *Loader) Stats() Stats {
+	return Stats{
+		Processes:       l.processes.Load(),
+		Files:           l.nfiles.Load(),
+		RowBytes:        l.rowBytes.Load(),
+		CapacityBytes:   l.capBytes.Load(),
+		Evictions:       l.evictions.Load(),
+		Loads:           l.loads.Load(),
+		LoadErrors:      l.loadErrors.Load(),
+		TableErrors:     l.tableErr.Load(),
+		DroppedRequests: l.dropped.Load(),
+	}
+}
+
+// Run loads queued processes and drops exited ones until ctx is done.
+func (l *Loader) Run(ctx context.Context) {
+	sweep := time.NewTicker(l.cfg.SweepInterval)
+	defer sweep.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case pid := <-l.requests:
+			l.mu.Lock()
+			delete(l.queued, pid)
+			l.lastLoad[pid] = time.Now()
+			l.mu.Unlock()
+			l.Load(pid)
+		case <-sweep.C:
+			l.sweep()
+		}
+	}
+}
+
+// Load reads pid's mappings and writes them, loading the tables of files
+// not loaded yet. Only the Run goroutine (or a test, before Run) calls it.
+func (l *Loader) Load(pid uint32) error {
+	l.loads.Add(1)
+	err := l.load(pid)
+	if err != nil {
+		l.loadErrors.Add(1)
+	}
+	return err
+}
+
+func (l *Loader) load(pid uint32) error {
+	id, err := identity(pid)
+	if err != nil {
+		l.forget(pid)
+		return err
+	}
+	all, err := process.ReadMappings(int(pid))
+	if err != nil {
+		l.forget(pid)
+		return err
+	}
+	var maps []process.Mapping
+	for _, m := range all {
+		if m.Executable() && m.Start <= maxUserAddr {
+			maps = append(maps, m)
+		}
+	}
+	pe := l.procs[pid]
+	if pe == nil {
+		l.makeRoomForProcess()
+		pe = &procEntry{files: map[*fileEntry]struct{}{}}
+		l.procs[pid] = pe
+		l.processes.Store(int64(len(l.procs)))
+	}
+	pe.id, pe.seen = id, time.Now()
+	files := map[*fileEntry]struct{}{}
+	for i := range maps {
+		if fe := l.file(pid, &maps[i]); fe != nil {
+			files[fe] = struct{}{}
+		}
+	}
+	for fe := range files {
+		if _, ok := pe.files[fe]; !ok {
+			fe.refs++
+		}
+		l.touch(fe)
+	}
+	old := pe.files
+	pe.files, pe.maps = files, maps
+	for fe := range old {
+		if _, ok := files[fe]; !ok {
+			fe.refs--
+		}
+	}
+	return l.write(pid, pe)
+}
+
+// write puts pe's mappings into the sampler.
+func (l *Loader) write(pid uint32, pe *procEntry) error {
+	out := make([]profiler.UnwindMapping, 0, len(pe.maps))
+	for i := range pe.maps {
+		m := &pe.maps[i]
+		um := profiler.UnwindMapping{Start: m.Start, End: m.End, Kind: profiler.MappingFramePointer}
+		if m.File() {
+			fe := l.files[symbolize.FileKey{Dev: m.Dev, Ino: m.Inode}]
+			switch {
+			case fe == nil || (!fe.framePointers && fe.count == 0):
+				// Evicted, or could not be opened this time.
+				um.Kind = profiler.MappingPending
+			case !fe.framePointers:
+				if bias, ok := loadBias(fe.loads, m); ok {
+					um.Kind = profiler.MappingCFI
+					um.TableBase = fe.base + bias
+					um.RowFirst, um.RowCount = fe.first, fe.count
+				}
+			}
+		}
+		out = append(out, um)
+	}
+	return l.cfg.Sink.SetUnwindMappings(pid, out)
+}
+
+// loadBias is the difference between m's runtime addresses and the ELF
+// addresses of the segment it maps.
+func loadBias(loads []elf.ProgHeader, m *process.Mapping) (uint64, bool) {
+	for _, p := range loads {
+		start := p.Off &^ 0xfff
+		if m.Offset >= start && m.Offset < p.Off+p.Filesz {
+			return m.Start - m.Offset - (p.Vaddr - p.Off), true
+		}
+	}
+	return 0, false
+}
+
+// file returns the entry of m's file, loading its table the first time.
+// It returns nil when the file cannot be opened now.
+func (l *Loader) file(pid uint32, m *process.Mapping) *fileEntry {
+	key := symbolize.FileKey{Dev: m.Dev, Ino: m.Inode}
+	if fe, ok := l.files[key]; ok && (fe.framePointers || fe.count > 0) {
+		return fe
+	}
+	open := func() (*os.File, error) { return process.OpenMapping(int(pid), m) }
+	f, err := open()
+	if err != nil {
+		return nil
+	}
+	ef, err := elf.NewFile(f)
+	if err != nil {
+		f.Close()
+		return l.addFile(&fileEntry{key: key, framePointers: true})
+	}
+	fe := &fileEntry{key: key}
+	for _, p := range ef.Progs {
+		if p.Type == elf.PT_LOAD {
+			fe.loads = append(fe.loads, p.ProgHeader)
+		}
+	}
+	// Go keeps frame pointers everywhere, and its CFI says nothing about
+	// RBP: frame pointers are exact there.
+	goBinary := ef.Section(".gopclntab") != nil || ef.Section(".go.buildinfo") != nil
+	ef.Close()
+	f.Close()
+	if goBinary {
+		fe.framePointers = true
+		return l.addFile(fe)
+	}
+	table, err := l.cfg.Tables(key, open)
+	if err != nil {
+		l.tableErr.Add(1)
+	}
+	if err != nil || table == nil || len(table.Rows) == 0 {
+		fe.framePointers = true
+		return l.addFile(fe)
+	}
+	rows := table.Rows
+	fe.base = rows[0].PC
+	if rows[len(rows)-1].PC-fe.base > math.MaxUint32 || uint64(len(rows)) > uint64(l.arena.size) {
+		l.tableErr.Add(1)
+		fe.framePointers = true
+		return l.addFile(fe)
+	}
+	first, ok := l.alloc(uint32(len(rows)))
+	if !ok {
+		return nil
+	}
+	if err := l.cfg.Sink.WriteUnwindRows(first, rows, fe.base); err != nil {
+		l.arena.release(first, uint32(len(rows)))
+		l.tableErr.Add(1)
+		return nil
+	}
+	fe.first, fe.count = first, uint32(len(rows))
+	fe.lru = l.lru.PushFront(fe)
+	l.rowBytes.Store(int64(l.arena.used) * profiler.UnwindRowBytes)
+	return l.addFile(fe)
+}
+
+func (l *Loader) addFile(fe *fileEntry) *fileEntry {
+	if old, ok := l.files[fe.key]; ok {
+		fe.refs = old.refs
+	}
+	l.files[fe.key] = fe
+	// Entries without rows are small; keep their number bounded too.
+	if len(l.files) > 4*l.cfg.MaxProcesses {
+		for k, e := range l.files {
+			if e.refs == 0 && e.count == 0 {
+				delete(l.files, k)
+			}
+		}
+	}
+	l.nfiles.Store(int64(l.lru.Len()))
+	return fe
+}
+
+func (l *Loader) touch(fe *fileEntry) {
+	if fe.lru != nil {
+		l.lru.MoveToFront(fe.lru)
+	}
+}
+
+// alloc finds room for count rows, evicting the tables used least
+// recently.
+func (l *Loader) alloc(count uint32) (uint32, bool) {
+	for {
+		if first, ok := l.arena.alloc(count); ok {
+			return first, true
+		}
+		back := l.lru.Back()
+		if back == nil {
+			return 0, false
+		}
+		l.evict(back.Value.(*fileEntry))
+	}
+}
+
+// evict frees a file's rows. The processes mapping it are rewritten first,
+// with the file pending, so no walk reads rows that are reused.
+func (l *Loader) evict(fe *fileEntry) {
+	l.lru.Remove(fe.lru)
+	fe.lru = nil
+	delete(l.files, fe.key)
+	for pid, pe := range l.procs {
+		if _, ok := pe.files[fe]; ok {
+			delete(pe.files, fe)
+			if err := l.write(pid, pe); err != nil {
+				// The process is gone or the map refused: do not leave
+				// it pointing at rows about to be reused.
+				l.forget(pid)
+			}
+		}
+	}
+	l.arena.release(fe.first, fe.count)
+	l.evictions.Add(1)
+	l.rowBytes.Store(int64(l.arena.used) * profiler.UnwindRowBytes)
+	l.nfiles.Store(int64(l.lru.Len()))
+}
+
+// forget drops a process from the sampler and releases its files.
+func (l *Loader) forget(pid uint32) {
+	_ = l.cfg.Sink.DeleteUnwindMappings(pid)
+	if pe, ok := l.procs[pid]; ok {
+		for fe := range pe.files {
+			fe.refs--
+		}
+		delete(l.procs, pid)
+	}
+	l.processes.Store(int64(len(l.procs)))
+	l.mu.Lock()
+	delete(l.lastLoad, pid)
+	l.mu.Unlock()
+}
+
+func (l *Loader) makeRoomForProcess() {
+	if len(l.procs) < l.cfg.MaxProcesses {
+		return
+	}
+	var oldest uint32
+	var at time.Time
+	for pid, pe := range l.procs {
+		if at.IsZero() || pe.seen.Before(at) {
+			oldest, at = pid, pe.seen
+		}
+	}
+	l.forget(oldest)
+}
+
+// sweep drops exited processes, reloads exec'd ones, and marks the tables
+// of the processes sampled since the last sweep as recently used.
+func (l *Loader) sweep() {
+	l.mu.Lock()
+	seen := l.seen
+	l.seen = map[uint32]struct{}{}
+	l.mu.Unlock()
+	now := time.Now()
+	for pid := range seen {
+		if pe, ok := l.procs[pid]; ok {
+			pe.seen = now
+			for fe := range pe.files {
+				l.touch(fe)
+			}
+		}
+	}
+	for pid, pe := range l.procs {
+		id, err := identity(pid)
+		switch {
+		case err != nil:
+			l.forget(pid)
+		case id != pe.id:
+			_ = l.Load(pid)
+		}
+	}
+}
