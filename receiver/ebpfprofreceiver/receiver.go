@@ -16,6 +16,7 @@ import (
 
 	"github.com/bpfcol/bpfcol/internal/bpf/profiler"
 	"github.com/bpfcol/bpfcol/internal/symbolize"
+	"github.com/bpfcol/bpfcol/internal/unwind/loader"
 	"github.com/bpfcol/bpfcol/internal/symbolize/kernelsym"
 	"github.com/bpfcol/bpfcol/receiver/ebpfprofreceiver/internal/aggregate"
 	"github.com/bpfcol/bpfcol/receiver/ebpfprofreceiver/internal/metadata"
@@ -48,6 +49,8 @@ type profilesReceiver struct {
 	obsrecv *receiverhelper.ObsReport
 
 	sampler    *profiler.Sampler
+	unwind     *loader.Loader
+	stopUnwind context.CancelFunc
 	binaries   *symbolize.BinaryCache
 	kernelSyms *kernelsym.Symbolizer
 	symbolizer *symbolize.Symbolizer
@@ -93,7 +96,10 @@ func (r *profilesReceiver) Start(ctx context.Context, host component.Host) error
 
 func (r *profilesReceiver) start(_ context.Context, _ component.Host) error {
 	r.startedAt = time.Now()
-	sampler, err := profiler.New(profiler.Options{Frequency: r.cfg.SamplingFrequency})
+	sampler, err := profiler.New(profiler.Options{
+		Frequency:  r.cfg.SamplingFrequency,
+		UnwindRows: int(r.cfg.UnwindTableBytes / profiler.UnwindRowBytes),
+	})
 	if err != nil {
 		return fmt.Errorf("starting ebpfprof receiver: %w", err)
 	}
@@ -106,6 +112,7 @@ func (r *profilesReceiver) start(_ context.Context, _ component.Host) error {
 	}
 	// From here on Shutdown owns what Start created.
 	r.sampler, r.kernelSyms = sampler, kernelSyms
+	r.unwind = loader.New(loader.Config{Sink: sampler, Tables: r.unwindTables()})
 	r.binaries = symbolize.NewBinaryCache(maxBinaries)
 	if r.symbolizer, err = symbolize.NewSymbolizer(r.cfg.Symbolizer.symbolizeConfig()); err != nil {
 		r.set.Logger.Warn("user frames named from the mapped binaries only", zap.Error(err))
@@ -115,6 +122,13 @@ func (r *profilesReceiver) start(_ context.Context, _ component.Host) error {
 	}
 	r.samples = make(chan []*profiler.Sample, sampleQueueSize/maxDrainBatch)
 	r.batches = make(chan *aggregate.Batch, batchQueueSize)
+
+	// CFI tables are loaded on their own goroutine: sampling and
+	// aggregation never wait for them.
+	unwindCtx, stopUnwind := context.WithCancel(context.Background())
+	r.stopUnwind = stopUnwind
+	r.wg.Add(1)
+	go func() { defer r.wg.Done(); r.unwind.Run(unwindCtx) }()
 
 	agg := aggregate.New(aggregate.Config{Binaries: r.binaries})
 	r.wg.Add(3)
@@ -207,6 +221,7 @@ func (r *profilesReceiver) aggregate(agg *aggregate.Aggregator) {
 				return
 			}
 			for _, s := range batch {
+				r.unwind.Observe(s)
 				agg.Add(s)
 				r.samplePool.Put(s)
 			}
@@ -254,6 +269,7 @@ func (r *profilesReceiver) Shutdown(ctx context.Context) error {
 	if r.sampler == nil {
 		return nil
 	}
+	r.stopUnwind()
 	err := r.sampler.Close()
 	done := make(chan struct{})
 	go func() { r.wg.Wait(); close(done) }()

@@ -91,6 +91,9 @@ type Stats struct {
 	// UnknownProcesses counts samples of processes whose /proc entry could
 	// not be read (usually gone already).
 	UnknownProcesses int64
+	// TruncatedStacks counts user stacks cut at an impossible address
+	// (zero, non-canonical, or in no executable mapping).
+	TruncatedStacks int64
 }
 
 // Batch is everything aggregated over one interval.
@@ -175,7 +178,7 @@ func (a *Aggregator) Add(s *profiler.Sample) {
 }
 
 func (a *Aggregator) userFrames(proc *Process, s *profiler.Sample) []UserFrame {
-	if len(s.User) == 0 {
+	if len(s.User) == 0 || !possibleFrame(proc, s.User[0]) {
 		return nil
 	}
 	frames := make([]UserFrame, 0, len(s.User)+1)
@@ -187,15 +190,37 @@ func (a *Aggregator) userFrames(proc *Process, s *profiler.Sample) []UserFrame {
 	}
 	leaf := UserFrame{Addr: s.User[0], Mapping: mappingOf(s.User[0])}
 	frames = append(frames, leaf)
-	if caller, ok := a.leaves.lostCaller(proc, leaf, s); ok {
-		frames = append(frames, UserFrame{Addr: caller, Return: true, Mapping: mappingOf(caller)})
-		a.stats.CallersRecovered++
+	// A CFI walk found the leaf's caller exactly; only a frame-pointer
+	// stack can have lost it.
+	if !s.CFI {
+		if caller, ok := a.leaves.lostCaller(proc, leaf, s); ok {
+			frames = append(frames, UserFrame{Addr: caller, Return: true, Mapping: mappingOf(caller)})
+			a.stats.CallersRecovered++
+		}
 	}
 	for _, addr := range s.User[1:] {
+		// A frame-pointer walk through code without frame pointers reads
+		// garbage: an impossible address ends the stack.
+		if !possibleFrame(proc, addr) {
+			a.stats.TruncatedStacks++
+			break
+		}
 		frames = append(frames, UserFrame{Addr: addr, Return: true, Mapping: mappingOf(addr)})
 	}
 	a.holdBinaries(proc, frames)
 	return frames
+}
+
+// maxUserAddr is the highest canonical user address on x86-64.
+const maxUserAddr = 0x00007fffffffffff
+
+// possibleFrame reports whether addr can be a user frame of proc: not zero,
+// canonical, and in one of its executable mappings when they are known.
+func possibleFrame(proc *Process, addr uint64) bool {
+	if addr == 0 || addr > maxUserAddr {
+		return false
+	}
+	return proc == nil || len(proc.Mappings) == 0 || proc.Mapping(addr) != nil
 }
 
 // stackKey serializes what makes two samples the same stack.
