@@ -5,7 +5,9 @@ package resolve
 
 import (
 	"os"
+	"time"
 
+	"github.com/bpfcol/bpfcol/internal/perfmap"
 	"github.com/bpfcol/bpfcol/internal/process"
 	"github.com/bpfcol/bpfcol/internal/symbolize"
 	"github.com/bpfcol/bpfcol/receiver/ebpfprofreceiver/internal/aggregate"
@@ -15,6 +17,13 @@ import (
 // maxCachedLines bounds the cache of named user addresses kept across
 // batches.
 const maxCachedLines = 1 << 16
+
+// Bounds on the perf maps read to name JIT frames: the processes held, and
+// how often one file is read again for appended lines.
+const (
+	maxJITProcesses    = 256
+	jitRefreshInterval = time.Second
+)
 
 // KernelAddr is one kernel address to name.
 type KernelAddr struct {
@@ -75,6 +84,8 @@ type Resolver struct {
 	symbolized map[lineKey]symbolizedLines
 	// kernelMapping is the one mapping every kernel frame points at.
 	kernelMapping *profilebuilder.Mapping
+	// jit names frames in anonymous executable memory.
+	jit *perfmap.Cache
 }
 
 // Option configures a Resolver.
@@ -95,6 +106,7 @@ func New(binaries *symbolize.BinaryCache, kernel KernelSymbolizer, opts ...Optio
 		lines:         map[lineKey][]profilebuilder.Line{},
 		symbolized:    map[lineKey]symbolizedLines{},
 		kernelMapping: &profilebuilder.Mapping{Path: "[kernel.kallsyms]"},
+		jit:           perfmap.New(maxJITProcesses, jitRefreshInterval),
 	}
 	for _, o := range opts {
 		o(r)
@@ -206,7 +218,22 @@ func (r *Resolver) kernelFrame(st *batchState, k KernelAddr) profilebuilder.Fram
 func (r *Resolver) userFrame(st *batchState, pid uint32, f aggregate.UserFrame, stats *Stats) profilebuilder.Frame {
 	out := profilebuilder.Frame{Address: f.Addr, Type: profilebuilder.FrameNative}
 	m := f.Mapping
-	if m == nil || !m.File() {
+	if m != nil && !m.File() {
+		// Anonymous executable memory: JIT code, named from the
+		// runtime's perf map when it writes one. It keeps its address.
+		out.Mapping = r.mapping(st, m, nil)
+		addr := f.Addr
+		if f.Return {
+			addr--
+		}
+		if name, ok := r.jit.Lookup(int(pid), addr); ok {
+			out.Lines = []profilebuilder.Line{{Function: name}}
+			return out
+		}
+		stats.UnnamedUserFrames++
+		return out
+	}
+	if m == nil {
 		stats.UnmappedUserFrames++
 		stats.UnnamedUserFrames++
 		return out
