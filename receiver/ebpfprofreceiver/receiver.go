@@ -16,8 +16,8 @@ import (
 
 	"github.com/bpfcol/bpfcol/internal/bpf/profiler"
 	"github.com/bpfcol/bpfcol/internal/symbolize"
-	"github.com/bpfcol/bpfcol/internal/unwind/loader"
 	"github.com/bpfcol/bpfcol/internal/symbolize/kernelsym"
+	"github.com/bpfcol/bpfcol/internal/unwind/loader"
 	"github.com/bpfcol/bpfcol/receiver/ebpfprofreceiver/internal/aggregate"
 	"github.com/bpfcol/bpfcol/receiver/ebpfprofreceiver/internal/metadata"
 	"github.com/bpfcol/bpfcol/receiver/ebpfprofreceiver/internal/profilebuilder"
