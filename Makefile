@@ -62,12 +62,13 @@ test: deps check-generate build ## Install missing tools, check generated code, 
 
 # go test -fuzz takes one target per run. A short -fuzzminimizetime keeps
 # the worker from spending the whole run minimizing a large (ELF-sized)
-# new input, during which no exec is counted.
-FUZZ_TARGETS := FuzzOpenBinary FuzzDWARF FuzzGopclntab
+# new input, during which no exec is counted. Each target is NAME:PACKAGE.
+FUZZ_TARGETS := FuzzOpenBinary:./internal/symbolize FuzzDWARF:./internal/symbolize \
+	FuzzGopclntab:./internal/symbolize FuzzCFI:./internal/unwind/cfi
 FUZZTIME ?= 8s
-fuzz-short: ## Fuzz each ELF, DWARF and gopclntab reader for FUZZTIME (8s).
+fuzz-short: ## Fuzz each ELF, DWARF, gopclntab and CFI reader for FUZZTIME (8s).
 	for t in $(FUZZ_TARGETS); do \
-		$(GO) test -run '^$$' -fuzz "^$$t\$$" -fuzztime $(FUZZTIME) -fuzzminimizetime 1s ./internal/symbolize; \
+		$(GO) test -run '^$$' -fuzz "^$${t%%:*}\$$" -fuzztime $(FUZZTIME) -fuzzminimizetime 1s $${t#*:} || exit 1; \
 	done
 
 # -p 1: benchmarks of different packages must not compete for the CPUs.

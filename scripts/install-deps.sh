@@ -25,6 +25,8 @@ required=(
 	"clang clang"                                 # compiles the BPF C programs (bpf2go)
 	"llvm-strip llvm"                             # bpf2go strips the BPF objects
 	"llvm-symbolizer llvm"                        # ground truth for symbolization tests
+	"llvm-dwarfdump llvm"                         # ground truth for CFI tables (with readelf)
+	"python3.11 python3.11"                       # a real distribution program (CFI tables)
 	"/usr/include/bpf/bpf_helpers.h libbpf-dev"   # BPF helper headers
 	"/usr/include/linux/bpf.h linux-libc-dev"     # kernel UAPI headers
 	"bpftool bpftool"                             # BTF dumps, inspecting loaded programs

@@ -19,8 +19,11 @@ const (
 	CFARSP
 	// CFARBP is CFA = RBP + CFAOffset.
 	CFARBP
-	// CFAPLT is the expression compilers emit for PLT entries:
-	// CFA = RSP + CFAOffset + ((RIP & 15) >= PLTThreshold ? 8 : 0).
+	// CFAPLT is the expression linkers emit for PLT entries:
+	// CFA = RSP + CFAOffset + ((RIP & 15) >= Row.PLTThreshold ? 8 : 0).
+	// The threshold is where, inside a 16-byte entry, the push of the
+	// relocation index has happened: 11 for the classic lazy PLT
+	// (jmp *GOT; push; jmp PLT0), 10 for the IBT/BND layouts.
 	CFAPLT
 	// CFASignal is a signal trampoline (__restore_rt): the interrupted
 	// registers are in the ucontext at RSP.
@@ -51,12 +54,17 @@ type Row struct {
 	// PC is the ELF virtual address (not a file offset, not a runtime
 	// address) where the rule starts to apply.
 	PC uint64
-	// CFA and CFAOffset give the CFA (see CFARule).
-	CFA       CFARule
+	// CFA and CFAOffset give the CFA (see CFARule). Only CFARSP, CFARBP
+	// and CFAPLT use CFAOffset; it is zero otherwise.
 	CFAOffset int32
-	// RBP and RBPOffset give the caller's RBP (see RBPRule).
-	RBP       RBPRule
+	// RBP and RBPOffset give the caller's RBP (see RBPRule). Only
+	// RBPAtCFA uses RBPOffset; it is zero otherwise. Rows whose CFA rule
+	// is not CFARSP, CFARBP or CFAPLT always hold RBPUnchanged.
 	RBPOffset int32
+	CFA       CFARule
+	RBP       RBPRule
+	// PLTThreshold is the (RIP & 15) bound of a CFAPLT row, zero otherwise.
+	PLTThreshold uint8
 }
 
 // Table is a file's compiled unwind table. Rows are sorted by PC, and

@@ -1,0 +1,224 @@
+package cfi
+
+import (
+	"debug/elf"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"slices"
+)
+
+// ErrNoCFI is returned when a file has no CFI section of the kind asked
+// for.
+var ErrNoCFI = errors.New("no CFI")
+
+// minCoverage is the share of executable bytes that .eh_frame must cover
+// for .debug_frame not to be looked for. Complete .eh_frame leaves out a
+// few hand-written stubs only (libc: >99%).
+const minCoverage = 0.9
+
+// FromELF compiles f's .eh_frame, filled where it has no FDE with the
+// .debug_frame of f itself when .eh_frame covers less than 90% of the
+// executable code. It returns ErrNoCFI when f has neither.
+func FromELF(f *elf.File) (*Table, error) {
+	t, err := EHFrame(f)
+	if err != nil && !errors.Is(err, ErrNoCFI) {
+		return nil, err
+	}
+	if t != nil && !NeedsDebugFrame(f, t) {
+		return t, nil
+	}
+	d, derr := DebugFrame(f)
+	switch {
+	case derr == nil && t == nil:
+		return d, nil
+	case derr == nil:
+		return t.Fill(d), nil
+	case t != nil:
+		return t, nil
+	case errors.Is(derr, ErrNoCFI):
+		return nil, err
+	}
+	return nil, derr
+}
+
+// NeedsDebugFrame tells whether t, compiled from f's .eh_frame, covers so
+// little of f's executable code that .debug_frame (from f or its separate
+// debug file) should fill it.
+func NeedsDebugFrame(f *elf.File, t *Table) bool {
+	ranges := ExecRanges(f)
+	var total uint64
+	for _, r := range ranges {
+		total += r.End - r.Start
+	}
+	return total > 0 && float64(t.Covered(ranges)) < minCoverage*float64(total)
+}
+
+// EHFrame compiles f's .eh_frame. Without section headers, .eh_frame is
+// found through the PT_GNU_EH_FRAME segment (.eh_frame_hdr).
+func EHFrame(f *elf.File) (*Table, error) {
+	if err := checkMachine(f); err != nil {
+		return nil, err
+	}
+	b := &bases{}
+	if got := f.Section(".got"); got != nil {
+		b.data, b.hasData = got.Addr, true
+	}
+	var data []byte
+	if s := f.Section(".eh_frame"); s != nil && s.Type != elf.SHT_NOBITS {
+		var err error
+		if data, err = sectionData(s); err != nil {
+			return nil, fmt.Errorf("reading .eh_frame: %w", err)
+		}
+		b.section = s.Addr
+	} else {
+		addr, err := ehFrameFromHeader(f)
+		if err != nil {
+			return nil, err
+		}
+		if data, err = segmentData(f, addr); err != nil {
+			return nil, fmt.Errorf("reading .eh_frame at %#x: %w", addr, err)
+		}
+		b.section = addr
+	}
+	return compileSection(f, data, ehFrame, b, ".eh_frame")
+}
+
+// DebugFrame compiles f's .debug_frame (f may be a separate debug file:
+// its addresses are those of the binary it describes).
+func DebugFrame(f *elf.File) (*Table, error) {
+	if err := checkMachine(f); err != nil {
+		return nil, err
+	}
+	s := f.Section(".debug_frame")
+	if s == nil || s.Type == elf.SHT_NOBITS {
+		return nil, fmt.Errorf("reading .debug_frame: %w", ErrNoCFI)
+	}
+	data, err := sectionData(s)
+	if err != nil {
+		return nil, fmt.Errorf("reading .debug_frame: %w", err)
+	}
+	return compileSection(f, data, debugFrame, &bases{}, ".debug_frame")
+}
+
+func checkMachine(f *elf.File) error {
+	if f.Machine != elf.EM_X86_64 || f.Class != elf.ELFCLASS64 || f.ByteOrder != binary.LittleEndian {
+		return fmt.Errorf("compiling CFI of a %v %v file: only x86-64 is supported", f.Class, f.Machine)
+	}
+	return nil
+}
+
+func compileSection(f *elf.File, data []byte, kind sectionKind, b *bases, name string) (*Table, error) {
+	var st parseStats
+	fdes, err := parseSection(data, kind, b, &st)
+	if err != nil && len(fdes) == 0 {
+		return nil, fmt.Errorf("parsing %s: %w", name, err)
+	}
+	if len(fdes) == 0 {
+		return nil, fmt.Errorf("parsing %s: %w", name, ErrNoCFI)
+	}
+	ranges := ExecRanges(f)
+	keep := func(begin, end uint64) bool {
+		if len(ranges) == 0 {
+			return true
+		}
+		i, _ := slices.BinarySearchFunc(ranges, begin, func(r Range, a uint64) int {
+			if r.End <= a {
+				return -1
+			}
+			return 1
+		})
+		return i < len(ranges) && ranges[i].Start <= begin && end <= ranges[i].End
+	}
+	return &Table{Rows: compile(fdes, b, keep, &st)}, nil
+}
+
+// ExecRanges returns the virtual address ranges of f's executable code:
+// its executable PT_LOAD segments, or its executable sections when it has
+// no program headers.
+func ExecRanges(f *elf.File) []Range {
+	var rs []Range
+	for _, p := range f.Progs {
+		if p.Type == elf.PT_LOAD && p.Flags&elf.PF_X != 0 && p.Vaddr+p.Memsz > p.Vaddr {
+			rs = append(rs, Range{p.Vaddr, p.Vaddr + p.Memsz})
+		}
+	}
+	if len(rs) == 0 {
+		for _, s := range f.Sections {
+			if s.Flags&elf.SHF_EXECINSTR != 0 && s.Flags&elf.SHF_ALLOC != 0 && s.Addr+s.Size > s.Addr {
+				rs = append(rs, Range{s.Addr, s.Addr + s.Size})
+			}
+		}
+	}
+	slices.SortFunc(rs, func(a, b Range) int {
+		switch {
+		case a.Start < b.Start:
+			return -1
+		case a.Start > b.Start:
+			return 1
+		}
+		return 0
+	})
+	// Merge overlaps so that the ranges are disjoint.
+	out := rs[:0]
+	for _, r := range rs {
+		if n := len(out); n > 0 && r.Start <= out[n-1].End {
+			out[n-1].End = max(out[n-1].End, r.End)
+			continue
+		}
+		out = append(out, r)
+	}
+	return out
+}
+
+// sectionData reads a section (decompressed), bounded.
+func sectionData(s *elf.Section) ([]byte, error) {
+	if s.Size > maxSectionBytes {
+		return nil, fmt.Errorf("section of %d bytes exceeds the %d byte bound", s.Size, maxSectionBytes)
+	}
+	return s.Data()
+}
+
+// ehFrameFromHeader returns the address of .eh_frame read from the
+// PT_GNU_EH_FRAME segment (.eh_frame_hdr).
+func ehFrameFromHeader(f *elf.File) (uint64, error) {
+	for _, p := range f.Progs {
+		if p.Type != elf.PT_GNU_EH_FRAME {
+			continue
+		}
+		hdr := make([]byte, min(p.Filesz, 16))
+		if _, err := p.ReadAt(hdr, 0); err != nil {
+			return 0, fmt.Errorf("reading .eh_frame_hdr: %w", err)
+		}
+		r := &reader{b: hdr}
+		if v := r.u8(); v != 1 {
+			return 0, fmt.Errorf("reading .eh_frame_hdr: version %d not supported", v)
+		}
+		enc := r.u8()
+		r.u8() // fde_count_enc
+		r.u8() // table_enc
+		addr, err := r.encoded(enc, &bases{section: p.Vaddr, data: p.Vaddr, hasData: true}, true)
+		if err != nil {
+			return 0, fmt.Errorf("reading .eh_frame_hdr: %w", err)
+		}
+		return addr, nil
+	}
+	return 0, fmt.Errorf("reading .eh_frame: %w", ErrNoCFI)
+}
+
+// segmentData returns the file-backed bytes of the PT_LOAD segment that
+// holds addr, from addr to the segment's end, bounded.
+func segmentData(f *elf.File, addr uint64) ([]byte, error) {
+	for _, p := range f.Progs {
+		if p.Type != elf.PT_LOAD || addr < p.Vaddr || addr-p.Vaddr >= p.Filesz {
+			continue
+		}
+		n := min(p.Filesz-(addr-p.Vaddr), maxSectionBytes)
+		data := make([]byte, n)
+		if _, err := p.ReadAt(data, int64(addr-p.Vaddr)); err != nil {
+			return nil, err
+		}
+		return data, nil
+	}
+	return nil, errors.New("address in no loaded segment")
+}

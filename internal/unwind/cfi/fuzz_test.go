@@ -1,0 +1,172 @@
+package cfi
+
+import (
+	"encoding/binary"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// section builds CFI sections for seeds and edge cases.
+type section struct {
+	kind sectionKind
+	b    []byte
+}
+
+func (s *section) u32(v uint32) { s.b = binary.LittleEndian.AppendUint32(s.b, v) }
+func (s *section) u64(v uint64) { s.b = binary.LittleEndian.AppendUint64(s.b, v) }
+
+// entry appends one entry (length, id, body) and returns its offset.
+func (s *section) entry(id uint32, body []byte) int {
+	off := len(s.b)
+	s.u32(uint32(4 + len(body)))
+	s.u32(id)
+	s.b = append(s.b, body...)
+	return off
+}
+
+// cie appends a CIE: version 1, code alignment 1, data alignment -8,
+// return address column 16.
+func (s *section) cie(aug string, augData, insns []byte) int {
+	body := append([]byte{1}, aug...)
+	body = append(body, 0, 1, 0x78, 16)
+	if aug != "" && aug[0] == 'z' {
+		body = append(body, byte(len(augData)))
+		body = append(body, augData...)
+	}
+	id := uint32(0)
+	if s.kind == debugFrame {
+		id = 0xffffffff
+	}
+	return s.entry(id, append(body, insns...))
+}
+
+// fde appends an FDE with pcrel sdata4 addresses (.eh_frame, 'zR' with
+// 0x1b) or absolute 8-byte ones (.debug_frame), at section address base.
+func (s *section) fde(cie int, base, begin, size uint64, z bool, insns []byte) {
+	off := len(s.b)
+	var body []byte
+	if s.kind == ehFrame {
+		field := base + uint64(off) + 8
+		body = binary.LittleEndian.AppendUint32(body, uint32(begin-field))
+		body = binary.LittleEndian.AppendUint32(body, uint32(size))
+	} else {
+		body = binary.LittleEndian.AppendUint64(body, begin)
+		body = binary.LittleEndian.AppendUint64(body, size)
+	}
+	if z {
+		body = append(body, 0)
+	}
+	id := uint32(cie)
+	if s.kind == ehFrame {
+		id = uint32(off + 4 - cie)
+	}
+	s.entry(id, append(body, insns...))
+}
+
+const seedBase = 0x1000
+
+var cieInit = []byte{opDefCFA, regRSP, 8, opOffset | regRIP, 1}
+
+// seeds returns CFI sections that use every op the compiler knows.
+func seeds() []section {
+	eh := section{kind: ehFrame}
+	c := eh.cie("zR", []byte{pePCRel | peSdata4}, cieInit)
+	eh.fde(c, seedBase, 0x2000, 0x40, true, []byte{
+		opAdvanceLoc | 1, opDefCFAOffset, 16, opOffset | regRBP, 2,
+		opAdvanceLoc | 3, opDefCFARegister, regRBP,
+		opRememberState, opAdvanceLoc1, 4, opDefCFA, regRSP, 8, opRestore | regRBP,
+		opAdvanceLoc2, 1, 0, opRestoreState, opGNUArgsSize, 16,
+		opAdvanceLoc4, 2, 0, 0, 0, opDefCFAOffsetSF, 0x7e, opOffsetExtendedSF, regRBP, 0x7f,
+		opAdvanceLoc | 1, opValExpression, regRBP, 2, 0x77, 0,
+		opAdvanceLoc | 1, opDefCFAExpression, 11, 0x77, 8, 0x80, 0, 0x3f, 0x1a, 0x3b, 0x2a, 0x33, 0x24, 0x22,
+		opAdvanceLoc | 1, opDefCFAExpression, 3, 0x77, 8, 0x06,
+		opAdvanceLoc | 1, opUndefined, regRIP, opRestoreExtended, regRIP,
+		opAdvanceLoc | 1, opRegister, regRBP, 3, opSameValue, regRBP, opValOffset, regRBP, 2,
+		opDefCFASF, regRSP, 0x7f, opGNUNegativeOffsetExtend, regRBP, 2, opNop,
+	})
+	eh.fde(c, seedBase, 0x2040, 0x10, true, nil)
+	s := eh.cie("zRS", []byte{pePCRel | peSdata4}, nil)
+	eh.fde(s, seedBase, 0x2060, 0x8, true, []byte{opDefCFAExpression, 4, 0x77, 0xa0, 0x01, 0x06})
+	p := eh.cie("zPLR", []byte{0x9b, 0, 0, 0, 0, 0x1b, 0x1b}, cieInit)
+	eh.fde(p, seedBase, 0x2070, 0x8, true, []byte{opAdvanceLoc | 4, opUndefined, regRIP})
+	eh.u32(0)
+
+	dbg := section{kind: debugFrame}
+	dc := dbg.cie("", nil, cieInit)
+	dbg.fde(dc, 0, 0x3000, 0x20, false, []byte{opAdvanceLoc | 1, opDefCFAOffset, 16, opSetLoc, 0x10, 0x30, 0, 0, 0, 0, 0, 0, opDefCFAOffset, 24})
+	ds := dbg.cie("S", nil, nil)
+	dbg.fde(ds, 0, 0x3020, 0x8, false, nil)
+	return []section{eh, dbg}
+}
+
+// compileRaw compiles one section's bytes as the fuzz target does.
+func compileRaw(data []byte, kind sectionKind) []Row {
+	var st parseStats
+	b := &bases{section: seedBase, data: seedBase, hasData: true}
+	fdes, _ := parseSection(data, kind, b, &st)
+	return compile(fdes, b, nil, &st)
+}
+
+func TestSeeds(t *testing.T) {
+	// Spot checks of rules the hand-made sections must produce.
+	for _, s := range seeds() {
+		tbl := &Table{Rows: compileRaw(s.b, s.kind)}
+		checkSorted(t, tbl)
+		require.NotEmpty(t, tbl.Rows)
+		if s.kind == ehFrame {
+			r, _ := tbl.Lookup(0x2001)
+			require.Equal(t, Row{PC: 0x2001, CFA: CFARSP, CFAOffset: 16, RBP: RBPAtCFA, RBPOffset: -16}, r)
+			r, _ = tbl.Lookup(0x2004)
+			require.Equal(t, CFARBP, r.CFA)
+			r, _ = tbl.Lookup(0x2008)
+			require.Equal(t, Row{PC: 0x2008, CFA: CFARSP, CFAOffset: 8}, r, "restore rbp inside remembered state")
+			r, _ = tbl.Lookup(0x2009)
+			require.Equal(t, CFARBP, r.CFA, "restore_state restores the CFA")
+			r, _ = tbl.Lookup(0x2048)
+			require.Equal(t, Row{PC: 0x2040, CFA: CFARSP, CFAOffset: 8}, r, "an FDE with no instructions has the CIE's rule")
+			r, _ = tbl.Lookup(0x2058)
+			require.Equal(t, CFANone, r.CFA, "a gap between FDEs")
+			r, _ = tbl.Lookup(0x2060)
+			require.Equal(t, CFASignal, r.CFA)
+			r, _ = tbl.Lookup(0x2074)
+			require.Equal(t, CFAEnd, r.CFA)
+		} else {
+			r, _ := tbl.Lookup(0x3010)
+			require.Equal(t, Row{PC: 0x3010, CFA: CFARSP, CFAOffset: 24}, r, "DW_CFA_set_loc")
+			r, _ = tbl.Lookup(0x3020)
+			require.Equal(t, CFASignal, r.CFA, `"S" CIE in .debug_frame`)
+		}
+	}
+}
+
+// TestTruncated compiles every prefix of the seeds: no prefix may fail
+// the table invariants or panic.
+func TestTruncated(t *testing.T) {
+	for _, s := range seeds() {
+		for n := range s.b {
+			checkSorted(t, &Table{Rows: compileRaw(s.b[:n], s.kind)})
+		}
+	}
+}
+
+func FuzzCFI(f *testing.F) {
+	for _, s := range seeds() {
+		f.Add(s.b, s.kind == debugFrame)
+	}
+	f.Fuzz(func(t *testing.T, data []byte, debug bool) {
+		kind := ehFrame
+		if debug {
+			kind = debugFrame
+		}
+		rows := compileRaw(data, kind)
+		tbl := &Table{Rows: rows}
+		checkSorted(t, tbl)
+		// Every row costs at least a byte of input, every FDE (at least
+		// 12 bytes) at most two more: the table is bounded by the input.
+		require.LessOrEqual(t, len(rows), 2*len(data)+1)
+		if filled := tbl.Fill(&Table{}).Rows; len(rows) > 0 || len(filled) > 0 {
+			require.Equal(t, rows, filled)
+		}
+	})
+}

@@ -1,0 +1,377 @@
+package cfi
+
+import (
+	"bufio"
+	"bytes"
+	"debug/elf"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// The ground truth is readelf's interpretation of the CFI
+// (--debug-dump=frames-interp): for every FDE, the rows of the unwind
+// table with the CFA rule and every register's rule. readelf prints "exp"
+// for a CFA expression, so the expression itself is taken from
+// llvm-dwarfdump's rows. (llvm-dwarfdump 14 alone is no ground truth: its
+// DW_CFA_restore_state does not restore the CFA.)
+
+var (
+	reRECIE    = regexp.MustCompile(`^([0-9a-f]{8,16}) [0-9a-f]+ [0-9a-f]+ CIE "([^"]*)"`)
+	reREFDE    = regexp.MustCompile(`^([0-9a-f]{8,16}) [0-9a-f]+ [0-9a-f]+ FDE cie=([0-9a-f]+) pc=([0-9a-f]+)\.\.([0-9a-f]+)`)
+	reREHeader = regexp.MustCompile(`^\s+LOC\s+CFA\s*(.*)$`)
+	reRERow    = regexp.MustCompile(`^([0-9a-f]{16}) (.*)$`)
+	reLLFDE    = regexp.MustCompile(`^[0-9a-f]{8,16} [0-9a-f]+ [0-9a-f]+ FDE cie=[0-9a-f]+ pc=[0-9a-f]+\.\.\.[0-9a-f]+`)
+	reLLRow    = regexp.MustCompile(`^  0x([0-9a-f]+): CFA=(.*?)(?:: (.*))?$`)
+	reRECell   = regexp.MustCompile(`r\d+ \([a-z0-9]+\)|\S+`)
+	reCFAReg   = regexp.MustCompile(`^(rsp|rbp)([+-]\d+)$`)
+	rePLT      = regexp.MustCompile(`^DW_OP_breg7 RSP([+-]\d+), DW_OP_breg16 RIP\+0, DW_OP_lit15, DW_OP_and, DW_OP_lit(\d+), DW_OP_ge, DW_OP_lit3, DW_OP_shl, DW_OP_plus$`)
+	reAtCFA    = regexp.MustCompile(`^c([+-]\d+)$`)
+)
+
+type truthRow struct {
+	pc  uint64
+	row Row // the rule that the tools' row means, in our terms
+}
+
+type truthFDE struct {
+	begin, end uint64
+	rows       []truthRow
+}
+
+// groundTruth returns the FDEs of path's .eh_frame or .debug_frame (debug
+// true) as readelf and llvm-dwarfdump interpret them.
+func groundTruth(t *testing.T, path string, debug bool) []truthFDE {
+	t.Helper()
+	reFlag, llFlag, reSection, llSection := "--debug-dump=frames-interp", "--eh-frame", ".eh_frame", ".eh_frame"
+	if debug {
+		llFlag, reSection, llSection = "--debug-frame", ".debug_frame", ".debug_frame"
+	}
+	exprs, rbpUndefined := llvmRows(t, path, llFlag, llSection)
+
+	out, err := exec.Command("readelf", reFlag, path).Output()
+	if !bytes.Contains(out, []byte("Contents of the "+reSection+" section")) {
+		// readelf exits 1 on some files (libc) after printing everything;
+		// only missing output is a failure.
+		require.NoError(t, err, "readelf %s %s", reFlag, path)
+		require.FailNow(t, "readelf printed no "+reSection, path)
+	}
+	type cieInfo struct {
+		signal bool
+		row    *truthRow
+	}
+	cies := map[string]*cieInfo{}
+	var fdes []truthFDE
+	var cur *truthFDE
+	var curCIE *cieInfo
+	var cols []string
+	signal := false
+	in := false
+	sc := bufio.NewScanner(bytes.NewReader(out))
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		if strings.HasPrefix(line, "Contents of the ") {
+			in = strings.HasPrefix(line, "Contents of the "+reSection+" section")
+			cur, curCIE = nil, nil
+			continue
+		}
+		if !in {
+			continue
+		}
+		switch {
+		case reRECIE.MatchString(line):
+			m := reRECIE.FindStringSubmatch(line)
+			curCIE = &cieInfo{signal: strings.Contains(m[2], "S")}
+			cies[m[1]] = curCIE
+			cur = nil
+		case reREFDE.MatchString(line):
+			m := reREFDE.FindStringSubmatch(line)
+			begin, _ := strconv.ParseUint(m[3], 16, 64)
+			end, _ := strconv.ParseUint(m[4], 16, 64)
+			c := cies[m[2]]
+			require.NotNil(t, c, "FDE of unknown CIE: %s", line)
+			fdes = append(fdes, truthFDE{begin: begin, end: end})
+			cur, curCIE = &fdes[len(fdes)-1], nil
+			signal = c.signal
+			// An FDE with no instructions prints no row: the CIE's
+			// initial row holds.
+			if c.row != nil {
+				cur.rows = append(cur.rows, truthRow{pc: begin, row: c.row.row})
+			}
+		case reREHeader.MatchString(line):
+			cols = strings.Fields(reREHeader.FindStringSubmatch(line)[1])
+		case reRERow.MatchString(line) && (cur != nil || curCIE != nil):
+			m := reRERow.FindStringSubmatch(line)
+			pc, _ := strconv.ParseUint(m[1], 16, 64)
+			f := reRECell.FindAllString(m[2], -1)
+			require.Len(t, f, len(cols)+1, "readelf row %q", line)
+			rules := map[string]string{}
+			for i, c := range cols {
+				rules[c] = f[i+1]
+			}
+			// readelf prints "u" both for a register with no rule yet
+			// and for DW_CFA_undefined; llvm-dwarfdump tells them apart.
+			if rules["rbp"] == "u" && !rbpUndefined[pc] {
+				delete(rules, "rbp")
+			}
+			cfa := f[0]
+			if cfa == "exp" {
+				cfa = exprs[pc]
+			}
+			if curCIE != nil {
+				curCIE.row = &truthRow{pc: pc, row: truthRule(cfa, rules, curCIE.signal)}
+				continue
+			}
+			cur.rows = append(cur.rows, truthRow{pc: pc, row: truthRule(cfa, rules, signal)})
+		}
+	}
+	require.NoError(t, sc.Err())
+	return fdes
+}
+
+// llvmRows returns, by address, the CFA expressions llvm-dwarfdump prints
+// and where it says RBP is undefined.
+func llvmRows(t *testing.T, path, flag, section string) (map[uint64]string, map[uint64]bool) {
+	t.Helper()
+	tool := "llvm-dwarfdump-14"
+	if _, err := exec.LookPath(tool); err != nil {
+		tool = "llvm-dwarfdump"
+	}
+	out, err := exec.Command(tool, flag, path).Output()
+	require.NoError(t, err, "%s %s %s", tool, flag, path)
+	exprs := map[uint64]string{}
+	rbpUndefined := map[uint64]bool{}
+	in, inFDE := false, false
+	sc := bufio.NewScanner(bytes.NewReader(out))
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		switch {
+		case strings.HasSuffix(line, " contents:"):
+			in = strings.HasPrefix(line, section)
+		case !in:
+		case reLLFDE.MatchString(line):
+			inFDE = true
+		case strings.Contains(line, " CIE"):
+			inFDE = false
+		case inFDE && reLLRow.MatchString(line):
+			m := reLLRow.FindStringSubmatch(line)
+			pc, _ := strconv.ParseUint(m[1], 16, 64)
+			if strings.HasPrefix(m[2], "DW_OP") {
+				exprs[pc] = m[2]
+			}
+			if strings.Contains(", "+m[3]+",", ", RBP=undefined,") {
+				rbpUndefined[pc] = true
+			}
+		}
+	}
+	require.NoError(t, sc.Err())
+	return exprs, rbpUndefined
+}
+
+// truthRule converts readelf's CFA and register rules.
+func truthRule(cfa string, rules map[string]string, signal bool) Row {
+	if signal {
+		return Row{CFA: CFASignal}
+	}
+	switch rules["ra"] {
+	case "u":
+		return Row{CFA: CFAEnd}
+	case "c-8":
+	default:
+		return Row{CFA: CFAUnsupported}
+	}
+	var r Row
+	if m := reCFAReg.FindStringSubmatch(cfa); m != nil {
+		off, _ := strconv.ParseInt(m[2], 10, 32)
+		r.CFA, r.CFAOffset = CFARSP, int32(off)
+		if m[1] == "rbp" {
+			r.CFA = CFARBP
+		}
+	} else if m := rePLT.FindStringSubmatch(cfa); m != nil {
+		off, _ := strconv.ParseInt(m[1], 10, 32)
+		th, _ := strconv.ParseUint(m[2], 10, 8)
+		r.CFA, r.CFAOffset, r.PLTThreshold = CFAPLT, int32(off), uint8(th)
+	} else {
+		return Row{CFA: CFAUnsupported}
+	}
+	switch rbp, ok := rules["rbp"]; {
+	case !ok || rbp == "s":
+		r.RBP = RBPUnchanged
+	case reAtCFA.MatchString(rbp):
+		off, _ := strconv.ParseInt(reAtCFA.FindStringSubmatch(rbp)[1], 10, 32)
+		r.RBP, r.RBPOffset = RBPAtCFA, int32(off)
+	default:
+		r.RBP = RBPUnsupported
+	}
+	return r
+}
+
+// agreement is the outcome of comparing a table with the ground truth.
+type agreement struct {
+	checked, mismatched int
+	byRule              map[CFARule]int // checked points by expected rule
+	examples            []string
+}
+
+// compare checks tbl against the ground truth at every row boundary of
+// both: at each llvm-dwarfdump row, at each of our rows inside an FDE, and
+// right after each FDE (which must be a gap or the next FDE).
+func compare(tbl *Table, fdes []truthFDE, ranges []Range) agreement {
+	a := agreement{byRule: map[CFARule]int{}}
+	inExec := func(begin, end uint64) bool {
+		for _, r := range ranges {
+			if r.Start <= begin && end <= r.End {
+				return true
+			}
+		}
+		return len(ranges) == 0
+	}
+	// The same selection as the compiler: non-empty, inside the code, the
+	// first of overlapping FDEs.
+	kept := slices.Clone(fdes)
+	slices.SortStableFunc(kept, func(x, y truthFDE) int {
+		switch {
+		case x.begin < y.begin:
+			return -1
+		case x.begin > y.begin:
+			return 1
+		}
+		return 0
+	})
+	var sel []truthFDE
+	var prevEnd uint64
+	for _, f := range kept {
+		if f.end <= f.begin || !inExec(f.begin, f.end) {
+			continue
+		}
+		if len(sel) > 0 && f.begin < prevEnd {
+			continue
+		}
+		sel = append(sel, f)
+		prevEnd = f.end
+	}
+	check := func(pc uint64, want Row) {
+		got, _ := tbl.Lookup(pc)
+		a.checked++
+		a.byRule[want.CFA]++
+		if !sameRule(got, want) {
+			a.mismatched++
+			if len(a.examples) < 10 {
+				a.examples = append(a.examples, fmt.Sprintf("at %#x: got %+v, want %+v", pc, got, want))
+			}
+		}
+	}
+	for i, f := range sel {
+		expect := func(pc uint64) Row {
+			var r Row
+			for _, tr := range f.rows {
+				if tr.pc <= pc {
+					r = tr.row
+				}
+			}
+			return r
+		}
+		for _, tr := range f.rows {
+			if tr.pc >= f.begin && tr.pc < f.end {
+				check(tr.pc, expect(tr.pc))
+			}
+		}
+		lo, _ := slices.BinarySearchFunc(tbl.Rows, f.begin, func(r Row, pc uint64) int { return cmpU64(r.PC, pc) })
+		for j := lo; j < len(tbl.Rows) && tbl.Rows[j].PC < f.end; j++ {
+			check(tbl.Rows[j].PC, expect(tbl.Rows[j].PC))
+		}
+		if i+1 == len(sel) || sel[i+1].begin > f.end {
+			check(f.end, Row{CFA: CFANone})
+		}
+	}
+	return a
+}
+
+func cmpU64(a, b uint64) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+// checkFile compiles path and compares it with llvm-dwarfdump. It returns
+// the agreement for the report.
+func checkFile(t *testing.T, path string, debug bool, compileFn func(*elf.File) (*Table, error), maxUnsupported float64) {
+	t.Helper()
+	f, err := elf.Open(path)
+	require.NoError(t, err)
+	defer f.Close()
+	tbl, err := compileFn(f)
+	require.NoError(t, err)
+	require.NotEmpty(t, tbl.Rows)
+	checkSorted(t, tbl)
+
+	fdes := groundTruth(t, path, debug)
+	require.NotEmpty(t, fdes, "readelf printed no FDE")
+	flag := ".eh_frame"
+	if debug {
+		flag = ".debug_frame"
+	}
+	a := compare(tbl, fdes, ExecRanges(f))
+	t.Logf("%s %s: %d rows (%d bytes at 8 B/row), %d FDEs; %d points checked, %d mismatched; by expected rule: %v",
+		filepath.Base(path), flag, len(tbl.Rows), 8*len(tbl.Rows), len(fdes), a.checked, a.mismatched, a.byRule)
+	require.Greater(t, a.checked, len(fdes))
+	require.Zero(t, a.mismatched, "disagreements with readelf:\n%s", strings.Join(a.examples, "\n"))
+	unsupported := float64(a.byRule[CFAUnsupported]) / float64(a.checked)
+	require.LessOrEqual(t, unsupported, maxUnsupported, "share of CFI rows the unwinder cannot follow")
+}
+
+// checkSorted asserts the table invariants: sorted, strictly increasing,
+// adjacent rows differ, offsets zero where unused.
+func checkSorted(t testing.TB, tbl *Table) {
+	t.Helper()
+	for i, r := range tbl.Rows {
+		if i > 0 {
+			require.Greater(t, r.PC, tbl.Rows[i-1].PC, "row %d", i)
+			require.False(t, sameRule(r, tbl.Rows[i-1]), "rows %d and %d hold the same rule", i-1, i)
+		}
+		switch r.CFA {
+		case CFARSP, CFARBP, CFAPLT:
+		default:
+			require.Zero(t, r.CFAOffset, "row %d", i)
+			require.Equal(t, RBPUnchanged, r.RBP, "row %d", i)
+		}
+		if r.RBP != RBPAtCFA {
+			require.Zero(t, r.RBPOffset, "row %d", i)
+		}
+		if r.CFA != CFAPLT {
+			require.Zero(t, r.PLTThreshold, "row %d", i)
+		}
+	}
+	if n := len(tbl.Rows); n > 0 {
+		require.Equal(t, CFANone, tbl.Rows[n-1].CFA, "the last row ends the last FDE")
+	}
+}
+
+func TestGroundTruthLibc(t *testing.T) {
+	checkFile(t, "/lib/x86_64-linux-gnu/libc.so.6", false, EHFrame, 0.01)
+}
+
+func TestGroundTruthPython(t *testing.T) {
+	checkFile(t, requireFile(t, "/usr/bin/python3.11"), false, EHFrame, 0.01)
+}
+
+func requireFile(t *testing.T, path string) string {
+	t.Helper()
+	_, err := os.Stat(path)
+	require.NoError(t, err, "%s is installed by scripts/install-deps.sh", path)
+	return path
+}
