@@ -17,6 +17,7 @@ import (
 	"github.com/bpfcol/bpfcol/internal/bpf/profiler"
 	"github.com/bpfcol/bpfcol/internal/symbolize"
 	"github.com/bpfcol/bpfcol/internal/symbolize/kernelsym"
+	"github.com/bpfcol/bpfcol/internal/unwind/cfi"
 	"github.com/bpfcol/bpfcol/internal/unwind/loader"
 	"github.com/bpfcol/bpfcol/receiver/ebpfprofreceiver/internal/aggregate"
 	"github.com/bpfcol/bpfcol/receiver/ebpfprofreceiver/internal/metadata"
@@ -48,14 +49,15 @@ type profilesReceiver struct {
 	next    xconsumer.Profiles
 	obsrecv *receiverhelper.ObsReport
 
-	sampler    *profiler.Sampler
-	unwind     *loader.Loader
-	stopUnwind context.CancelFunc
-	binaries   *symbolize.BinaryCache
-	kernelSyms *kernelsym.Symbolizer
-	symbolizer *symbolize.Symbolizer
-	telemetry  *metadata.TelemetryBuilder
-	wg         sync.WaitGroup
+	sampler      *profiler.Sampler
+	unwind       *loader.Loader
+	unwindTables *cfi.Store[symbolize.FileKey]
+	stopUnwind   context.CancelFunc
+	binaries     *symbolize.BinaryCache
+	kernelSyms   *kernelsym.Symbolizer
+	symbolizer   *symbolize.Symbolizer
+	telemetry    *metadata.TelemetryBuilder
+	wg           sync.WaitGroup
 
 	samples    chan []*profiler.Sample
 	batches    chan *aggregate.Batch
@@ -112,7 +114,7 @@ func (r *profilesReceiver) start(_ context.Context, _ component.Host) error {
 	}
 	// From here on Shutdown owns what Start created.
 	r.sampler, r.kernelSyms = sampler, kernelSyms
-	r.unwind = loader.New(loader.Config{Sink: sampler, Tables: r.unwindTables()})
+	r.startUnwind()
 	r.binaries = symbolize.NewBinaryCache(maxBinaries)
 	if r.symbolizer, err = symbolize.NewSymbolizer(r.cfg.Symbolizer.symbolizeConfig()); err != nil {
 		r.set.Logger.Warn("user frames named from the mapped binaries only", zap.Error(err))
@@ -270,7 +272,7 @@ func (r *profilesReceiver) Shutdown(ctx context.Context) error {
 		return nil
 	}
 	r.stopUnwind()
-	err := r.sampler.Close()
+	err := errors.Join(r.sampler.Close(), r.unwindTables.Close())
 	done := make(chan struct{})
 	go func() { r.wg.Wait(); close(done) }()
 	select {

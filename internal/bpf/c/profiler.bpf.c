@@ -58,6 +58,13 @@ struct sample {
 #define SAMPLE_COMPLETE (1U << 3)        // the walk reached the process root
 #define SAMPLE_UNKNOWN_MAPPING (1U << 4) // an address outside the loaded mappings
 #define SAMPLE_NO_TABLE (1U << 5)        // the process's tables are not loaded
+#define SAMPLE_STOP_SHIFT 8              // bits 8-11: enum unwind_stop of a CFI walk
+
+// Set on a user[] entry (after the first) that is not a return address: an
+// interrupted PC after a signal frame, and the signal trampoline itself,
+// whose return address is its first instruction. User space names it
+// as is instead of at the call before it.
+#define FRAME_PC_EXACT (1ULL << 63)
 
 // Largest user address on x86-64 with 4-level paging.
 #define MAX_USER_ADDR 0x00007fffffffffffULL
@@ -212,7 +219,7 @@ static long unwind_step(u64 i, struct walk *w)
 	u32 n = w->n;
 	if (n >= MAX_STACK_DEPTH)
 		return stop(w, UNWIND_STOP_DEPTH_LIMIT);
-	w->s->user[n] = pc;
+	w->s->user[n] = pc | (w->exact_pc && n > 0 ? FRAME_PC_EXACT : 0);
 	w->n = n + 1;
 
 	struct unwind_mapping *m = &w->proc->mappings[mi & (UNWIND_MAX_MAPPINGS - 1)];
@@ -243,6 +250,8 @@ static long unwind_step(u64 i, struct walk *w)
 		cfa = w->sp + r->cfa_off + ((pc & 15) >= UNWIND_PLT_THRESHOLD ? 8 : 0);
 		break;
 	case UNWIND_CFA_SIGNAL: {
+		if (n > 0)
+			w->s->user[n] = pc | FRAME_PC_EXACT;
 		// rbp, then rsp and rip: read the span in one go.
 		u64 span[(UC_RIP - UC_RBP) / 8 + 1];
 		if (bpf_probe_read_user(span, sizeof(span), (void *)(w->sp + UC_RBP)))
@@ -308,7 +317,7 @@ static __always_inline bool unwind_cfi(struct sample *s, struct unwind_proc *pro
 	}
 	if (!w.stopped)
 		w.stop = UNWIND_STOP_DEPTH_LIMIT;
-	s->flags |= SAMPLE_CFI;
+	s->flags |= SAMPLE_CFI | ((w.stop & 0xf) << SAMPLE_STOP_SHIFT);
 	if (w.stop == UNWIND_STOP_COMPLETE)
 		s->flags |= SAMPLE_COMPLETE;
 	s->user_bytes = w.n * sizeof(u64);

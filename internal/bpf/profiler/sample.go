@@ -24,6 +24,9 @@ type Sample struct {
 	// User holds the user stack found by frame-pointer walking, the
 	// interrupted PC first.
 	User []uint64
+	// UserPCs has bit i set when User[i] (i > 0) is not a return address:
+	// the PC interrupted by a signal, or the signal trampoline.
+	UserPCs [2]uint64
 	// UserIP, UserSP and UserBP are the user registers of the task.
 	UserIP, UserSP, UserBP uint64
 	// SPWords are the two words at UserSP when SPWordsValid is set: the
@@ -43,6 +46,14 @@ type Sample struct {
 	// NoTable is set when the process's tables were not loaded yet; User
 	// then holds the frame-pointer stack.
 	NoTable bool
+	// Stop is why the CFI walk stopped (StopNoTable when there was none).
+	Stop StopReason
+}
+
+// IsPC reports whether User[i] is a PC to name as is: the leaf, or a frame
+// the kernel entered without a call (a signal frame).
+func (s *Sample) IsPC(i int) bool {
+	return i == 0 || (i < 128 && s.UserPCs[i/64]&(1<<(i%64)) != 0)
 }
 
 // Counters are the sampler's own counts since it was loaded.

@@ -38,6 +38,8 @@ const (
 	flagComplete      = 1 << 3
 	flagUnknownMap    = 1 << 4
 	flagNoTable       = 1 << 5
+	flagStopShift     = 8
+	framePCExact      = 1 << 63
 	recordSize        = int(unsafe.Sizeof(profilerSample{}))
 	maxRingBufferSize = 256 << 20
 )
@@ -171,6 +173,13 @@ func decode(rec *profilerSample, dst *Sample) {
 	dst.Comm = commString(rec.Comm[:])
 	dst.Kernel = appendFrames(dst.Kernel[:0], rec.Kernel[:], rec.KernelBytes)
 	dst.User = appendFrames(dst.User[:0], rec.User[:], rec.UserBytes)
+	dst.UserPCs = [2]uint64{}
+	for i, a := range dst.User {
+		if a&framePCExact != 0 {
+			dst.User[i] = a &^ framePCExact
+			dst.UserPCs[i/64] |= 1 << (i % 64)
+		}
+	}
 	dst.UserIP, dst.UserSP, dst.UserBP = rec.UserIp, rec.UserSp, rec.UserBp
 	dst.SPWords = rec.SpWords
 	dst.SPWordsValid = rec.Flags&flagSPWordsValid != 0
@@ -179,6 +188,10 @@ func decode(rec *profilerSample, dst *Sample) {
 	dst.Complete = rec.Flags&flagComplete != 0
 	dst.UnknownMapping = rec.Flags&flagUnknownMap != 0
 	dst.NoTable = rec.Flags&flagNoTable != 0
+	dst.Stop = StopNoTable
+	if dst.CFI {
+		dst.Stop = StopReason(rec.Flags >> flagStopShift & 0xf)
+	}
 }
 
 func appendFrames(dst, frames []uint64, nbytes int32) []uint64 {

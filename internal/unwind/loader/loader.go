@@ -13,6 +13,7 @@ import (
 	"container/list"
 	"context"
 	"debug/elf"
+	"errors"
 	"math"
 	"os"
 	"sync"
@@ -36,17 +37,20 @@ type Sink interface {
 	DeleteUnwindMappings(pid uint32) error
 }
 
-// TableFunc returns the compiled unwind table of the file identified by
-// key; open opens it. A nil table with a nil error means the file has no
-// CFI.
-type TableFunc func(key symbolize.FileKey, open func() (*os.File, error)) (*cfi.Table, error)
+// Tables builds files' unwind tables off the loader's goroutine: a
+// *cfi.Store. The loader asks with Request, learns through Built that a
+// table is ready, and takes it with Get.
+type Tables interface {
+	Get(key symbolize.FileKey) (*cfi.Entry, bool)
+	Request(key symbolize.FileKey, open func() (*os.File, error)) bool
+}
 
 // Config configures a Loader.
 type Config struct {
 	// Sink receives the rows and mappings.
 	Sink Sink
-	// Tables compiles a file's table.
-	Tables TableFunc
+	// Tables builds the files' tables.
+	Tables Tables
 	// MaxProcesses bounds the processes loaded; beyond it the one seen
 	// least recently is dropped. Zero means 1024.
 	MaxProcesses int
@@ -77,18 +81,31 @@ type Stats struct {
 	DroppedRequests int64
 }
 
-// fileEntry is one file's table in the row store, or the knowledge that it
-// has none usable.
+// fileState is where a file's table is.
+type fileState uint8
+
+const (
+	// filePending: the table is being built, or was evicted; frame
+	// pointers meanwhile.
+	filePending fileState = iota
+	// fileRows: the table is in the row store.
+	fileRows
+	// fileFramePointers: no usable CFI (none, Go, too large); frame
+	// pointers for good.
+	fileFramePointers
+)
+
+// fileEntry is one file mapped by loaded processes.
 type fileEntry struct {
 	key   symbolize.FileKey
+	state fileState
 	first uint32 // rows [first, first+count) of the store
 	count uint32
 	base  uint64 // ELF address the rows' PCs are relative to
-	// framePointers: no rows; frames here are followed by frame pointers.
-	framePointers bool
-	loads         []elf.ProgHeader
-	refs          int // processes mapping it
-	lru           *list.Element
+	loads []elf.ProgHeader
+	open  func() (*os.File, error)
+	refs  int // processes mapping it
+	lru   *list.Element
 }
 
 type procIdentity struct {
@@ -109,10 +126,13 @@ type Loader struct {
 	cfg      Config
 	requests chan uint32
 
+	built chan symbolize.FileKey
+
 	mu       sync.Mutex
 	queued   map[uint32]struct{}
 	lastLoad map[uint32]time.Time
 	seen     map[uint32]struct{}
+	ready    map[uint32]bool // written, and no file of it pending
 
 	// Owned by the Run goroutine.
 	arena *arena
@@ -142,9 +162,11 @@ func New(cfg Config) *Loader {
 	l := &Loader{
 		cfg:      cfg,
 		requests: make(chan uint32, cfg.QueueSize),
+		built:    make(chan symbolize.FileKey, cfg.QueueSize),
 		queued:   map[uint32]struct{}{},
 		lastLoad: map[uint32]time.Time{},
 		seen:     map[uint32]struct{}{},
+		ready:    map[uint32]bool{},
 		arena:    newArena(cfg.Sink.UnwindRowCapacity()),
 		files:    map[symbolize.FileKey]*fileEntry{},
 		lru:      list.New(),
@@ -184,6 +206,16 @@ func (l *Loader) Observe(s *profiler.Sample) {
 	}
 }
 
+// Built tells the loader that key's table is ready in Tables (a
+// cfi.Store's onBuilt). It never blocks; a notice lost on a full queue is
+// caught up by the next sweep.
+func (l *Loader) Built(key symbolize.FileKey) {
+	select {
+	case l.built <- key:
+	default:
+	}
+}
+
 // Stats returns the loader's counts; safe from any goroutine.
 func (l *Loader) Stats() Stats {
 	return Stats{
@@ -213,6 +245,10 @@ func (l *Loader) Run(ctx context.Context) {
 			l.lastLoad[pid] = time.Now()
 			l.mu.Unlock()
 			l.Load(pid)
+		case key := <-l.built:
+			if fe, ok := l.files[key]; ok && fe.state == filePending {
+				l.materialize(fe)
+			}
 		case <-sweep.C:
 			l.sweep()
 		}
@@ -286,10 +322,9 @@ func (l *Loader) write(pid uint32, pe *procEntry) error {
 		if m.File() {
 			fe := l.files[symbolize.FileKey{Dev: m.Dev, Ino: m.Inode}]
 			switch {
-			case fe == nil || (!fe.framePointers && fe.count == 0):
-				// Evicted, or could not be opened this time.
+			case fe == nil || fe.state == filePending:
 				um.Kind = profiler.MappingPending
-			case !fe.framePointers:
+			case fe.state == fileRows:
 				if bias, ok := loadBias(fe.loads, m); ok {
 					um.Kind = profiler.MappingCFI
 					um.TableBase = fe.base + bias
@@ -299,7 +334,25 @@ func (l *Loader) write(pid uint32, pe *procEntry) error {
 		}
 		out = append(out, um)
 	}
-	return l.cfg.Sink.SetUnwindMappings(pid, out)
+	if err := l.cfg.Sink.SetUnwindMappings(pid, out); err != nil {
+		return err
+	}
+	ready := true
+	for _, um := range out {
+		ready = ready && um.Kind != profiler.MappingPending
+	}
+	l.mu.Lock()
+	l.ready[pid] = ready
+	l.mu.Unlock()
+	return nil
+}
+
+// Ready reports whether pid's mappings are in the sampler with every
+// file's table loaded: its samples are walked with CFI from now on.
+func (l *Loader) Ready(pid uint32) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.ready[pid]
 }
 
 // loadBias is the difference between m's runtime addresses and the ELF
@@ -314,24 +367,29 @@ func loadBias(loads []elf.ProgHeader, m *process.Mapping) (uint64, bool) {
 	return 0, false
 }
 
-// file returns the entry of m's file, loading its table the first time.
+// file returns the entry of m's file, asking for its table the first time.
 // It returns nil when the file cannot be opened now.
 func (l *Loader) file(pid uint32, m *process.Mapping) *fileEntry {
 	key := symbolize.FileKey{Dev: m.Dev, Ino: m.Inode}
-	if fe, ok := l.files[key]; ok && (fe.framePointers || fe.count > 0) {
+	if fe, ok := l.files[key]; ok {
+		if fe.state == filePending {
+			l.materialize(fe)
+		}
 		return fe
 	}
-	open := func() (*os.File, error) { return process.OpenMapping(int(pid), m) }
+	mapping := *m
+	open := func() (*os.File, error) { return process.OpenMapping(int(pid), &mapping) }
 	f, err := open()
 	if err != nil {
 		return nil
 	}
+	fe := &fileEntry{key: key, open: open}
 	ef, err := elf.NewFile(f)
 	if err != nil {
 		f.Close()
-		return l.addFile(&fileEntry{key: key, framePointers: true})
+		fe.state = fileFramePointers
+		return l.addFile(fe)
 	}
-	fe := &fileEntry{key: key}
 	for _, p := range ef.Progs {
 		if p.Type == elf.PT_LOAD {
 			fe.loads = append(fe.loads, p.ProgHeader)
@@ -343,53 +401,81 @@ func (l *Loader) file(pid uint32, m *process.Mapping) *fileEntry {
 	ef.Close()
 	f.Close()
 	if goBinary {
-		fe.framePointers = true
+		fe.state = fileFramePointers
 		return l.addFile(fe)
 	}
-	table, err := l.cfg.Tables(key, open)
-	if err != nil {
+	l.addFile(fe)
+	l.materialize(fe)
+	return fe
+}
+
+// materialize puts a pending file's table into the row store when it is
+// built, and asks for it otherwise. The processes mapping it are rewritten.
+func (l *Loader) materialize(fe *fileEntry) {
+	e, ok := l.cfg.Tables.Get(fe.key)
+	if !ok {
+		l.cfg.Tables.Request(fe.key, fe.open)
+		return
+	}
+	if e.Table == nil || len(e.Table.Rows) == 0 {
+		if e.Err != nil {
+			l.tableErr.Add(1)
+		}
+		if errors.Is(e.Err, cfi.ErrPending) {
+			l.cfg.Tables.Request(fe.key, fe.open) // built again once fetched
+			return
+		}
+		fe.state = fileFramePointers
+		l.rewrite(fe)
+		return
+	}
+	rows := e.Table.Rows
+	base := rows[0].PC
+	if rows[len(rows)-1].PC-base > math.MaxUint32 || uint64(len(rows)) > uint64(l.arena.size) {
 		l.tableErr.Add(1)
-	}
-	if err != nil || table == nil || len(table.Rows) == 0 {
-		fe.framePointers = true
-		return l.addFile(fe)
-	}
-	rows := table.Rows
-	fe.base = rows[0].PC
-	if rows[len(rows)-1].PC-fe.base > math.MaxUint32 || uint64(len(rows)) > uint64(l.arena.size) {
-		l.tableErr.Add(1)
-		fe.framePointers = true
-		return l.addFile(fe)
+		fe.state = fileFramePointers
+		l.rewrite(fe)
+		return
 	}
 	first, ok := l.alloc(uint32(len(rows)))
 	if !ok {
-		return nil
+		return
 	}
-	if err := l.cfg.Sink.WriteUnwindRows(first, rows, fe.base); err != nil {
+	if err := l.cfg.Sink.WriteUnwindRows(first, rows, base); err != nil {
 		l.arena.release(first, uint32(len(rows)))
 		l.tableErr.Add(1)
-		return nil
+		return
 	}
-	fe.first, fe.count = first, uint32(len(rows))
+	fe.state, fe.first, fe.count, fe.base = fileRows, first, uint32(len(rows)), base
 	fe.lru = l.lru.PushFront(fe)
 	l.rowBytes.Store(int64(l.arena.used) * profiler.UnwindRowBytes)
-	return l.addFile(fe)
+	l.nfiles.Store(int64(l.lru.Len()))
+	l.rewrite(fe)
+}
+
+// rewrite writes again the mappings of every loaded process mapping fe.
+func (l *Loader) rewrite(fe *fileEntry) {
+	for pid, pe := range l.procs {
+		if _, ok := pe.files[fe]; ok {
+			if err := l.write(pid, pe); err != nil {
+				// Gone, or the map refused: never leave a process
+				// pointing at rows that may be reused.
+				l.forget(pid)
+			}
+		}
+	}
 }
 
 func (l *Loader) addFile(fe *fileEntry) *fileEntry {
-	if old, ok := l.files[fe.key]; ok {
-		fe.refs = old.refs
-	}
 	l.files[fe.key] = fe
 	// Entries without rows are small; keep their number bounded too.
 	if len(l.files) > 4*l.cfg.MaxProcesses {
 		for k, e := range l.files {
-			if e.refs == 0 && e.count == 0 {
+			if e.refs == 0 && e.state != fileRows && e != fe {
 				delete(l.files, k)
 			}
 		}
 	}
-	l.nfiles.Store(int64(l.lru.Len()))
 	return fe
 }
 
@@ -419,18 +505,10 @@ func (l *Loader) alloc(count uint32) (uint32, bool) {
 func (l *Loader) evict(fe *fileEntry) {
 	l.lru.Remove(fe.lru)
 	fe.lru = nil
-	delete(l.files, fe.key)
-	for pid, pe := range l.procs {
-		if _, ok := pe.files[fe]; ok {
-			delete(pe.files, fe)
-			if err := l.write(pid, pe); err != nil {
-				// The process is gone or the map refused: do not leave
-				// it pointing at rows about to be reused.
-				l.forget(pid)
-			}
-		}
-	}
+	fe.state = filePending
+	l.rewrite(fe)
 	l.arena.release(fe.first, fe.count)
+	fe.first, fe.count = 0, 0
 	l.evictions.Add(1)
 	l.rowBytes.Store(int64(l.arena.used) * profiler.UnwindRowBytes)
 	l.nfiles.Store(int64(l.lru.Len()))
@@ -448,6 +526,7 @@ func (l *Loader) forget(pid uint32) {
 	l.processes.Store(int64(len(l.procs)))
 	l.mu.Lock()
 	delete(l.lastLoad, pid)
+	delete(l.ready, pid)
 	l.mu.Unlock()
 }
 
@@ -479,6 +558,11 @@ func (l *Loader) sweep() {
 			for fe := range pe.files {
 				l.touch(fe)
 			}
+		}
+	}
+	for _, fe := range l.files {
+		if fe.state == filePending && fe.refs > 0 {
+			l.materialize(fe)
 		}
 	}
 	for pid, pe := range l.procs {

@@ -178,7 +178,10 @@ func (a *Aggregator) Add(s *profiler.Sample) {
 }
 
 func (a *Aggregator) userFrames(proc *Process, s *profiler.Sample) []UserFrame {
-	if len(s.User) == 0 || !possibleFrame(proc, s.User[0]) {
+	// Without the process's mappings no user frame can be checked (it
+	// exited before it was read, or was exiting: its maps were empty):
+	// none is emitted.
+	if len(s.User) == 0 || proc == nil || !possibleFrame(proc, s.User[0]) {
 		return nil
 	}
 	frames := make([]UserFrame, 0, len(s.User)+1)
@@ -198,14 +201,14 @@ func (a *Aggregator) userFrames(proc *Process, s *profiler.Sample) []UserFrame {
 			a.stats.CallersRecovered++
 		}
 	}
-	for _, addr := range s.User[1:] {
+	for i, addr := range s.User[1:] {
 		// A frame-pointer walk through code without frame pointers reads
 		// garbage: an impossible address ends the stack.
 		if !possibleFrame(proc, addr) {
 			a.stats.TruncatedStacks++
 			break
 		}
-		frames = append(frames, UserFrame{Addr: addr, Return: true, Mapping: mappingOf(addr)})
+		frames = append(frames, UserFrame{Addr: addr, Return: !s.IsPC(i + 1), Mapping: mappingOf(addr)})
 	}
 	a.holdBinaries(proc, frames)
 	return frames
@@ -215,12 +218,9 @@ func (a *Aggregator) userFrames(proc *Process, s *profiler.Sample) []UserFrame {
 const maxUserAddr = 0x00007fffffffffff
 
 // possibleFrame reports whether addr can be a user frame of proc: not zero,
-// canonical, and in one of its executable mappings when they are known.
+// canonical, and in one of its executable mappings.
 func possibleFrame(proc *Process, addr uint64) bool {
-	if addr == 0 || addr > maxUserAddr {
-		return false
-	}
-	return proc == nil || len(proc.Mappings) == 0 || proc.Mapping(addr) != nil
+	return addr != 0 && addr <= maxUserAddr && proc.Mapping(addr) != nil
 }
 
 // stackKey serializes what makes two samples the same stack.

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/bpfcol/bpfcol/internal/bpf/profiler"
+	"github.com/bpfcol/bpfcol/internal/process"
 )
 
 // TestAggregateCountsAndBounds adds samples of a few stacks and checks the
@@ -18,7 +19,8 @@ func TestAggregateCountsAndBounds(t *testing.T) {
 		MaxTimestamps: 3,
 		ProcessInfo: func(pid int) (*Process, error) {
 			reads++
-			return &Process{PID: pid, ExePath: "/proc/self/exe"}, nil
+			// Every frame of the samples below is in this mapping.
+			return &Process{PID: pid, ExePath: "/proc/self/exe", Mappings: []process.Mapping{{Start: 0, End: 0x1000, Perms: "r-xp"}}}, nil
 		},
 	})
 	sample := func(tid uint32, user ...uint64) *profiler.Sample {
