@@ -356,9 +356,15 @@ func (l *Loader) Ready(pid uint32) bool {
 }
 
 // loadBias is the difference between m's runtime addresses and the ELF
-// addresses of the segment it maps.
+// addresses of the executable segment it maps. Only executable segments
+// count: the page that holds the end of the read-only segment before the
+// code is mapped again, at another offset-to-address delta, as the code's
+// first page.
 func loadBias(loads []elf.ProgHeader, m *process.Mapping) (uint64, bool) {
 	for _, p := range loads {
+		if p.Flags&elf.PF_X == 0 {
+			continue
+		}
 		start := p.Off &^ 0xfff
 		if m.Offset >= start && m.Offset < p.Off+p.Filesz {
 			return m.Start - m.Offset - (p.Vaddr - p.Off), true
