@@ -75,6 +75,13 @@ type cfiRun struct {
 // profile, warm-up included.
 func profileWithCFI(t *testing.T, d time.Duration, cmds ...*exec.Cmd) *cfiRun {
 	t.Helper()
+	return profileWithCFIDuring(t, d, nil, cmds...)
+}
+
+// profileWithCFIDuring is profileWithCFI calling measuring, if not nil,
+// when the measured interval starts.
+func profileWithCFIDuring(t *testing.T, d time.Duration, measuring func(), cmds ...*exec.Cmd) *cfiRun {
+	t.Helper()
 	testenv.RequireBPF(t)
 	run := &cfiRun{}
 	cfg := createDefaultConfig().(*Config)
@@ -112,7 +119,11 @@ func profileWithCFI(t *testing.T, d time.Duration, cmds ...*exec.Cmd) *cfiRun {
 	// the margin covers samples taken before and drained after (the drain
 	// runs every 100ms).
 	run.sink.from.Store(time.Now().Add(500 * time.Millisecond).UnixNano())
-	time.Sleep(d + cfg.ReportInterval + 500*time.Millisecond)
+	time.Sleep(500 * time.Millisecond)
+	if measuring != nil {
+		measuring()
+	}
+	time.Sleep(d + cfg.ReportInterval)
 	stop()
 	t.Logf("unwind stops: %s", stopsString(run.counters))
 	checkNoImpossibleFrames(t, run.sink.all)
