@@ -2,6 +2,8 @@ package ebpfprofreceiver
 
 import (
 	"context"
+	"fmt"
+	"os"
 	"os/exec"
 	"slices"
 	"strings"
@@ -311,4 +313,54 @@ func TestCFIRustRelease(t *testing.T) {
 	checkChain(t, run.samplesOf(cmd.Process.Pid), []string{
 		"rustchain::hot", "rustchain::level3", "rustchain::level2", "rustchain::level1", "rustchain::main", "main",
 	}, 0.99)
+}
+
+// TestJITFramesNamedNode profiles Node with --perf-basic-prof: its JIT
+// frames (anonymous executable memory, walked by frame pointers) are named
+// from /tmp/perf-PID.map, and the stacks through them reach the root
+// through node's own CFI.
+func TestJITFramesNamedNode(t *testing.T) {
+	node, err := exec.LookPath("node")
+	if err != nil {
+		t.Fatalf("node is not installed: %v", err)
+	}
+	cmd := startWorkload(t, node, "--perf-basic-prof", "-e", `
+function fib(n) { return n < 2 ? n : fib(n - 1) + fib(n - 2); }
+function spin() { for (;;) { globalThis.sink = fib(24); } }
+spin();
+`)
+	t.Cleanup(func() { os.Remove(fmt.Sprintf("/tmp/perf-%d.map", cmd.Process.Pid)) })
+	// Let V8 compile fib and write its perf map entries.
+	time.Sleep(time.Second)
+	run := profileWithCFI(t, 5*time.Second, cmd)
+	// node's main tail-calls node::Start, so either may be on the stack.
+	reachesMain := func(names []string) bool {
+		return completeStack(names) && (slices.Contains(names, "main") || slices.Contains(names, "node::Start(int, char**)"))
+	}
+	var total, named, complete int64
+	for _, s := range run.samplesOf(cmd.Process.Pid) {
+		names := s.UserNames()
+		total += s.Count
+		if !slices.ContainsFunc(names, func(n string) bool { return strings.Contains(n, "fib") }) {
+			continue
+		}
+		named += s.Count
+		if reachesMain(names) {
+			complete += s.Count
+		}
+	}
+	t.Logf("node: %d samples, %d with a JS frame named fib, %d of those complete to node's main (%.1f%%)",
+		total, named, complete, pct(complete, named))
+	if named < total/2 || named < 50 {
+		t.Fatalf("only %d of %d samples have a JS frame named fib; some: %v", named, total, incompleteExamples(run.samplesOf(cmd.Process.Pid)))
+	}
+	if pct(complete, named) < 95 {
+		var some []string
+		for _, s := range run.samplesOf(cmd.Process.Pid) {
+			if names := s.UserNames(); !reachesMain(names) && len(some) < 3 {
+				some = append(some, "["+joinNames(names)+"]")
+			}
+		}
+		t.Fatalf("%.1f%% of the samples in fib are complete to main; some that are not: %v", pct(complete, named), some)
+	}
 }
