@@ -19,6 +19,7 @@ import (
 
 	"github.com/bpfcol/bpfcol/internal/bpf/profiler"
 	"github.com/bpfcol/bpfcol/internal/pprofiletest"
+	"github.com/bpfcol/bpfcol/internal/process"
 	"github.com/bpfcol/bpfcol/internal/testenv"
 	"github.com/bpfcol/bpfcol/internal/testworkload"
 	"github.com/bpfcol/bpfcol/receiver/ebpfprofreceiver/internal/metadata"
@@ -84,6 +85,13 @@ func profileWithCFI(t *testing.T, d time.Duration, cmds ...*exec.Cmd) *cfiRun {
 // when the measured interval starts.
 func profileWithCFIDuring(t *testing.T, d time.Duration, measuring func(), cmds ...*exec.Cmd) *cfiRun {
 	t.Helper()
+	return profileWithCFIWhen(t, d, nil, measuring, cmds...)
+}
+
+// profileWithCFIWhen also waits, before measuring, for ready (if not nil)
+// to hold.
+func profileWithCFIWhen(t *testing.T, d time.Duration, ready func(*profilesReceiver) bool, measuring func(), cmds ...*exec.Cmd) *cfiRun {
+	t.Helper()
 	testenv.RequireBPF(t)
 	run := &cfiRun{}
 	cfg := createDefaultConfig().(*Config)
@@ -115,6 +123,12 @@ func profileWithCFIDuring(t *testing.T, d time.Duration, measuring func(), cmds 
 			}
 			time.Sleep(20 * time.Millisecond)
 		}
+	}
+	for ready != nil && !ready(r) {
+		if time.Since(start) > 30*time.Second {
+			t.Fatalf("not ready after 30s: %+v", r.unwind.Stats())
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 	t.Logf("tables loaded %v after start: %+v", time.Since(start).Round(time.Millisecond), r.unwind.Stats())
 	// Only intervals that start after this hold no sample from before:
@@ -363,4 +377,28 @@ spin();
 		}
 		t.Fatalf("%.1f%% of the samples in fib are complete to main; some that are not: %v", pct(complete, named), some)
 	}
+}
+
+// TestCFIDlopen loads a library long after the process's tables were
+// loaded. The first samples in it fall outside the loaded mappings; that
+// alone makes the loader read the process's mappings again (no polling),
+// and from then on its frames are walked with its CFI.
+func TestCFIDlopen(t *testing.T) {
+	lib := testworkload.BuildC(t, "dlopenlib.c", append([]string{"-shared", "-fPIC"}, noFramePointers...)...)
+	bin := testworkload.BuildC(t, "dlopenhot.c", noFramePointers...)
+	cmd := startWorkload(t, bin, lib, "3")
+	pid := cmd.Process.Pid
+	run := profileWithCFIWhen(t, 5*time.Second, func(r *profilesReceiver) bool {
+		maps, err := process.ReadMappings(pid)
+		if err != nil {
+			return false
+		}
+		for _, m := range maps {
+			if m.Path == lib && m.Executable() {
+				return r.unwind.Covers(uint32(pid), m.Start)
+			}
+		}
+		return false
+	}, nil, cmd)
+	checkChain(t, run.samplesOf(pid), []string{"lib_hot", "lib_outer", "call_lib", "main"}, 0.99)
 }

@@ -58,6 +58,7 @@ struct sample {
 #define SAMPLE_COMPLETE (1U << 3)        // the walk reached the process root
 #define SAMPLE_UNKNOWN_MAPPING (1U << 4) // an address outside the loaded mappings
 #define SAMPLE_NO_TABLE (1U << 5)        // the process's tables are not loaded
+#define SAMPLE_LEAF_FP (1U << 6)         // the CFI walk left the leaf by its frame pointer
 #define SAMPLE_STOP_SHIFT 8              // bits 8-11: enum unwind_stop of a CFI walk
 
 // Set on a user[] entry (after the first) that is not a return address: an
@@ -104,6 +105,7 @@ struct walk {
 	u8 stopped;
 	u8 exact_pc;    // pc is an interrupted PC, not a return address
 	u8 bp_known;    // bp holds this frame's RBP
+	u8 leaf_fp;     // the leaf was left by its frame pointer: its caller may be lost
 };
 
 // Anchors the record type in BTF so bpf2go can mirror it in Go; costs one
@@ -185,6 +187,8 @@ static __always_inline long stop(struct walk *w, u32 reason)
 // the return address at [RBP+8].
 static __always_inline long step_fp(struct walk *w, u32 reason)
 {
+	if (w->n == 1)
+		w->leaf_fp = 1;
 	if (!w->bp_known || w->bp < w->sp || w->bp > MAX_USER_ADDR)
 		return stop(w, reason);
 	u64 frame[2];
@@ -318,6 +322,8 @@ static __always_inline bool unwind_cfi(struct sample *s, struct unwind_proc *pro
 	if (!w.stopped)
 		w.stop = UNWIND_STOP_DEPTH_LIMIT;
 	s->flags |= SAMPLE_CFI | ((w.stop & 0xf) << SAMPLE_STOP_SHIFT);
+	if (w.leaf_fp)
+		s->flags |= SAMPLE_LEAF_FP;
 	if (w.stop == UNWIND_STOP_COMPLETE)
 		s->flags |= SAMPLE_COMPLETE;
 	s->user_bytes = w.n * sizeof(u64);

@@ -35,9 +35,14 @@ type Sample struct {
 	SPWordsValid bool
 	// KernelThread is set for kernel threads, which have no user stack.
 	KernelThread bool
-	// CFI is set when User was walked with the process's CFI tables: its
-	// leaf's caller is exact, no frameless-leaf guess is needed.
+	// CFI is set when User was walked with the process's CFI tables.
+	// Unless LeafFramePointer is set too, its leaf's caller is exact and
+	// no frameless-leaf guess is needed.
 	CFI bool
+	// LeafFramePointer is set when that walk left the leaf by its frame
+	// pointer (code without CFI: Go, JIT): a frameless leaf's caller may
+	// be missing, as in a frame-pointer stack.
+	LeafFramePointer bool
 	// Complete is set when that walk reached the process root.
 	Complete bool
 	// UnknownMapping is set when the walk met an address outside the

@@ -38,6 +38,7 @@ const (
 	flagComplete      = 1 << 3
 	flagUnknownMap    = 1 << 4
 	flagNoTable       = 1 << 5
+	flagLeafFP        = 1 << 6
 	flagStopShift     = 8
 	framePCExact      = 1 << 63
 	recordSize        = int(unsafe.Sizeof(profilerSample{}))
@@ -188,6 +189,7 @@ func decode(rec *profilerSample, dst *Sample) {
 	dst.Complete = rec.Flags&flagComplete != 0
 	dst.UnknownMapping = rec.Flags&flagUnknownMap != 0
 	dst.NoTable = rec.Flags&flagNoTable != 0
+	dst.LeafFramePointer = rec.Flags&flagLeafFP != 0
 	dst.Stop = StopNoTable
 	if dst.CFI {
 		dst.Stop = StopReason(rec.Flags >> flagStopShift & 0xf)

@@ -132,7 +132,7 @@ type Loader struct {
 	queued   map[uint32]struct{}
 	lastLoad map[uint32]time.Time
 	seen     map[uint32]struct{}
-	ready    map[uint32]bool // written, and no file of it pending
+	written  map[uint32][]profiler.UnwindMapping // what the sampler holds
 
 	// Owned by the Run goroutine.
 	arena *arena
@@ -166,7 +166,7 @@ func New(cfg Config) *Loader {
 		queued:   map[uint32]struct{}{},
 		lastLoad: map[uint32]time.Time{},
 		seen:     map[uint32]struct{}{},
-		ready:    map[uint32]bool{},
+		written:  map[uint32][]profiler.UnwindMapping{},
 		arena:    newArena(cfg.Sink.UnwindRowCapacity()),
 		files:    map[symbolize.FileKey]*fileEntry{},
 		lru:      list.New(),
@@ -337,12 +337,8 @@ func (l *Loader) write(pid uint32, pe *procEntry) error {
 	if err := l.cfg.Sink.SetUnwindMappings(pid, out); err != nil {
 		return err
 	}
-	ready := true
-	for _, um := range out {
-		ready = ready && um.Kind != profiler.MappingPending
-	}
 	l.mu.Lock()
-	l.ready[pid] = ready
+	l.written[pid] = out
 	l.mu.Unlock()
 	return nil
 }
@@ -352,7 +348,24 @@ func (l *Loader) write(pid uint32, pe *procEntry) error {
 func (l *Loader) Ready(pid uint32) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.ready[pid]
+	maps, ok := l.written[pid]
+	for _, m := range maps {
+		ok = ok && m.Kind != profiler.MappingPending
+	}
+	return ok
+}
+
+// Covers reports whether the sampler holds a mapping of pid containing
+// addr, with its file's table loaded (or known to have none).
+func (l *Loader) Covers(pid uint32, addr uint64) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, m := range l.written[pid] {
+		if addr >= m.Start && addr < m.End {
+			return m.Kind != profiler.MappingPending
+		}
+	}
+	return false
 }
 
 // loadBias is the difference between m's runtime addresses and the ELF
@@ -532,7 +545,7 @@ func (l *Loader) forget(pid uint32) {
 	l.processes.Store(int64(len(l.procs)))
 	l.mu.Lock()
 	delete(l.lastLoad, pid)
-	delete(l.ready, pid)
+	delete(l.written, pid)
 	l.mu.Unlock()
 }
 

@@ -193,9 +193,9 @@ func (a *Aggregator) userFrames(proc *Process, s *profiler.Sample) []UserFrame {
 	}
 	leaf := UserFrame{Addr: s.User[0], Mapping: mappingOf(s.User[0])}
 	frames = append(frames, leaf)
-	// A CFI walk found the leaf's caller exactly; only a frame-pointer
-	// stack can have lost it.
-	if !s.CFI {
+	// A CFI walk found the leaf's caller exactly; only a frame pointer
+	// can have lost it.
+	if !s.CFI || s.LeafFramePointer {
 		if caller, ok := a.leaves.lostCaller(proc, leaf, s); ok {
 			frames = append(frames, UserFrame{Addr: caller, Return: true, Mapping: mappingOf(caller)})
 			a.stats.CallersRecovered++
