@@ -10,6 +10,7 @@ import (
 
 	"go.opentelemetry.io/collector/component"
 
+	"github.com/bpfcol/bpfcol/internal/bpf/profiler"
 	"github.com/bpfcol/bpfcol/internal/errormode"
 	"github.com/bpfcol/bpfcol/internal/symbolize"
 	"github.com/bpfcol/bpfcol/internal/symbolize/debuginfod"
@@ -31,6 +32,10 @@ type Config struct {
 	ReportInterval time.Duration `mapstructure:"report_interval"`
 	// Symbolizer configures how user frames are named.
 	Symbolizer SymbolizerConfig `mapstructure:"symbolizer"`
+	// UnwindTableBytes bounds the CFI unwind tables held in BPF for the
+	// sampled processes' files; the tables used least recently are
+	// evicted beyond it.
+	UnwindTableBytes int64 `mapstructure:"unwind_table_bytes"`
 	// ErrorMode decides whether a receiver that cannot start (no BPF on
 	// this node) stops the collector (propagate) or is left out (ignore).
 	ErrorMode errormode.Mode `mapstructure:"error_mode"`
@@ -64,6 +69,14 @@ type DebuginfodConfig struct {
 	// MaxSize bounds one downloaded file, in bytes.
 	MaxSize int64 `mapstructure:"max_size"`
 }
+
+// Limits on the unwind table store: its BPF array is allocated whole at
+// start, and the BPF binary search reaches profiler.MaxUnwindRows rows.
+const (
+	defaultUnwindTableBytes = 32 << 20
+	minUnwindTableBytes     = 1 << 20
+	maxUnwindTableBytes     = profiler.MaxUnwindRows * profiler.UnwindRowBytes
+)
 
 // Limits on the symbolizer settings.
 const (
@@ -125,6 +138,7 @@ func createDefaultConfig() component.Config {
 	return &Config{
 		SamplingFrequency: 20,
 		ReportInterval:    5 * time.Second,
+		UnwindTableBytes:  defaultUnwindTableBytes,
 		ErrorMode:         errormode.Propagate,
 	}
 }
@@ -137,6 +151,9 @@ func (c *Config) Validate() error {
 	}
 	if c.ReportInterval < 100*time.Millisecond {
 		errs = append(errs, fmt.Errorf("report_interval: %s is shorter than 100ms", c.ReportInterval))
+	}
+	if c.UnwindTableBytes < minUnwindTableBytes || c.UnwindTableBytes > maxUnwindTableBytes {
+		errs = append(errs, fmt.Errorf("unwind_table_bytes: %d is outside [%d, %d]", c.UnwindTableBytes, minUnwindTableBytes, maxUnwindTableBytes))
 	}
 	errs = append(errs, c.Symbolizer.validate()...)
 	if err := c.ErrorMode.Validate(); err != nil {
