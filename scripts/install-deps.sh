@@ -43,6 +43,12 @@ required=(
 	"unshare util-linux"                          # mount-namespace symbolization test
 	"capsh libcap2-bin"                           # capability-dropping tests
 	"strace strace"                               # tests that watch which files a process opens
+	"/usr/bin/python3.11 python3.11"              # real programs unwound by CFI (ebpfprof)
+	"/usr/bin/xz xz-utils"
+	"/usr/bin/gzip gzip"
+	"/usr/bin/sqlite3 sqlite3"
+	"perf linux-perf"                             # perf --call-graph dwarf: the CFI tests' yardstick
+	"/usr/share/doc/libc6-dbg libc6-dbg"            # names libc's local start code (__libc_start_call_main)
 	"/usr/include/$(gcc -dumpmachine 2>/dev/null || echo x86_64-linux-gnu)/sys/sdt.h systemtap-sdt-dev" # USDT probes in workloads
 )
 optional=() # failing to install these is a warning, not an error

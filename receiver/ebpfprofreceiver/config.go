@@ -11,6 +11,7 @@ import (
 	"go.opentelemetry.io/collector/component"
 	"go.opentelemetry.io/collector/confmap"
 
+	"github.com/bpfcol/bpfcol/internal/bpf/profiler"
 	"github.com/bpfcol/bpfcol/internal/confcheck"
 	"github.com/bpfcol/bpfcol/internal/errormode"
 	"github.com/bpfcol/bpfcol/internal/symbolize"
@@ -33,6 +34,10 @@ type Config struct {
 	ReportInterval time.Duration `mapstructure:"report_interval"`
 	// Symbolizer configures how user frames are named.
 	Symbolizer SymbolizerConfig `mapstructure:"symbolizer"`
+	// UnwindTableBytes bounds the CFI unwind tables held in BPF for the
+	// sampled processes' files; the tables used least recently are
+	// evicted beyond it.
+	UnwindTableBytes int64 `mapstructure:"unwind_table_bytes"`
 	// ErrorMode decides whether a receiver that cannot start (no BPF on
 	// this node) stops the collector (propagate) or is left out (ignore).
 	ErrorMode errormode.Mode `mapstructure:"error_mode"`
@@ -67,6 +72,14 @@ type DebuginfodConfig struct {
 	// DEBUGINFOD_MAXSIZE, else 1 GiB.
 	MaxSize int64 `mapstructure:"max_size"`
 }
+
+// Limits on the unwind table store: its BPF array is allocated whole at
+// start, and the BPF binary search reaches profiler.MaxUnwindRows rows.
+const (
+	defaultUnwindTableBytes = 32 << 20
+	minUnwindTableBytes     = 1 << 20
+	maxUnwindTableBytes     = profiler.MaxUnwindRows * profiler.UnwindRowBytes
+)
 
 // Limits on the symbolizer settings.
 const (
@@ -154,6 +167,7 @@ func createDefaultConfig() component.Config {
 	return &Config{
 		SamplingFrequency: 20,
 		ReportInterval:    5 * time.Second,
+		UnwindTableBytes:  defaultUnwindTableBytes,
 		ErrorMode:         errormode.Propagate,
 	}
 }
@@ -166,6 +180,9 @@ func (c *Config) Validate() error {
 	}
 	if c.ReportInterval < 100*time.Millisecond {
 		errs = append(errs, fmt.Errorf("report_interval: %s is shorter than 100ms", c.ReportInterval))
+	}
+	if c.UnwindTableBytes < minUnwindTableBytes || c.UnwindTableBytes > maxUnwindTableBytes {
+		errs = append(errs, fmt.Errorf("unwind_table_bytes: %d is outside [%d, %d]", c.UnwindTableBytes, minUnwindTableBytes, maxUnwindTableBytes))
 	}
 	errs = append(errs, c.Symbolizer.validate()...)
 	// error_mode is checked by its own Validate, which the collector calls

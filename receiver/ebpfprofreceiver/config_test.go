@@ -116,3 +116,17 @@ func TestConfigErrorModeOnce(t *testing.T) {
 		t.Errorf("Validate = %v, want error_mode named once", err)
 	}
 }
+
+func TestUnwindTableBytesValidate(t *testing.T) {
+	cfg := createDefaultConfig().(*Config)
+	if err := cfg.Validate(); err != nil {
+		t.Fatalf("default config rejected: %v", err)
+	}
+	for _, bad := range []int64{0, 1 << 10, 1 << 40} {
+		c := *cfg
+		c.UnwindTableBytes = bad
+		if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "unwind_table_bytes") {
+			t.Errorf("unwind_table_bytes %d: Validate() = %v, want an error naming the field", bad, err)
+		}
+	}
+}

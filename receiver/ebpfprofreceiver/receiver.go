@@ -15,8 +15,11 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/bpfcol/bpfcol/internal/bpf/profiler"
+	"github.com/bpfcol/bpfcol/internal/process"
 	"github.com/bpfcol/bpfcol/internal/symbolize"
 	"github.com/bpfcol/bpfcol/internal/symbolize/kernelsym"
+	"github.com/bpfcol/bpfcol/internal/unwind/cfi"
+	"github.com/bpfcol/bpfcol/internal/unwind/loader"
 	"github.com/bpfcol/bpfcol/receiver/ebpfprofreceiver/internal/aggregate"
 	"github.com/bpfcol/bpfcol/receiver/ebpfprofreceiver/internal/metadata"
 	"github.com/bpfcol/bpfcol/receiver/ebpfprofreceiver/internal/profilebuilder"
@@ -47,12 +50,15 @@ type profilesReceiver struct {
 	next    xconsumer.Profiles
 	obsrecv *receiverhelper.ObsReport
 
-	sampler    *profiler.Sampler
-	binaries   *symbolize.BinaryCache
-	kernelSyms *kernelsym.Symbolizer
-	symbolizer *symbolize.Symbolizer
-	telemetry  *metadata.TelemetryBuilder
-	wg         sync.WaitGroup
+	sampler      *profiler.Sampler
+	unwind       *loader.Loader
+	unwindTables *cfi.Store[process.FileKey]
+	stopUnwind   context.CancelFunc
+	binaries     *symbolize.BinaryCache
+	kernelSyms   *kernelsym.Symbolizer
+	symbolizer   *symbolize.Symbolizer
+	telemetry    *metadata.TelemetryBuilder
+	wg           sync.WaitGroup
 
 	aggregator *aggregate.Aggregator
 	resolver   *resolve.Resolver
@@ -129,7 +135,10 @@ func (r *profilesReceiver) Start(ctx context.Context, host component.Host) error
 
 func (r *profilesReceiver) start(_ context.Context, _ component.Host) error {
 	r.startedAt = time.Now()
-	sampler, err := profiler.New(profiler.Options{Frequency: r.cfg.SamplingFrequency})
+	sampler, err := profiler.New(profiler.Options{
+		Frequency:  r.cfg.SamplingFrequency,
+		UnwindRows: int(r.cfg.UnwindTableBytes / profiler.UnwindRowBytes),
+	})
 	if err != nil {
 		return fmt.Errorf("starting ebpfprof receiver: %w", err)
 	}
@@ -142,12 +151,20 @@ func (r *profilesReceiver) start(_ context.Context, _ component.Host) error {
 	}
 	// From here on Shutdown owns what Start created.
 	r.sampler, r.kernelSyms = sampler, kernelSyms
+	r.startUnwind()
 	r.binaries = symbolize.NewBinaryCache(maxBinaries)
 	if r.symbolizer, err = symbolize.NewSymbolizer(r.cfg.Symbolizer.symbolizeConfig()); err != nil {
 		r.set.Logger.Warn("user frames named from the mapped binaries only", zap.Error(err))
 	}
 	r.samples = make(chan []*profiler.Sample, sampleQueueSize/maxDrainBatch)
 	r.batches = make(chan *aggregate.Batch, batchQueueSize)
+
+	// CFI tables are loaded on their own goroutine: sampling and
+	// aggregation never wait for them.
+	unwindCtx, stopUnwind := context.WithCancel(context.Background())
+	r.stopUnwind = stopUnwind
+	r.wg.Add(1)
+	go func() { defer r.wg.Done(); r.unwind.Run(unwindCtx) }()
 
 	r.aggregator = aggregate.New(aggregate.Config{Binaries: r.binaries})
 	var opts []resolve.Option
@@ -251,6 +268,7 @@ func (r *profilesReceiver) aggregate() {
 				return
 			}
 			for _, s := range batch {
+				r.unwind.Observe(s)
 				agg.Add(s)
 				r.samplePool.Put(s)
 			}
@@ -294,7 +312,8 @@ func (r *profilesReceiver) Shutdown(ctx context.Context) error {
 	if r.sampler == nil {
 		return nil
 	}
-	err := r.sampler.Close()
+	r.stopUnwind()
+	err := errors.Join(r.sampler.Close(), r.unwindTables.Close())
 	done := make(chan struct{})
 	go func() { r.wg.Wait(); close(done) }()
 	select {

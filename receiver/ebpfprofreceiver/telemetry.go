@@ -7,6 +7,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 
+	"github.com/bpfcol/bpfcol/internal/bpf/profiler"
 	"github.com/bpfcol/bpfcol/receiver/ebpfprofreceiver/internal/metadata"
 )
 
@@ -52,6 +53,20 @@ func (r *profilesReceiver) registerTelemetry() error {
 			observe(o, int64(c.KernelStackErrors), "stack", "kernel")
 			return nil
 		}),
+		tb.RegisterEbpfprofUnwindStopsCallback(func(_ context.Context, o metric.Int64Observer) error {
+			c, err := r.sampler.Counters()
+			if err != nil {
+				return err
+			}
+			for reason, n := range c.UnwindStops {
+				observe(o, int64(n), "reason", profiler.StopReason(reason).String())
+			}
+			return nil
+		}),
+		tb.RegisterEbpfprofUnwindTableEvictionsCallback(func(_ context.Context, o metric.Int64Observer) error {
+			o.Observe(r.unwind.Stats().Evictions)
+			return nil
+		}),
 		tb.RegisterEbpfprofProfilesEmittedCallback(func(_ context.Context, o metric.Int64Observer) error {
 			o.Observe(r.profilesEmitted.Load())
 			return nil
@@ -88,6 +103,10 @@ func (r *profilesReceiver) registerTelemetry() error {
 		}),
 		tb.RegisterEbpfprofCacheSizeCallback(func(_ context.Context, o metric.Int64Observer) error {
 			observe(o, int64(r.binaries.Len()), "cache", "binaries")
+			u := r.unwind.Stats()
+			observe(o, u.Files, "cache", "unwind_tables")
+			observe(o, u.RowBytes, "cache", "unwind_table_bytes")
+			observe(o, u.Processes, "cache", "unwind_processes")
 			if r.symbolizer != nil {
 				s := r.symbolizer.Stats()
 				observe(o, s.Tables, "cache", "debug_tables")

@@ -5,10 +5,15 @@
 // the record itself, so no stack-id hash table can collide and drop one.
 // Records go to a ringbuf that user space drains; every sample that cannot
 // be recorded is counted.
+//
+// User stacks are walked with the CFI tables user space loads into
+// unwind_procs/unwind_rows (bpfcol_unwind.h); a process not loaded yet is
+// walked by bpf_get_stack's frame pointers, as are mappings without CFI.
 
 #include "bpfcol_types.h"
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_core_read.h>
+#include "bpfcol_unwind.h"
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";
 
@@ -22,7 +27,8 @@ enum counter {
 	COUNTER_KERNEL_STACK_ERR,  // kernel stack could not be read
 	COUNTER_SP_READ_ERR,       // the words at the user SP could not be read
 	COUNTER_IDLE,              // sample on the idle task: not recorded
-	COUNTER_MAX,
+	COUNTER_UNWIND_STOP,       // first of UNWIND_STOP_MAX counters, by enum unwind_stop
+	COUNTER_MAX = COUNTER_UNWIND_STOP + UNWIND_STOP_MAX,
 };
 
 struct sample {
@@ -49,7 +55,25 @@ struct sample {
 enum sample_flag {
 	SAMPLE_KERNEL_THREAD = 1U << 0,
 	SAMPLE_SP_WORDS_VALID = 1U << 1,
+	SAMPLE_CFI = 1U << 2,             // user[] was walked with CFI tables
+	SAMPLE_COMPLETE = 1U << 3,        // the walk reached the process root
+	SAMPLE_UNKNOWN_MAPPING = 1U << 4, // an address outside the loaded mappings
+	SAMPLE_NO_TABLE = 1U << 5,        // the process's tables are not loaded
+	SAMPLE_LEAF_FP = 1U << 6,         // the CFI walk left the leaf by its frame pointer
 };
+#define SAMPLE_STOP_SHIFT 8 // bits 8-11: enum unwind_stop of a CFI walk
+
+// Set on a user[] entry (after the first) that is not a return address: an
+// interrupted PC after a signal frame, and the signal trampoline itself,
+// whose return address is its first instruction. User space names it
+// as is instead of at the call before it.
+#define FRAME_PC_EXACT (1ULL << 63)
+
+// Largest user address on x86-64 with 4-level paging.
+#define MAX_USER_ADDR 0x00007fffffffffffULL
+
+// Rows the binary search can reach: 2^ROW_SEARCH_STEPS.
+#define ROW_SEARCH_STEPS 24
 
 struct {
 	__uint(type, BPF_MAP_TYPE_RINGBUF);
@@ -58,10 +82,257 @@ struct {
 
 #include "bpfcol_counters.h"
 
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__uint(max_entries, 1024); // resized by the loader
+	__type(key, u32);          // tgid
+	__type(value, struct unwind_proc);
+} unwind_procs SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1 << 20); // resized by the loader
+	__type(key, u32);
+	__type(value, struct unwind_row);
+} unwind_rows SEC(".maps");
+
+// State of one CFI walk, shared with the bpf_loop callback.
+struct walk {
+	struct sample *s;
+	struct unwind_proc *proc;
+	u64 pc, sp, bp;
+	u32 n;          // frames written to s->user
+	u32 stop;       // enum unwind_stop, valid once stopped
+	u8 stopped;
+	u8 exact_pc;    // pc is an interrupted PC, not a return address
+	u8 bp_known;    // bp holds this frame's RBP
+	u8 leaf_fp;     // the leaf was left by its frame pointer: its caller may be lost
+};
+
 // Anchor the record and flag types in BTF so bpf2go can mirror them in Go;
 // they cost 8 bytes each of one .bss map.
 const struct sample *unused_sample __attribute__((unused));
 const enum sample_flag *unused_sample_flag __attribute__((unused));
+
+// The searches below take no branch on the data they read, and always run
+// their full count of steps: the verifier then walks one path through them
+// instead of one per outcome of every comparison.
+
+// le returns 1 if a <= b, else 0, without a branch.
+static __always_inline u64 le(u64 a, u64 b)
+{
+	u64 r = ((b - a) >> 63) ^ 1; // a, b < 2^63
+	asm volatile("" : "+r"(r));  // keep clang from turning it into a branch
+	return r;
+}
+
+// find_mapping returns the index of the mapping holding addr, or -1. It
+// and find_row are global functions: the verifier checks each once.
+__noinline int find_mapping(struct unwind_proc *proc, u64 addr)
+{
+	if (!proc || addr > MAX_USER_ADDR)
+		return -1;
+	u64 len = proc->count;
+	if (len == 0 || len > UNWIND_MAX_MAPPINGS)
+		return -1;
+	// Last mapping with start <= addr.
+	u64 base = 0;
+	for (int i = 0; i < 10; i++) {
+		u64 half = len >> 1;
+		base += le(proc->mappings[(base + half) & (UNWIND_MAX_MAPPINGS - 1)].start, addr) * half;
+		len -= half;
+	}
+	struct unwind_mapping *m = &proc->mappings[base & (UNWIND_MAX_MAPPINGS - 1)];
+	if (addr < m->start || addr >= m->end)
+		return -1;
+	return base & (UNWIND_MAX_MAPPINGS - 1);
+}
+
+// find_row returns the index in unwind_rows of the row covering addr in
+// m's table, or -1 when the table has none (addr before its first row, or
+// beyond 32 bits of it).
+__noinline s64 find_row(struct unwind_mapping *m, u64 addr)
+{
+	if (!m || addr < m->table_base || addr - m->table_base > 0xffffffffULL)
+		return -1;
+	u64 target = addr - m->table_base;
+	u32 first = m->row_first;
+	u64 len = m->row_count;
+	if (len == 0 || len > (1ULL << ROW_SEARCH_STEPS))
+		return -1;
+	// Last row with pc <= target.
+	u64 base = 0;
+	for (int i = 0; i < ROW_SEARCH_STEPS; i++) {
+		u64 half = len >> 1;
+		u32 key = first + (u32)(base + half);
+		struct unwind_row *r = bpf_map_lookup_elem(&unwind_rows, &key);
+		if (!r)
+			return -1;
+		base += le(r->pc, target) * half;
+		len -= half;
+	}
+	u32 key = first + (u32)base;
+	struct unwind_row *r = bpf_map_lookup_elem(&unwind_rows, &key);
+	if (!r || r->pc > target)
+		return -1;
+	return key;
+}
+
+static __always_inline long stop(struct walk *w, u32 reason)
+{
+	w->stop = reason;
+	w->stopped = 1;
+	return 1;
+}
+
+// step_fp unwinds one frame by its frame pointer: the caller's RBP at [RBP],
+// the return address at [RBP+8].
+static __always_inline long step_fp(struct walk *w, u32 reason)
+{
+	if (w->n == 1)
+		w->leaf_fp = 1;
+	if (!w->bp_known || w->bp < w->sp || w->bp > MAX_USER_ADDR)
+		return stop(w, reason);
+	u64 frame[2];
+	if (bpf_probe_read_user(frame, sizeof(frame), (void *)w->bp))
+		return stop(w, reason);
+	w->sp = w->bp + 16;
+	w->bp = frame[0];
+	w->pc = frame[1];
+	w->exact_pc = 0;
+	return 0;
+}
+
+// Offsets in the ucontext that a signal handler returns through
+// (__restore_rt): uc_mcontext starts at 40, gregs in REG_* order.
+#define UC_RBP (40 + 10 * 8)
+#define UC_RSP (40 + 15 * 8)
+#define UC_RIP (40 + 16 * 8)
+
+static long unwind_step(u64 i, struct walk *w)
+{
+	u64 pc = w->pc;
+	if (pc == 0 || pc > MAX_USER_ADDR)
+		return stop(w, UNWIND_STOP_OUTSIDE_MAPPINGS);
+	// A return address follows the call: the call itself is at pc-1, which
+	// is also what keeps a noreturn call at a function's end in its FDE.
+	u64 lookup = w->exact_pc ? pc : pc - 1;
+	int mi = find_mapping(w->proc, lookup);
+	if (mi < 0) {
+		w->s->flags |= SAMPLE_UNKNOWN_MAPPING;
+		return stop(w, UNWIND_STOP_OUTSIDE_MAPPINGS);
+	}
+	u32 n = w->n;
+	if (n >= MAX_STACK_DEPTH)
+		return stop(w, UNWIND_STOP_DEPTH_LIMIT);
+	w->s->user[n] = pc | (w->exact_pc && n > 0 ? FRAME_PC_EXACT : 0);
+	w->n = n + 1;
+
+	struct unwind_mapping *m = &w->proc->mappings[mi & (UNWIND_MAX_MAPPINGS - 1)];
+	if (m->kind == UNWIND_MAPPING_PENDING)
+		return step_fp(w, UNWIND_STOP_NO_TABLE);
+	if (m->kind != UNWIND_MAPPING_CFI)
+		return step_fp(w, UNWIND_STOP_NO_CFI);
+	s64 ri = find_row(m, lookup);
+	if (ri < 0)
+		return step_fp(w, UNWIND_STOP_NO_CFI);
+	u32 rkey = ri;
+	struct unwind_row *r = bpf_map_lookup_elem(&unwind_rows, &rkey);
+	if (!r)
+		return step_fp(w, UNWIND_STOP_NO_CFI);
+
+	u8 cfa_rule = r->rules & 0xf, rbp_rule = r->rules >> 4;
+	u64 cfa;
+	switch (cfa_rule) {
+	case UNWIND_CFA_RSP:
+		cfa = w->sp + r->cfa_off;
+		break;
+	case UNWIND_CFA_RBP:
+		if (!w->bp_known)
+			return stop(w, UNWIND_STOP_UNSUPPORTED);
+		cfa = w->bp + r->cfa_off;
+		break;
+	case UNWIND_CFA_PLT:
+		cfa = w->sp + r->cfa_off + ((pc & 15) >= UNWIND_PLT_THRESHOLD ? 8 : 0);
+		break;
+	case UNWIND_CFA_SIGNAL: {
+		if (n > 0)
+			w->s->user[n] = pc | FRAME_PC_EXACT;
+		// rbp, then rsp and rip: read the span in one go.
+		u64 span[(UC_RIP - UC_RBP) / 8 + 1];
+		if (bpf_probe_read_user(span, sizeof(span), (void *)(w->sp + UC_RBP)))
+			return stop(w, UNWIND_STOP_READ_FAULT);
+		w->bp = span[0];
+		w->bp_known = 1;
+		w->sp = span[(UC_RSP - UC_RBP) / 8];
+		w->pc = span[(UC_RIP - UC_RBP) / 8];
+		w->exact_pc = 1; // the interrupted PC, not a return address
+		return 0;
+	}
+	case UNWIND_CFA_END:
+		return stop(w, UNWIND_STOP_COMPLETE);
+	case UNWIND_CFA_NONE:
+		return step_fp(w, UNWIND_STOP_NO_CFI);
+	default:
+		return stop(w, UNWIND_STOP_UNSUPPORTED);
+	}
+	// Every frame's CFA lies above the frame below it.
+	if (cfa <= w->sp || cfa > MAX_USER_ADDR)
+		return stop(w, UNWIND_STOP_BAD_CFA);
+
+	u64 ra;
+	if (bpf_probe_read_user(&ra, sizeof(ra), (void *)(cfa - 8)))
+		return stop(w, UNWIND_STOP_READ_FAULT);
+	switch (rbp_rule) {
+	case UNWIND_RBP_UNCHANGED:
+		break;
+	case UNWIND_RBP_AT_CFA:
+		if (bpf_probe_read_user(&w->bp, sizeof(w->bp), (void *)(cfa + (s64)r->rbp_off * 8)))
+			return stop(w, UNWIND_STOP_READ_FAULT);
+		w->bp_known = 1;
+		break;
+	default:
+		w->bp_known = 0;
+	}
+	w->sp = cfa;
+	w->pc = ra;
+	w->exact_pc = 0;
+	return 0;
+}
+
+// unwind_cfi walks the user stack of a loaded process into s->user. It
+// returns false when the interrupted PC is in none of the process's known
+// mappings, so the caller falls back to frame pointers.
+static __always_inline bool unwind_cfi(struct sample *s, struct unwind_proc *proc)
+{
+	struct walk w = {
+		.s = s,
+		.proc = proc,
+		.pc = s->user_ip,
+		.sp = s->user_sp,
+		.bp = s->user_bp,
+		.exact_pc = 1,
+		.bp_known = 1,
+	};
+	bpf_loop(MAX_STACK_DEPTH, unwind_step, &w, 0);
+	if (w.n == 0) {
+		// The leaf is not in a loaded mapping (a new library or JIT
+		// region): frame pointers for now, the mappings re-read.
+		s->flags |= SAMPLE_UNKNOWN_MAPPING;
+		return false;
+	}
+	if (!w.stopped)
+		w.stop = UNWIND_STOP_DEPTH_LIMIT;
+	s->flags |= SAMPLE_CFI | ((w.stop & 0xf) << SAMPLE_STOP_SHIFT);
+	if (w.leaf_fp)
+		s->flags |= SAMPLE_LEAF_FP;
+	if (w.stop == UNWIND_STOP_COMPLETE)
+		s->flags |= SAMPLE_COMPLETE;
+	s->user_bytes = w.n * sizeof(u64);
+	count(COUNTER_UNWIND_STOP + w.stop);
+	return true;
+}
 
 SEC("perf_event")
 int sample_stack(void *ctx)
@@ -109,9 +380,19 @@ int sample_stack(void *ctx)
 			s->flags |= SAMPLE_SP_WORDS_VALID;
 		else
 			count(COUNTER_SP_READ_ERR);
-		s->user_bytes = bpf_get_stack(ctx, s->user, sizeof(s->user), BPF_F_USER_STACK);
-		if (s->user_bytes < 0)
-			count(COUNTER_USER_STACK_ERR);
+		u32 tgid = s->pid;
+		struct unwind_proc *proc = bpf_map_lookup_elem(&unwind_procs, &tgid);
+		if (!proc || !unwind_cfi(s, proc)) {
+			if (!proc) {
+				s->flags |= SAMPLE_NO_TABLE;
+				count(COUNTER_UNWIND_STOP + UNWIND_STOP_NO_TABLE);
+			} else {
+				count(COUNTER_UNWIND_STOP + UNWIND_STOP_OUTSIDE_MAPPINGS);
+			}
+			s->user_bytes = bpf_get_stack(ctx, s->user, sizeof(s->user), BPF_F_USER_STACK);
+			if (s->user_bytes < 0)
+				count(COUNTER_USER_STACK_ERR);
+		}
 	}
 
 	count(COUNTER_SAMPLES);

@@ -22,7 +22,8 @@ const (
 	profilerCounterCOUNTER_KERNEL_STACK_ERR profilerCounter = 3
 	profilerCounterCOUNTER_SP_READ_ERR      profilerCounter = 4
 	profilerCounterCOUNTER_IDLE             profilerCounter = 5
-	profilerCounterCOUNTER_MAX              profilerCounter = 6
+	profilerCounterCOUNTER_UNWIND_STOP      profilerCounter = 6
+	profilerCounterCOUNTER_MAX              profilerCounter = 14
 )
 
 type profilerSample struct {
@@ -46,9 +47,40 @@ type profilerSample struct {
 type profilerSampleFlag uint32
 
 const (
-	profilerSampleFlagSAMPLE_KERNEL_THREAD  profilerSampleFlag = 1
-	profilerSampleFlagSAMPLE_SP_WORDS_VALID profilerSampleFlag = 2
+	profilerSampleFlagSAMPLE_KERNEL_THREAD   profilerSampleFlag = 1
+	profilerSampleFlagSAMPLE_SP_WORDS_VALID  profilerSampleFlag = 2
+	profilerSampleFlagSAMPLE_CFI             profilerSampleFlag = 4
+	profilerSampleFlagSAMPLE_COMPLETE        profilerSampleFlag = 8
+	profilerSampleFlagSAMPLE_UNKNOWN_MAPPING profilerSampleFlag = 16
+	profilerSampleFlagSAMPLE_NO_TABLE        profilerSampleFlag = 32
+	profilerSampleFlagSAMPLE_LEAF_FP         profilerSampleFlag = 64
 )
+
+type profilerUnwindMapping struct {
+	_         structs.HostLayout
+	Start     uint64
+	End       uint64
+	TableBase uint64
+	RowFirst  uint32
+	RowCount  uint32
+	Kind      uint32
+	Pad       uint32
+}
+
+type profilerUnwindProc struct {
+	_        structs.HostLayout
+	Count    uint32
+	Pad      uint32
+	Mappings [512]profilerUnwindMapping
+}
+
+type profilerUnwindRow struct {
+	_      structs.HostLayout
+	Pc     uint32
+	CfaOff int16
+	Rules  uint8
+	RbpOff int8
+}
 
 // Names of all BPF objects in the ELF.
 //
@@ -56,6 +88,8 @@ const (
 const (
 	profilerMapCounters         = "counters"
 	profilerMapSamples          = "samples"
+	profilerMapUnwindProcs      = "unwind_procs"
+	profilerMapUnwindRows       = "unwind_rows"
 	profilerProgSampleStack     = "sample_stack"
 	profilerVarUnusedCounter    = "unused_counter"
 	profilerVarUnusedSample     = "unused_sample"
@@ -111,8 +145,10 @@ type profilerProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type profilerMapSpecs struct {
-	Counters *ebpf.MapSpec `ebpf:"counters"`
-	Samples  *ebpf.MapSpec `ebpf:"samples"`
+	Counters    *ebpf.MapSpec `ebpf:"counters"`
+	Samples     *ebpf.MapSpec `ebpf:"samples"`
+	UnwindProcs *ebpf.MapSpec `ebpf:"unwind_procs"`
+	UnwindRows  *ebpf.MapSpec `ebpf:"unwind_rows"`
 }
 
 // profilerVariableSpecs contains global variables before they are loaded into the kernel.
@@ -144,14 +180,18 @@ func (o *profilerObjects) Close() error {
 //
 // It can be passed to loadProfilerObjects or ebpf.CollectionSpec.LoadAndAssign.
 type profilerMaps struct {
-	Counters *ebpf.Map `ebpf:"counters"`
-	Samples  *ebpf.Map `ebpf:"samples"`
+	Counters    *ebpf.Map `ebpf:"counters"`
+	Samples     *ebpf.Map `ebpf:"samples"`
+	UnwindProcs *ebpf.Map `ebpf:"unwind_procs"`
+	UnwindRows  *ebpf.Map `ebpf:"unwind_rows"`
 }
 
 func (m *profilerMaps) Close() error {
 	return _ProfilerClose(
 		m.Counters,
 		m.Samples,
+		m.UnwindProcs,
+		m.UnwindRows,
 	)
 }
 

@@ -24,6 +24,9 @@ type Sample struct {
 	// User holds the user stack found by frame-pointer walking, the
 	// interrupted PC first.
 	User []uint64
+	// UserPCs has bit i set when User[i] (i > 0) is not a return address:
+	// the PC interrupted by a signal, or the signal trampoline.
+	UserPCs [2]uint64
 	// UserIP, UserSP and UserBP are the user registers of the task.
 	UserIP, UserSP, UserBP uint64
 	// SPWords are the two words at UserSP when SPWordsValid is set: the
@@ -32,6 +35,30 @@ type Sample struct {
 	SPWordsValid bool
 	// KernelThread is set for kernel threads, which have no user stack.
 	KernelThread bool
+	// CFI is set when User was walked with the process's CFI tables.
+	// Unless LeafFramePointer is set too, its leaf's caller is exact and
+	// no frameless-leaf guess is needed.
+	CFI bool
+	// LeafFramePointer is set when that walk left the leaf by its frame
+	// pointer (code without CFI: Go, JIT): a frameless leaf's caller may
+	// be missing, as in a frame-pointer stack.
+	LeafFramePointer bool
+	// Complete is set when that walk reached the process root.
+	Complete bool
+	// UnknownMapping is set when the walk met an address outside the
+	// mappings loaded for the process: its mappings changed (dlopen, JIT).
+	UnknownMapping bool
+	// NoTable is set when the process's tables were not loaded yet; User
+	// then holds the frame-pointer stack.
+	NoTable bool
+	// Stop is why the CFI walk stopped (StopNoTable when there was none).
+	Stop StopReason
+}
+
+// IsPC reports whether User[i] is a PC to name as is: the leaf, or a frame
+// the kernel entered without a call (a signal frame).
+func (s *Sample) IsPC(i int) bool {
+	return i == 0 || (i < 128 && s.UserPCs[i/64]&(1<<(i%64)) != 0)
 }
 
 // Counters are the sampler's own counts since it was loaded.
@@ -48,6 +75,8 @@ type Counters struct {
 	SPReadErrors uint64
 	// Idle counts samples on the idle task, which are not recorded.
 	Idle uint64
+	// UnwindStops counts user stack walks by why they stopped.
+	UnwindStops [NumStopReasons]uint64
 }
 
 // Options configures a Sampler.
@@ -58,4 +87,10 @@ type Options struct {
 	// a power of two of at least one page. Zero picks a size for about two
 	// seconds of samples on every CPU.
 	RingBufferBytes int
+	// UnwindRows is the capacity of the CFI row store, in rows of
+	// UnwindRowBytes; zero means 1<<20. At most MaxUnwindRows.
+	UnwindRows int
+	// UnwindProcesses bounds the processes whose mappings the sampler
+	// holds; zero means 1024.
+	UnwindProcesses int
 }

@@ -17,7 +17,12 @@ import (
 	"github.com/bpfcol/bpfcol/internal/bpf/ringrec"
 )
 
-const recordSize = int(unsafe.Sizeof(profilerSample{}))
+// Flags of a record beyond profilerSampleFlag, mirrored from profiler.bpf.c.
+const (
+	flagStopShift = 8
+	framePCExact  = 1 << 63
+	recordSize    = int(unsafe.Sizeof(profilerSample{}))
+)
 
 // Sampler is a loaded and attached stack sampler.
 type Sampler struct {
@@ -26,6 +31,7 @@ type Sampler struct {
 	events []int
 	reader *ringrec.Reader[profilerSample]
 	ncpu   int
+	rows   uint32
 }
 
 // New checks that the kernel and the process's capabilities allow sampling,
@@ -48,8 +54,10 @@ func New(opts Options) (_ *Sampler, err error) {
 		return nil, fmt.Errorf("loading sampler spec: %w", err)
 	}
 	spec.Maps[profilerMapSamples].MaxEntries = ringBufferSize(opts, len(cpus))
+	spec.Maps[profilerMapUnwindRows].MaxEntries = unwindRows(opts)
+	spec.Maps[profilerMapUnwindProcs].MaxEntries = unwindProcesses(opts)
 
-	s := &Sampler{ncpu: len(cpus)}
+	s := &Sampler{ncpu: len(cpus), rows: spec.Maps[profilerMapUnwindRows].MaxEntries}
 	defer func() {
 		if err != nil {
 			s.Close()
@@ -131,10 +139,26 @@ func decode(rec *profilerSample, dst *Sample) {
 	dst.Comm = ringrec.Comm(&rec.Comm, dst.Comm)
 	dst.Kernel = appendFrames(dst.Kernel[:0], rec.Kernel[:], rec.KernelBytes)
 	dst.User = appendFrames(dst.User[:0], rec.User[:], rec.UserBytes)
+	dst.UserPCs = [2]uint64{}
+	for i, a := range dst.User {
+		if a&framePCExact != 0 {
+			dst.User[i] = a &^ framePCExact
+			dst.UserPCs[i/64] |= 1 << (i % 64)
+		}
+	}
 	dst.UserIP, dst.UserSP, dst.UserBP = rec.UserIp, rec.UserSp, rec.UserBp
 	dst.SPWords = rec.SpWords
 	dst.SPWordsValid = rec.Flags&uint32(profilerSampleFlagSAMPLE_SP_WORDS_VALID) != 0
 	dst.KernelThread = rec.Flags&uint32(profilerSampleFlagSAMPLE_KERNEL_THREAD) != 0
+	dst.CFI = rec.Flags&uint32(profilerSampleFlagSAMPLE_CFI) != 0
+	dst.Complete = rec.Flags&uint32(profilerSampleFlagSAMPLE_COMPLETE) != 0
+	dst.UnknownMapping = rec.Flags&uint32(profilerSampleFlagSAMPLE_UNKNOWN_MAPPING) != 0
+	dst.NoTable = rec.Flags&uint32(profilerSampleFlagSAMPLE_NO_TABLE) != 0
+	dst.LeafFramePointer = rec.Flags&uint32(profilerSampleFlagSAMPLE_LEAF_FP) != 0
+	dst.Stop = StopNoTable
+	if dst.CFI {
+		dst.Stop = StopReason(rec.Flags >> flagStopShift & 0xf)
+	}
 }
 
 func appendFrames(dst, frames []uint64, nbytes int32) []uint64 {
@@ -151,14 +175,16 @@ func (s *Sampler) Counters() (Counters, error) {
 	if err != nil {
 		return Counters{}, fmt.Errorf("reading sampler counters: %w", err)
 	}
-	return Counters{
+	c := Counters{
 		Samples:           v[profilerCounterCOUNTER_SAMPLES],
 		DroppedRingbuf:    v[profilerCounterCOUNTER_DROPPED_RINGBUF],
 		UserStackErrors:   v[profilerCounterCOUNTER_USER_STACK_ERR],
 		KernelStackErrors: v[profilerCounterCOUNTER_KERNEL_STACK_ERR],
 		SPReadErrors:      v[profilerCounterCOUNTER_SP_READ_ERR],
 		Idle:              v[profilerCounterCOUNTER_IDLE],
-	}, nil
+	}
+	copy(c.UnwindStops[:], v[profilerCounterCOUNTER_UNWIND_STOP:profilerCounterCOUNTER_MAX])
+	return c, nil
 }
 
 // CPUs is how many CPUs the sampler is attached to.

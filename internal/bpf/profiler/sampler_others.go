@@ -5,6 +5,8 @@ package profiler
 import (
 	"errors"
 	"time"
+
+	"github.com/bpfcol/bpfcol/internal/unwind/cfi"
 )
 
 var errNotLinux = errors.New("the BPF stack sampler runs only on linux")
@@ -32,3 +34,15 @@ func (*Sampler) CPUs() int { return 0 }
 
 // Close does nothing.
 func (*Sampler) Close() error { return nil }
+
+// UnwindRowCapacity is zero: sampling needs linux.
+func (*Sampler) UnwindRowCapacity() uint32 { return 0 }
+
+// WriteUnwindRows fails: sampling needs linux.
+func (*Sampler) WriteUnwindRows(uint32, []cfi.Row, uint64) error { return errNotLinux }
+
+// SetUnwindMappings fails: sampling needs linux.
+func (*Sampler) SetUnwindMappings(uint32, []UnwindMapping) error { return errNotLinux }
+
+// DeleteUnwindMappings fails: sampling needs linux.
+func (*Sampler) DeleteUnwindMappings(uint32) error { return errNotLinux }

@@ -86,6 +86,9 @@ type Stats struct {
 	// UnknownProcesses counts samples of processes whose /proc entry could
 	// not be read (usually gone already).
 	UnknownProcesses int64
+	// TruncatedStacks counts user stacks cut at an impossible address
+	// (zero, non-canonical, or in no executable mapping).
+	TruncatedStacks int64
 }
 
 // Batch is everything aggregated over one interval.
@@ -191,27 +194,51 @@ func (a *Aggregator) frames(proc *Process, s *profiler.Sample) []frame.Frame {
 			frames = append(frames, frame.AtReturnAddress(frame.Kernel, addr))
 		}
 	}
-	if len(s.User) == 0 {
+	// Without the process's mappings no user frame can be checked (it
+	// exited before it was read, or was exiting: its maps were empty):
+	// none is emitted.
+	if len(s.User) == 0 || proc == nil || !possibleFrame(proc, s.User[0]) {
 		return frames
 	}
 	user := len(frames)
 	mapped := func(f frame.Frame) frame.Frame {
-		if proc != nil {
-			f.Mapping = proc.Mapping(f.Address)
-		}
+		f.Mapping = proc.Mapping(f.Address)
 		return f
 	}
 	leaf := mapped(frame.AtPC(frame.Native, s.User[0]))
 	frames = append(frames, leaf)
-	if caller, ok := a.leaves.lostCaller(proc, leaf, s); ok {
-		frames = append(frames, mapped(frame.AtReturnAddress(frame.Native, caller)))
-		a.stats.CallersRecovered++
+	// A CFI walk found the leaf's caller exactly; only a frame pointer
+	// can have lost it.
+	if !s.CFI || s.LeafFramePointer {
+		if caller, ok := a.leaves.lostCaller(proc, leaf, s); ok {
+			frames = append(frames, mapped(frame.AtReturnAddress(frame.Native, caller)))
+			a.stats.CallersRecovered++
+		}
 	}
-	for _, addr := range s.User[1:] {
-		frames = append(frames, mapped(frame.AtReturnAddress(frame.Native, addr)))
+	for i, addr := range s.User[1:] {
+		// A frame-pointer walk through code without frame pointers reads
+		// garbage: an impossible address ends the stack.
+		if !possibleFrame(proc, addr) {
+			a.stats.TruncatedStacks++
+			break
+		}
+		if s.IsPC(i + 1) {
+			frames = append(frames, mapped(frame.AtPC(frame.Native, addr)))
+		} else {
+			frames = append(frames, mapped(frame.AtReturnAddress(frame.Native, addr)))
+		}
 	}
 	a.holdBinaries(proc, frames[user:])
 	return frames
+}
+
+// maxUserAddr is the highest canonical user address on x86-64.
+const maxUserAddr = 0x00007fffffffffff
+
+// possibleFrame reports whether addr can be a user frame of proc: not zero,
+// canonical, and in one of its executable mappings.
+func possibleFrame(proc *Process, addr uint64) bool {
+	return addr != 0 && addr <= maxUserAddr && proc.Mapping(addr) != nil
 }
 
 // stackKey serializes what makes two samples the same stack.

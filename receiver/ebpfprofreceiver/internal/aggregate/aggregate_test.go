@@ -8,19 +8,22 @@ import (
 
 	"github.com/bpfcol/bpfcol/internal/bpf/profiler"
 	"github.com/bpfcol/bpfcol/internal/frame"
+	"github.com/bpfcol/bpfcol/internal/process"
 )
 
 // TestAggregateCountsAndBounds adds samples of a few stacks and checks the
 // counts, the per-interval bound on distinct stacks, and that Flush starts
 // a new interval.
 func TestAggregateCountsAndBounds(t *testing.T) {
+	textMapping := process.Mapping{Start: 0, End: 0x1000, Perms: "r-xp"}
 	reads := 0
 	a := New(Config{
 		MaxStacks:     2,
 		MaxTimestamps: 3,
 		ProcessInfo: func(pid int) (*Process, error) {
 			reads++
-			return &Process{PID: pid, ExePath: "/proc/self/exe"}, nil
+			// Every frame of the samples below is in this mapping.
+			return &Process{PID: pid, ExePath: "/proc/self/exe", Mappings: []frame.Mapping{{Mapping: textMapping}}}, nil
 		},
 	})
 	sample := func(tid uint32, user ...uint64) *profiler.Sample {
@@ -65,7 +68,7 @@ func TestAggregateCountsAndBounds(t *testing.T) {
 	want := []frame.Frame{
 		{Type: frame.Kernel, Address: 0xffff_0100},
 		{Type: frame.Kernel, Address: 0xffff_01ff, ReturnAddress: true},
-		{Type: frame.Native, Address: 0x10},
+		{Type: frame.Native, Address: 0x10, Mapping: &frame.Mapping{Mapping: textMapping}},
 	}
 	if got := b.Stacks[0].Frames; !reflect.DeepEqual(got, want) {
 		t.Fatalf("frames %+v, want %+v", got, want)

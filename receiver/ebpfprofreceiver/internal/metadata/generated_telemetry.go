@@ -41,6 +41,8 @@ type TelemetryBuilder struct {
 	EbpfprofSamplesTaken          metric.Int64ObservableCounter
 	EbpfprofStacksLost            metric.Int64ObservableCounter
 	EbpfprofSymbolizationOutcomes metric.Int64ObservableCounter
+	EbpfprofUnwindStops           metric.Int64ObservableCounter
+	EbpfprofUnwindTableEvictions  metric.Int64ObservableCounter
 }
 
 // TelemetryBuilderOption applies changes to default builder.
@@ -249,6 +251,36 @@ func (builder *TelemetryBuilder) RegisterEbpfprofSymbolizationOutcomesCallback(c
 	return nil
 }
 
+// RegisterEbpfprofUnwindStopsCallback sets callback for observable EbpfprofUnwindStops metric.
+func (builder *TelemetryBuilder) RegisterEbpfprofUnwindStopsCallback(cb metric.Int64Callback) error {
+	reg, err := builder.meter.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
+		cb(ctx, &observerInt64{inst: builder.EbpfprofUnwindStops, obs: o})
+		return nil
+	}, builder.EbpfprofUnwindStops)
+	if err != nil {
+		return err
+	}
+	builder.mu.Lock()
+	defer builder.mu.Unlock()
+	builder.registrations = append(builder.registrations, reg)
+	return nil
+}
+
+// RegisterEbpfprofUnwindTableEvictionsCallback sets callback for observable EbpfprofUnwindTableEvictions metric.
+func (builder *TelemetryBuilder) RegisterEbpfprofUnwindTableEvictionsCallback(cb metric.Int64Callback) error {
+	reg, err := builder.meter.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
+		cb(ctx, &observerInt64{inst: builder.EbpfprofUnwindTableEvictions, obs: o})
+		return nil
+	}, builder.EbpfprofUnwindTableEvictions)
+	if err != nil {
+		return err
+	}
+	builder.mu.Lock()
+	defer builder.mu.Unlock()
+	builder.registrations = append(builder.registrations, reg)
+	return nil
+}
+
 type observerInt64 struct {
 	embedded.Int64Observer
 	inst metric.Int64Observable
@@ -291,7 +323,7 @@ func NewTelemetryBuilder(settings component.TelemetrySettings, options ...Teleme
 	errs = errors.Join(errs, err)
 	builder.EbpfprofCacheSize, err = builder.meter.Int64ObservableGauge(
 		"otelcol_ebpfprof_cache_size",
-		metric.WithDescription("Entries (or bytes, for debug_table_bytes) held by each cache. [Development]"),
+		metric.WithDescription("Entries (or bytes, for debug_table_bytes and unwind_table_bytes) held by each cache. [Development]"),
 		metric.WithUnit("1"),
 	)
 	errs = errors.Join(errs, err)
@@ -353,6 +385,18 @@ func NewTelemetryBuilder(settings component.TelemetrySettings, options ...Teleme
 		"otelcol_ebpfprof_symbolization_outcomes",
 		metric.WithDescription("Debug info lookups by outcome. [Development]"),
 		metric.WithUnit("{lookup}"),
+	)
+	errs = errors.Join(errs, err)
+	builder.EbpfprofUnwindStops, err = builder.meter.Int64ObservableCounter(
+		"otelcol_ebpfprof_unwind_stops",
+		metric.WithDescription("User stack walks by why they stopped. [Development]"),
+		metric.WithUnit("{stack}"),
+	)
+	errs = errors.Join(errs, err)
+	builder.EbpfprofUnwindTableEvictions, err = builder.meter.Int64ObservableCounter(
+		"otelcol_ebpfprof_unwind_table_evictions",
+		metric.WithDescription("CFI unwind tables evicted from the BPF row store to make room (least recently used first). [Development]"),
+		metric.WithUnit("{table}"),
 	)
 	errs = errors.Join(errs, err)
 	return &builder, errs

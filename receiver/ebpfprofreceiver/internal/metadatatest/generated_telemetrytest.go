@@ -56,7 +56,7 @@ func AssertEqualEbpfprofCacheEvictions(t *testing.T, tt *componenttest.Telemetry
 func AssertEqualEbpfprofCacheSize(t *testing.T, tt *componenttest.Telemetry, dps []metricdata.DataPoint[int64], opts ...metricdatatest.Option) {
 	want := metricdata.Metrics{
 		Name:        "otelcol_ebpfprof_cache_size",
-		Description: "Entries (or bytes, for debug_table_bytes) held by each cache. [Development]",
+		Description: "Entries (or bytes, for debug_table_bytes and unwind_table_bytes) held by each cache. [Development]",
 		Unit:        "1",
 		Data: metricdata.Gauge[int64]{
 			DataPoints: dps,
@@ -221,6 +221,38 @@ func AssertEqualEbpfprofSymbolizationOutcomes(t *testing.T, tt *componenttest.Te
 		},
 	}
 	got, err := tt.GetMetric("otelcol_ebpfprof_symbolization_outcomes")
+	require.NoError(t, err)
+	metricdatatest.AssertEqual(t, want, got, opts...)
+}
+
+func AssertEqualEbpfprofUnwindStops(t *testing.T, tt *componenttest.Telemetry, dps []metricdata.DataPoint[int64], opts ...metricdatatest.Option) {
+	want := metricdata.Metrics{
+		Name:        "otelcol_ebpfprof_unwind_stops",
+		Description: "User stack walks by why they stopped. [Development]",
+		Unit:        "{stack}",
+		Data: metricdata.Sum[int64]{
+			Temporality: metricdata.CumulativeTemporality,
+			IsMonotonic: true,
+			DataPoints:  dps,
+		},
+	}
+	got, err := tt.GetMetric("otelcol_ebpfprof_unwind_stops")
+	require.NoError(t, err)
+	metricdatatest.AssertEqual(t, want, got, opts...)
+}
+
+func AssertEqualEbpfprofUnwindTableEvictions(t *testing.T, tt *componenttest.Telemetry, dps []metricdata.DataPoint[int64], opts ...metricdatatest.Option) {
+	want := metricdata.Metrics{
+		Name:        "otelcol_ebpfprof_unwind_table_evictions",
+		Description: "CFI unwind tables evicted from the BPF row store to make room (least recently used first). [Development]",
+		Unit:        "{table}",
+		Data: metricdata.Sum[int64]{
+			Temporality: metricdata.CumulativeTemporality,
+			IsMonotonic: true,
+			DataPoints:  dps,
+		},
+	}
+	got, err := tt.GetMetric("otelcol_ebpfprof_unwind_table_evictions")
 	require.NoError(t, err)
 	metricdatatest.AssertEqual(t, want, got, opts...)
 }

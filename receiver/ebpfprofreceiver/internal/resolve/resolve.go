@@ -6,9 +6,11 @@ package resolve
 import (
 	"os"
 	"sync/atomic"
+	"time"
 
 	"github.com/bpfcol/bpfcol/internal/frame"
 	"github.com/bpfcol/bpfcol/internal/lru"
+	"github.com/bpfcol/bpfcol/internal/perfmap"
 	"github.com/bpfcol/bpfcol/internal/process"
 	"github.com/bpfcol/bpfcol/internal/symbolize"
 	"github.com/bpfcol/bpfcol/internal/symbolize/kernelsym"
@@ -19,6 +21,13 @@ import (
 // maxCachedNames bounds the cache of named user addresses kept across
 // batches, least recently used out first.
 const maxCachedNames = 1 << 16
+
+// Bounds on the perf maps read to name JIT frames: the processes held, and
+// how often one file is read again for appended lines.
+const (
+	maxJITProcesses    = 256
+	jitRefreshInterval = time.Second
+)
 
 // KernelSymbolizer names kernel addresses in one batch; *kernelsym.Symbolizer
 // is one. Addresses come already adjusted (frame.AtReturnAddress), so every
@@ -91,6 +100,8 @@ type Resolver struct {
 	// is asked again next batch.
 	names  *lru.Cache[nameKey, named]
 	counts [numOutcomes]atomic.Int64
+	// jit names frames in anonymous executable memory.
+	jit *perfmap.Cache
 }
 
 // Option configures a Resolver.
@@ -109,6 +120,7 @@ func New(binaries *symbolize.BinaryCache, kernel KernelSymbolizer, opts ...Optio
 		binaries: binaries,
 		kernel:   kernel,
 		names:    lru.New[nameKey, named](maxCachedNames, nil),
+		jit:      perfmap.New(maxJITProcesses, jitRefreshInterval),
 	}
 	for _, o := range opts {
 		o(r)
@@ -253,7 +265,20 @@ func (st *batchState) kernelMapping(module string) *frame.Mapping {
 
 func (r *Resolver) userFrame(st *batchState, pid uint32, f frame.Frame) frame.Frame {
 	am := f.Mapping // the aggregator's
-	if am == nil || !am.File() {
+	if am != nil && !am.File() {
+		// Anonymous executable memory: JIT code, named from the
+		// runtime's perf map when it writes one. It keeps its address
+		// (already the call's, for a return address).
+		f.Mapping = r.mapping(st, am, nil)
+		if name, ok := r.jit.Lookup(int(pid), f.Address); ok {
+			f.Lines = []frame.Line{{Name: name}}
+			r.counts[userNamed].Add(1)
+			return f
+		}
+		r.counts[userUnnamed].Add(1)
+		return f
+	}
+	if am == nil {
 		r.counts[userUnmapped].Add(1)
 		return f
 	}

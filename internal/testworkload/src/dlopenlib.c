@@ -1,0 +1,15 @@
+// The library dlopenhot.c loads: lib_outer -> lib_hot.
+static volatile unsigned long sink;
+
+__attribute__((noinline)) unsigned long lib_hot(unsigned long n) {
+	unsigned long x = n;
+	for (unsigned long i = 0; i < 1000000; i++)
+		x = x * 6364136223846793005UL + 1442695040888963407UL;
+	return x;
+}
+
+__attribute__((noinline)) unsigned long lib_outer(unsigned long n) {
+	unsigned long r = lib_hot(n * 3);
+	sink = r;
+	return r + 7;
+}

@@ -1,0 +1,595 @@
+// Package loader keeps the BPF unwinder's maps current. For every sampled
+// process it writes the executable mappings, and for every file they map
+// the file's compiled CFI table (internal/unwind/cfi) into the sampler's
+// row store, once per file however many processes map it.
+//
+// It works off the hot path on its own goroutine: Observe only queues a
+// process, never waits. Until a process is loaded its samples are walked
+// with frame pointers. The row store is bounded; the tables used least
+// recently are evicted to make room.
+package loader
+
+import (
+	"container/list"
+	"context"
+	"debug/elf"
+	"errors"
+	"math"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/bpfcol/bpfcol/internal/bpf/profiler"
+	"github.com/bpfcol/bpfcol/internal/process"
+	"github.com/bpfcol/bpfcol/internal/unwind/cfi"
+)
+
+// maxUserAddr is the highest user address on x86-64 ([vsyscall] is above).
+const maxUserAddr = 0x00007fffffffffff
+
+// Sink is where the loader writes: the sampler's unwind maps.
+type Sink interface {
+	UnwindRowCapacity() uint32
+	WriteUnwindRows(first uint32, rows []cfi.Row, base uint64) error
+	SetUnwindMappings(pid uint32, maps []profiler.UnwindMapping) error
+	DeleteUnwindMappings(pid uint32) error
+}
+
+// Tables builds files' unwind tables off the loader's goroutine: a
+// *cfi.Store. The loader asks with Request, learns through Built that a
+// table is ready, and takes it with Get.
+type Tables interface {
+	Get(key process.FileKey) (*cfi.Entry, bool)
+	Request(key process.FileKey, open func() (*os.File, error)) bool
+}
+
+// Config configures a Loader.
+type Config struct {
+	// Sink receives the rows and mappings.
+	Sink Sink
+	// Tables builds the files' tables.
+	Tables Tables
+	// MaxProcesses bounds the processes loaded; beyond it the one seen
+	// least recently is dropped. Zero means 1024.
+	MaxProcesses int
+	// QueueSize bounds the processes waiting to be loaded; a request
+	// beyond it is dropped and counted. Zero means 256.
+	QueueSize int
+	// ResyncInterval is the least time between two loads of one process.
+	// Zero means 500ms.
+	ResyncInterval time.Duration
+	// SweepInterval is how often exited and exec'd processes are found.
+	// Zero means one second.
+	SweepInterval time.Duration
+}
+
+// Stats are the loader's counts.
+type Stats struct {
+	// Processes and Files are the processes and file tables loaded now.
+	Processes, Files int64
+	// RowBytes is the row store in use, CapacityBytes its size.
+	RowBytes, CapacityBytes int64
+	// Evictions counts file tables evicted to make room.
+	Evictions int64
+	// Loads counts process loads; LoadErrors those that failed.
+	Loads, LoadErrors int64
+	// TableErrors counts files whose table could not be built.
+	TableErrors int64
+	// DroppedRequests counts load requests dropped on a full queue.
+	DroppedRequests int64
+}
+
+// fileState is where a file's table is.
+type fileState uint8
+
+const (
+	// filePending: the table is being built, or was evicted; frame
+	// pointers meanwhile.
+	filePending fileState = iota
+	// fileRows: the table is in the row store.
+	fileRows
+	// fileFramePointers: no usable CFI (none, Go, too large); frame
+	// pointers for good.
+	fileFramePointers
+)
+
+// fileEntry is one file mapped by loaded processes.
+type fileEntry struct {
+	key   process.FileKey
+	state fileState
+	first uint32 // rows [first, first+count) of the store
+	count uint32
+	base  uint64 // ELF address the rows' PCs are relative to
+	loads []elf.ProgHeader
+	open  func() (*os.File, error)
+	refs  int // processes mapping it
+	lru   *list.Element
+}
+
+type procIdentity struct {
+	startTime string
+	exeDev    uint64
+	exeIno    uint64
+}
+
+type procEntry struct {
+	id    procIdentity
+	maps  []process.Mapping // executable mappings
+	files map[*fileEntry]struct{}
+	seen  time.Time
+}
+
+// Loader loads processes' unwind tables into the sampler's maps.
+type Loader struct {
+	cfg      Config
+	requests chan uint32
+
+	built chan process.FileKey
+
+	mu       sync.Mutex
+	queued   map[uint32]struct{}
+	lastLoad map[uint32]time.Time
+	seen     map[uint32]struct{}
+	written  map[uint32][]profiler.UnwindMapping // what the sampler holds
+
+	// Owned by the Run goroutine.
+	arena *arena
+	files map[process.FileKey]*fileEntry
+	lru   *list.List // of *fileEntry with rows; front is most recent
+	procs map[uint32]*procEntry
+
+	processes, nfiles, rowBytes, capBytes  atomic.Int64
+	evictions, loads, loadErrors, tableErr atomic.Int64
+	dropped                                atomic.Int64
+}
+
+// New returns a Loader; Run does its work.
+func New(cfg Config) *Loader {
+	if cfg.MaxProcesses <= 0 {
+		cfg.MaxProcesses = 1024
+	}
+	if cfg.QueueSize <= 0 {
+		cfg.QueueSize = 256
+	}
+	if cfg.ResyncInterval <= 0 {
+		cfg.ResyncInterval = 500 * time.Millisecond
+	}
+	if cfg.SweepInterval <= 0 {
+		cfg.SweepInterval = time.Second
+	}
+	l := &Loader{
+		cfg:      cfg,
+		requests: make(chan uint32, cfg.QueueSize),
+		built:    make(chan process.FileKey, cfg.QueueSize),
+		queued:   map[uint32]struct{}{},
+		lastLoad: map[uint32]time.Time{},
+		seen:     map[uint32]struct{}{},
+		written:  map[uint32][]profiler.UnwindMapping{},
+		arena:    newArena(cfg.Sink.UnwindRowCapacity()),
+		files:    map[process.FileKey]*fileEntry{},
+		lru:      list.New(),
+		procs:    map[uint32]*procEntry{},
+	}
+	l.capBytes.Store(int64(cfg.Sink.UnwindRowCapacity()) * profiler.UnwindRowBytes)
+	return l
+}
+
+// Observe notes a sample. A process whose tables are not loaded, or whose
+// walk met an address outside its loaded mappings (dlopen, new JIT code),
+// is queued for loading. It never blocks.
+func (l *Loader) Observe(s *profiler.Sample) {
+	if s.KernelThread || s.PID == 0 {
+		return
+	}
+	pid := s.PID
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if len(l.seen) < 4*l.cfg.MaxProcesses {
+		l.seen[pid] = struct{}{}
+	}
+	if !s.NoTable && !s.UnknownMapping {
+		return
+	}
+	if _, ok := l.queued[pid]; ok {
+		return
+	}
+	if t, ok := l.lastLoad[pid]; ok && time.Since(t) < l.cfg.ResyncInterval {
+		return
+	}
+	select {
+	case l.requests <- pid:
+		l.queued[pid] = struct{}{}
+	default:
+		l.dropped.Add(1)
+	}
+}
+
+// Built tells the loader that key's table is ready in Tables (a
+// cfi.Store's onBuilt). It never blocks; a notice lost on a full queue is
+// caught up by the next sweep.
+func (l *Loader) Built(key process.FileKey) {
+	select {
+	case l.built <- key:
+	default:
+	}
+}
+
+// Stats returns the loader's counts; safe from any goroutine.
+func (l *Loader) Stats() Stats {
+	return Stats{
+		Processes:       l.processes.Load(),
+		Files:           l.nfiles.Load(),
+		RowBytes:        l.rowBytes.Load(),
+		CapacityBytes:   l.capBytes.Load(),
+		Evictions:       l.evictions.Load(),
+		Loads:           l.loads.Load(),
+		LoadErrors:      l.loadErrors.Load(),
+		TableErrors:     l.tableErr.Load(),
+		DroppedRequests: l.dropped.Load(),
+	}
+}
+
+// Run loads queued processes and drops exited ones until ctx is done.
+func (l *Loader) Run(ctx context.Context) {
+	sweep := time.NewTicker(l.cfg.SweepInterval)
+	defer sweep.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case pid := <-l.requests:
+			l.mu.Lock()
+			delete(l.queued, pid)
+			l.lastLoad[pid] = time.Now()
+			l.mu.Unlock()
+			l.Load(pid)
+		case key := <-l.built:
+			if fe, ok := l.files[key]; ok && fe.state == filePending {
+				l.materialize(fe)
+			}
+		case <-sweep.C:
+			l.sweep()
+		}
+	}
+}
+
+// Load reads pid's mappings and writes them, loading the tables of files
+// not loaded yet. Only the Run goroutine (or a test, before Run) calls it.
+func (l *Loader) Load(pid uint32) error {
+	l.loads.Add(1)
+	err := l.load(pid)
+	if err != nil {
+		l.loadErrors.Add(1)
+	}
+	return err
+}
+
+func (l *Loader) load(pid uint32) error {
+	id, err := identity(pid)
+	if err != nil {
+		l.forget(pid)
+		return err
+	}
+	all, err := process.ReadMappings(int(pid))
+	if err != nil {
+		l.forget(pid)
+		return err
+	}
+	var maps []process.Mapping
+	for _, m := range all {
+		if m.Executable() && m.Start <= maxUserAddr {
+			maps = append(maps, m)
+		}
+	}
+	pe := l.procs[pid]
+	if pe == nil {
+		l.makeRoomForProcess()
+		pe = &procEntry{files: map[*fileEntry]struct{}{}}
+		l.procs[pid] = pe
+		l.processes.Store(int64(len(l.procs)))
+	}
+	pe.id, pe.seen = id, time.Now()
+	files := map[*fileEntry]struct{}{}
+	for i := range maps {
+		if fe := l.file(pid, &maps[i]); fe != nil {
+			files[fe] = struct{}{}
+		}
+	}
+	for fe := range files {
+		if _, ok := pe.files[fe]; !ok {
+			fe.refs++
+		}
+		l.touch(fe)
+	}
+	old := pe.files
+	pe.files, pe.maps = files, maps
+	for fe := range old {
+		if _, ok := files[fe]; !ok {
+			fe.refs--
+		}
+	}
+	return l.write(pid, pe)
+}
+
+// write puts pe's mappings into the sampler.
+func (l *Loader) write(pid uint32, pe *procEntry) error {
+	out := make([]profiler.UnwindMapping, 0, len(pe.maps))
+	for i := range pe.maps {
+		m := &pe.maps[i]
+		um := profiler.UnwindMapping{Start: m.Start, End: m.End, Kind: profiler.MappingFramePointer}
+		if m.File() {
+			fe := l.files[process.FileKey{Dev: m.Dev, Ino: m.Inode}]
+			switch {
+			case fe == nil || fe.state == filePending:
+				um.Kind = profiler.MappingPending
+			case fe.state == fileRows:
+				if bias, ok := loadBias(fe.loads, m); ok {
+					um.Kind = profiler.MappingCFI
+					um.TableBase = fe.base + bias
+					um.RowFirst, um.RowCount = fe.first, fe.count
+				}
+			}
+		}
+		out = append(out, um)
+	}
+	if err := l.cfg.Sink.SetUnwindMappings(pid, out); err != nil {
+		return err
+	}
+	l.mu.Lock()
+	l.written[pid] = out
+	l.mu.Unlock()
+	return nil
+}
+
+// Ready reports whether pid's mappings are in the sampler with every
+// file's table loaded: its samples are walked with CFI from now on.
+func (l *Loader) Ready(pid uint32) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	maps, ok := l.written[pid]
+	for _, m := range maps {
+		ok = ok && m.Kind != profiler.MappingPending
+	}
+	return ok
+}
+
+// Covers reports whether the sampler holds a mapping of pid containing
+// addr, with its file's table loaded (or known to have none).
+func (l *Loader) Covers(pid uint32, addr uint64) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, m := range l.written[pid] {
+		if addr >= m.Start && addr < m.End {
+			return m.Kind != profiler.MappingPending
+		}
+	}
+	return false
+}
+
+// loadBias is the difference between m's runtime addresses and the ELF
+// addresses of the executable segment it maps. Only executable segments
+// count: the page that holds the end of the read-only segment before the
+// code is mapped again, at another offset-to-address delta, as the code's
+// first page.
+func loadBias(loads []elf.ProgHeader, m *process.Mapping) (uint64, bool) {
+	for _, p := range loads {
+		if p.Flags&elf.PF_X == 0 {
+			continue
+		}
+		start := p.Off &^ 0xfff
+		if m.Offset >= start && m.Offset < p.Off+p.Filesz {
+			return m.Start - m.Offset - (p.Vaddr - p.Off), true
+		}
+	}
+	return 0, false
+}
+
+// file returns the entry of m's file, asking for its table the first time.
+// It returns nil when the file cannot be opened now.
+func (l *Loader) file(pid uint32, m *process.Mapping) *fileEntry {
+	key := process.FileKey{Dev: m.Dev, Ino: m.Inode}
+	if fe, ok := l.files[key]; ok {
+		if fe.state == filePending {
+			l.materialize(fe)
+		}
+		return fe
+	}
+	mapping := *m
+	open := func() (*os.File, error) { return process.OpenMapping(int(pid), &mapping) }
+	f, err := open()
+	if err != nil {
+		return nil
+	}
+	fe := &fileEntry{key: key, open: open}
+	ef, err := elf.NewFile(f)
+	if err != nil {
+		f.Close()
+		fe.state = fileFramePointers
+		return l.addFile(fe)
+	}
+	for _, p := range ef.Progs {
+		if p.Type == elf.PT_LOAD {
+			fe.loads = append(fe.loads, p.ProgHeader)
+		}
+	}
+	// Go keeps frame pointers everywhere, and its CFI says nothing about
+	// RBP: frame pointers are exact there.
+	goBinary := ef.Section(".gopclntab") != nil || ef.Section(".go.buildinfo") != nil
+	ef.Close()
+	f.Close()
+	if goBinary {
+		fe.state = fileFramePointers
+		return l.addFile(fe)
+	}
+	l.addFile(fe)
+	l.materialize(fe)
+	return fe
+}
+
+// materialize puts a pending file's table into the row store when it is
+// built, and asks for it otherwise. The processes mapping it are rewritten.
+func (l *Loader) materialize(fe *fileEntry) {
+	e, ok := l.cfg.Tables.Get(fe.key)
+	if !ok {
+		l.cfg.Tables.Request(fe.key, fe.open)
+		return
+	}
+	if e.Table == nil || len(e.Table.Rows) == 0 {
+		if e.Err != nil {
+			l.tableErr.Add(1)
+		}
+		if errors.Is(e.Err, cfi.ErrPending) {
+			l.cfg.Tables.Request(fe.key, fe.open) // built again once fetched
+			return
+		}
+		fe.state = fileFramePointers
+		l.rewrite(fe)
+		return
+	}
+	rows := e.Table.Rows
+	base := rows[0].PC
+	if rows[len(rows)-1].PC-base > math.MaxUint32 || uint64(len(rows)) > uint64(l.arena.size) {
+		l.tableErr.Add(1)
+		fe.state = fileFramePointers
+		l.rewrite(fe)
+		return
+	}
+	first, ok := l.alloc(uint32(len(rows)))
+	if !ok {
+		return
+	}
+	if err := l.cfg.Sink.WriteUnwindRows(first, rows, base); err != nil {
+		l.arena.release(first, uint32(len(rows)))
+		l.tableErr.Add(1)
+		return
+	}
+	fe.state, fe.first, fe.count, fe.base = fileRows, first, uint32(len(rows)), base
+	fe.lru = l.lru.PushFront(fe)
+	l.rowBytes.Store(int64(l.arena.used) * profiler.UnwindRowBytes)
+	l.nfiles.Store(int64(l.lru.Len()))
+	l.rewrite(fe)
+}
+
+// rewrite writes again the mappings of every loaded process mapping fe.
+func (l *Loader) rewrite(fe *fileEntry) {
+	for pid, pe := range l.procs {
+		if _, ok := pe.files[fe]; ok {
+			if err := l.write(pid, pe); err != nil {
+				// Gone, or the map refused: never leave a process
+				// pointing at rows that may be reused.
+				l.forget(pid)
+			}
+		}
+	}
+}
+
+func (l *Loader) addFile(fe *fileEntry) *fileEntry {
+	l.files[fe.key] = fe
+	// Entries without rows are small; keep their number bounded too.
+	if len(l.files) > 4*l.cfg.MaxProcesses {
+		for k, e := range l.files {
+			if e.refs == 0 && e.state != fileRows && e != fe {
+				delete(l.files, k)
+			}
+		}
+	}
+	return fe
+}
+
+func (l *Loader) touch(fe *fileEntry) {
+	if fe.lru != nil {
+		l.lru.MoveToFront(fe.lru)
+	}
+}
+
+// alloc finds room for count rows, evicting the tables used least
+// recently.
+func (l *Loader) alloc(count uint32) (uint32, bool) {
+	for {
+		if first, ok := l.arena.alloc(count); ok {
+			return first, true
+		}
+		back := l.lru.Back()
+		if back == nil {
+			return 0, false
+		}
+		l.evict(back.Value.(*fileEntry))
+	}
+}
+
+// evict frees a file's rows. The processes mapping it are rewritten first,
+// with the file pending, so no walk reads rows that are reused.
+func (l *Loader) evict(fe *fileEntry) {
+	l.lru.Remove(fe.lru)
+	fe.lru = nil
+	fe.state = filePending
+	l.rewrite(fe)
+	l.arena.release(fe.first, fe.count)
+	fe.first, fe.count = 0, 0
+	l.evictions.Add(1)
+	l.rowBytes.Store(int64(l.arena.used) * profiler.UnwindRowBytes)
+	l.nfiles.Store(int64(l.lru.Len()))
+}
+
+// forget drops a process from the sampler and releases its files.
+func (l *Loader) forget(pid uint32) {
+	_ = l.cfg.Sink.DeleteUnwindMappings(pid)
+	if pe, ok := l.procs[pid]; ok {
+		for fe := range pe.files {
+			fe.refs--
+		}
+		delete(l.procs, pid)
+	}
+	l.processes.Store(int64(len(l.procs)))
+	l.mu.Lock()
+	delete(l.lastLoad, pid)
+	delete(l.written, pid)
+	l.mu.Unlock()
+}
+
+func (l *Loader) makeRoomForProcess() {
+	if len(l.procs) < l.cfg.MaxProcesses {
+		return
+	}
+	var oldest uint32
+	var at time.Time
+	for pid, pe := range l.procs {
+		if at.IsZero() || pe.seen.Before(at) {
+			oldest, at = pid, pe.seen
+		}
+	}
+	l.forget(oldest)
+}
+
+// sweep drops exited processes, reloads exec'd ones, and marks the tables
+// of the processes sampled since the last sweep as recently used.
+func (l *Loader) sweep() {
+	l.mu.Lock()
+	seen := l.seen
+	l.seen = map[uint32]struct{}{}
+	l.mu.Unlock()
+	now := time.Now()
+	for pid := range seen {
+		if pe, ok := l.procs[pid]; ok {
+			pe.seen = now
+			for fe := range pe.files {
+				l.touch(fe)
+			}
+		}
+	}
+	for _, fe := range l.files {
+		if fe.state == filePending && fe.refs > 0 {
+			l.materialize(fe)
+		}
+	}
+	for pid, pe := range l.procs {
+		id, err := identity(pid)
+		switch {
+		case err != nil:
+			l.forget(pid)
+		case id != pe.id:
+			_ = l.Load(pid)
+		}
+	}
+}

@@ -1,0 +1,404 @@
+package ebpfprofreceiver
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"go.opentelemetry.io/collector/component/componenttest"
+	"go.opentelemetry.io/collector/consumer"
+	"go.opentelemetry.io/collector/pdata/pprofile"
+	"go.opentelemetry.io/collector/receiver/receivertest"
+
+	"github.com/bpfcol/bpfcol/internal/bpf/profiler"
+	"github.com/bpfcol/bpfcol/internal/pprofiletest"
+	"github.com/bpfcol/bpfcol/internal/process"
+	"github.com/bpfcol/bpfcol/internal/testenv"
+	"github.com/bpfcol/bpfcol/internal/testworkload"
+	"github.com/bpfcol/bpfcol/receiver/ebpfprofreceiver/internal/metadata"
+)
+
+// rootFunctions are the outermost user frames of a complete stack.
+var rootFunctions = map[string]bool{
+	"_start": true, "__libc_start_call_main": true, "__libc_start_main": true, "__libc_start_main_impl": true,
+	"start_thread": true, "clone3": true, "__clone3": true, "clone": true, "__clone": true, "runtime.goexit": true,
+}
+
+// gatedSink keeps every profile for the sanity checks, and apart those
+// whose interval started after from was set, for the measurement.
+type gatedSink struct {
+	mu       sync.Mutex
+	from     atomic.Int64 // unix nanos; 0: measure nothing yet
+	all      []pprofile.Profiles
+	measured []pprofile.Profiles
+}
+
+// intervalStart is when the samples of p started to be gathered.
+func intervalStart(p pprofile.Profiles) int64 {
+	for i := 0; i < p.ResourceProfiles().Len(); i++ {
+		sps := p.ResourceProfiles().At(i).ScopeProfiles()
+		for j := 0; j < sps.Len(); j++ {
+			if ps := sps.At(j).Profiles(); ps.Len() > 0 {
+				return int64(ps.At(0).Time())
+			}
+		}
+	}
+	return 0
+}
+
+func (s *gatedSink) Capabilities() consumer.Capabilities { return consumer.Capabilities{} }
+
+func (s *gatedSink) ConsumeProfiles(_ context.Context, p pprofile.Profiles) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.all = append(s.all, p)
+	if from := s.from.Load(); from != 0 && intervalStart(p) >= from {
+		s.measured = append(s.measured, p)
+	}
+	return nil
+}
+
+// cfiRun is one receiver run over workloads started before it.
+type cfiRun struct {
+	sink     gatedSink
+	counters profiler.Counters
+}
+
+// profileWithCFI starts the receiver over the already running processes,
+// waits until their unwind tables are in BPF (sampling before that uses
+// frame pointers, which is what the fallback is for, not what is measured
+// here), then measures for d. The impossible-frame check runs over every
+// profile, warm-up included.
+func profileWithCFI(t *testing.T, d time.Duration, cmds ...*exec.Cmd) *cfiRun {
+	t.Helper()
+	return profileWithCFIDuring(t, d, nil, cmds...)
+}
+
+// profileWithCFIDuring is profileWithCFI calling measuring, if not nil,
+// when the measured interval starts.
+func profileWithCFIDuring(t *testing.T, d time.Duration, measuring func(), cmds ...*exec.Cmd) *cfiRun {
+	t.Helper()
+	return profileWithCFIWhen(t, d, nil, measuring, cmds...)
+}
+
+// profileWithCFIWhen also waits, before measuring, for ready (if not nil)
+// to hold.
+func profileWithCFIWhen(t *testing.T, d time.Duration, ready func(*profilesReceiver) bool, measuring func(), cmds ...*exec.Cmd) *cfiRun {
+	t.Helper()
+	testenv.RequireBPF(t)
+	run := &cfiRun{}
+	cfg := createDefaultConfig().(*Config)
+	cfg.SamplingFrequency = 199
+	cfg.ReportInterval = time.Second
+	r, err := newProfilesReceiver(receivertest.NewNopSettings(metadata.Type), cfg, &run.sink)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Start(context.Background(), componenttest.NewNopHost()); err != nil {
+		t.Fatal(err)
+	}
+	stopped := false
+	stop := func() {
+		if !stopped {
+			stopped = true
+			run.counters, _ = r.sampler.Counters()
+			if err := r.Shutdown(context.Background()); err != nil {
+				t.Error(err)
+			}
+		}
+	}
+	defer stop()
+	start := time.Now()
+	for _, cmd := range cmds {
+		for !r.unwind.Ready(uint32(cmd.Process.Pid)) {
+			if time.Since(start) > 30*time.Second {
+				t.Fatalf("unwind tables of pid %d not loaded after 30s: %+v", cmd.Process.Pid, r.unwind.Stats())
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	for ready != nil && !ready(r) {
+		if time.Since(start) > 30*time.Second {
+			t.Fatalf("not ready after 30s: %+v", r.unwind.Stats())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Logf("tables loaded %v after start: %+v", time.Since(start).Round(time.Millisecond), r.unwind.Stats())
+	// Only intervals that start after this hold no sample from before:
+	// the margin covers samples taken before and drained after (the drain
+	// runs every 100ms).
+	run.sink.from.Store(time.Now().Add(500 * time.Millisecond).UnixNano())
+	time.Sleep(500 * time.Millisecond)
+	if measuring != nil {
+		measuring()
+	}
+	time.Sleep(d + cfg.ReportInterval)
+	stop()
+	t.Logf("unwind stops: %s", stopsString(run.counters))
+	checkNoImpossibleFrames(t, run.sink.all)
+	return run
+}
+
+func stopsString(c profiler.Counters) string {
+	var parts []string
+	for i, n := range c.UnwindStops {
+		parts = append(parts, profiler.StopReason(i).String()+"="+itoa(n))
+	}
+	return strings.Join(parts, " ")
+}
+
+func itoa(n uint64) string {
+	if n == 0 {
+		return "0"
+	}
+	var b []byte
+	for ; n > 0; n /= 10 {
+		b = append([]byte{byte('0' + n%10)}, b...)
+	}
+	return string(b)
+}
+
+// samplesOf returns the measured samples of pid.
+func (r *cfiRun) samplesOf(pid int) []pprofiletest.Sample {
+	var out []pprofiletest.Sample
+	for _, p := range r.sink.measured {
+		for _, s := range pprofiletest.Samples(p) {
+			if s.PID == int64(pid) {
+				out = append(out, s)
+			}
+		}
+	}
+	return out
+}
+
+// checkNoImpossibleFrames asserts that no user location of any profile has
+// a zero or non-canonical address, or no mapping.
+func checkNoImpossibleFrames(t *testing.T, profiles []pprofile.Profiles) {
+	t.Helper()
+	var locs, bad int
+	for _, p := range profiles {
+		d := p.Dictionary()
+		for i := 1; i < d.LocationTable().Len(); i++ {
+			loc := d.LocationTable().At(i)
+			kernel := false
+			for _, ai := range loc.AttributeIndices().AsRaw() {
+				a := d.AttributeTable().At(int(ai))
+				if d.StringTable().At(int(a.KeyStrindex())) == "profile.frame.type" {
+					kernel = a.Value().Str() == "kernel" || a.Value().Str() == "bpf"
+				}
+			}
+			if kernel {
+				continue
+			}
+			locs++
+			mi := loc.MappingIndex()
+			ok := loc.Address() != 0 && loc.Address() <= 0x7fffffffffff && mi > 0 && int(mi) < d.MappingTable().Len()
+			if ok {
+				m := d.MappingTable().At(int(mi))
+				ok = m.MemoryLimit() > m.MemoryStart()
+			}
+			if !ok {
+				bad++
+				if bad <= 5 {
+					t.Errorf("impossible user location: address %#x, mapping index %d", loc.Address(), mi)
+				}
+			}
+		}
+	}
+	t.Logf("%d user locations checked, %d impossible", locs, bad)
+}
+
+// checkChain asserts that at least minRatio of the samples whose leaf is
+// leaf hold chain (leaf first; each name found after the previous one, so
+// library frames may sit between) and end at a process root.
+func checkChain(t *testing.T, samples []pprofiletest.Sample, chain []string, minRatio float64) {
+	t.Helper()
+	var leafSamples, full int64
+	var bad []string
+	for _, s := range samples {
+		names := s.UserNames()
+		// The leaf function may have inlined helpers before it.
+		if i := slices.Index(names[:min(len(names), maxInlinedAtLeaf+1)], chain[0]); i >= 0 {
+			names = names[i:]
+		}
+		if len(names) == 0 || names[0] != chain[0] {
+			continue
+		}
+		leafSamples += s.Count
+		if holdsInOrder(names, chain) && rootFunctions[names[len(names)-1]] {
+			full += s.Count
+		} else if len(bad) < 5 {
+			bad = append(bad, "["+joinNames(names)+"]")
+		}
+	}
+	if leafSamples < 50 {
+		var some []string
+		for _, s := range samples[:min(len(samples), 3)] {
+			some = append(some, "["+joinNames(s.UserNames())+"]")
+		}
+		t.Fatalf("only %d samples with leaf %s (of %d stacks of the workload, such as %v)", leafSamples, chain[0], len(samples), some)
+	}
+	ratio := float64(full) / float64(leafSamples)
+	t.Logf("%d of %d samples in %s carry %v to the root (%.2f%%)", full, leafSamples, chain[0], chain, 100*ratio)
+	if ratio < minRatio {
+		t.Fatalf("only %.2f%% of samples in %s carry the full chain to the root; some that don't: %v", 100*ratio, chain[0], bad)
+	}
+}
+
+// maxInlinedAtLeaf is how many inlined functions may sit before the leaf
+// function's own name (Rust's wrapping arithmetic, for example).
+const maxInlinedAtLeaf = 2
+
+// holdsInOrder reports whether names starts with chain[0] and holds the
+// rest of chain in order.
+func holdsInOrder(names, chain []string) bool {
+	if len(names) == 0 || names[0] != chain[0] {
+		return false
+	}
+	i := 1
+	for _, n := range names[1:] {
+		if i < len(chain) && n == chain[i] {
+			i++
+		}
+	}
+	return i == len(chain)
+}
+
+func startWorkload(t *testing.T, bin string, args ...string) *exec.Cmd {
+	t.Helper()
+	cmd := testworkload.Start(t, bin, args...)
+	return cmd
+}
+
+// noFramePointers are the flags of the workloads built without frame
+// pointers.
+var noFramePointers = []string{"-O2", "-g", "-fomit-frame-pointer"}
+
+func TestCFIDeepChainC(t *testing.T) {
+	bin := testworkload.BuildC(t, "deepchain.c", noFramePointers...)
+	cmd := startWorkload(t, bin)
+	run := profileWithCFI(t, 5*time.Second, cmd)
+	chain := []string{"hot", "c6", "c5", "c4", "c3", "c2", "c1", "main"}
+	samples := run.samplesOf(cmd.Process.Pid)
+	checkChain(t, samples, chain, 0.99)
+	// Exact: nothing but libc's start code between main and the root.
+	for _, s := range samples {
+		if names := s.UserNames(); len(names) > 0 && names[0] == "hot" && !slices.Equal(names[:min(len(names), len(chain))], chain) {
+			t.Fatalf("a frame between the chain's functions: %v", names)
+		}
+	}
+}
+
+func TestCFIQsortCallback(t *testing.T) {
+	bin := testworkload.BuildC(t, "qsortcb.c", noFramePointers...)
+	cmd := startWorkload(t, bin)
+	run := profileWithCFI(t, 5*time.Second, cmd)
+	checkChain(t, run.samplesOf(cmd.Process.Pid), []string{"cmp", "sort_loop", "main"}, 0.99)
+}
+
+func TestCFISignalHandler(t *testing.T) {
+	bin := testworkload.BuildC(t, "sigburn.c", noFramePointers...)
+	cmd := startWorkload(t, bin)
+	run := profileWithCFI(t, 5*time.Second, cmd)
+	checkChain(t, run.samplesOf(cmd.Process.Pid), []string{"burn", "__restore_rt", "trigger", "outer", "main"}, 0.99)
+}
+
+func TestCFICXXExceptionsTemplates(t *testing.T) {
+	bin := testworkload.BuildCXX(t, "cxxchain.cc", noFramePointers...)
+	cmd := startWorkload(t, bin)
+	run := profileWithCFI(t, 5*time.Second, cmd)
+	checkChain(t, run.samplesOf(cmd.Process.Pid), []string{
+		"hot(unsigned long)", "Level<0>::run(unsigned long)", "Level<1>::run(unsigned long)",
+		"Level<2>::run(unsigned long)", "Level<3>::run(unsigned long)", "guarded(unsigned long)", "main",
+	}, 0.99)
+}
+
+func TestCFIRustRelease(t *testing.T) {
+	bin := testworkload.BuildRust(t, "rustchain.rs", "-C", "opt-level=3", "-g")
+	cmd := startWorkload(t, bin)
+	run := profileWithCFI(t, 5*time.Second, cmd)
+	checkChain(t, run.samplesOf(cmd.Process.Pid), []string{
+		"rustchain::hot", "rustchain::level3", "rustchain::level2", "rustchain::level1", "rustchain::main", "main",
+	}, 0.99)
+}
+
+// TestJITFramesNamedNode profiles Node with --perf-basic-prof: its JIT
+// frames (anonymous executable memory, walked by frame pointers) are named
+// from /tmp/perf-PID.map, and the stacks through them reach the root
+// through node's own CFI.
+func TestJITFramesNamedNode(t *testing.T) {
+	node, err := exec.LookPath("node")
+	if err != nil {
+		t.Fatalf("node is not installed: %v", err)
+	}
+	cmd := startWorkload(t, node, "--perf-basic-prof", "-e", `
+function fib(n) { return n < 2 ? n : fib(n - 1) + fib(n - 2); }
+function spin() { for (;;) { globalThis.sink = fib(24); } }
+spin();
+`)
+	t.Cleanup(func() { os.Remove(fmt.Sprintf("/tmp/perf-%d.map", cmd.Process.Pid)) })
+	// Let V8 compile fib and write its perf map entries.
+	time.Sleep(time.Second)
+	run := profileWithCFI(t, 5*time.Second, cmd)
+	// node's main tail-calls node::Start, so either may be on the stack.
+	reachesMain := func(names []string) bool {
+		return completeStack(names) && (slices.Contains(names, "main") || slices.Contains(names, "node::Start(int, char**)"))
+	}
+	var total, named, complete int64
+	for _, s := range run.samplesOf(cmd.Process.Pid) {
+		names := s.UserNames()
+		total += s.Count
+		if !slices.ContainsFunc(names, func(n string) bool { return strings.Contains(n, "fib") }) {
+			continue
+		}
+		named += s.Count
+		if reachesMain(names) {
+			complete += s.Count
+		}
+	}
+	t.Logf("node: %d samples, %d with a JS frame named fib, %d of those complete to node's main (%.1f%%)",
+		total, named, complete, pct(complete, named))
+	if named < total/2 || named < 50 {
+		t.Fatalf("only %d of %d samples have a JS frame named fib; some: %v", named, total, incompleteExamples(run.samplesOf(cmd.Process.Pid)))
+	}
+	if pct(complete, named) < 95 {
+		var some []string
+		for _, s := range run.samplesOf(cmd.Process.Pid) {
+			if names := s.UserNames(); !reachesMain(names) && len(some) < 3 {
+				some = append(some, "["+joinNames(names)+"]")
+			}
+		}
+		t.Fatalf("%.1f%% of the samples in fib are complete to main; some that are not: %v", pct(complete, named), some)
+	}
+}
+
+// TestCFIDlopen loads a library long after the process's tables were
+// loaded. The first samples in it fall outside the loaded mappings; that
+// alone makes the loader read the process's mappings again (no polling),
+// and from then on its frames are walked with its CFI.
+func TestCFIDlopen(t *testing.T) {
+	lib := testworkload.BuildC(t, "dlopenlib.c", append([]string{"-shared", "-fPIC"}, noFramePointers...)...)
+	bin := testworkload.BuildC(t, "dlopenhot.c", noFramePointers...)
+	cmd := startWorkload(t, bin, lib, "3")
+	pid := cmd.Process.Pid
+	run := profileWithCFIWhen(t, 5*time.Second, func(r *profilesReceiver) bool {
+		maps, err := process.ReadMappings(pid)
+		if err != nil {
+			return false
+		}
+		for _, m := range maps {
+			if m.Path == lib && m.Executable() {
+				return r.unwind.Covers(uint32(pid), m.Start)
+			}
+		}
+		return false
+	}, nil, cmd)
+	checkChain(t, run.samplesOf(pid), []string{"lib_hot", "lib_outer", "call_lib", "main"}, 0.99)
+}
