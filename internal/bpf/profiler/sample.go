@@ -93,4 +93,8 @@ type Options struct {
 	// UnwindProcesses bounds the processes whose mappings the sampler
 	// holds; zero means 1024.
 	UnwindProcesses int
+	// PID, when not zero, samples only that process (its threads as they
+	// exist at New) instead of every CPU: for benchmarks that must see the
+	// program's cost on one workload alone.
+	PID int
 }

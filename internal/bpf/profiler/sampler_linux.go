@@ -91,8 +91,13 @@ func New(opts Options) (_ *Sampler, err error) {
 	if s.reader, err = ringbuf.NewReader(s.objs.Samples); err != nil {
 		return nil, fmt.Errorf("opening sample ringbuf: %w", err)
 	}
-	for _, cpu := range cpus {
-		fd, err := openCPUClock(cpu, opts.Frequency)
+	targets, err := eventTargets(opts, cpus)
+	if err != nil {
+		return nil, err
+	}
+	for _, tg := range targets {
+		cpu := tg.cpu
+		fd, err := openCPUClock(tg.pid, cpu, opts.Frequency)
 		if err != nil {
 			return nil, err
 		}
@@ -125,7 +130,7 @@ func ringBufferSize(opts Options, ncpu int) uint32 {
 	return uint32(1) << bits.Len32(uint32(size-1))
 }
 
-func openCPUClock(cpu, frequency int) (int, error) {
+func openCPUClock(pid, cpu, frequency int) (int, error) {
 	attr := unix.PerfEventAttr{
 		Type:   unix.PERF_TYPE_SOFTWARE,
 		Config: unix.PERF_COUNT_SW_CPU_CLOCK,
@@ -133,7 +138,7 @@ func openCPUClock(cpu, frequency int) (int, error) {
 		Sample: uint64(frequency),
 		Bits:   unix.PerfBitFreq | unix.PerfBitDisabled,
 	}
-	fd, err := unix.PerfEventOpen(&attr, -1, cpu, -1, unix.PERF_FLAG_FD_CLOEXEC)
+	fd, err := unix.PerfEventOpen(&attr, pid, cpu, -1, unix.PERF_FLAG_FD_CLOEXEC)
 	if err != nil {
 		return -1, fmt.Errorf("opening cpu-clock perf event on cpu %d: %w", cpu, explainPermission(err))
 	}

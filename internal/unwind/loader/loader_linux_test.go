@@ -14,6 +14,12 @@ import (
 
 // newTestLoader loads a real sampler with a row store of rows rows and a
 // loader over it, and waits for builds synchronously through Load.
+func newStore(t testing.TB) *cfi.Store[symbolize.FileKey] {
+	store := cfi.NewStore[symbolize.FileKey](cfi.StoreConfig{MaxBytes: 256 << 20, QueueLen: 64}, nil)
+	t.Cleanup(func() { store.Close() })
+	return store
+}
+
 func newTestLoader(t *testing.T, rows int) (*Loader, *cfi.Store[symbolize.FileKey]) {
 	t.Helper()
 	testenv.RequireBPF(t)
@@ -22,13 +28,12 @@ func newTestLoader(t *testing.T, rows int) (*Loader, *cfi.Store[symbolize.FileKe
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { s.Close() })
-	store := cfi.NewStore[symbolize.FileKey](cfi.StoreConfig{MaxBytes: 256 << 20, QueueLen: 64}, nil)
-	t.Cleanup(func() { store.Close() })
+	store := newStore(t)
 	return New(Config{Sink: s, Tables: store}), store
 }
 
 // loadAll loads pid until every table it needs was built.
-func loadAll(t *testing.T, l *Loader, pid int) {
+func loadAll(t testing.TB, l *Loader, pid int) {
 	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
 	for {
@@ -45,7 +50,7 @@ func loadAll(t *testing.T, l *Loader, pid int) {
 	}
 }
 
-func startSleeper(t *testing.T, path string, args ...string) *exec.Cmd {
+func startSleeper(t testing.TB, path string, args ...string) *exec.Cmd {
 	t.Helper()
 	cmd := exec.Command(path, args...)
 	if err := cmd.Start(); err != nil {
