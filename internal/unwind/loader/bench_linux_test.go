@@ -50,6 +50,9 @@ while True:
 				l := New(Config{Sink: s, Tables: store})
 				loadAll(b, l, py.Process.Pid)
 			}
+			var ts unix.Timespec
+			unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts)
+			measuredFrom := uint64(ts.Nano())
 			// Drain the ringbuf, so that no run is cut short by a full one.
 			var samples, complete, frames int
 			done := make(chan struct{})
@@ -66,8 +69,8 @@ while True:
 						s.SetDeadline(time.Now().Add(100 * time.Millisecond))
 						continue
 					}
-					if mode == "cfi" && smp.NoTable {
-						continue // sampled before the tables were loaded
+					if smp.KtimeNs < measuredFrom {
+						continue // sampled while the tables were loading
 					}
 					samples++
 					frames += len(smp.User)
