@@ -54,6 +54,7 @@ optional=() # failing to install these is a warning, not an error
 if $bench; then
 	optional+=(
 		"perf linux-perf" # comparison profiles in benchmarks
+		"node nodejs"     # a ~100 MB binary for the CFI table benchmark
 		"bpftrace bpftrace"
 	)
 fi

@@ -144,3 +144,49 @@ func checkForms(t *testing.T, bin string, tbl *Table) {
 		require.True(t, hasRow(rows, c.pred), "%s: no row for %s in %+v", c.sym, c.what, rows)
 	}
 }
+
+// TestNoSectionHeaders finds .eh_frame through PT_GNU_EH_FRAME
+// (.eh_frame_hdr) in a binary stripped of its section headers.
+func TestNoSectionHeaders(t *testing.T) {
+	bin := build(t, "gcc", "chain", append([]string{"-Wl,--build-id"}, optFlags...), "chain.c", "forms.S")
+	bare := bin + ".bare"
+	tool := "llvm-objcopy-14"
+	if _, err := exec.LookPath(tool); err != nil {
+		tool = "llvm-objcopy"
+	}
+	out, err := exec.Command(tool, "--strip-sections", bin, bare).CombinedOutput()
+	require.NoError(t, err, "%s: %s", tool, out)
+	f, err := elf.Open(bare)
+	require.NoError(t, err)
+	defer f.Close()
+	require.Nil(t, f.Section(".eh_frame"), "section headers stripped")
+
+	got, err := EHFrame(f)
+	require.NoError(t, err)
+	require.Equal(t, compileFile(t, bin, EHFrame).Rows, got.Rows)
+	orig, err := elf.Open(bin)
+	require.NoError(t, err)
+	defer orig.Close()
+	require.NotEmpty(t, BuildID(f))
+	require.Equal(t, BuildID(orig), BuildID(f), "build ID from PT_NOTE")
+}
+
+// TestBuiltGo covers Go's CFI: a compressed .debug_frame only.
+func TestBuiltGo(t *testing.T) {
+	bin := filepath.Join(t.TempDir(), "gohello")
+	cmd := exec.Command("go", "build", "-o", bin, filepath.Join("testdata", "gohello.go"))
+	out, err := cmd.CombinedOutput()
+	require.NoError(t, err, "go build: %s", out)
+	f, err := elf.Open(bin)
+	require.NoError(t, err)
+	defer f.Close()
+	s := f.Section(".debug_frame")
+	require.NotNil(t, s)
+	require.NotZero(t, s.Flags&elf.SHF_COMPRESSED, "Go compresses .debug_frame")
+	_, err = EHFrame(f)
+	require.ErrorIs(t, err, ErrNoCFI)
+	checkFile(t, bin, true, DebugFrame, 0.01)
+	full, err := FromELF(f)
+	require.NoError(t, err)
+	require.Equal(t, compileFile(t, bin, DebugFrame).Rows, full.Rows)
+}

@@ -22,7 +22,9 @@ func compile(fdes []fde, b *bases, keep func(begin, end uint64) bool, st *parseS
 	})
 	inits := make(map[*cie]*state)
 	m := &machine{b: b}
-	var rows []Row
+	// Real sections hold 5-8 bytes of CFI per row; start near that to
+	// spare the regrowth of a large table.
+	rows := make([]Row, 0, min(len(fdes)*4, insnBytes(fdes)/4+2*len(fdes)))
 	var prevEnd uint64
 	have := false
 	for i := range fdes {
@@ -80,7 +82,17 @@ func compile(fdes []fde, b *bases, keep func(begin, end uint64) bool, st *parseS
 	if have {
 		rows = appendRow(rows, Row{PC: prevEnd})
 	}
-	return slices.Clip(rows)
+	// An exact copy, so that the table holds (and Size counts) no spare
+	// capacity.
+	return append([]Row(nil), rows...)
+}
+
+func insnBytes(fdes []fde) int {
+	n := 0
+	for i := range fdes {
+		n += len(fdes[i].insns)
+	}
+	return n
 }
 
 // sameRule tells whether two rows hold the same unwind rule.
@@ -173,5 +185,5 @@ func (t *Table) Fill(other *Table) *Table {
 		r.PC = pc
 		out = appendRow(out, r)
 	}
-	return &Table{Rows: slices.Clip(out)}
+	return &Table{Rows: append([]Row(nil), out...)}
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
 	"slices"
 )
 
@@ -21,10 +22,9 @@ const minCoverage = 0.9
 // .debug_frame of f itself when .eh_frame covers less than 90% of the
 // executable code. It returns ErrNoCFI when f has neither.
 func FromELF(f *elf.File) (*Table, error) {
+	// A .eh_frame that fails to parse is no reason not to try
+	// .debug_frame; its error is returned if that fails too.
 	t, err := EHFrame(f)
-	if err != nil && !errors.Is(err, ErrNoCFI) {
-		return nil, err
-	}
 	if t != nil && !NeedsDebugFrame(f, t) {
 		return t, nil
 	}
@@ -38,8 +38,10 @@ func FromELF(f *elf.File) (*Table, error) {
 		return t, nil
 	case errors.Is(derr, ErrNoCFI):
 		return nil, err
+	case errors.Is(err, ErrNoCFI):
+		return nil, derr
 	}
-	return nil, derr
+	return nil, err
 }
 
 // NeedsDebugFrame tells whether t, compiled from f's .eh_frame, covers so
@@ -213,10 +215,15 @@ func segmentData(f *elf.File, addr uint64) ([]byte, error) {
 		if p.Type != elf.PT_LOAD || addr < p.Vaddr || addr-p.Vaddr >= p.Filesz {
 			continue
 		}
+		// Read in chunks: Filesz is not trusted to match the file.
 		n := min(p.Filesz-(addr-p.Vaddr), maxSectionBytes)
-		data := make([]byte, n)
-		if _, err := p.ReadAt(data, int64(addr-p.Vaddr)); err != nil {
+		r := io.NewSectionReader(p, int64(addr-p.Vaddr), int64(n))
+		data, err := io.ReadAll(io.LimitReader(r, int64(n)))
+		if err != nil {
 			return nil, err
+		}
+		if uint64(len(data)) < n {
+			return nil, io.ErrUnexpectedEOF
 		}
 		return data, nil
 	}

@@ -115,6 +115,15 @@ func (m *machine) restoreReg(reg uint64) {
 	}
 }
 
+// defCFAOffset changes the offset of a register-based CFA; on an
+// expression CFA the op is invalid and the CFA becomes unknown.
+func (m *machine) defCFAOffset(off int64) {
+	m.cur.cfaOff = off
+	if m.cur.cfa != cfaReg {
+		m.cur.cfa = cfaExpr
+	}
+}
+
 // factored multiplies a factored offset by the data alignment factor,
 // refusing overflow.
 func (m *machine) factored(v int64) (int64, error) {
@@ -277,13 +286,13 @@ func (m *machine) run(insns []byte, emit func(loc uint64, s *state) bool) error 
 			m.cur.cfa = cfaReg
 			m.cur.cfaReg = r.uleb()
 		case opDefCFAOffset:
-			m.cur.cfaOff = int64(r.uleb() & math.MaxInt64)
+			m.defCFAOffset(int64(r.uleb() & math.MaxInt64))
 		case opDefCFAOffsetSF:
 			off, err := m.factored(r.sleb())
 			if err != nil {
 				return err
 			}
-			m.cur.cfaOff = off
+			m.defCFAOffset(off)
 		case opDefCFAExpression:
 			expr := r.bytes(int(min(r.uleb(), math.MaxInt32)))
 			if off, th, ok := pltExpression(expr); ok {

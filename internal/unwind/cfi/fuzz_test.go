@@ -1,6 +1,8 @@
 package cfi
 
 import (
+	"bytes"
+	"debug/elf"
 	"encoding/binary"
 	"testing"
 
@@ -150,13 +152,105 @@ func TestTruncated(t *testing.T) {
 	}
 }
 
+// minimalELF returns an x86-64 ELF file with no section headers: one
+// executable PT_LOAD, a PT_NOTE with a build ID, and .eh_frame found
+// through PT_GNU_EH_FRAME, holding the FDEs of seeds().
+func minimalELF() []byte {
+	const phoff, phnum, content = 64, 3, 256
+	note := binary.LittleEndian.AppendUint32(nil, 4)
+	note = binary.LittleEndian.AppendUint32(note, 20)
+	note = binary.LittleEndian.AppendUint32(note, 3)
+	note = append(note, "GNU\x00"...)
+	for i := range 20 {
+		note = append(note, byte(i+1))
+	}
+	hdrAddr := uint64(content + len(note))
+	ehAddr := hdrAddr + 8
+	hdr := []byte{1, pePCRel | peSdata4, peOmit, peOmit}
+	hdr = binary.LittleEndian.AppendUint32(hdr, uint32(ehAddr-(hdrAddr+4)))
+	eh := section{kind: ehFrame}
+	c := eh.cie("zR", []byte{pePCRel | peSdata4}, cieInit)
+	eh.fde(c, ehAddr, 0x2000, 0x40, true, []byte{opAdvanceLoc | 1, opDefCFAOffset, 16, opOffset | regRBP, 2})
+	eh.u32(0)
+
+	var b []byte
+	b = append(b, 0x7f, 'E', 'L', 'F', 2, 1, 1)
+	b = append(b, make([]byte, 16-len(b))...)
+	b = binary.LittleEndian.AppendUint16(b, uint16(elf.ET_DYN))
+	b = binary.LittleEndian.AppendUint16(b, uint16(elf.EM_X86_64))
+	b = binary.LittleEndian.AppendUint32(b, 1)
+	b = binary.LittleEndian.AppendUint64(b, 0)     // entry
+	b = binary.LittleEndian.AppendUint64(b, phoff) // phoff
+	b = binary.LittleEndian.AppendUint64(b, 0)     // shoff
+	b = binary.LittleEndian.AppendUint32(b, 0)     // flags
+	for _, v := range []uint16{64, 56, phnum, 64, 0, 0} {
+		b = binary.LittleEndian.AppendUint16(b, v)
+	}
+	size := uint64(ehAddr) + uint64(len(eh.b))
+	prog := func(typ elf.ProgType, flags elf.ProgFlag, off, filesz, memsz uint64) {
+		b = binary.LittleEndian.AppendUint32(b, uint32(typ))
+		b = binary.LittleEndian.AppendUint32(b, uint32(flags))
+		for _, v := range []uint64{off, off, off, filesz, memsz, 8} {
+			b = binary.LittleEndian.AppendUint64(b, v)
+		}
+	}
+	prog(elf.PT_LOAD, elf.PF_R|elf.PF_X, 0, size, 0x4000)
+	prog(elf.PT_NOTE, elf.PF_R, content, uint64(len(note)), uint64(len(note)))
+	prog(elf.PT_GNU_EH_FRAME, elf.PF_R, hdrAddr, uint64(len(hdr)), uint64(len(hdr)))
+	b = append(b, make([]byte, content-len(b))...)
+	b = append(b, note...)
+	b = append(b, hdr...)
+	return append(b, eh.b...)
+}
+
+func TestMinimalELF(t *testing.T) {
+	f, err := elf.NewFile(bytes.NewReader(minimalELF()))
+	require.NoError(t, err)
+	require.Equal(t, "0102030405060708090a0b0c0d0e0f1011121314", BuildID(f))
+	tbl, err := FromELF(f)
+	require.NoError(t, err)
+	require.Equal(t, []Row{
+		{PC: 0x2000, CFA: CFARSP, CFAOffset: 8},
+		{PC: 0x2001, CFA: CFARSP, CFAOffset: 16, RBP: RBPAtCFA, RBPOffset: -16},
+		{PC: 0x2040},
+	}, tbl.Rows)
+}
+
+// Fuzz modes: the input is a raw .eh_frame, a raw .debug_frame or an ELF
+// file.
+const (
+	fuzzEHFrame uint8 = iota
+	fuzzDebugFrame
+	fuzzELF
+)
+
 func FuzzCFI(f *testing.F) {
 	for _, s := range seeds() {
-		f.Add(s.b, s.kind == debugFrame)
+		mode := fuzzEHFrame
+		if s.kind == debugFrame {
+			mode = fuzzDebugFrame
+		}
+		f.Add(s.b, mode)
 	}
-	f.Fuzz(func(t *testing.T, data []byte, debug bool) {
+	f.Add(minimalELF(), fuzzELF)
+	f.Fuzz(func(t *testing.T, data []byte, mode uint8) {
+		if mode%3 == fuzzELF {
+			ef, err := elf.NewFile(bytes.NewReader(data))
+			if err != nil {
+				return
+			}
+			BuildID(ef)
+			if tbl, err := FromELF(ef); err == nil {
+				checkSorted(t, tbl)
+				NeedsDebugFrame(ef, tbl)
+			}
+			if tbl, err := DebugFrame(ef); err == nil {
+				checkSorted(t, tbl)
+			}
+			return
+		}
 		kind := ehFrame
-		if debug {
+		if mode%3 == fuzzDebugFrame {
 			kind = debugFrame
 		}
 		rows := compileRaw(data, kind)

@@ -369,6 +369,17 @@ func TestGroundTruthPython(t *testing.T) {
 	checkFile(t, requireFile(t, "/usr/bin/python3.11"), false, EHFrame, 0.01)
 }
 
+// TestGroundTruthRuntime covers the dynamic loader (hand-written
+// assembly with its own CFI) and libstdc++ (C++ CIEs with personality and
+// LSDA), both present wherever g++ is.
+func TestGroundTruthRuntime(t *testing.T) {
+	for _, p := range []string{"/lib64/ld-linux-x86-64.so.2", "/lib/x86_64-linux-gnu/libstdc++.so.6"} {
+		t.Run(filepath.Base(p), func(t *testing.T) {
+			checkFile(t, requireFile(t, p), false, EHFrame, 0.01)
+		})
+	}
+}
+
 func requireFile(t *testing.T, path string) string {
 	t.Helper()
 	_, err := os.Stat(path)

@@ -11,7 +11,7 @@ import (
 const (
 	// maxSectionBytes bounds a CFI section read into memory. node's
 	// .eh_frame, among the largest seen, is 2.7 MiB.
-	maxSectionBytes = 256 << 20
+	maxSectionBytes = 64 << 20
 	// maxStateStack bounds DW_CFA_remember_state nesting; compilers nest
 	// one or two deep.
 	maxStateStack = 64
@@ -284,7 +284,8 @@ type parseStats struct {
 // error, keeping what was found before it.
 func parseSection(data []byte, kind sectionKind, b *bases, st *parseStats) ([]fde, error) {
 	cies := make(map[int]*cie)
-	var fdes []fde
+	// FDEs of real sections take 24-60 bytes.
+	fdes := make([]fde, 0, len(data)/48)
 	r := &reader{b: data}
 	for r.left() > 0 {
 		start := r.off

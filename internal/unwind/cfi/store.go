@@ -30,17 +30,23 @@ type DebugFileFunc func(buildID string) (*os.File, error)
 
 // StoreConfig configures a Store.
 type StoreConfig struct {
-	// MaxBytes bounds the summed size of the tables held (Table.Size).
+	// MaxBytes bounds the summed size of the tables held, as measured by
+	// Size.
 	MaxBytes int64
+	// Size measures a table for MaxBytes; nil means Table.Size, its size
+	// in Go memory. A loader may count its own encoding instead.
+	Size func(*Table) int64
 	// QueueLen bounds the build requests waiting; more are dropped and
 	// counted.
 	QueueLen int
 	// DebugFile finds separate debug files; nil means binaries only.
 	DebugFile DebugFileFunc
 	// RetryAfter is how long a table built while its debug file was
-	// pending is kept before a request builds it again.
+	// pending is kept before a request builds it again; 0 means 30 s.
 	RetryAfter time.Duration
 }
+
+const defaultRetryAfter = 30 * time.Second
 
 // Entry is what the store holds for a file.
 type Entry struct {
@@ -103,13 +109,19 @@ func NewStore[K comparable](cfg StoreConfig, onBuilt func(K, *Entry)) *Store[K] 
 	if cfg.QueueLen < 1 {
 		cfg.QueueLen = 1
 	}
+	if cfg.RetryAfter <= 0 {
+		cfg.RetryAfter = defaultRetryAfter
+	}
+	if cfg.Size == nil {
+		cfg.Size = (*Table).Size
+	}
 	s := &Store[K]{
 		cfg: cfg,
 		cache: lru.New[K, *Entry](cfg.MaxBytes, func(_ K, e *Entry) int64 {
 			if e.Table == nil {
 				return failedCost
 			}
-			return e.Table.Size()
+			return cfg.Size(e.Table)
 		}),
 		queue:    make(chan request[K], cfg.QueueLen),
 		done:     make(chan struct{}),
@@ -200,8 +212,8 @@ func (s *Store[K]) work() {
 			t, err := s.build(r.open)
 			e := &Entry{Table: t, Err: err, Built: time.Now()}
 			e.BuildTime = e.Built.Sub(start)
-			if t != nil && t.Size() > s.cfg.MaxBytes {
-				e.Table, e.Err = nil, fmt.Errorf("holding %d bytes: %w", t.Size(), ErrTooLarge)
+			if t != nil && s.cfg.Size(t) > s.cfg.MaxBytes {
+				e.Table, e.Err = nil, fmt.Errorf("holding %d bytes: %w", s.cfg.Size(t), ErrTooLarge)
 			}
 			s.cache.Add(r.key, e)
 			s.mu.Lock()
@@ -232,9 +244,6 @@ func (s *Store[K]) build(open func() (*os.File, error)) (*Table, error) {
 		return nil, fmt.Errorf("reading ELF: %w", err)
 	}
 	t, err := FromELF(ef)
-	if err != nil && !errors.Is(err, ErrNoCFI) {
-		return nil, err
-	}
 	if s.cfg.DebugFile == nil || (t != nil && !NeedsDebugFrame(ef, t)) {
 		return t, err
 	}
@@ -248,12 +257,10 @@ func (s *Store[K]) build(open func() (*os.File, error)) (*Table, error) {
 		return d, nil
 	case derr == nil:
 		return t.Fill(d), nil
-	case errors.Is(derr, ErrPending) && t != nil:
-		return t, ErrPending
+	case errors.Is(derr, ErrPending):
+		return t, ErrPending // t may be nil: nothing yet
 	case t != nil:
 		return t, nil
-	case errors.Is(derr, ErrPending):
-		return nil, ErrPending
 	}
 	return nil, err
 }

@@ -90,7 +90,9 @@ func TestStoreBuildsOnceAndEvictsLRU(t *testing.T) {
 
 func TestStoreFailuresAndBounds(t *testing.T) {
 	onBuilt, built := waitBuilt()
-	s := NewStore[string](StoreConfig{MaxBytes: 4096, QueueLen: 1}, onBuilt)
+	// Tables measured by a BPF encoding of 8 bytes a row.
+	bpfSize := func(t *Table) int64 { return 8 * int64(len(t.Rows)) }
+	s := NewStore[string](StoreConfig{MaxBytes: 4096, QueueLen: 1, Size: bpfSize}, onBuilt)
 	defer s.Close()
 
 	// Not an ELF file: a failed entry, cached so it is not built again.
@@ -153,7 +155,7 @@ func TestStoreDebugFile(t *testing.T) {
 	pending := true
 	var asked []string
 	onBuilt, built := waitBuilt()
-	s := NewStore[string](StoreConfig{MaxBytes: 1 << 20, QueueLen: 4, DebugFile: func(buildID string) (*os.File, error) {
+	s := NewStore[string](StoreConfig{MaxBytes: 1 << 20, QueueLen: 4, RetryAfter: time.Nanosecond, DebugFile: func(buildID string) (*os.File, error) {
 		asked = append(asked, buildID)
 		if pending {
 			return nil, ErrPending
@@ -175,8 +177,8 @@ func TestStoreDebugFile(t *testing.T) {
 		f.Close()
 	}
 
-	// RetryAfter (zero) has passed: the next request builds it again,
-	// now with the debug file.
+	// RetryAfter has passed: the next request builds it again, now with
+	// the debug file.
 	pending = false
 	require.True(t, s.Request("bin", opener(stripped)))
 	recvKey(t, built)
@@ -185,4 +187,17 @@ func TestStoreDebugFile(t *testing.T) {
 	require.NoError(t, e.Err)
 	require.Equal(t, fromELF(t, bin).Rows, e.Table.Rows)
 	require.Equal(t, []string{id, id}, asked)
+
+	// With the default RetryAfter, a pending table is not built again
+	// right away.
+	onBuilt2, built2 := waitBuilt()
+	s2 := NewStore[string](StoreConfig{MaxBytes: 1 << 20, QueueLen: 4, DebugFile: func(string) (*os.File, error) {
+		return nil, ErrPending
+	}}, onBuilt2)
+	defer s2.Close()
+	require.True(t, s2.Request("bin", opener(stripped)))
+	recvKey(t, built2)
+	require.True(t, s2.Request("bin", opener(stripped)))
+	require.EqualValues(t, 0, s2.Stats().Queued)
+	require.EqualValues(t, 1, s2.Stats().Builds)
 }

@@ -4,9 +4,15 @@
 // frame address (CFA), where the return address is (always CFA-8 on
 // x86-64) and how the caller's RBP is restored.
 //
+// FromELF (or EHFrame and DebugFrame, joined with Table.Fill) compiles a
+// file; a Store builds tables off the hot path, once per file, bounded in
+// bytes, completing them from separate debug files.
+//
 // The table is what the BPF unwinder walks; the encoding into BPF map
 // values lives with the BPF loader, not here.
 package cfi
+
+import "strconv"
 
 // CFARule says how the CFA of a frame is computed at an address.
 type CFARule uint8
@@ -73,4 +79,27 @@ type Row struct {
 // last rule over its neighbour.
 type Table struct {
 	Rows []Row
+}
+
+var cfaRuleNames = [...]string{
+	CFANone: "none", CFARSP: "rsp", CFARBP: "rbp", CFAPLT: "plt",
+	CFASignal: "signal", CFAEnd: "end", CFAUnsupported: "unsupported",
+}
+
+// String names the rule.
+func (r CFARule) String() string {
+	if int(r) < len(cfaRuleNames) {
+		return cfaRuleNames[r]
+	}
+	return "CFARule(" + strconv.Itoa(int(r)) + ")"
+}
+
+var rbpRuleNames = [...]string{RBPUnchanged: "unchanged", RBPAtCFA: "at-cfa", RBPUnsupported: "unsupported"}
+
+// String names the rule.
+func (r RBPRule) String() string {
+	if int(r) < len(rbpRuleNames) {
+		return rbpRuleNames[r]
+	}
+	return "RBPRule(" + strconv.Itoa(int(r)) + ")"
 }
