@@ -114,11 +114,11 @@ func (r *profilesReceiver) start(_ context.Context, _ component.Host) error {
 	}
 	// From here on Shutdown owns what Start created.
 	r.sampler, r.kernelSyms = sampler, kernelSyms
-	r.startUnwind()
 	r.binaries = symbolize.NewBinaryCache(maxBinaries)
 	if r.symbolizer, err = symbolize.NewSymbolizer(r.cfg.Symbolizer.symbolizeConfig()); err != nil {
 		r.set.Logger.Warn("user frames named from the mapped binaries only", zap.Error(err))
 	}
+	r.startUnwind()
 	if err := r.registerTelemetry(); err != nil {
 		r.set.Logger.Warn("self-metrics unavailable", zap.Error(err))
 	}
