@@ -112,8 +112,8 @@ struct walk {
 // 8-byte .bss map.
 const struct sample *unused_sample __attribute__((unused));
 
-// The searches below take no branch on the data they read, and always run
-// their full count of steps: the verifier then walks one path through them
+// The searches below take no branch on the data they read (only on how
+// many steps remain): the verifier then walks one path through them
 // instead of one per outcome of every comparison.
 
 // le returns 1 if a <= b, else 0, without a branch.
@@ -135,7 +135,7 @@ __noinline int find_mapping(struct unwind_proc *proc, u64 addr)
 		return -1;
 	// Last mapping with start <= addr.
 	u64 base = 0;
-	for (int i = 0; i < 10; i++) {
+	for (int i = 0; i < 10 && len > 1; i++) {
 		u64 half = len >> 1;
 		base += le(proc->mappings[(base + half) & (UNWIND_MAX_MAPPINGS - 1)].start, addr) * half;
 		len -= half;
@@ -160,7 +160,7 @@ __noinline s64 find_row(struct unwind_mapping *m, u64 addr)
 		return -1;
 	// Last row with pc <= target.
 	u64 base = 0;
-	for (int i = 0; i < ROW_SEARCH_STEPS; i++) {
+	for (int i = 0; i < ROW_SEARCH_STEPS && len > 1; i++) {
 		u64 half = len >> 1;
 		u32 key = first + (u32)(base + half);
 		struct unwind_row *r = bpf_map_lookup_elem(&unwind_rows, &key);
@@ -279,18 +279,28 @@ static long unwind_step(u64 i, struct walk *w)
 		return stop(w, UNWIND_STOP_BAD_CFA);
 
 	u64 ra;
-	if (bpf_probe_read_user(&ra, sizeof(ra), (void *)(cfa - 8)))
-		return stop(w, UNWIND_STOP_READ_FAULT);
-	switch (rbp_rule) {
-	case UNWIND_RBP_UNCHANGED:
-		break;
-	case UNWIND_RBP_AT_CFA:
-		if (bpf_probe_read_user(&w->bp, sizeof(w->bp), (void *)(cfa + (s64)r->rbp_off * 8)))
+	if (rbp_rule == UNWIND_RBP_AT_CFA && r->rbp_off == -2) {
+		// The usual frame: saved RBP right under the return address.
+		u64 pair[2];
+		if (bpf_probe_read_user(pair, sizeof(pair), (void *)(cfa - 16)))
 			return stop(w, UNWIND_STOP_READ_FAULT);
+		w->bp = pair[0];
 		w->bp_known = 1;
-		break;
-	default:
-		w->bp_known = 0;
+		ra = pair[1];
+	} else {
+		if (bpf_probe_read_user(&ra, sizeof(ra), (void *)(cfa - 8)))
+			return stop(w, UNWIND_STOP_READ_FAULT);
+		switch (rbp_rule) {
+		case UNWIND_RBP_UNCHANGED:
+			break;
+		case UNWIND_RBP_AT_CFA:
+			if (bpf_probe_read_user(&w->bp, sizeof(w->bp), (void *)(cfa + (s64)r->rbp_off * 8)))
+				return stop(w, UNWIND_STOP_READ_FAULT);
+			w->bp_known = 1;
+			break;
+		default:
+			w->bp_known = 0;
+		}
 	}
 	w->sp = cfa;
 	w->pc = ra;
