@@ -189,6 +189,10 @@ static __always_inline long step_fp(struct walk *w, u32 reason)
 {
 	if (w->n == 1)
 		w->leaf_fp = 1;
+	// The outermost frame of code that keeps frame pointers (Go's
+	// runtime.goexit, a thread's first JIT frame) saved a zero RBP.
+	if (w->bp_known && w->bp == 0 && reason == UNWIND_STOP_NO_CFI)
+		return stop(w, UNWIND_STOP_FP_END);
 	if (!w->bp_known || w->bp < w->sp || w->bp > MAX_USER_ADDR)
 		return stop(w, reason);
 	u64 frame[2];
@@ -334,7 +338,7 @@ static __always_inline bool unwind_cfi(struct sample *s, struct unwind_proc *pro
 	s->flags |= SAMPLE_CFI | ((w.stop & 0xf) << SAMPLE_STOP_SHIFT);
 	if (w.leaf_fp)
 		s->flags |= SAMPLE_LEAF_FP;
-	if (w.stop == UNWIND_STOP_COMPLETE)
+	if (w.stop == UNWIND_STOP_COMPLETE || w.stop == UNWIND_STOP_FP_END)
 		s->flags |= SAMPLE_COMPLETE;
 	s->user_bytes = w.n * sizeof(u64);
 	count(COUNTER_UNWIND_STOP + w.stop);
