@@ -23,7 +23,7 @@ const (
 	profilerCounterCOUNTER_SP_READ_ERR      profilerCounter = 4
 	profilerCounterCOUNTER_IDLE             profilerCounter = 5
 	profilerCounterCOUNTER_UNWIND_STOP      profilerCounter = 6
-	profilerCounterCOUNTER_MAX              profilerCounter = 14
+	profilerCounterCOUNTER_MAX              profilerCounter = 15
 )
 
 type profilerSample struct {

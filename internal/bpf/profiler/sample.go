@@ -43,7 +43,8 @@ type Sample struct {
 	// pointer (code without CFI: Go, JIT): a frameless leaf's caller may
 	// be missing, as in a frame-pointer stack.
 	LeafFramePointer bool
-	// Complete is set when that walk reached the process root.
+	// Complete is set when that walk reached the process root: the CFI
+	// end marker, or a zero saved RBP in code without CFI (Go, JIT).
 	Complete bool
 	// UnknownMapping is set when the walk met an address outside the
 	// mappings loaded for the process: its mappings changed (dlopen, JIT).
@@ -93,4 +94,8 @@ type Options struct {
 	// UnwindProcesses bounds the processes whose mappings the sampler
 	// holds; zero means 1024.
 	UnwindProcesses int
+	// PID, when not zero, samples only that process (its threads as they
+	// exist at New) instead of every CPU: for benchmarks that must see the
+	// program's cost on one workload alone.
+	PID int
 }

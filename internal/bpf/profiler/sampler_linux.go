@@ -69,8 +69,13 @@ func New(opts Options) (_ *Sampler, err error) {
 	if s.reader, err = ringrec.NewReader[profilerSample](s.objs.Samples, "sample"); err != nil {
 		return nil, err
 	}
-	for _, cpu := range cpus {
-		fd, err := openCPUClock(cpu, opts.Frequency)
+	targets, err := eventTargets(opts, cpus)
+	if err != nil {
+		return nil, err
+	}
+	for _, tg := range targets {
+		cpu := tg.cpu
+		fd, err := openCPUClock(tg.pid, cpu, opts.Frequency)
 		if err != nil {
 			return nil, err
 		}
@@ -101,7 +106,7 @@ func ringBufferSize(opts Options, ncpu int) uint32 {
 	return ringrec.Size(size)
 }
 
-func openCPUClock(cpu, frequency int) (int, error) {
+func openCPUClock(pid, cpu, frequency int) (int, error) {
 	attr := unix.PerfEventAttr{
 		Type:   unix.PERF_TYPE_SOFTWARE,
 		Config: unix.PERF_COUNT_SW_CPU_CLOCK,
@@ -109,7 +114,7 @@ func openCPUClock(cpu, frequency int) (int, error) {
 		Sample: uint64(frequency),
 		Bits:   unix.PerfBitFreq | unix.PerfBitDisabled,
 	}
-	fd, err := unix.PerfEventOpen(&attr, -1, cpu, -1, unix.PERF_FLAG_FD_CLOEXEC)
+	fd, err := unix.PerfEventOpen(&attr, pid, cpu, -1, unix.PERF_FLAG_FD_CLOEXEC)
 	if err != nil {
 		return -1, fmt.Errorf("opening cpu-clock perf event on cpu %d: %w", cpu, explainPermission(err))
 	}

@@ -46,3 +46,6 @@ func (*Sampler) SetUnwindMappings(uint32, []UnwindMapping) error { return errNot
 
 // DeleteUnwindMappings fails: sampling needs linux.
 func (*Sampler) DeleteUnwindMappings(uint32) error { return errNotLinux }
+
+// RunStats fails: sampling needs linux.
+func (*Sampler) RunStats() (time.Duration, uint64, error) { return 0, 0, errNotLinux }
