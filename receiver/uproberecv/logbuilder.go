@@ -6,40 +6,27 @@ import (
 
 	"github.com/bpfcol/bpfcol/internal/bpf/scopeprobe"
 	"github.com/bpfcol/bpfcol/internal/conventions"
+	"github.com/bpfcol/bpfcol/internal/ktime"
+	"github.com/bpfcol/bpfcol/internal/process"
 )
 
-// Attribute keys of a scope record.
-const (
-	attrProbeID      = conventions.ProbeID
-	attrDurationNs   = conventions.DurationNs
-	attrStartUnixNs  = conventions.StartTimeUnixNano
-	attrEndUnixNs    = conventions.EndTimeUnixNano
-	attrThreadID     = conventions.ThreadID
-	attrThreadName   = conventions.ThreadName
-	attrIsMainThread = conventions.IsMainThread
-	attrNestedCalls  = conventions.NestedCalls
-
-	attrProcessPID       = conventions.ProcessPID
-	attrExecutablePath   = conventions.ProcessExecutablePath
-	attrExecutableName   = conventions.ProcessExecutableName
-	attrContainerID      = conventions.ContainerID
-	recordAttributeCount = 8
-)
+// recordAttributeCount is how many attributes a scope record has.
+const recordAttributeCount = 8
 
 // logBuilder groups records by process into one plog.Logs.
 type logBuilder struct {
 	scopeName    string
 	scopeVersion string
 	probeIDs     []string
-	clock        *ktimeClock
-	infos        *processInfos
+	clock        *ktime.Clock
+	infos        *process.InfoCache
 
 	logs    plog.Logs
 	byPID   map[uint32]plog.LogRecordSlice
 	records int
 }
 
-func newLogBuilder(scopeName, scopeVersion string, probeIDs []string, clock *ktimeClock, infos *processInfos) *logBuilder {
+func newLogBuilder(scopeName, scopeVersion string, probeIDs []string, clock *ktime.Clock, infos *process.InfoCache) *logBuilder {
 	b := &logBuilder{scopeName: scopeName, scopeVersion: scopeVersion, probeIDs: probeIDs, clock: clock, infos: infos}
 	b.reset()
 	return b
@@ -57,14 +44,14 @@ func (b *logBuilder) add(r *scopeprobe.Record, observed pcommon.Timestamp) {
 	if !ok {
 		rl := b.logs.ResourceLogs().AppendEmpty()
 		res := rl.Resource().Attributes()
-		res.PutInt(attrProcessPID, int64(r.PID))
-		info := b.infos.lookup(int(r.PID))
-		if info.exePath != "" {
-			res.PutStr(attrExecutablePath, info.exePath)
-			res.PutStr(attrExecutableName, info.exeName)
+		res.PutInt(conventions.ProcessPID, int64(r.PID))
+		info := b.infos.Lookup(int(r.PID))
+		if info.ExePath != "" {
+			res.PutStr(conventions.ProcessExecutablePath, info.ExePath)
+			res.PutStr(conventions.ProcessExecutableName, info.ExeName)
 		}
-		if info.containerID != "" {
-			res.PutStr(attrContainerID, info.containerID)
+		if info.ContainerID != "" {
+			res.PutStr(conventions.ContainerID, info.ContainerID)
 		}
 		sl := rl.ScopeLogs().AppendEmpty()
 		sl.Scope().SetName(b.scopeName)
@@ -76,21 +63,21 @@ func (b *logBuilder) add(r *scopeprobe.Record, observed pcommon.Timestamp) {
 	if int(r.ProbeID) < len(b.probeIDs) {
 		id = b.probeIDs[r.ProbeID]
 	}
-	start, end := b.clock.unixNanos(r.StartNs), b.clock.unixNanos(r.EndNs)
+	start, end := b.clock.UnixNanos(r.StartNs), b.clock.UnixNanos(r.EndNs)
 	lr := records.AppendEmpty()
 	lr.Body().SetStr(id)
 	lr.SetTimestamp(pcommon.Timestamp(end))
 	lr.SetObservedTimestamp(observed)
 	attrs := lr.Attributes()
 	attrs.EnsureCapacity(recordAttributeCount)
-	attrs.PutStr(attrProbeID, id)
-	attrs.PutInt(attrDurationNs, int64(r.EndNs-r.StartNs))
-	attrs.PutInt(attrStartUnixNs, start)
-	attrs.PutInt(attrEndUnixNs, end)
-	attrs.PutInt(attrThreadID, int64(r.TID))
-	attrs.PutStr(attrThreadName, r.Comm)
-	attrs.PutBool(attrIsMainThread, r.MainThread)
-	attrs.PutInt(attrNestedCalls, int64(r.Nested))
+	attrs.PutStr(conventions.ProbeID, id)
+	attrs.PutInt(conventions.DurationNs, int64(r.EndNs-r.StartNs))
+	attrs.PutInt(conventions.StartTimeUnixNano, start)
+	attrs.PutInt(conventions.EndTimeUnixNano, end)
+	attrs.PutInt(conventions.ThreadID, int64(r.TID))
+	attrs.PutStr(conventions.ThreadName, r.Comm)
+	attrs.PutBool(conventions.IsMainThread, r.MainThread)
+	attrs.PutInt(conventions.NestedCalls, int64(r.Nested))
 	b.records++
 }
 
