@@ -179,6 +179,7 @@ func (t *tracker) evaluate(pid int, tg *target, probes []*compiledProbe) (_ []at
 	for _, pl := range ready {
 		sites = append(sites, pl.res.sites...)
 	}
+	attachStart := time.Now()
 	a, err := t.attacher.Attach(tg.attachPath, sites)
 	if err == nil {
 		ids := make([]string, len(ready))
@@ -187,7 +188,7 @@ func (t *tracker) evaluate(pid int, tg *target, probes []*compiledProbe) (_ []at
 			t.plans.recordAttached(pl.res)
 		}
 		t.logger.Info("attached uprobes", zap.String("path", tg.path), zap.Strings("probes", ids),
-			zap.Int("uprobes", a.Links()), zap.Int("pid", pid))
+			zap.Int("uprobes", a.Links()), zap.Int("pid", pid), zap.Duration("attach_time", time.Since(attachStart)))
 		return []attachment{a}, conclusive
 	}
 	if len(ready) == 1 {

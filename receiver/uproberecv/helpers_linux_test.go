@@ -17,6 +17,7 @@ import (
 	"go.opentelemetry.io/collector/consumer/consumertest"
 	"go.opentelemetry.io/collector/pdata/pcommon"
 	"go.opentelemetry.io/collector/receiver/receivertest"
+	"go.uber.org/zap/zaptest"
 
 	"github.com/bpfcol/bpfcol/internal/conventions"
 	"github.com/bpfcol/bpfcol/internal/process"
@@ -97,6 +98,10 @@ func startReceiverWithTelemetry(t testing.TB, cfg *Config, opts options) (*logsR
 	t.Cleanup(func() { _ = tel.Shutdown(context.Background()) })
 	set := receivertest.NewNopSettings(metadata.Type)
 	set.TelemetrySettings = tel.NewTelemetrySettings()
+	if os.Getenv("BPFCOL_TEST_LOG") != "" {
+		// The receiver's log, to see why a test fails.
+		set.Logger = zaptest.NewLogger(t)
+	}
 	r, err := newLogsReceiver(set, cfg, sink)
 	if err != nil {
 		t.Fatal(err)

@@ -23,7 +23,11 @@ type logBuilder struct {
 
 	logs    plog.Logs
 	byPID   map[uint32]plog.LogRecordSlice
-	records int
+	// resources are the batch's resources by pid, described at take: the
+	// exec event naming a process may be handled after its first records
+	// were read.
+	resources map[uint32]pcommon.Map
+	records   int
 }
 
 func newLogBuilder(scopeName, scopeVersion string, probeIDs []string, clock *ktime.Clock, infos *process.InfoCache) *logBuilder {
@@ -35,6 +39,7 @@ func newLogBuilder(scopeName, scopeVersion string, probeIDs []string, clock *kti
 func (b *logBuilder) reset() {
 	b.logs = plog.NewLogs()
 	b.byPID = map[uint32]plog.LogRecordSlice{}
+	b.resources = map[uint32]pcommon.Map{}
 	b.records = 0
 }
 
@@ -45,14 +50,7 @@ func (b *logBuilder) add(r *scopeprobe.Record, observed pcommon.Timestamp) {
 		rl := b.logs.ResourceLogs().AppendEmpty()
 		res := rl.Resource().Attributes()
 		res.PutInt(conventions.ProcessPID, int64(r.PID))
-		info := b.infos.Lookup(int(r.PID))
-		if info.ExePath != "" {
-			res.PutStr(conventions.ProcessExecutablePath, info.ExePath)
-			res.PutStr(conventions.ProcessExecutableName, info.ExeName)
-		}
-		if info.ContainerID != "" {
-			res.PutStr(conventions.ContainerID, info.ContainerID)
-		}
+		b.resources[r.PID] = res
 		sl := rl.ScopeLogs().AppendEmpty()
 		sl.Scope().SetName(b.scopeName)
 		sl.Scope().SetVersion(b.scopeVersion)
@@ -83,6 +81,16 @@ func (b *logBuilder) add(r *scopeprobe.Record, observed pcommon.Timestamp) {
 
 // take returns the built logs and starts a new batch.
 func (b *logBuilder) take() (plog.Logs, int) {
+	for pid, res := range b.resources {
+		info := b.infos.Lookup(int(pid))
+		if info.ExePath != "" {
+			res.PutStr(conventions.ProcessExecutablePath, info.ExePath)
+			res.PutStr(conventions.ProcessExecutableName, info.ExeName)
+		}
+		if info.ContainerID != "" {
+			res.PutStr(conventions.ContainerID, info.ContainerID)
+		}
+	}
 	logs, n := b.logs, b.records
 	b.reset()
 	return logs, n

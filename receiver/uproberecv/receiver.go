@@ -130,6 +130,16 @@ func (r *logsReceiver) start(_ context.Context, _ component.Host) (err error) {
 	if err != nil {
 		return fmt.Errorf("starting uprobe receiver: %w", err)
 	}
+	for i, p := range r.cfg.Probes {
+		// A binary: probe loads its programs attaching at start; a
+		// file_match one would on the first exec of its binary, which
+		// then runs unprobed meanwhile.
+		if p.FileMatch != "" {
+			if err := r.probes.Prepare(uint32(i), false); err != nil {
+				return fmt.Errorf("starting uprobe receiver: %w", err)
+			}
+		}
+	}
 	r.clock = ktime.New()
 	r.infos = process.NewInfoCache(maxProcessInfos)
 	var negative *negcache.Files
@@ -151,7 +161,7 @@ func (r *logsReceiver) start(_ context.Context, _ component.Host) (err error) {
 	r.tracker, err = newTracker(r.set.Logger, r.cfg.Probes, probesAttacher{r.probes}, negative, r.infos, trackerOptions{
 		retain:        r.cfg.Retain,
 		mappingEvents: r.watcher.Mappings() != procwatch.MappingsNone,
-		infoLinger:    r.cfg.batch().Timeout + pollInterval,
+		infoLinger:    max(time.Second, 2*r.cfg.batch().Timeout+pollInterval),
 	})
 	if err != nil {
 		return fmt.Errorf("starting uprobe receiver: %w", err)
@@ -193,7 +203,7 @@ func (r *logsReceiver) watchProcesses() {
 		r.eventsRead.Add(1)
 		switch ev.Kind {
 		case procwatch.Exec:
-			r.tracker.exec(int(ev.PID), ev.File, ev.KTime)
+			r.tracker.exec(int(ev.PID), ev.File, ev.Path, ev.KTime)
 		case procwatch.Exit:
 			r.tracker.exit(int(ev.PID))
 		case procwatch.MapExec:

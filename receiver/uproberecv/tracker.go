@@ -3,6 +3,7 @@ package uproberecv
 import (
 	"fmt"
 	"os"
+	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -167,6 +168,10 @@ type tracker struct {
 	onePath bool
 	infos   *process.InfoCache
 	plans   *planCache
+	// unmatched holds files no probe's path matches, so mapping events
+	// without a path do not read /proc/PID/maps for them again. nil when a
+	// probe's pids make matching depend on the process.
+	unmatched *negcache.Files
 	stats   trackerStats
 	latency *latencies
 
@@ -213,6 +218,7 @@ func newTracker(logger *zap.Logger, cfgs []ProbeConfig, a attacher, negative *ne
 	if negative != nil {
 		t.quiet = negcache.NewFiles(negativeTTL, maxNegative)
 	}
+	t.unmatched = negcache.NewFiles(negativeTTL, maxNegative)
 	t.onePath = true
 	for i, c := range cfgs {
 		p := compiledProbe{id: uint32(i), cfg: c}
@@ -227,6 +233,7 @@ func newTracker(logger *zap.Logger, cfgs []ProbeConfig, a attacher, negative *ne
 			t.onePath = false
 		}
 		if len(c.PIDs) > 0 {
+			t.unmatched = nil
 			p.pids = map[int]bool{}
 			for _, pid := range c.PIDs {
 				p.pids[pid] = true
@@ -315,16 +322,22 @@ func (r scanResult) complete(t *tracker, exe process.FileKey) bool {
 }
 
 // exec handles a process that replaced its image with exe (Ino zero when
-// unknown) at ktime: who it is is read first, what it held is released,
-// then it is scanned now and, without mapping events, again after ld.so
-// had time to map its libraries.
-func (t *tracker) exec(pid int, exe process.FileID, at uint64) {
+// unknown; path as execve resolved it, "" when unknown) at ktime: who it is
+// is noted first, what it held is released, then the executable is
+// attached straight from the event (a short process may be gone before
+// /proc could be read), the process scanned and, without mapping events,
+// scanned again after ld.so had time to map its libraries.
+func (t *tracker) exec(pid int, exe process.FileID, path string, at uint64) {
 	if pid == os.Getpid() {
 		return
 	}
 	// First: short processes are gone soon, and their records are read
 	// after that.
 	info := t.infos.Refresh(pid)
+	if info.ExePath == "" && filepath.IsAbs(path) {
+		info = process.Info{ExePath: path, ExeName: filepath.Base(path)}
+		t.infos.Put(pid, info)
+	}
 	t.mu.Lock()
 	if t.closed {
 		t.mu.Unlock()
@@ -339,6 +352,11 @@ func (t *tracker) exec(pid int, exe process.FileID, at uint64) {
 		t.stats.quietExecs.Add(1)
 		t.stats.negativeHits.Add(1)
 		return
+	}
+	if known(exe) && filepath.IsAbs(path) {
+		if matched := t.matching(pid, path); len(matched) > 0 {
+			t.binary(pid, exeTarget(pid, path, exe), matched, at, triggerExec)
+		}
 	}
 	res := t.scan(pid, at, triggerExec)
 	if res.gone {
@@ -420,6 +438,9 @@ func (t *tracker) mapped(pid int, file process.FileID, path string, at uint64) {
 		return
 	}
 	if path == "" {
+		if t.unmatched != nil && t.unmatched.Contains(file) {
+			return
+		}
 		// The mapping exists (the event comes after mmap returned): find
 		// its path in the process's mappings.
 		t.scanFor(pid, file, at)
@@ -449,6 +470,9 @@ func (t *tracker) scanFor(pid int, file process.FileID, at uint64) {
 		}
 		matched := t.matching(pid, m.Path)
 		if len(matched) == 0 {
+			if t.unmatched != nil {
+				t.unmatched.Add(file)
+			}
 			return
 		}
 		t.binary(pid, mappingTarget(pid, m, file), matched, at, triggerMapping)
@@ -642,6 +666,32 @@ func mappingTarget(pid int, m *process.Mapping, file process.FileID) *target {
 		open: func() (*os.File, error) { return process.OpenMapping(pid, m) }}
 }
 
+// exeTarget is the executable of an exec event: opened through the
+// process's root while it runs, else by path in ours when that is the same
+// file (a process gone already, outside a container).
+func exeTarget(pid int, path string, exe process.FileID) *target {
+	attachPath := "/proc/" + strconv.Itoa(pid) + "/root" + path
+	if fi, err := os.Stat(path); err == nil {
+		if id, ok := process.FileIDOf(fi); ok && id.Same(exe) {
+			attachPath = path
+		}
+	}
+	return &target{path: path, attachPath: attachPath, file: exe, open: func() (*os.File, error) {
+		if f, err := process.OpenInRoot(pid, path); err == nil {
+			return f, nil
+		}
+		f, err := os.Open(path)
+		if err != nil {
+			return nil, err
+		}
+		if id, err := process.StatFile(f); err != nil || !id.Same(exe) {
+			f.Close()
+			return nil, fmt.Errorf("opening %s: not the file pid %d executed", path, pid)
+		}
+		return f, nil
+	}}
+}
+
 // known reports whether file's size and mtime are known.
 func known(file process.FileID) bool { return file.Ino != 0 && !file.ModTime.IsZero() }
 
@@ -698,6 +748,9 @@ func (t *tracker) binary(pid int, tg *target, matched []*compiledProbe, at uint6
 		}
 		if attached && at != 0 {
 			t.latency.record(trigger, time.Duration(ktime.MonotonicNanos()-int64(at)))
+			if !process.Running(pid) {
+				t.stats.exitedBeforeAttach.Add(1)
+			}
 		}
 		if !again {
 			return held, negative

@@ -136,7 +136,7 @@ func TestTrackerRefcountsByProcess(t *testing.T) {
 	fake := &fakeAttacher{}
 	fx := newTrackerFixture(t, fake, 3)
 	for _, pid := range fx.pids {
-		fx.tracker.exec(pid, process.FileID{}, 0)
+		fx.tracker.exec(pid, process.FileID{}, "", 0)
 	}
 	calls, attachments := fake.counts()
 	if calls != 1 || len(attachments) != 1 {
@@ -186,7 +186,7 @@ func TestTrackerConcurrentExecs(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			fx.tracker.exec(pid, process.FileID{}, 0)
+			fx.tracker.exec(pid, process.FileID{}, "", 0)
 		}()
 	}
 	<-fake.entered
@@ -215,7 +215,7 @@ func TestTrackerExitDuringAttach(t *testing.T) {
 	fx := newTrackerFixture(t, fake, 1)
 	pid := fx.pids[0]
 	done := make(chan struct{})
-	go func() { fx.tracker.exec(pid, process.FileID{}, 0); close(done) }()
+	go func() { fx.tracker.exec(pid, process.FileID{}, "", 0); close(done) }()
 	<-fake.entered
 	within(t, "the exit", func() { fx.tracker.exit(pid) })
 	close(fake.gate)
@@ -237,12 +237,12 @@ func TestTrackerFailedAttach(t *testing.T) {
 	t.Run("permanent", func(t *testing.T) {
 		fake := &fakeAttacher{fail: fmt.Errorf("creating uprobe_multi link: %w", unix.EINVAL)}
 		fx := newTrackerFixture(t, fake, 3)
-		fx.tracker.exec(fx.pids[0], process.FileID{}, 0)
+		fx.tracker.exec(fx.pids[0], process.FileID{}, "", 0)
 		if binaries, _ := fx.tracker.attachedCount(fx.key); binaries != 0 {
 			t.Fatalf("%d binaries attached after a failed attach, want 0", binaries)
 		}
-		fx.tracker.exec(fx.pids[1], process.FileID{}, 0)
-		fx.tracker.exec(fx.pids[2], process.FileID{}, 0)
+		fx.tracker.exec(fx.pids[1], process.FileID{}, "", 0)
+		fx.tracker.exec(fx.pids[2], process.FileID{}, "", 0)
 		if calls, _ := fake.counts(); calls != 1 {
 			t.Fatalf("%d attach calls for three processes after the kernel refused the site, want 1", calls)
 		}
@@ -260,8 +260,8 @@ func TestTrackerFailedAttach(t *testing.T) {
 		advance := func(d time.Duration) { clockMu.Lock(); now = now.Add(d); clockMu.Unlock() }
 		fake := &fakeAttacher{fail: fmt.Errorf("creating uprobe_multi link: %w", unix.EAGAIN)}
 		fx := newTrackerFixtureWith(t, fake, 4, trackerOptions{now: clock}, false)
-		fx.tracker.exec(fx.pids[0], process.FileID{}, 0)
-		fx.tracker.exec(fx.pids[1], process.FileID{}, 0)
+		fx.tracker.exec(fx.pids[0], process.FileID{}, "", 0)
+		fx.tracker.exec(fx.pids[1], process.FileID{}, "", 0)
 		if calls, _ := fake.counts(); calls != 1 {
 			t.Fatalf("%d attach calls within the backoff, want 1", calls)
 		}
@@ -269,7 +269,7 @@ func TestTrackerFailedAttach(t *testing.T) {
 			t.Errorf("%d negative cache hits after a transient failure, want 0", got)
 		}
 		advance(retryFirst + time.Millisecond)
-		fx.tracker.exec(fx.pids[2], process.FileID{}, 0)
+		fx.tracker.exec(fx.pids[2], process.FileID{}, "", 0)
 		if calls, _ := fake.counts(); calls != 2 {
 			t.Fatalf("%d attach calls after the backoff, want 2", calls)
 		}
@@ -278,7 +278,7 @@ func TestTrackerFailedAttach(t *testing.T) {
 		fake.mu.Unlock()
 		// The second failure doubled the backoff.
 		advance(2*retryFirst + time.Millisecond)
-		fx.tracker.exec(fx.pids[3], process.FileID{}, 0)
+		fx.tracker.exec(fx.pids[3], process.FileID{}, "", 0)
 		if binaries, holders := fx.tracker.attachedCount(fx.key); binaries != 1 || holders != 1 {
 			t.Fatalf("%d binaries with %d holders once attaching works, want 1 with 1", binaries, holders)
 		}
@@ -299,12 +299,12 @@ func TestTrackerRetains(t *testing.T) {
 	fake := &fakeAttacher{}
 	opts := trackerOptions{now: clock, retain: RetainConfig{MaxBinaries: 1, MaxAge: time.Minute}}
 	fx := newTrackerFixtureWith(t, fake, 3, opts, true)
-	fx.tracker.exec(fx.pids[0], process.FileID{}, 0)
+	fx.tracker.exec(fx.pids[0], process.FileID{}, "", 0)
 	fx.tracker.exit(fx.pids[0])
 	if binaries, holders := fx.tracker.attachedCount(fx.key); binaries != 1 || holders != 0 {
 		t.Fatalf("after the last exit: %d binaries with %d holders, want 1 retained", binaries, holders)
 	}
-	fx.tracker.exec(fx.pids[1], process.FileID{}, 0)
+	fx.tracker.exec(fx.pids[1], process.FileID{}, "", 0)
 	calls, attachments := fake.counts()
 	if calls != 1 || attachments[0].closed.Load() != 0 {
 		t.Fatalf("%d attach calls for a retained binary's next process, want 1", calls)
@@ -325,11 +325,11 @@ func TestTrackerRetains(t *testing.T) {
 	}
 
 	// The file changes in place (same inode, new mtime): attached afresh.
-	fx.tracker.exec(fx.pids[2], process.FileID{}, 0)
+	fx.tracker.exec(fx.pids[2], process.FileID{}, "", 0)
 	if err := os.Chtimes(fx.bin, time.Now(), time.Now().Add(time.Hour)); err != nil {
 		t.Fatal(err)
 	}
-	fx.tracker.exec(fx.pids[2], process.FileID{}, 0)
+	fx.tracker.exec(fx.pids[2], process.FileID{}, "", 0)
 	calls, attachments = fake.counts()
 	if calls != 3 || attachments[1].closed.Load() != 1 {
 		t.Fatalf("%d attach calls, second attachment closed %d times: a changed file must be detached and attached again",
@@ -341,7 +341,7 @@ func TestTrackerRetains(t *testing.T) {
 	copyFile(t, fx.bin, other)
 	fx.tracker.probes[0].match = regexp.MustCompile("^(" + regexp.QuoteMeta(fx.bin) + "|" + regexp.QuoteMeta(other) + ")$")
 	cmd := testworkload.Start(t, other, filepath.Join(t.TempDir(), "never"), os.DevNull, "1")
-	fx.tracker.exec(cmd.Process.Pid, process.FileID{}, 0)
+	fx.tracker.exec(cmd.Process.Pid, process.FileID{}, "", 0)
 	fx.tracker.exit(fx.pids[2])
 	fx.tracker.exit(cmd.Process.Pid)
 	if binaries, _ := fx.tracker.attachedCount(fx.key); binaries != 1 {
@@ -364,7 +364,7 @@ func TestTrackerPinsBinary(t *testing.T) {
 	if fake.paths[0] != fx.bin {
 		t.Errorf("attached %s, want the path %s", fake.paths[0], fx.bin)
 	}
-	fx.tracker.exec(fx.pids[0], process.FileID{}, 0)
+	fx.tracker.exec(fx.pids[0], process.FileID{}, "", 0)
 	fx.tracker.exit(fx.pids[0])
 	calls, attachments := fake.counts()
 	if binaries, _ := fx.tracker.attachedCount(fx.key); calls != 1 || binaries != 1 || attachments[0].closed.Load() != 0 {

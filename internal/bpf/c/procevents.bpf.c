@@ -65,7 +65,8 @@ struct proc_event {
 	u64 ktime;
 	u32 flags; // enum proc_event_flag
 	u32 pad;
-	// Mapping only, with PROC_EVENT_HAS_PATH: NUL-terminated.
+	// Exec and mapping, with PROC_EVENT_HAS_PATH: NUL-terminated; an exec's
+	// path is as given to execve, so it may be relative.
 	char path[PROC_EVENT_PATH_MAX];
 };
 
@@ -112,6 +113,7 @@ struct task_struct___procevents {
 
 struct linux_binprm {
 	struct file *file;
+	const char *interp;
 } __attribute__((preserve_access_index));
 
 struct {
@@ -169,6 +171,12 @@ int on_exec(struct bpf_raw_tracepoint_args *ctx)
 		return 0;
 	struct linux_binprm *bprm = (struct linux_binprm *)ctx->args[2];
 	read_identity(e, BPF_CORE_READ(bprm, file, f_inode));
+	// The path execve resolved, as the process sees it (the interpreter's
+	// for a script): a short process is often gone before user space could
+	// read /proc/PID/exe.
+	const char *interp = BPF_CORE_READ(bprm, interp);
+	if (interp && bpf_probe_read_kernel_str(e->path, sizeof(e->path), interp) > 0)
+		e->flags |= PROC_EVENT_HAS_PATH;
 	submit(e);
 	return 0;
 }

@@ -31,8 +31,10 @@ type Event struct {
 	File process.FileID
 	// KTime is when it happened, in CLOCK_MONOTONIC nanoseconds (ktime).
 	KTime uint64
-	// Path is a MapExec event's file path as the process sees it; empty
-	// when unknown (without BPF LSM), then /proc/PID/maps tells.
+	// Path is the file's path as the process sees it: for Exec, as
+	// execve resolved it (relative when the caller gave a relative path;
+	// the interpreter's for a script); for MapExec, empty when unknown
+	// (without BPF LSM), then /proc/PID/maps tells.
 	Path string
 	// InExecve marks a MapExec event made by execve itself.
 	InExecve bool

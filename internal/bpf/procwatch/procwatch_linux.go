@@ -73,7 +73,7 @@ func New(opts Options) (_ *Watcher, err error) {
 		sources = []MappingSource{MappingsNone}
 	}
 	for i, s := range sources {
-		if s == opts.Mappings {
+		if opts.Mappings != MappingsNone && s == opts.Mappings {
 			sources = sources[i:]
 			break
 		}

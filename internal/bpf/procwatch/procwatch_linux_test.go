@@ -51,6 +51,9 @@ func TestExecAndExitOfChild(t *testing.T) {
 				}
 				sawExec = true
 				checkFile(t, ev.File, exe)
+				if ev.Path != "/bin/true" {
+					t.Errorf("exec event path %q, want /bin/true", ev.Path)
+				}
 				if ev.KTime == 0 {
 					t.Error("exec event without a time")
 				}

@@ -1,0 +1,28 @@
+// stepcount is an LD_PRELOAD shim counting a process's sqlite3_step calls,
+// an independent ground truth for the uprobe records: it forwards each call
+// to the real sqlite3_step and writes "steps N" to $STEPCOUNT_OUT at exit.
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+static unsigned long steps;
+
+int sqlite3_step(void *stmt) {
+	static int (*real)(void *);
+	if (!real)
+		real = (int (*)(void *))dlsym(RTLD_NEXT, "sqlite3_step");
+	__atomic_add_fetch(&steps, 1, __ATOMIC_RELAXED);
+	return real(stmt);
+}
+
+__attribute__((destructor)) static void report(void) {
+	const char *path = getenv("STEPCOUNT_OUT");
+	if (!path)
+		return;
+	FILE *f = fopen(path, "w");
+	if (!f)
+		return;
+	fprintf(f, "steps %lu\n", steps);
+	fclose(f);
+}

@@ -1,0 +1,283 @@
+package uproberecv
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/bpfcol/bpfcol/internal/testworkload"
+)
+
+// recordsByPID counts the received records of probe by pid.
+func recordsByPID(logs []scopeLog, probe string) map[int64][]scopeLog {
+	out := map[int64][]scopeLog{}
+	for _, l := range logs {
+		if l.probe == probe {
+			out[l.pid] = append(out[l.pid], l)
+		}
+	}
+	return out
+}
+
+// TestShortProcessesEveryCall starts a binary that no other process maps
+// 50 times after the receiver, each run making its calls at once and
+// exiting: every call of every run is recorded. With binary: the file is
+// attached at start; with file_match it is retained after each run, so
+// only the first run may miss calls (its attach latency is reported).
+func TestShortProcessesEveryCall(t *testing.T) {
+	bin := testworkload.BuildC(t, "shortcalls.c", "-O2", "-g")
+	const runs, calls = 50, 20
+	for _, mode := range []string{"binary", "file_match"} {
+		t.Run(mode, func(t *testing.T) {
+			probe := ProbeConfig{ID: "short", Entry: "short_call", Exit: "return"}
+			if mode == "binary" {
+				probe.Binary = bin
+			} else {
+				probe.FileMatch = "^" + regexp.QuoteMeta(bin) + "$"
+			}
+			cfg := &Config{Probes: []ProbeConfig{probe}, Retain: RetainConfig{MaxBinaries: 16, MaxAge: time.Hour}}
+			r, sink := startReceiver(t, cfg, options{})
+			var pids []int64
+			key := keyOf(t, bin)
+			for i := range runs {
+				cmd := exec.Command(bin, strconv.Itoa(calls))
+				out, err := cmd.Output()
+				if err != nil || strings.TrimSpace(string(out)) != fmt.Sprintf("calls %d", calls) {
+					t.Fatalf("run: %q, %v", out, err)
+				}
+				pids = append(pids, int64(cmd.Process.Pid))
+				if i == 0 && mode == "file_match" {
+					// The first run is allowed its attach latency: the
+					// binary is attached once it was seen.
+					if !waitFor(5*time.Second, func() bool { n, _ := r.tracker.attachedCount(key); return n == 1 }) {
+						t.Fatal("the binary was not attached after its first run")
+					}
+				}
+			}
+			first := 0
+			if mode == "file_match" {
+				first = 1
+			}
+			want := (runs - first) * calls
+			var by map[int64][]scopeLog
+			waitFor(10*time.Second, func() bool {
+				by = recordsByPID(flatten(sink), "short")
+				got := 0
+				for _, pid := range pids[first:] {
+					got += len(by[pid])
+				}
+				return got >= want
+			})
+			for i, pid := range pids {
+				if i < first {
+					n, p50, _ := r.tracker.latency.percentiles(triggerExec)
+					t.Logf("first run (pid %d): %d of %d calls recorded; exec to attach latency %s (%d sample)", pid, len(by[pid]), calls, p50, n)
+					continue
+				}
+				if len(by[pid]) != calls {
+					t.Errorf("run %d (pid %d): %d records, want %d", i, pid, len(by[pid]), calls)
+				}
+				for _, l := range by[pid] {
+					if l.exePath != bin || l.exeName != filepath.Base(bin) {
+						t.Fatalf("run %d: record without its executable: %+v", i, l)
+					}
+				}
+			}
+			st := &r.tracker.stats
+			if got := st.evaluations.Load(); got != 1 {
+				t.Errorf("binaries_evaluated %d for %d execs of one binary, want 1", got, runs)
+			}
+			c, err := r.probes.Counters()
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Logf("%d runs: %d processes exited before attach, %d exits without entry, %d ringbuf losses",
+				runs, st.exitedBeforeAttach.Load(), c.ExitWithoutEntry, c.LostRingbuf)
+			if mode == "binary" && st.exitedBeforeAttach.Load() != 0 {
+				t.Errorf("%d processes counted as exited before attach with the binary attached from start", st.exitedBeforeAttach.Load())
+			}
+		})
+	}
+}
+
+// TestDlopenLateLibrary loads a library nothing else maps 1 s after the
+// process started and calls it every millisecond: every call after the
+// attach is recorded, and only calls of the first 5 ms may be missed.
+func TestDlopenLateLibrary(t *testing.T) {
+	lib := testworkload.BuildC(t, "dlib.c", "-O2", "-g", "-shared", "-fPIC")
+	bin := testworkload.BuildC(t, "dlopener.c", "-O2", "-g")
+	cfg := &Config{
+		Probes: []ProbeConfig{{ID: "late", FileMatch: "^" + regexp.QuoteMeta(lib) + "$", Entry: "lib_call", Exit: "return"}},
+		Retain: RetainConfig{MaxBinaries: 16, MaxAge: time.Hour},
+	}
+	r, sink := startReceiver(t, cfg, options{})
+	t.Logf("mappings seen by %s", mappingsName(r.watcher.Mappings()))
+	const calls = 500
+	out := filepath.Join(t.TempDir(), "out")
+	cmd := testworkload.Start(t, bin, lib, "1000", strconv.Itoa(calls), out)
+	lines := readOutput(t, out, 30*time.Second)
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("workload: %v", err)
+	}
+	var dlopenStart, dlopenEnd int64
+	var at []int64
+	for _, line := range lines {
+		f := strings.Fields(line)
+		switch {
+		case f[0] == "dlopen" && len(f) == 3:
+			dlopenStart, _ = strconv.ParseInt(f[1], 10, 64)
+			dlopenEnd, _ = strconv.ParseInt(f[2], 10, 64)
+		case f[0] == "call" && len(f) == 2:
+			v, _ := strconv.ParseInt(f[1], 10, 64)
+			at = append(at, v)
+		}
+	}
+	if len(at) != calls || dlopenStart == 0 {
+		t.Fatalf("workload wrote %d calls, dlopen %d", len(at), dlopenStart)
+	}
+	pid := int64(cmd.Process.Pid)
+	var recs []scopeLog
+	waitFor(5*time.Second, func() bool {
+		recs = recordsByPID(flatten(sink), "late")[pid]
+		return len(recs) >= calls
+	})
+	time.Sleep(2 * pollInterval) // anything extra would arrive by now
+	recs = recordsByPID(flatten(sink), "late")[pid]
+	if len(recs) == 0 || len(recs) > calls {
+		t.Fatalf("%d records for %d calls", len(recs), calls)
+	}
+	// Records start inside their call: convert their Unix start back to
+	// CLOCK_MONOTONIC and match each to its call.
+	offset := r.clock.UnixNanos(0)
+	starts := make([]int64, len(recs))
+	for i, l := range recs {
+		starts[i] = l.startUnix - offset
+	}
+	sort.Slice(starts, func(i, j int) bool { return starts[i] < starts[j] })
+	firstRecorded := sort.Search(len(at), func(i int) bool { return at[i] >= starts[0]-int64(500*time.Microsecond) })
+	missed := calls - len(recs)
+	if missed != firstRecorded {
+		t.Errorf("%d calls missed, but the first record is of call %d: a call after the attach was lost", missed, firstRecorded)
+	}
+	allowed := sort.Search(len(at), func(i int) bool { return at[i] >= dlopenStart+int64(5*time.Millisecond) })
+	n, p50, p99 := r.tracker.latency.percentiles(triggerMapping)
+	t.Logf("dlopen took %s; %d of %d calls missed (%d made in the first 5 ms); first recorded call %s after dlopen began; mapping to attach latency p50 %s p99 %s (%d samples)",
+		time.Duration(dlopenEnd-dlopenStart), missed, calls, allowed, time.Duration(at[min(firstRecorded, calls-1)]-dlopenStart), p50, p99, n)
+	if missed > allowed {
+		t.Errorf("%d calls missed, more than the %d of the first 5 ms after dlopen", missed, allowed)
+	}
+}
+
+// TestPythonImportsSqliteLate imports sqlite3 3 s after python3.11
+// started and runs 100 queries: at least 98% of the sqlite3_step calls,
+// counted by an LD_PRELOAD shim, are recorded.
+func TestPythonImportsSqliteLate(t *testing.T) {
+	python, err := exec.LookPath("python3.11")
+	if err != nil {
+		t.Fatalf("python3.11 is installed by scripts/install-deps.sh: %v", err)
+	}
+	shim := testworkload.BuildC(t, "stepcount.c", "-O2", "-shared", "-fPIC")
+	cfg := &Config{
+		Probes: []ProbeConfig{{ID: "step", FileMatch: `/libsqlite3\.so[.0-9]*$`, Entry: "sqlite3_step", Exit: "return"}},
+		Retain: RetainConfig{MaxBinaries: 16, MaxAge: time.Hour},
+	}
+	r, sink := startReceiver(t, cfg, options{})
+	dir := t.TempDir()
+	counted := filepath.Join(dir, "steps")
+	script := `
+import time
+time.sleep(3)
+import sqlite3
+c = sqlite3.connect(":memory:")
+c.execute("create table t(x integer)")
+c.executemany("insert into t values (?)", [(i,) for i in range(100)])
+for i in range(100):
+    c.execute("select x from t where x = ?", (i,)).fetchall()
+c.close()
+`
+	cmd := exec.Command(python, "-c", script)
+	cmd.Env = append(os.Environ(), "LD_PRELOAD="+shim, "STEPCOUNT_OUT="+counted)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("python: %v: %s", err, out)
+	}
+	b, err := os.ReadFile(counted)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var steps int
+	if _, err := fmt.Sscanf(string(b), "steps %d", &steps); err != nil || steps < 200 {
+		t.Fatalf("shim counted %q", b)
+	}
+	pid := int64(cmd.Process.Pid)
+	var recs []scopeLog
+	waitFor(5*time.Second, func() bool {
+		recs = recordsByPID(flatten(sink), "step")[pid]
+		return len(recs) >= steps
+	})
+	n, p50, p99 := r.tracker.latency.percentiles(triggerMapping)
+	t.Logf("%d of %d sqlite3_step calls recorded (%.1f%%); mapping to attach latency p50 %s p99 %s (%d samples)",
+		len(recs), steps, 100*float64(len(recs))/float64(steps), p50, p99, n)
+	if len(recs) > steps || float64(len(recs)) < 0.98*float64(steps) {
+		t.Errorf("%d records for %d sqlite3_step calls, want at least 98%%", len(recs), steps)
+	}
+}
+
+// TestGetentRecordsCarryExecutable runs getent 50 times: every record of
+// getaddrinfo carries the process's executable, though each process is
+// gone before its records are read.
+func TestGetentRecordsCarryExecutable(t *testing.T) {
+	getent, err := exec.LookPath("getent")
+	if err != nil {
+		t.Fatal(err)
+	}
+	getent, _ = filepath.EvalSymlinks(getent)
+	cfg := &Config{
+		Probes: []ProbeConfig{{ID: "dns", FileMatch: `/libc\.so\.6$`, Entry: "getaddrinfo", Exit: "return"}},
+		Retain: RetainConfig{MaxBinaries: 16, MaxAge: time.Hour},
+	}
+	_, sink := startReceiver(t, cfg, options{})
+	const runs = 50
+	var pids []int64
+	for range runs {
+		cmd := exec.Command(getent, "ahosts", "localhost")
+		if out, err := cmd.Output(); err != nil {
+			t.Fatalf("getent: %v: %s", err, out)
+		}
+		pids = append(pids, int64(cmd.Process.Pid))
+	}
+	var by map[int64][]scopeLog
+	waitFor(5*time.Second, func() bool {
+		by = recordsByPID(flatten(sink), "dns")
+		for _, pid := range pids {
+			if len(by[pid]) == 0 {
+				return false
+			}
+		}
+		return true
+	})
+	withExe := 0
+	for i, pid := range pids {
+		if len(by[pid]) == 0 {
+			t.Errorf("run %d (pid %d): no getaddrinfo record", i, pid)
+			continue
+		}
+		ok := true
+		for _, l := range by[pid] {
+			if l.exePath != getent || l.exeName != filepath.Base(getent) {
+				t.Errorf("run %d: record with executable %q %q, want %s", i, l.exePath, l.exeName, getent)
+				ok = false
+			}
+		}
+		if ok {
+			withExe++
+		}
+	}
+	t.Logf("%d of %d getent runs' records carry %s", withExe, runs, getent)
+}
