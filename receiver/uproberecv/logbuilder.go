@@ -21,8 +21,8 @@ type logBuilder struct {
 	clock        *ktime.Clock
 	infos        *process.InfoCache
 
-	logs    plog.Logs
-	byPID   map[uint32]plog.LogRecordSlice
+	logs  plog.Logs
+	byPID map[uint32]plog.LogRecordSlice
 	// resources are the batch's resources by pid, described at take: the
 	// exec event naming a process may be handled after its first records
 	// were read.

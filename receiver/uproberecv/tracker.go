@@ -172,8 +172,8 @@ type tracker struct {
 	// without a path do not read /proc/PID/maps for them again. nil when a
 	// probe's pids make matching depend on the process.
 	unmatched *negcache.Files
-	stats   trackerStats
-	latency *latencies
+	stats     trackerStats
+	latency   *latencies
 
 	// mu guards the maps below, never a file read, a parse or a syscall:
 	// binaries are evaluated and attached outside it (pending), and the
