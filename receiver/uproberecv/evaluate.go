@@ -2,8 +2,10 @@ package uproberecv
 
 import (
 	"errors"
+	"fmt"
 	"runtime"
 	"slices"
+	"strconv"
 	"sync"
 	"syscall"
 	"time"
@@ -179,8 +181,14 @@ func (t *tracker) evaluate(pid int, tg *target, probes []*compiledProbe) (_ []at
 	for _, pl := range ready {
 		sites = append(sites, pl.res.sites...)
 	}
+	attachPath, done, err := t.attachPathOf(tg)
+	if err != nil {
+		t.logger.Debug("opening binary to attach", zap.String("path", tg.path), zap.Int("pid", pid), zap.Error(err))
+		return nil, false
+	}
+	defer done()
 	attachStart := time.Now()
-	a, err := t.attacher.Attach(tg.attachPath, sites)
+	a, err := t.attacher.Attach(attachPath, sites)
 	if err == nil {
 		ids := make([]string, len(ready))
 		for i, pl := range ready {
@@ -200,7 +208,7 @@ func (t *tracker) evaluate(pid int, tg *target, probes []*compiledProbe) (_ []at
 	// only its own probe.
 	var as []attachment
 	for _, pl := range ready {
-		a, err := t.attacher.Attach(tg.attachPath, pl.res.sites)
+		a, err := t.attacher.Attach(attachPath, pl.res.sites)
 		if err != nil {
 			t.attachFailed(tg, pl.probe, pl.res, err)
 			if _, permanent := classify(err); !permanent {
@@ -214,6 +222,26 @@ func (t *tracker) evaluate(pid int, tg *target, probes []*compiledProbe) (_ []at
 		as = append(as, a)
 	}
 	return as, conclusive
+}
+
+// attachPathOf opens the binary and returns a path naming it for the
+// kernel as long as done is not called: the open descriptor's. A mapping's
+// /proc/PID/map_files entry can vanish while ld.so remaps segments, and
+// the process's root with the process; the descriptor stays. Its identity
+// is checked when known.
+func (t *tracker) attachPathOf(tg *target) (path string, done func(), err error) {
+	f, err := tg.open()
+	if err != nil {
+		return "", nil, err
+	}
+	if known(tg.file) {
+		id, err := process.StatFile(f)
+		if err != nil || !id.Same(tg.file) {
+			f.Close()
+			return "", nil, fmt.Errorf("opening %s to attach: not the file evaluated", tg.path)
+		}
+	}
+	return "/proc/self/fd/" + strconv.Itoa(int(f.Fd())), func() { f.Close() }, nil
 }
 
 // attachFailed records and logs the kernel refusing probe p's sites in

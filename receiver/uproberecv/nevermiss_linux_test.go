@@ -221,6 +221,8 @@ c.close()
 		recs = recordsByPID(flatten(sink), "step")[pid]
 		return len(recs) >= steps
 	})
+	c, _ := r.probes.Counters()
+	t.Logf("counters %+v; %d records of other processes", c, len(flatten(sink))-len(recs))
 	n, p50, p99 := r.tracker.latency.percentiles(triggerMapping)
 	t.Logf("%d of %d sqlite3_step calls recorded (%.1f%%); mapping to attach latency p50 %s p99 %s (%d samples)",
 		len(recs), steps, 100*float64(len(recs))/float64(steps), p50, p99, n)

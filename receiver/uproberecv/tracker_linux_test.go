@@ -31,6 +31,7 @@ type fakeAttacher struct {
 	fail        error
 	calls       int
 	paths       []string
+	files       []os.FileInfo // what each path named during its Attach
 	sites       [][]scopeprobe.Site
 	attachments []*fakeAttachment
 }
@@ -47,6 +48,8 @@ func (f *fakeAttacher) Attach(path string, sites []scopeprobe.Site) (attachment,
 	f.mu.Lock()
 	f.calls++
 	f.paths = append(f.paths, path)
+	fi, _ := os.Stat(path)
+	f.files = append(f.files, fi)
 	f.sites = append(f.sites, sites)
 	fail := f.fail
 	f.mu.Unlock()
@@ -145,12 +148,9 @@ func TestTrackerRefcountsByProcess(t *testing.T) {
 	if sites := fake.sites[0]; len(sites) < 2 || sites[0].ProbeID != 0 {
 		t.Errorf("attached sites %+v, want an entry and exits of probe 0", sites)
 	}
-	attached, err := os.Stat(fake.paths[0])
-	if err != nil {
-		t.Fatal(err)
-	}
+	attached := fake.files[0]
 	want, _ := os.Stat(fx.bin)
-	if !os.SameFile(attached, want) {
+	if attached == nil || !os.SameFile(attached, want) {
 		t.Errorf("attached %s, not the workload %s", fake.paths[0], fx.bin)
 	}
 	if binaries, holders := fx.tracker.attachedCount(fx.key); binaries != 1 || holders != 3 {
@@ -361,8 +361,8 @@ func TestTrackerPinsBinary(t *testing.T) {
 	if binaries, holders := fx.tracker.attachedCount(fx.key); binaries != 1 || holders != 0 {
 		t.Fatalf("after start: %d binaries with %d holders, want 1 with 0", binaries, holders)
 	}
-	if fake.paths[0] != fx.bin {
-		t.Errorf("attached %s, want the path %s", fake.paths[0], fx.bin)
+	if want, _ := os.Stat(fx.bin); fake.files[0] == nil || !os.SameFile(fake.files[0], want) {
+		t.Errorf("attached %s, not the file at %s", fake.paths[0], fx.bin)
 	}
 	fx.tracker.exec(fx.pids[0], process.FileID{}, "", 0)
 	fx.tracker.exit(fx.pids[0])

@@ -10,8 +10,16 @@ static unsigned long steps;
 
 int sqlite3_step(void *stmt) {
 	static int (*real)(void *);
-	if (!real)
-		real = (int (*)(void *))dlsym(RTLD_NEXT, "sqlite3_step");
+	if (!real) {
+		// Python loads libsqlite3 with its extension module, privately
+		// (RTLD_LOCAL): RTLD_NEXT would not find it, its handle does.
+		void *lib = dlopen("libsqlite3.so.0", RTLD_NOLOAD | RTLD_LAZY);
+		if (!lib)
+			abort();
+		real = (int (*)(void *))dlsym(lib, "sqlite3_step");
+		if (!real)
+			abort();
+	}
 	__atomic_add_fetch(&steps, 1, __ATOMIC_RELAXED);
 	return real(stmt);
 }
