@@ -176,6 +176,7 @@ func (r *logsReceiver) start(_ context.Context, _ component.Host) (err error) {
 	go r.watchProcesses()
 	go r.refreshClock()
 	r.tracker.pinBinaries()
+	r.tracker.preattachCandidates()
 	if err := r.tracker.scanAll(); err != nil {
 		return fmt.Errorf("starting uprobe receiver: %w", err)
 	}

@@ -280,6 +280,103 @@ func (t *tracker) pinBinaries() {
 	}
 }
 
+// libraryDirs are where the dynamic loader finds libraries by default:
+// their files that a file_match probe matches are attached at start, so a
+// library loaded later (dlopen, Python extension modules) is covered from
+// its first instruction without waiting for its mapping to be seen.
+var libraryDirs = []string{"/lib/x86_64-linux-gnu", "/usr/lib/x86_64-linux-gnu", "/lib64", "/usr/lib64", "/lib", "/usr/lib", "/usr/local/lib"}
+
+// maxDirEntries bounds the entries read from one directory at start.
+const maxDirEntries = 20000
+
+// preattachCandidates attaches, at start, the files on disk a file_match
+// probe matches: those in the loader's default directories, and those in
+// the directory an anchored regex names literally ("^/opt/app/lib/..."). It
+// stops at retain.max_binaries files; like retained binaries they are kept
+// until they change or retention evicts them.
+func (t *tracker) preattachCandidates() {
+	if t.opts.retain.MaxBinaries <= 0 || t.opts.retain.MaxAge <= 0 {
+		return
+	}
+	dirs := map[string]bool{}
+	var ordered []string
+	add := func(d string) {
+		if d != "" && !dirs[d] {
+			dirs[d] = true
+			ordered = append(ordered, d)
+		}
+	}
+	wanted := false
+	for i := range t.probes {
+		p := &t.probes[i]
+		if p.match == nil || p.pids != nil {
+			continue
+		}
+		wanted = true
+		if strings.HasPrefix(p.cfg.FileMatch, "^") {
+			if prefix, _ := p.match.LiteralPrefix(); strings.HasPrefix(prefix, "/") {
+				add(filepath.Dir(prefix + "x"))
+			}
+		}
+	}
+	if !wanted {
+		return
+	}
+	for _, d := range libraryDirs {
+		add(d)
+	}
+	attached := 0
+	seen := map[process.FileKey]bool{}
+	for _, dir := range ordered {
+		f, err := os.Open(dir)
+		if err != nil {
+			continue
+		}
+		entries, _ := f.ReadDir(maxDirEntries)
+		f.Close()
+		for _, e := range entries {
+			// Symlinks are skipped: processes map, and /proc/PID/maps
+			// shows, the file they lead to, which is listed itself.
+			if !e.Type().IsRegular() {
+				continue
+			}
+			path := filepath.Join(dir, e.Name())
+			var matched []*compiledProbe
+			for j := range t.probes {
+				if p := &t.probes[j]; p.match != nil && p.pids == nil && p.match.MatchString(path) {
+					matched = append(matched, p)
+				}
+			}
+			if len(matched) == 0 {
+				continue
+			}
+			if attached >= t.opts.retain.MaxBinaries {
+				t.logger.Info("not attaching more files at start: retain.max_binaries reached", zap.String("path", path), zap.Int("limit", t.opts.retain.MaxBinaries))
+				return
+			}
+			fh, err := os.Open(path)
+			if err != nil {
+				continue
+			}
+			file, err := process.StatFile(fh)
+			fh.Close()
+			if err != nil || seen[file.FileKey] {
+				continue
+			}
+			seen[file.FileKey] = true
+			tg := &target{path: path, attachPath: path, file: file, open: func() (*os.File, error) { return os.Open(path) }}
+			t.binary(0, tg, matched, 0, "")
+			t.mu.Lock()
+			if b := t.binaries[file.FileKey]; b != nil && len(b.holders) == 0 && !b.pinned {
+				// Held by nobody: retained from now.
+				b.idleSince = t.opts.now()
+				attached++
+			}
+			t.mu.Unlock()
+		}
+	}
+}
+
 // scanAll scans every process in /proc.
 func (t *tracker) scanAll() error {
 	entries, err := os.ReadDir("/proc")
