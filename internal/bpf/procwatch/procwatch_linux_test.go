@@ -73,7 +73,7 @@ func TestExecAndExitOfChild(t *testing.T) {
 	}
 }
 
-// checkExeFile compares an exec event's file identity with stat(2).
+// checkFile compares an event's file identity with stat(2).
 func checkFile(t *testing.T, got process.FileID, fi os.FileInfo) {
 	t.Helper()
 	want, _ := process.FileIDOf(fi)
