@@ -845,7 +845,10 @@ func (t *tracker) binary(pid int, tg *target, matched []*compiledProbe, at uint6
 		}
 		if attached && at != 0 {
 			t.latency.record(trigger, time.Duration(ktime.MonotonicNanos()-int64(at)))
-			if !process.Running(pid) {
+			t.mu.Lock()
+			counted := p.released // its exit counted it already
+			t.mu.Unlock()
+			if !counted && !process.Running(pid) {
 				t.stats.exitedBeforeAttach.Add(1)
 			}
 		}
