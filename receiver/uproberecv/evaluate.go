@@ -81,8 +81,13 @@ func classify(err error) (reason string, permanent bool) {
 		return "error", false
 	}
 	name := unix.ErrnoName(errno)
-	if name == "" {
-		name = "errno " + errno.Error()
+	switch {
+	case errno == 524:
+		// The kernel's internal ENOTSUPP: an instruction uprobes cannot
+		// handle.
+		name = "ENOTSUPP"
+	case name == "":
+		name = "errno " + strconv.Itoa(int(errno))
 	}
 	return name, slices.Contains(permanentErrnos, errno)
 }

@@ -457,3 +457,39 @@ func TestNodeCallbackScopeByDemangledName(t *testing.T) {
 		t.Errorf("node processes cost lookups: CPU %s -> %s, evaluations %d -> %d", lookupCPU, got, evaluations, st.evaluations.Load())
 	}
 }
+
+// TestRefusedProbeNotRetried probes getaddrinfo+0x3, inside libc's first
+// instruction, which cannot be attached there: libc is evaluated once, and
+// the refusal is remembered for that file and probe, not retried for each
+// of 20 processes (issue 14).
+func TestRefusedProbeNotRetried(t *testing.T) {
+	getent, err := exec.LookPath("getent")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := &Config{
+		Probes: []ProbeConfig{{ID: "bad", FileMatch: `/libc\.so\.6$`, Entry: "getaddrinfo+0x3", Exit: "return"}},
+		Retain: RetainConfig{MaxBinaries: 16, MaxAge: time.Hour},
+	}
+	r, sink := startReceiver(t, cfg, options{})
+	st := &r.tracker.stats
+	base := st.evaluations.Load()
+	const runs = 20
+	for range runs {
+		if out, err := exec.Command(getent, "ahosts", "localhost").CombinedOutput(); err != nil {
+			t.Fatalf("getent: %v: %s", err, out)
+		}
+	}
+	time.Sleep(200 * time.Millisecond) // the last events handled
+	t.Logf("libc evaluations: %d at start, %d after %d processes; %d known failures skipped, %d negative cache hits",
+		base, st.evaluations.Load(), runs, st.knownFailures.Load(), st.negativeHits.Load())
+	if base != 1 || st.evaluations.Load() != base {
+		t.Errorf("libc evaluated %d times at start and %d after %d processes, want once", base, st.evaluations.Load()-base, runs)
+	}
+	if n := len(flatten(sink)); n != 0 {
+		t.Errorf("%d records from a probe that cannot be attached", n)
+	}
+	if binaries, _ := r.tracker.attachedTotals(); binaries != 0 {
+		t.Errorf("%d binaries attached", binaries)
+	}
+}
