@@ -1,12 +1,14 @@
 package uproberecv
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -380,5 +382,27 @@ func copyFile(t *testing.T, from, to string) {
 	}
 	if err := os.WriteFile(to, b, 0o755); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestClassifyAttachErrors names attach errors and tells the ones no retry
+// can cure.
+func TestClassifyAttachErrors(t *testing.T) {
+	for _, tc := range []struct {
+		err       error
+		reason    string
+		permanent bool
+	}{
+		{fmt.Errorf("attaching: %w", unix.EINVAL), "EINVAL", true},
+		{fmt.Errorf("attaching: %w", syscall.Errno(524)), "ENOTSUPP", true},
+		{fmt.Errorf("attaching: %w", unix.EAGAIN), "EAGAIN", false},
+		{fmt.Errorf("attaching: %w", unix.ENOMEM), "ENOMEM", false},
+		{fmt.Errorf("attaching: %w", unix.ENOENT), "ENOENT", false},
+		{errors.New("something else"), "error", false},
+	} {
+		reason, permanent := classify(tc.err)
+		if reason != tc.reason || permanent != tc.permanent {
+			t.Errorf("classify(%v) = %s, %v; want %s, %v", tc.err, reason, permanent, tc.reason, tc.permanent)
+		}
 	}
 }
