@@ -318,14 +318,6 @@ func threadCPU(fn func()) time.Duration {
 	return threadCPUNow() - before
 }
 
-func threadCPUNow() time.Duration {
-	var ru unix.Rusage
-	if err := unix.Getrusage(unix.RUSAGE_THREAD, &ru); err != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-}
-
 // latencies keeps the recent attach latencies of each trigger, for the
 // metric and for percentiles in the shutdown summary and tests.
 type latencies struct {
