@@ -47,10 +47,6 @@ type options struct {
 	noNegativeCache bool
 	// loadFiller loads the record filler program, for benchmarks.
 	loadFiller bool
-	// mappings is the best source of mapping events to try (see
-	// procwatch.Options); noMappings uses none, to measure the fallback.
-	mappings   procwatch.MappingSource
-	noMappings bool
 }
 
 // logsReceiver turns scope records into log records.
@@ -150,7 +146,7 @@ func (r *logsReceiver) start(_ context.Context, _ component.Host) (err error) {
 	// missed; one seen twice is harmless. Mappings are watched only for
 	// file_match probes: a binary: probe is attached by path from the
 	// start, and covers libraries loaded late by itself.
-	watchOpts := procwatch.Options{Mappings: r.opts.mappings, NoMappings: r.opts.noMappings || !r.anyFileMatch()}
+	watchOpts := procwatch.Options{NoMappings: !r.anyFileMatch()}
 	if r.watcher, err = procwatch.New(watchOpts); err != nil {
 		return fmt.Errorf("starting uprobe receiver: %w", err)
 	}
