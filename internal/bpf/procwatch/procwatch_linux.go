@@ -38,25 +38,11 @@ type watcherObjects struct {
 	Counters   *ebpf.Map     `ebpf:"counters"`
 }
 
+// Close frees what was loaded; nil members are skipped by their Close.
 func (o *watcherObjects) Close() error {
-	var errs []error
-	for _, c := range []interface{ Close() error }{o.OnExec, o.OnExit, o.ProcEvents, o.Counters} {
-		if c != nil && !isNil(c) {
-			errs = append(errs, c.Close())
-		}
-	}
+	err := errors.Join(o.OnExec.Close(), o.OnExit.Close(), o.ProcEvents.Close(), o.Counters.Close())
 	*o = watcherObjects{}
-	return errors.Join(errs...)
-}
-
-func isNil(c interface{ Close() error }) bool {
-	switch v := c.(type) {
-	case *ebpf.Program:
-		return v == nil
-	case *ebpf.Map:
-		return v == nil
-	}
-	return false
+	return err
 }
 
 // New loads the programs and attaches them to the sched_process_exec and
