@@ -200,7 +200,7 @@ func (r *profilesReceiver) start(_ context.Context, _ component.Host) error {
 		r.set.Logger.Warn("self-metrics unavailable", zap.Error(err))
 	}
 	r.wg.Add(3)
-	go r.drain()
+	go r.drain(sampler)
 	go r.aggregate()
 	go r.export()
 
@@ -219,7 +219,10 @@ func (r *profilesReceiver) start(_ context.Context, _ component.Host) error {
 // the queue is full the batch is counted and dropped. At shutdown it reads
 // what is left in the ringbuf, up to ErrFlushed, and hands the last batch
 // over, waiting for the aggregator if it must.
-func (r *profilesReceiver) drain() {
+//
+// It takes the sampler as an argument: Shutdown forgets r.sampler when it
+// gives up waiting for the pipeline, and the drain may still be reading.
+func (r *profilesReceiver) drain(sampler *profiler.Sampler) {
 	defer r.wg.Done()
 	defer close(r.samples)
 	if r.hooks.drainStart != nil {
@@ -240,10 +243,10 @@ func (r *profilesReceiver) drain() {
 		}
 		batch = make([]*profiler.Sample, 0, maxDrainBatch)
 	}
-	r.sampler.SetDeadline(time.Now().Add(drainInterval))
+	sampler.SetDeadline(time.Now().Add(drainInterval))
 	for {
 		s := r.samplePool.Get().(*profiler.Sample)
-		err := r.sampler.Read(s)
+		err := sampler.Read(s)
 		switch {
 		case err == nil:
 			if r.firstSample.CompareAndSwap(false, true) {
@@ -256,7 +259,7 @@ func (r *profilesReceiver) drain() {
 		case errors.Is(err, profiler.ErrDeadline):
 			r.samplePool.Put(s)
 			handOver()
-			r.sampler.SetDeadline(time.Now().Add(drainInterval))
+			sampler.SetDeadline(time.Now().Add(drainInterval))
 		case errors.Is(err, profiler.ErrFlushed):
 			// Sampling stopped and the ringbuf is empty: the last batch.
 			r.samplePool.Put(s)

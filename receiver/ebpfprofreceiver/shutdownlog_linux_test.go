@@ -220,3 +220,68 @@ func TestShutdownLogCountsRingbufDrops(t *testing.T) {
 		t.Errorf("the consumer got %d samples, the log says %d exported", delivered, exported)
 	}
 }
+
+// TestShutdownDeadlineCountsUndelivered blocks the consumer, so the pipeline
+// cannot finish before Shutdown's deadline: Shutdown must say so, and the
+// samples read but not delivered must be counted as dropped at shutdown.
+func TestShutdownDeadlineCountsUndelivered(t *testing.T) {
+	testenv.RequireBPF(t)
+	entered, release := make(chan struct{}), make(chan struct{})
+	var once, releaseOnce sync.Once
+	unblock := func() { releaseOnce.Do(func() { close(release) }) }
+	defer unblock()
+	next, err := xconsumer.NewProfiles(func(context.Context, pprofile.Profiles) error {
+		once.Do(func() { close(entered) })
+		<-release
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	core, logs := observer.New(zapcore.InfoLevel)
+	set := receivertest.NewNopSettings(metadata.Type)
+	set.Logger = zap.New(core)
+	cfg := createDefaultConfig().(*Config)
+	cfg.SamplingFrequency = 199
+	cfg.ReportInterval = 200 * time.Millisecond
+	r, err := newProfilesReceiver(set, cfg, next)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Start(context.Background(), componenttest.NewNopHost()); err != nil {
+		t.Fatal(err)
+	}
+	testworkload.Start(t, testworkload.BuildC(t, "cpuhog.c", testworkload.CPUHogFlags()...))
+	select {
+	case <-entered:
+	case <-time.After(60 * time.Second):
+		t.Fatal("no profiles offered to the consumer in 60s")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+	defer cancel()
+	err = r.Shutdown(ctx)
+	unblock()
+	r.wg.Wait() // the pipeline ends once the consumer returns
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("Shutdown with a blocked consumer: %v, want the deadline exceeded", err)
+	}
+	if n := logs.FilterMessageSnippet("did not stop before the shutdown deadline").Len(); n != 1 {
+		t.Errorf("%d log lines say the pipeline did not stop in time, want 1", n)
+	}
+	f := shutdownLog(t, logs)
+	num := func(key string) int64 { t.Helper(); return logNum(t, f, key) }
+	t.Logf("shutdown log: %v", f)
+	read, exported, dropped := num("samples_read"), num("samples_exported"), num("samples_dropped")
+	undelivered := num("samples_dropped_shutdown_timeout")
+	if undelivered == 0 {
+		t.Error("samples_dropped_shutdown_timeout 0 while the consumer held a batch")
+	}
+	reasons := num("samples_dropped_queue") + num("samples_dropped_stacks_full") +
+		num("samples_dropped_batch_queue") + num("samples_refused_downstream") + undelivered
+	if dropped != reasons {
+		t.Errorf("samples_dropped %d is not the sum of its reasons, %d", dropped, reasons)
+	}
+	if read != exported+dropped {
+		t.Errorf("samples_read %d != samples_exported %d + samples_dropped %d", read, exported, dropped)
+	}
+}
