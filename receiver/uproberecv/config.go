@@ -83,10 +83,7 @@ var (
 // Unmarshal decodes conf into c, refusing a fraction in an integer field
 // (pids: [12.5]), which the decoder would truncate.
 func (c *Config) Unmarshal(conf *confmap.Conf) error {
-	if err := confcheck.Integers(conf, c); err != nil {
-		return err
-	}
-	return conf.Unmarshal(c)
+	return confcheck.Unmarshal(conf, c)
 }
 
 // pidMaxFile holds the largest process id plus one; defaultPIDMax is the
