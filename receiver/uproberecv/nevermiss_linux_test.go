@@ -338,8 +338,12 @@ function busy(ms) {
 }
 const done = [];
 let i = 0, prev = null;
+const startDelay = runDelay();
 function next() {
   const delay = runDelay();
+  // The wait before the first block, as the others get from the block
+  // before them.
+  if (!prev) done.push("first " + (delay - startDelay));
   if (prev) done.push(prev + " " + (delay - prev.delay));
   if (i >= blocks.length) {
     console.log(done.join("\n"));
@@ -408,7 +412,14 @@ func TestNodeCallbackScopeByDemangledName(t *testing.T) {
 			t.Fatalf("node: %v", err)
 		}
 		var blocks []nodeBlock
+		var firstWait int64
 		for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+			if strings.HasPrefix(line, "first ") {
+				if _, err := fmt.Sscanf(line, "first %d", &firstWait); err != nil {
+					t.Fatalf("node printed %q: %v", line, err)
+				}
+				continue
+			}
 			var b nodeBlock
 			if _, err := fmt.Sscanf(line, "block %d %d %d", &b.ms, &b.start, &b.stall); err != nil {
 				t.Fatalf("node printed %q: %v", line, err)
@@ -418,6 +429,7 @@ func TestNodeCallbackScopeByDemangledName(t *testing.T) {
 		if len(blocks) != 40 {
 			t.Fatalf("node ran %d blocks: %s", len(blocks), out)
 		}
+		blocks[0].before = firstWait
 		for k := 1; k < len(blocks); k++ {
 			blocks[k].before = blocks[k-1].stall
 		}
