@@ -334,25 +334,27 @@ static __always_inline bool unwind_cfi(struct sample *s, struct unwind_proc *pro
 	return true;
 }
 
-SEC("perf_event")
-int sample_stack(void *ctx)
+// submit hands a reserved record to user space. User space drains on a
+// short timer, so a record wakes it only when the ringbuf is half full: no
+// wakeup (and no context switch) per record, and still no loss under
+// bursts.
+static __always_inline void submit(struct sample *s)
 {
-	u64 pid_tgid = bpf_get_current_pid_tgid();
-	u32 tid = (u32)pid_tgid;
-	if (tid == 0) {
-		count(COUNTER_IDLE);
-		return 0;
-	}
+	u64 wakeup = BPF_RB_NO_WAKEUP;
+	if (bpf_ringbuf_query(&samples, BPF_RB_AVAIL_DATA) > bpf_ringbuf_query(&samples, BPF_RB_RING_SIZE) / 2)
+		wakeup = BPF_RB_FORCE_WAKEUP;
+	bpf_ringbuf_submit(s, wakeup);
+}
 
-	struct sample *s = bpf_ringbuf_reserve(&samples, sizeof(*s), 0);
-	if (!s) {
-		count(COUNTER_DROPPED_RINGBUF);
-		return 0;
-	}
-
+// fill_sample fills s with the current task's identity and stacks: the
+// kernel stack from here, the user stack by CFI when the process's tables
+// are loaded, else by frame pointers. The on-CPU sampler and the off-CPU
+// switch-out share it, so both walk alike.
+static __always_inline void fill_sample(void *ctx, struct sample *s, u64 pid_tgid)
+{
 	s->ktime_ns = bpf_ktime_get_ns();
 	s->pid = pid_tgid >> 32;
-	s->tid = tid;
+	s->tid = (u32)pid_tgid;
 	s->cpu = bpf_get_smp_processor_id();
 	s->flags = 0;
 	s->user_ip = 0;
@@ -394,14 +396,27 @@ int sample_stack(void *ctx)
 				count(COUNTER_USER_STACK_ERR);
 		}
 	}
+}
+
+SEC("perf_event")
+int sample_stack(void *ctx)
+{
+	u64 pid_tgid = bpf_get_current_pid_tgid();
+	u32 tid = (u32)pid_tgid;
+	if (tid == 0) {
+		count(COUNTER_IDLE);
+		return 0;
+	}
+
+	struct sample *s = bpf_ringbuf_reserve(&samples, sizeof(*s), 0);
+	if (!s) {
+		count(COUNTER_DROPPED_RINGBUF);
+		return 0;
+	}
+
+	fill_sample(ctx, s, pid_tgid);
 
 	count(COUNTER_SAMPLES);
-	// User space drains on a short timer, so a sample wakes it only when
-	// the ringbuf is half full: no wakeup (and no context switch) per
-	// sample, and still no loss under bursts.
-	u64 wakeup = BPF_RB_NO_WAKEUP;
-	if (bpf_ringbuf_query(&samples, BPF_RB_AVAIL_DATA) > bpf_ringbuf_query(&samples, BPF_RB_RING_SIZE) / 2)
-		wakeup = BPF_RB_FORCE_WAKEUP;
-	bpf_ringbuf_submit(s, wakeup);
+	submit(s);
 	return 0;
 }
