@@ -27,6 +27,9 @@ enum counter {
 	COUNTER_KERNEL_STACK_ERR,  // kernel stack could not be read
 	COUNTER_SP_READ_ERR,       // the words at the user SP could not be read
 	COUNTER_IDLE,              // sample on the idle task: not recorded
+	COUNTER_OFF_CPU_EVENTS,    // off-CPU events recorded
+	COUNTER_OFF_CPU_SHORT,     // sampled switch-outs back on CPU within min_duration: dropped
+	COUNTER_OFF_CPU_FULL,      // sampled switch-outs not held: off_cpu_starts full
 	COUNTER_UNWIND_STOP,       // first of UNWIND_STOP_MAX counters, by enum unwind_stop
 	COUNTER_MAX = COUNTER_UNWIND_STOP + UNWIND_STOP_MAX,
 };
@@ -46,6 +49,7 @@ struct sample {
 	u64 user_sp;
 	u64 user_bp;
 	u64 sp_words[2];
+	u64 off_cpu_ns; // SAMPLE_OFF_CPU: time from switch-out to switch-in
 	char comm[16];
 	u64 kernel[MAX_STACK_DEPTH];
 	u64 user[MAX_STACK_DEPTH];
@@ -60,6 +64,8 @@ enum sample_flag {
 	SAMPLE_UNKNOWN_MAPPING = 1U << 4, // an address outside the loaded mappings
 	SAMPLE_NO_TABLE = 1U << 5,        // the process's tables are not loaded
 	SAMPLE_LEAF_FP = 1U << 6,         // the CFI walk left the leaf by its frame pointer
+	SAMPLE_OFF_CPU = 1U << 7,         // an off-CPU event: stacks at switch-out, weighted by off_cpu_ns
+	SAMPLE_PREEMPTED = 1U << 12,      // off-CPU while still runnable (preempted or yielded), not blocked
 };
 #define SAMPLE_STOP_SHIFT 8 // bits 8-11: enum unwind_stop of a CFI walk
 
@@ -418,5 +424,105 @@ int sample_stack(void *ctx)
 
 	count(COUNTER_SAMPLES);
 	submit(s);
+	return 0;
+}
+
+// Off-CPU profiling. At a sampled share of switch-outs the thread's stacks
+// are taken (fill_sample, the same walk as on-CPU samples) and held by
+// thread; when the thread is switched back in, one record weighted by the
+// time in between goes out, if that reaches off_cpu_min_ns. sched_switch
+// runs in prev's context, so the stack taken there is prev's blocking
+// stack, and next's off-CPU time ends there: no kprobe is needed.
+
+// Set by the loader: a switch-out is sampled when bpf_get_prandom_u32() is
+// below off_cpu_threshold (probability * 2^32; 2^32 samples all).
+const volatile u64 off_cpu_threshold = 0;
+const volatile u64 off_cpu_min_ns = 0;
+
+// Records of sampled switch-outs, by thread id, until the thread runs again.
+// Bounded: a switch-out that finds it full is counted and not sampled.
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__uint(max_entries, 4096); // resized by the loader
+	__type(key, u32);
+	__type(value, struct sample);
+} off_cpu_starts SEC(".maps");
+
+// A record is built here first: it is too large for the BPF stack.
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, u32);
+	__type(value, struct sample);
+} off_cpu_scratch SEC(".maps");
+
+// off_cpu_begin samples the switch-out of the current task, prev. Kernel
+// threads are left out: they belong to no process's profile of waits.
+static __always_inline void off_cpu_begin(void *ctx, struct task_struct *prev, bool preempted)
+{
+	u64 pid_tgid = bpf_get_current_pid_tgid();
+	if ((u32)pid_tgid == 0 || (prev->flags & PF_KTHREAD))
+		return;
+	if ((u64)bpf_get_prandom_u32() >= off_cpu_threshold)
+		return;
+	u32 zero = 0;
+	struct sample *s = bpf_map_lookup_elem(&off_cpu_scratch, &zero);
+	if (!s)
+		return;
+	fill_sample(ctx, s, pid_tgid);
+	s->flags |= SAMPLE_OFF_CPU | (preempted ? SAMPLE_PREEMPTED : 0);
+	s->off_cpu_ns = 0;
+	// A per-thread scope lookup (the open probe scope's link) belongs
+	// here, with the stacks: it is the scope the thread blocked in.
+	u32 tid = (u32)pid_tgid;
+	if (bpf_map_update_elem(&off_cpu_starts, &tid, s, BPF_ANY))
+		count(COUNTER_OFF_CPU_FULL);
+}
+
+// off_cpu_end emits next's held record, if any, weighted by its time off
+// CPU, and forgets it.
+static __always_inline void off_cpu_end(struct task_struct *next, u64 now)
+{
+	u32 tid = next->pid;
+	if (tid == 0)
+		return;
+	struct sample *start = bpf_map_lookup_elem(&off_cpu_starts, &tid);
+	if (!start)
+		return;
+	u64 off = now - start->ktime_ns;
+	if (off < off_cpu_min_ns) {
+		count(COUNTER_OFF_CPU_SHORT);
+		goto out;
+	}
+	struct sample *s = bpf_ringbuf_reserve(&samples, sizeof(*s), 0);
+	if (!s) {
+		count(COUNTER_DROPPED_RINGBUF);
+		goto out;
+	}
+	if (bpf_probe_read_kernel(s, sizeof(*s), start)) {
+		bpf_ringbuf_discard(s, 0);
+		goto out;
+	}
+	s->off_cpu_ns = off;
+	count(COUNTER_OFF_CPU_EVENTS);
+	submit(s);
+out:
+	bpf_map_delete_elem(&off_cpu_starts, &tid);
+}
+
+// sched_switch(bool preempt, struct task_struct *prev, struct task_struct
+// *next, unsigned int prev_state): prev_state is an argument since 5.18.
+SEC("tp_btf/sched_switch")
+int off_cpu_switch(u64 *ctx)
+{
+	bool preempt = (bool)ctx[0];
+	struct task_struct *prev = (struct task_struct *)ctx[1];
+	struct task_struct *next = (struct task_struct *)ctx[2];
+	unsigned int prev_state = (unsigned int)ctx[3];
+
+	off_cpu_end(next, bpf_ktime_get_ns());
+	// TASK_RUNNING (0) at switch-out: the thread could have run on.
+	off_cpu_begin(ctx, prev, preempt || prev_state == 0);
 	return 0;
 }

@@ -22,8 +22,11 @@ const (
 	profilerCounterCOUNTER_KERNEL_STACK_ERR profilerCounter = 3
 	profilerCounterCOUNTER_SP_READ_ERR      profilerCounter = 4
 	profilerCounterCOUNTER_IDLE             profilerCounter = 5
-	profilerCounterCOUNTER_UNWIND_STOP      profilerCounter = 6
-	profilerCounterCOUNTER_MAX              profilerCounter = 14
+	profilerCounterCOUNTER_OFF_CPU_EVENTS   profilerCounter = 6
+	profilerCounterCOUNTER_OFF_CPU_SHORT    profilerCounter = 7
+	profilerCounterCOUNTER_OFF_CPU_FULL     profilerCounter = 8
+	profilerCounterCOUNTER_UNWIND_STOP      profilerCounter = 9
+	profilerCounterCOUNTER_MAX              profilerCounter = 17
 )
 
 type profilerSample struct {
@@ -39,6 +42,7 @@ type profilerSample struct {
 	UserSp      uint64
 	UserBp      uint64
 	SpWords     [2]uint64
+	OffCpuNs    uint64
 	Comm        [16]int8
 	Kernel      [127]uint64
 	User        [127]uint64
@@ -54,6 +58,8 @@ const (
 	profilerSampleFlagSAMPLE_UNKNOWN_MAPPING profilerSampleFlag = 16
 	profilerSampleFlagSAMPLE_NO_TABLE        profilerSampleFlag = 32
 	profilerSampleFlagSAMPLE_LEAF_FP         profilerSampleFlag = 64
+	profilerSampleFlagSAMPLE_OFF_CPU         profilerSampleFlag = 128
+	profilerSampleFlagSAMPLE_PREEMPTED       profilerSampleFlag = 4096
 )
 
 type profilerUnwindMapping struct {
@@ -87,10 +93,15 @@ type profilerUnwindRow struct {
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
 	profilerMapCounters         = "counters"
+	profilerMapOffCpuScratch    = "off_cpu_scratch"
+	profilerMapOffCpuStarts     = "off_cpu_starts"
 	profilerMapSamples          = "samples"
 	profilerMapUnwindProcs      = "unwind_procs"
 	profilerMapUnwindRows       = "unwind_rows"
+	profilerProgOffCpuSwitch    = "off_cpu_switch"
 	profilerProgSampleStack     = "sample_stack"
+	profilerVarOffCpuMinNs      = "off_cpu_min_ns"
+	profilerVarOffCpuThreshold  = "off_cpu_threshold"
 	profilerVarUnusedCounter    = "unused_counter"
 	profilerVarUnusedSample     = "unused_sample"
 	profilerVarUnusedSampleFlag = "unused_sample_flag"
@@ -138,23 +149,28 @@ type profilerSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type profilerProgramSpecs struct {
-	SampleStack *ebpf.ProgramSpec `ebpf:"sample_stack"`
+	OffCpuSwitch *ebpf.ProgramSpec `ebpf:"off_cpu_switch"`
+	SampleStack  *ebpf.ProgramSpec `ebpf:"sample_stack"`
 }
 
 // profilerMapSpecs contains maps before they are loaded into the kernel.
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type profilerMapSpecs struct {
-	Counters    *ebpf.MapSpec `ebpf:"counters"`
-	Samples     *ebpf.MapSpec `ebpf:"samples"`
-	UnwindProcs *ebpf.MapSpec `ebpf:"unwind_procs"`
-	UnwindRows  *ebpf.MapSpec `ebpf:"unwind_rows"`
+	Counters      *ebpf.MapSpec `ebpf:"counters"`
+	OffCpuScratch *ebpf.MapSpec `ebpf:"off_cpu_scratch"`
+	OffCpuStarts  *ebpf.MapSpec `ebpf:"off_cpu_starts"`
+	Samples       *ebpf.MapSpec `ebpf:"samples"`
+	UnwindProcs   *ebpf.MapSpec `ebpf:"unwind_procs"`
+	UnwindRows    *ebpf.MapSpec `ebpf:"unwind_rows"`
 }
 
 // profilerVariableSpecs contains global variables before they are loaded into the kernel.
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type profilerVariableSpecs struct {
+	OffCpuMinNs      *ebpf.VariableSpec `ebpf:"off_cpu_min_ns"`
+	OffCpuThreshold  *ebpf.VariableSpec `ebpf:"off_cpu_threshold"`
 	UnusedCounter    *ebpf.VariableSpec `ebpf:"unused_counter"`
 	UnusedSample     *ebpf.VariableSpec `ebpf:"unused_sample"`
 	UnusedSampleFlag *ebpf.VariableSpec `ebpf:"unused_sample_flag"`
@@ -180,15 +196,19 @@ func (o *profilerObjects) Close() error {
 //
 // It can be passed to loadProfilerObjects or ebpf.CollectionSpec.LoadAndAssign.
 type profilerMaps struct {
-	Counters    *ebpf.Map `ebpf:"counters"`
-	Samples     *ebpf.Map `ebpf:"samples"`
-	UnwindProcs *ebpf.Map `ebpf:"unwind_procs"`
-	UnwindRows  *ebpf.Map `ebpf:"unwind_rows"`
+	Counters      *ebpf.Map `ebpf:"counters"`
+	OffCpuScratch *ebpf.Map `ebpf:"off_cpu_scratch"`
+	OffCpuStarts  *ebpf.Map `ebpf:"off_cpu_starts"`
+	Samples       *ebpf.Map `ebpf:"samples"`
+	UnwindProcs   *ebpf.Map `ebpf:"unwind_procs"`
+	UnwindRows    *ebpf.Map `ebpf:"unwind_rows"`
 }
 
 func (m *profilerMaps) Close() error {
 	return _ProfilerClose(
 		m.Counters,
+		m.OffCpuScratch,
+		m.OffCpuStarts,
 		m.Samples,
 		m.UnwindProcs,
 		m.UnwindRows,
@@ -199,6 +219,8 @@ func (m *profilerMaps) Close() error {
 //
 // It can be passed to loadProfilerObjects or ebpf.CollectionSpec.LoadAndAssign.
 type profilerVariables struct {
+	OffCpuMinNs      *ebpf.Variable `ebpf:"off_cpu_min_ns"`
+	OffCpuThreshold  *ebpf.Variable `ebpf:"off_cpu_threshold"`
 	UnusedCounter    *ebpf.Variable `ebpf:"unused_counter"`
 	UnusedSample     *ebpf.Variable `ebpf:"unused_sample"`
 	UnusedSampleFlag *ebpf.Variable `ebpf:"unused_sample_flag"`
@@ -208,11 +230,13 @@ type profilerVariables struct {
 //
 // It can be passed to loadProfilerObjects or ebpf.CollectionSpec.LoadAndAssign.
 type profilerPrograms struct {
-	SampleStack *ebpf.Program `ebpf:"sample_stack"`
+	OffCpuSwitch *ebpf.Program `ebpf:"off_cpu_switch"`
+	SampleStack  *ebpf.Program `ebpf:"sample_stack"`
 }
 
 func (p *profilerPrograms) Close() error {
 	return _ProfilerClose(
+		p.OffCpuSwitch,
 		p.SampleStack,
 	)
 }

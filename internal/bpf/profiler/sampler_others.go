@@ -46,3 +46,6 @@ func (*Sampler) SetUnwindMappings(uint32, []UnwindMapping) error { return errNot
 
 // DeleteUnwindMappings fails: sampling needs linux.
 func (*Sampler) DeleteUnwindMappings(uint32) error { return errNotLinux }
+
+// OffCPUProgramStats fails: sampling needs linux.
+func (*Sampler) OffCPUProgramStats() (ProgramStats, error) { return ProgramStats{}, errNotLinux }
