@@ -138,6 +138,7 @@ func (r *profilesReceiver) start(_ context.Context, _ component.Host) error {
 	sampler, err := profiler.New(profiler.Options{
 		Frequency:  r.cfg.SamplingFrequency,
 		UnwindRows: int(r.cfg.UnwindTableBytes / profiler.UnwindRowBytes),
+		OffCPU:     r.cfg.OffCPU.samplerOptions(),
 	})
 	if err != nil {
 		return fmt.Errorf("starting ebpfprof receiver: %w", err)
