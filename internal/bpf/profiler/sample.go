@@ -115,6 +115,10 @@ type Options struct {
 	// OffCPU configures off-CPU events; unless enabled, their program is
 	// neither loaded nor attached.
 	OffCPU OffCPUOptions
+	// PID, when not zero, samples only that process (its threads as they
+	// exist at New) instead of every CPU: for benchmarks that must see the
+	// program's cost on one workload alone.
+	PID int
 }
 
 // OffCPUOptions configures off-CPU events, taken at sched_switch.
@@ -128,11 +132,4 @@ type OffCPUOptions struct {
 	// MaxThreads bounds the threads whose switch-out record is held until
 	// they run again (about 2 KiB each); zero means 4096.
 	MaxThreads int
-}
-
-// ProgramStats is the kernel's accounting of one BPF program, kept while
-// kernel.bpf_stats_enabled is 1.
-type ProgramStats struct {
-	Runs    uint64
-	Runtime time.Duration
 }

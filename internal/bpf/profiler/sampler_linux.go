@@ -74,8 +74,13 @@ func New(opts Options) (_ *Sampler, err error) {
 	if s.reader, err = ringrec.NewReader[profilerSample](s.objs.Samples, "sample"); err != nil {
 		return nil, err
 	}
-	for _, cpu := range cpus {
-		fd, err := openCPUClock(cpu, opts.Frequency)
+	targets, err := eventTargets(opts, cpus)
+	if err != nil {
+		return nil, err
+	}
+	for _, tg := range targets {
+		cpu := tg.cpu
+		fd, err := openCPUClock(tg.pid, cpu, opts.Frequency)
 		if err != nil {
 			return nil, err
 		}
@@ -149,20 +154,6 @@ func configureOffCPU(spec *ebpf.CollectionSpec, o OffCPUOptions) error {
 	return nil
 }
 
-// OffCPUProgramStats returns the kernel's run count and run time of the
-// off-CPU program: the BPF cost per context switch. Both stay zero unless
-// kernel.bpf_stats_enabled is 1.
-func (s *Sampler) OffCPUProgramStats() (ProgramStats, error) {
-	if s.objs.OffCpuSwitch == nil {
-		return ProgramStats{}, errors.New("reading off-CPU program stats: off-CPU events are not enabled")
-	}
-	st, err := s.objs.OffCpuSwitch.Stats()
-	if err != nil {
-		return ProgramStats{}, fmt.Errorf("reading off-CPU program stats: %w", err)
-	}
-	return ProgramStats{Runs: st.RunCount, Runtime: st.Runtime}, nil
-}
-
 // offCPUEventsPerSecond is the rate of off-CPU events per CPU the default
 // ringbuf size leaves room for, on top of the on-CPU samples.
 const offCPUEventsPerSecond = 500
@@ -181,7 +172,7 @@ func ringBufferSize(opts Options, ncpu int) uint32 {
 	return ringrec.Size(size)
 }
 
-func openCPUClock(cpu, frequency int) (int, error) {
+func openCPUClock(pid, cpu, frequency int) (int, error) {
 	attr := unix.PerfEventAttr{
 		Type:   unix.PERF_TYPE_SOFTWARE,
 		Config: unix.PERF_COUNT_SW_CPU_CLOCK,
@@ -189,7 +180,7 @@ func openCPUClock(cpu, frequency int) (int, error) {
 		Sample: uint64(frequency),
 		Bits:   unix.PerfBitFreq | unix.PerfBitDisabled,
 	}
-	fd, err := unix.PerfEventOpen(&attr, -1, cpu, -1, unix.PERF_FLAG_FD_CLOEXEC)
+	fd, err := unix.PerfEventOpen(&attr, pid, cpu, -1, unix.PERF_FLAG_FD_CLOEXEC)
 	if err != nil {
 		return -1, fmt.Errorf("opening cpu-clock perf event on cpu %d: %w", cpu, explainPermission(err))
 	}

@@ -47,5 +47,8 @@ func (*Sampler) SetUnwindMappings(uint32, []UnwindMapping) error { return errNot
 // DeleteUnwindMappings fails: sampling needs linux.
 func (*Sampler) DeleteUnwindMappings(uint32) error { return errNotLinux }
 
-// OffCPUProgramStats fails: sampling needs linux.
-func (*Sampler) OffCPUProgramStats() (ProgramStats, error) { return ProgramStats{}, errNotLinux }
+// RunStats fails: sampling needs linux.
+func (*Sampler) RunStats() (time.Duration, uint64, error) { return 0, 0, errNotLinux }
+
+// OffCPURunStats fails: sampling needs linux.
+func (*Sampler) OffCPURunStats() (time.Duration, uint64, error) { return 0, 0, errNotLinux }

@@ -16,6 +16,7 @@ import (
 	"errors"
 	"math"
 	"os"
+	"sort"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -78,6 +79,9 @@ type Stats struct {
 	TableErrors int64
 	// DroppedRequests counts load requests dropped on a full queue.
 	DroppedRequests int64
+	// Compactions counts moves of the tables together, when the row
+	// store's free room was in too small pieces.
+	Compactions int64
 }
 
 // fileState is where a file's table is.
@@ -138,10 +142,14 @@ type Loader struct {
 	files map[process.FileKey]*fileEntry
 	lru   *list.List // of *fileEntry with rows; front is most recent
 	procs map[uint32]*procEntry
+	// pinned are the files of the process being loaded; noEvict is set
+	// while a sweep retries pending files, which takes free room only.
+	pinned  map[*fileEntry]struct{}
+	noEvict bool
 
 	processes, nfiles, rowBytes, capBytes  atomic.Int64
 	evictions, loads, loadErrors, tableErr atomic.Int64
-	dropped                                atomic.Int64
+	dropped, compactions                   atomic.Int64
 }
 
 // New returns a Loader; Run does its work.
@@ -227,6 +235,7 @@ func (l *Loader) Stats() Stats {
 		LoadErrors:      l.loadErrors.Load(),
 		TableErrors:     l.tableErr.Load(),
 		DroppedRequests: l.dropped.Load(),
+		Compactions:     l.compactions.Load(),
 	}
 }
 
@@ -291,11 +300,21 @@ func (l *Loader) load(pid uint32) error {
 	}
 	pe.id, pe.seen = id, time.Now()
 	files := map[*fileEntry]struct{}{}
+	// The process's own tables are not evicted to make room for each
+	// other: a process that needs more than the store holds keeps some
+	// pending instead of thrashing.
 	for i := range maps {
 		if fe := l.file(pid, &maps[i]); fe != nil {
 			files[fe] = struct{}{}
 		}
 	}
+	l.pinned = files
+	for fe := range files {
+		if fe.state == filePending {
+			l.materialize(fe)
+		}
+	}
+	l.pinned = nil
 	for fe := range files {
 		if _, ok := pe.files[fe]; !ok {
 			fe.refs++
@@ -385,14 +404,11 @@ func loadBias(loads []elf.ProgHeader, m *process.Mapping) (uint64, bool) {
 	return 0, false
 }
 
-// file returns the entry of m's file, asking for its table the first time.
-// It returns nil when the file cannot be opened now.
+// file returns the entry of m's file, pending the first time. It returns
+// nil when the file cannot be opened now.
 func (l *Loader) file(pid uint32, m *process.Mapping) *fileEntry {
 	key := process.FileKey{Dev: m.Dev, Ino: m.Inode}
 	if fe, ok := l.files[key]; ok {
-		if fe.state == filePending {
-			l.materialize(fe)
-		}
 		return fe
 	}
 	mapping := *m
@@ -422,9 +438,7 @@ func (l *Loader) file(pid uint32, m *process.Mapping) *fileEntry {
 		fe.state = fileFramePointers
 		return l.addFile(fe)
 	}
-	l.addFile(fe)
-	l.materialize(fe)
-	return fe
+	return l.addFile(fe)
 }
 
 // materialize puts a pending file's table into the row store when it is
@@ -497,6 +511,11 @@ func (l *Loader) addFile(fe *fileEntry) *fileEntry {
 	return fe
 }
 
+func isPinned(pinned map[*fileEntry]struct{}, fe *fileEntry) bool {
+	_, ok := pinned[fe]
+	return ok
+}
+
 func (l *Loader) touch(fe *fileEntry) {
 	if fe.lru != nil {
 		l.lru.MoveToFront(fe.lru)
@@ -510,12 +529,65 @@ func (l *Loader) alloc(count uint32) (uint32, bool) {
 		if first, ok := l.arena.alloc(count); ok {
 			return first, true
 		}
-		back := l.lru.Back()
-		if back == nil {
+		if l.noEvict {
 			return 0, false
 		}
-		l.evict(back.Value.(*fileEntry))
+		var victim *fileEntry
+		for e := l.lru.Back(); e != nil && victim == nil; e = e.Prev() {
+			if fe := e.Value.(*fileEntry); !isPinned(l.pinned, fe) {
+				victim = fe
+			}
+		}
+		if victim == nil {
+			// Room enough in pieces: move the tables together.
+			if l.arena.size-l.arena.used >= count && l.compact() {
+				continue
+			}
+			return 0, false
+		}
+		l.evict(victim)
 	}
+}
+
+// compact moves every table to the start of the row store so the free room
+// is one run. A table moves in three steps (processes marked pending, rows
+// written at the new place, processes pointed there), so no walk reads a
+// row being overwritten; meanwhile its frames use frame pointers. A table
+// the store no longer holds is evicted instead. It reports whether the
+// free room is now one run.
+func (l *Loader) compact() bool {
+	var tables []*fileEntry
+	for e := l.lru.Front(); e != nil; e = e.Next() {
+		tables = append(tables, e.Value.(*fileEntry))
+	}
+	sort.Slice(tables, func(i, j int) bool { return tables[i].first < tables[j].first })
+	next := uint32(0)
+	for _, fe := range tables {
+		if fe.first == next {
+			next += fe.count
+			continue
+		}
+		e, ok := l.cfg.Tables.Get(fe.key)
+		if !ok || e.Table == nil || uint32(len(e.Table.Rows)) != fe.count {
+			l.evict(fe)
+			continue
+		}
+		fe.state = filePending
+		l.rewrite(fe)
+		if err := l.cfg.Sink.WriteUnwindRows(next, e.Table.Rows, fe.base); err != nil {
+			l.evict(fe)
+			continue
+		}
+		fe.first, fe.state = next, fileRows
+		l.rewrite(fe)
+		next += fe.count
+	}
+	l.compactions.Add(1)
+	l.arena = newArena(l.arena.size)
+	if _, ok := l.arena.alloc(next); !ok {
+		return false
+	}
+	return true
 }
 
 // evict frees a file's rows. The processes mapping it are rewritten first,
@@ -578,11 +650,16 @@ func (l *Loader) sweep() {
 			}
 		}
 	}
+	// Pending files whose build notice was lost, or that were evicted,
+	// take free room only: two processes that do not fit together must
+	// not evict each other every sweep.
+	l.noEvict = true
 	for _, fe := range l.files {
 		if fe.state == filePending && fe.refs > 0 {
 			l.materialize(fe)
 		}
 	}
+	l.noEvict = false
 	for pid, pe := range l.procs {
 		id, err := identity(pid)
 		switch {

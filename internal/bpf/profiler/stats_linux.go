@@ -1,0 +1,59 @@
+package profiler
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"time"
+)
+
+// eventTarget is one perf event to open: a CPU (pid -1), or a thread on
+// any CPU (cpu -1).
+type eventTarget struct{ pid, cpu int }
+
+func eventTargets(opts Options, cpus []int) ([]eventTarget, error) {
+	if opts.PID == 0 {
+		targets := make([]eventTarget, len(cpus))
+		for i, cpu := range cpus {
+			targets[i] = eventTarget{-1, cpu}
+		}
+		return targets, nil
+	}
+	entries, err := os.ReadDir("/proc/" + strconv.Itoa(opts.PID) + "/task")
+	if err != nil {
+		return nil, fmt.Errorf("listing threads of pid %d: %w", opts.PID, err)
+	}
+	var targets []eventTarget
+	for _, e := range entries {
+		tid, err := strconv.Atoi(e.Name())
+		if err == nil {
+			targets = append(targets, eventTarget{tid, -1})
+		}
+	}
+	return targets, nil
+}
+
+// RunStats returns how long the sampling program ran in total and how
+// often, while kernel BPF statistics are enabled (ebpf.EnableStats or
+// kernel.bpf_stats_enabled).
+func (s *Sampler) RunStats() (time.Duration, uint64, error) {
+	st, err := s.objs.SampleStack.Stats()
+	if err != nil {
+		return 0, 0, fmt.Errorf("reading sampler program stats: %w", err)
+	}
+	return st.Runtime, st.RunCount, nil
+}
+
+// OffCPURunStats is RunStats for the off-CPU program: divided, the BPF time
+// per context switch.
+func (s *Sampler) OffCPURunStats() (time.Duration, uint64, error) {
+	if s.objs.OffCpuSwitch == nil {
+		return 0, 0, errors.New("reading off-CPU program stats: off-CPU events are not enabled")
+	}
+	st, err := s.objs.OffCpuSwitch.Stats()
+	if err != nil {
+		return 0, 0, fmt.Errorf("reading off-CPU program stats: %w", err)
+	}
+	return st.Runtime, st.RunCount, nil
+}

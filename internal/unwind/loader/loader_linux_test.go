@@ -1,0 +1,125 @@
+package loader
+
+import (
+	"os"
+	"os/exec"
+	"testing"
+	"time"
+
+	"github.com/bpfcol/bpfcol/internal/bpf/profiler"
+	"github.com/bpfcol/bpfcol/internal/symbolize"
+	"github.com/bpfcol/bpfcol/internal/testenv"
+	"github.com/bpfcol/bpfcol/internal/unwind/cfi"
+)
+
+// newTestLoader loads a real sampler with a row store of rows rows and a
+// loader over it, and waits for builds synchronously through Load.
+func newStore(t testing.TB) *cfi.Store[symbolize.FileKey] {
+	store := cfi.NewStore[symbolize.FileKey](cfi.StoreConfig{MaxBytes: 256 << 20, QueueLen: 64}, nil)
+	t.Cleanup(func() { store.Close() })
+	return store
+}
+
+func newTestLoader(t *testing.T, rows int) (*Loader, *cfi.Store[symbolize.FileKey]) {
+	t.Helper()
+	testenv.RequireBPF(t)
+	s, err := profiler.New(profiler.Options{Frequency: 1, UnwindRows: rows})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	store := newStore(t)
+	return New(Config{Sink: s, Tables: store}), store
+}
+
+// loadAll loads pid until every table it needs was built.
+func loadAll(t testing.TB, l *Loader, pid int) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		if err := l.Load(uint32(pid)); err != nil {
+			t.Fatalf("loading pid %d: %v", pid, err)
+		}
+		if l.Ready(uint32(pid)) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("pid %d not ready after 30s: %+v", pid, l.Stats())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func startSleeper(t testing.TB, path string, args ...string) *exec.Cmd {
+	t.Helper()
+	cmd := exec.Command(path, args...)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	time.Sleep(100 * time.Millisecond) // past exec and the dynamic loader
+	return cmd
+}
+
+// TestLoaderEvictsLeastRecentlyUsed loads two processes into a row store
+// too small for both: the first one's tables are evicted, the store stays
+// within its bound, and the evicted process is marked pending, not left
+// pointing at reused rows.
+func TestLoaderEvictsLeastRecentlyUsed(t *testing.T) {
+	// sqlite3 needs about 78k rows (libsqlite3, libc...), python3.11
+	// about 105k (its binary alone 65k), 38k of them shared (libc, libm,
+	// libz, ld.so): 110k rows hold either, not both.
+	l, _ := newTestLoader(t, 110000)
+	sq := startSleeper(t, "/usr/bin/sqlite3", ":memory:", "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x+1 FROM c) SELECT count(*) FROM c;")
+	loadAll(t, l, sq.Process.Pid)
+	first := l.Stats()
+	t.Logf("after sqlite3: %+v", first)
+	py := startSleeper(t, "/usr/bin/python3.11", "-c", "import time; time.sleep(60)")
+	loadAll(t, l, py.Process.Pid)
+	second := l.Stats()
+	t.Logf("after python3.11: %+v", second)
+	if second.Evictions == 0 {
+		t.Fatalf("no eviction with a store of %d bytes: %+v", second.CapacityBytes, second)
+	}
+	if second.RowBytes > second.CapacityBytes {
+		t.Fatalf("%d bytes of rows in a store of %d", second.RowBytes, second.CapacityBytes)
+	}
+	if l.Ready(uint32(sq.Process.Pid)) {
+		t.Fatal("sqlite3 still ready after its tables were evicted")
+	}
+	// A sweep retries pending files with free room only: sqlite3 must not
+	// evict python3.11's tables back.
+	l.sweep()
+	if !l.Ready(uint32(py.Process.Pid)) || l.Stats().Evictions != second.Evictions {
+		t.Fatalf("a sweep evicted tables: %+v", l.Stats())
+	}
+}
+
+// TestLoaderDropsExitedProcesses checks that a sweep forgets a process
+// that exited.
+func TestLoaderDropsExitedProcesses(t *testing.T) {
+	l, _ := newTestLoader(t, 1<<20)
+	cmd := startSleeper(t, "/usr/bin/python3.11", "-c", "import time; time.sleep(60)")
+	pid := cmd.Process.Pid
+	loadAll(t, l, pid)
+	if got := l.Stats().Processes; got != 1 {
+		t.Fatalf("%d processes loaded, want 1", got)
+	}
+	cmd.Process.Kill()
+	cmd.Wait()
+	l.sweep()
+	if got := l.Stats().Processes; got != 0 || l.Ready(uint32(pid)) {
+		t.Fatalf("exited process still loaded: %d processes, ready %v", got, l.Ready(uint32(pid)))
+	}
+	if _, err := os.Stat("/proc/" + itoa(pid)); err == nil {
+		t.Fatal("the process did not exit")
+	}
+}
+
+func itoa(n int) string {
+	b := []byte{}
+	for ; n > 0; n /= 10 {
+		b = append([]byte{byte('0' + n%10)}, b...)
+	}
+	return string(b)
+}
