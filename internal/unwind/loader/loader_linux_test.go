@@ -7,20 +7,20 @@ import (
 	"time"
 
 	"github.com/bpfcol/bpfcol/internal/bpf/profiler"
-	"github.com/bpfcol/bpfcol/internal/symbolize"
+	"github.com/bpfcol/bpfcol/internal/process"
 	"github.com/bpfcol/bpfcol/internal/testenv"
 	"github.com/bpfcol/bpfcol/internal/unwind/cfi"
 )
 
 // newTestLoader loads a real sampler with a row store of rows rows and a
 // loader over it, and waits for builds synchronously through Load.
-func newStore(t testing.TB) *cfi.Store[symbolize.FileKey] {
-	store := cfi.NewStore[symbolize.FileKey](cfi.StoreConfig{MaxBytes: 256 << 20, QueueLen: 64}, nil)
+func newStore(t testing.TB) *cfi.Store[process.FileKey] {
+	store := cfi.NewStore[process.FileKey](cfi.StoreConfig{MaxBytes: 256 << 20, QueueLen: 64}, nil)
 	t.Cleanup(func() { store.Close() })
 	return store
 }
 
-func newTestLoader(t *testing.T, rows int) (*Loader, *cfi.Store[symbolize.FileKey]) {
+func newTestLoader(t *testing.T, rows int) (*Loader, *cfi.Store[process.FileKey]) {
 	t.Helper()
 	testenv.RequireBPF(t)
 	s, err := profiler.New(profiler.Options{Frequency: 1, UnwindRows: rows})
