@@ -64,7 +64,8 @@ test: deps check-generate build ## Install missing tools, check generated code, 
 # the worker from spending the whole run minimizing a large (ELF-sized)
 # new input, during which no exec is counted. Each target is NAME:PACKAGE.
 FUZZ_TARGETS := FuzzOpenBinary:./internal/symbolize FuzzDWARF:./internal/symbolize \
-	FuzzGopclntab:./internal/symbolize FuzzCFI:./internal/unwind/cfi
+	FuzzGopclntab:./internal/symbolize FuzzCFI:./internal/unwind/cfi \
+	FuzzPerfMap:./internal/perfmap
 FUZZTIME ?= 8s
 fuzz-short: ## Fuzz each ELF, DWARF, gopclntab and CFI reader for FUZZTIME (8s).
 	for t in $(FUZZ_TARGETS); do \

@@ -211,6 +211,7 @@ func TestStrippedBinariesNamedThroughDebuginfod(t *testing.T) {
 	if err := r.Shutdown(context.Background()); err != nil {
 		t.Fatal(err)
 	}
+	checkNoImpossibleFrames(t, sink.AllProfiles())
 	if _, err := os.Stat(filepath.Join(cfg.Symbolizer.CacheDir, ".build-id")); err != nil {
 		t.Errorf("nothing cached: %v", err)
 	}

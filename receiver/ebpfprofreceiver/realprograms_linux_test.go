@@ -128,7 +128,7 @@ while True:
 		cmds[i] = p.cmd
 		pids[i] = strconv.Itoa(p.cmd.Process.Pid)
 	}
-	const d = 8 * time.Second
+	const d = 12 * time.Second
 	perfData := filepath.Join(t.TempDir(), "perf.data")
 	var perfOut bytes.Buffer
 	var perfCmd *exec.Cmd
@@ -165,7 +165,7 @@ while True:
 		ours, theirs := pct(complete, total), pct(pcomplete, ptotal)
 		t.Logf("%-10s complete stacks: bpfcol %.1f%% (%d/%d), perf --call-graph dwarf %.1f%% (%d/%d)",
 			p.name, ours, complete, total, theirs, pcomplete, ptotal)
-		if total < 50 || ptotal < 20 {
+		if total < 50 || ptotal < 15 {
 			t.Errorf("%s: too few samples (bpfcol %d, perf %d)", p.name, total, ptotal)
 			continue
 		}

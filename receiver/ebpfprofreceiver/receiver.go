@@ -152,11 +152,11 @@ func (r *profilesReceiver) start(_ context.Context, _ component.Host) error {
 	}
 	// From here on Shutdown owns what Start created.
 	r.sampler, r.kernelSyms = sampler, kernelSyms
-	r.startUnwind()
 	r.binaries = symbolize.NewBinaryCache(maxBinaries)
 	if r.symbolizer, err = symbolize.NewSymbolizer(r.cfg.Symbolizer.symbolizeConfig()); err != nil {
 		r.set.Logger.Warn("user frames named from the mapped binaries only", zap.Error(err))
 	}
+	r.startUnwind()
 	r.samples = make(chan []*profiler.Sample, sampleQueueSize/maxDrainBatch)
 	r.batches = make(chan *aggregate.Batch, batchQueueSize)
 

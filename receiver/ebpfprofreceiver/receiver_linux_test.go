@@ -37,6 +37,7 @@ func profileWorkload(t *testing.T, bin string, d time.Duration) []pprofiletest.S
 	if err := r.Shutdown(context.Background()); err != nil {
 		t.Fatal(err)
 	}
+	checkNoImpossibleFrames(t, sink.AllProfiles())
 	pid := int64(cmd.Process.Pid)
 	var out []pprofiletest.Sample
 	for _, p := range sink.AllProfiles() {

@@ -1,6 +1,7 @@
 package ebpfprofreceiver
 
 import (
+	"os"
 	"time"
 
 	"github.com/bpfcol/bpfcol/internal/process"
@@ -20,13 +21,26 @@ const (
 // wait for either.
 func (r *profilesReceiver) startUnwind() {
 	var l *loader.Loader
-	r.unwindTables = cfi.NewStore[process.FileKey](cfi.StoreConfig{
+	cfg := cfi.StoreConfig{
 		// The compiled tables are kept in Go too, so that a table evicted
-		// from BPF comes back without a rebuild: the same bound applies.
+		// from BPF, or moved, comes back without a rebuild: the same
+		// bound applies to their Go size.
 		MaxBytes:   r.cfg.UnwindTableBytes,
 		QueueLen:   unwindBuildQueue,
 		RetryAfter: unwindRetryAfter,
-	}, func(key process.FileKey, _ *cfi.Entry) { l.Built(key) })
+	}
+	if sym := r.symbolizer; sym != nil {
+		// .debug_frame from the debug file where .eh_frame covers too
+		// little, found (or fetched) the way frames are named.
+		cfg.DebugFile = func(buildID string) (*os.File, error) {
+			f, pending, err := sym.OpenDebugFile(buildID)
+			if pending {
+				return nil, cfi.ErrPending
+			}
+			return f, err
+		}
+	}
+	r.unwindTables = cfi.NewStore[process.FileKey](cfg, func(key process.FileKey, _ *cfi.Entry) { l.Built(key) })
 	l = loader.New(loader.Config{Sink: r.sampler, Tables: r.unwindTables})
 	r.unwind = l
 }

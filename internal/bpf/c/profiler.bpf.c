@@ -121,8 +121,8 @@ struct walk {
 const struct sample *unused_sample __attribute__((unused));
 const enum sample_flag *unused_sample_flag __attribute__((unused));
 
-// The searches below take no branch on the data they read, and always run
-// their full count of steps: the verifier then walks one path through them
+// The searches below take no branch on the data they read (only on how
+// many steps remain): the verifier then walks one path through them
 // instead of one per outcome of every comparison.
 
 // le returns 1 if a <= b, else 0, without a branch.
@@ -144,7 +144,7 @@ __noinline int find_mapping(struct unwind_proc *proc, u64 addr)
 		return -1;
 	// Last mapping with start <= addr.
 	u64 base = 0;
-	for (int i = 0; i < 10; i++) {
+	for (int i = 0; i < 10 && len > 1; i++) {
 		u64 half = len >> 1;
 		base += le(proc->mappings[(base + half) & (UNWIND_MAX_MAPPINGS - 1)].start, addr) * half;
 		len -= half;
@@ -169,7 +169,7 @@ __noinline s64 find_row(struct unwind_mapping *m, u64 addr)
 		return -1;
 	// Last row with pc <= target.
 	u64 base = 0;
-	for (int i = 0; i < ROW_SEARCH_STEPS; i++) {
+	for (int i = 0; i < ROW_SEARCH_STEPS && len > 1; i++) {
 		u64 half = len >> 1;
 		u32 key = first + (u32)(base + half);
 		struct unwind_row *r = bpf_map_lookup_elem(&unwind_rows, &key);
@@ -198,6 +198,10 @@ static __always_inline long step_fp(struct walk *w, u32 reason)
 {
 	if (w->n == 1)
 		w->leaf_fp = 1;
+	// The outermost frame of code that keeps frame pointers (Go's
+	// runtime.goexit, a thread's first JIT frame) saved a zero RBP.
+	if (w->bp_known && w->bp == 0 && reason == UNWIND_STOP_NO_CFI)
+		return stop(w, UNWIND_STOP_FP_END);
 	if (!w->bp_known || w->bp < w->sp || w->bp > MAX_USER_ADDR)
 		return stop(w, reason);
 	u64 frame[2];
@@ -288,18 +292,28 @@ static long unwind_step(u64 i, struct walk *w)
 		return stop(w, UNWIND_STOP_BAD_CFA);
 
 	u64 ra;
-	if (bpf_probe_read_user(&ra, sizeof(ra), (void *)(cfa - 8)))
-		return stop(w, UNWIND_STOP_READ_FAULT);
-	switch (rbp_rule) {
-	case UNWIND_RBP_UNCHANGED:
-		break;
-	case UNWIND_RBP_AT_CFA:
-		if (bpf_probe_read_user(&w->bp, sizeof(w->bp), (void *)(cfa + (s64)r->rbp_off * 8)))
+	if (rbp_rule == UNWIND_RBP_AT_CFA && r->rbp_off == -2) {
+		// The usual frame: saved RBP right under the return address.
+		u64 pair[2];
+		if (bpf_probe_read_user(pair, sizeof(pair), (void *)(cfa - 16)))
 			return stop(w, UNWIND_STOP_READ_FAULT);
+		w->bp = pair[0];
 		w->bp_known = 1;
-		break;
-	default:
-		w->bp_known = 0;
+		ra = pair[1];
+	} else {
+		if (bpf_probe_read_user(&ra, sizeof(ra), (void *)(cfa - 8)))
+			return stop(w, UNWIND_STOP_READ_FAULT);
+		switch (rbp_rule) {
+		case UNWIND_RBP_UNCHANGED:
+			break;
+		case UNWIND_RBP_AT_CFA:
+			if (bpf_probe_read_user(&w->bp, sizeof(w->bp), (void *)(cfa + (s64)r->rbp_off * 8)))
+				return stop(w, UNWIND_STOP_READ_FAULT);
+			w->bp_known = 1;
+			break;
+		default:
+			w->bp_known = 0;
+		}
 	}
 	w->sp = cfa;
 	w->pc = ra;
@@ -333,7 +347,7 @@ static __always_inline bool unwind_cfi(struct sample *s, struct unwind_proc *pro
 	s->flags |= SAMPLE_CFI | ((w.stop & 0xf) << SAMPLE_STOP_SHIFT);
 	if (w.leaf_fp)
 		s->flags |= SAMPLE_LEAF_FP;
-	if (w.stop == UNWIND_STOP_COMPLETE)
+	if (w.stop == UNWIND_STOP_COMPLETE || w.stop == UNWIND_STOP_FP_END)
 		s->flags |= SAMPLE_COMPLETE;
 	s->user_bytes = w.n * sizeof(u64);
 	count(COUNTER_UNWIND_STOP + w.stop);

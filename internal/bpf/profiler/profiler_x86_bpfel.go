@@ -26,7 +26,7 @@ const (
 	profilerCounterCOUNTER_OFF_CPU_SHORT    profilerCounter = 7
 	profilerCounterCOUNTER_OFF_CPU_FULL     profilerCounter = 8
 	profilerCounterCOUNTER_UNWIND_STOP      profilerCounter = 9
-	profilerCounterCOUNTER_MAX              profilerCounter = 17
+	profilerCounterCOUNTER_MAX              profilerCounter = 18
 )
 
 type profilerSample struct {

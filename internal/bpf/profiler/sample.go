@@ -47,7 +47,8 @@ type Sample struct {
 	// pointer (code without CFI: Go, JIT): a frameless leaf's caller may
 	// be missing, as in a frame-pointer stack.
 	LeafFramePointer bool
-	// Complete is set when that walk reached the process root.
+	// Complete is set when that walk reached the process root: the CFI
+	// end marker, or a zero saved RBP in code without CFI (Go, JIT).
 	Complete bool
 	// UnknownMapping is set when the walk met an address outside the
 	// mappings loaded for the process: its mappings changed (dlopen, JIT).

@@ -62,12 +62,16 @@ const (
 	StopUnsupported
 	// StopOutsideMappings: a zero, non-canonical or unmapped address.
 	StopOutsideMappings
+	// StopFramePointerEnd: frame pointers ended cleanly (a zero RBP) in
+	// code without CFI: the root of Go and JIT stacks.
+	StopFramePointerEnd
 	// NumStopReasons is the number of reasons.
 	NumStopReasons
 )
 
 var stopReasonNames = [NumStopReasons]string{
 	"complete", "no_table", "no_cfi", "bad_cfa", "read_fault", "depth_limit", "unsupported_rule", "outside_mappings",
+	"frame_pointer_end",
 }
 
 // String is the reason's metric attribute value.

@@ -254,9 +254,7 @@ func (l *Loader) Run(ctx context.Context) {
 			l.mu.Unlock()
 			l.Load(pid)
 		case key := <-l.built:
-			if fe, ok := l.files[key]; ok && fe.state == filePending {
-				l.materialize(fe)
-			}
+			l.rebuilt(key)
 		case <-sweep.C:
 			l.sweep()
 		}
@@ -483,6 +481,27 @@ func (l *Loader) materialize(fe *fileEntry) {
 	l.rowBytes.Store(int64(l.arena.used) * profiler.UnwindRowBytes)
 	l.nfiles.Store(int64(l.lru.Len()))
 	l.rewrite(fe)
+}
+
+// rebuilt loads a table that was built: a pending file's first one, or a
+// better one (filled from a debug file fetched meanwhile) for a file
+// whose table is loaded.
+func (l *Loader) rebuilt(key process.FileKey) {
+	fe, ok := l.files[key]
+	if !ok {
+		return
+	}
+	if fe.state == fileRows {
+		e, ok := l.cfg.Tables.Get(key)
+		if !ok || e.Table == nil || len(e.Table.Rows) == int(fe.count) {
+			return
+		}
+		l.evict(fe)
+		l.evictions.Add(-1) // replaced, not evicted for room
+	}
+	if fe.state == filePending {
+		l.materialize(fe)
+	}
 }
 
 // rewrite writes again the mappings of every loaded process mapping fe.
