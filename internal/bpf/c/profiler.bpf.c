@@ -369,9 +369,9 @@ static __always_inline void submit(struct sample *s)
 // fill_sample fills s with the current task's identity and stacks: the
 // kernel stack from here, the user stack by CFI when the process's tables
 // are loaded, else by frame pointers. The on-CPU sampler and the off-CPU
-// switch-out share it, so both walk alike. kernel_skip leaves out that many
-// frames at the top of the kernel stack: the caller's own.
-static __always_inline void fill_sample(void *ctx, struct sample *s, u64 pid_tgid, u64 kernel_skip)
+// switch-out share it, so both walk alike. Without with_kernel the kernel
+// stack is left empty, for the caller to take.
+static __always_inline void fill_sample(void *ctx, struct sample *s, u64 pid_tgid, bool with_kernel)
 {
 	s->ktime_ns = bpf_ktime_get_ns();
 	s->pid = pid_tgid >> 32;
@@ -385,10 +385,14 @@ static __always_inline void fill_sample(void *ctx, struct sample *s, u64 pid_tgi
 	s->sp_words[1] = 0;
 	bpf_get_current_comm(s->comm, sizeof(s->comm));
 
-	s->kernel_bytes = bpf_get_stack(ctx, s->kernel, sizeof(s->kernel), kernel_skip & BPF_F_SKIP_FIELD_MASK);
-	// A sample taken in user mode has no kernel stack: that is not an error.
-	if (s->kernel_bytes < 0 && s->kernel_bytes != -14 /* EFAULT */)
-		count(COUNTER_KERNEL_STACK_ERR);
+	s->kernel_bytes = 0;
+	if (with_kernel) {
+		s->kernel_bytes = bpf_get_stack(ctx, s->kernel, sizeof(s->kernel), 0);
+		// A sample taken in user mode has no kernel stack: that is not
+		// an error.
+		if (s->kernel_bytes < 0 && s->kernel_bytes != -14 /* EFAULT */)
+			count(COUNTER_KERNEL_STACK_ERR);
+	}
 
 	struct task_struct *task = bpf_get_current_task_btf();
 	if (task->flags & PF_KTHREAD) {
@@ -435,23 +439,20 @@ int sample_stack(void *ctx)
 		return 0;
 	}
 
-	fill_sample(ctx, s, pid_tgid, 0);
+	fill_sample(ctx, s, pid_tgid, true);
 
 	count(COUNTER_SAMPLES);
 	submit(s);
 	return 0;
 }
 
-// Off-CPU profiling. At a sampled share of switch-outs the thread's stacks
-// are taken (fill_sample, the same walk as on-CPU samples) and held by
+// Off-CPU profiling. At a sampled share of switch-outs the thread's user
+// stack is taken (fill_sample, the same walk as on-CPU samples) and held by
 // thread; when the thread is switched back in, one record weighted by the
-// time in between goes out, if that reaches off_cpu_min_ns. sched_switch
-// runs in prev's context, so the stack taken there is prev's blocking
-// stack, and next's off-CPU time ends there: no kprobe is needed.
-
-// The top frames of a kernel stack taken here are this program and the
-// tracepoint's bpf_trace_run4: the thread's own stack starts at __schedule.
-#define OFF_CPU_KERNEL_SKIP 2
+// time in between goes out, with the kernel stack it waited in, if that
+// time reaches off_cpu_min_ns. sched_switch runs in prev's context, so the
+// user stack read there is prev's, and next's off-CPU time ends there: no
+// kprobe is needed.
 
 // Set by the loader: a switch-out is sampled when bpf_get_prandom_u32() is
 // below off_cpu_threshold (probability * 2^32; 2^32 samples all).
@@ -489,7 +490,11 @@ static __always_inline void off_cpu_begin(void *ctx, struct task_struct *prev, b
 	struct sample *s = bpf_map_lookup_elem(&off_cpu_scratch, &zero);
 	if (!s)
 		return;
-	fill_sample(ctx, s, pid_tgid, OFF_CPU_KERNEL_SKIP);
+	// The user stack can only be read now, in the thread's own address
+	// space; its kernel stack waits where it is until the thread runs
+	// again, so it is taken then, and only for waits that are kept: it is
+	// the costlier of the two.
+	fill_sample(ctx, s, pid_tgid, false);
 	s->flags |= SAMPLE_OFF_CPU | (preempted ? SAMPLE_PREEMPTED : 0);
 	s->off_cpu_ns = 0;
 	// A per-thread scope lookup (the open probe scope's link) belongs
@@ -524,6 +529,11 @@ static __always_inline void off_cpu_end(struct task_struct *next, u64 now)
 		goto out;
 	}
 	s->off_cpu_ns = off;
+	// next is still switched out: its saved kernel stack is the one it
+	// blocked in, from the scheduler down.
+	s->kernel_bytes = bpf_get_task_stack(next, s->kernel, sizeof(s->kernel), 0);
+	if (s->kernel_bytes < 0)
+		count(COUNTER_KERNEL_STACK_ERR);
 	count(COUNTER_OFF_CPU_EVENTS);
 	submit(s);
 out:

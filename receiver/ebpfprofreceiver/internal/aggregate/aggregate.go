@@ -202,7 +202,9 @@ func (a *Aggregator) frames(proc *Process, s *profiler.Sample) []frame.Frame {
 	frames := a.scratch[:0]
 	defer func() { a.scratch = frames[:0] }()
 	for i, addr := range s.Kernel {
-		if i == 0 {
+		// An off-CPU kernel stack is a switched-out task's: every
+		// frame is a return address.
+		if i == 0 && !s.OffCPU {
 			frames = append(frames, frame.AtPC(frame.Kernel, addr))
 		} else {
 			frames = append(frames, frame.AtReturnAddress(frame.Kernel, addr))

@@ -89,7 +89,7 @@ func TestAggregateOffCPU(t *testing.T) {
 	}})
 	sample := func(offCPU bool, ns uint64, preempted bool) *profiler.Sample {
 		return &profiler.Sample{PID: uint32(os.Getpid()), TID: 1, Comm: "t", KtimeNs: 1, User: []uint64{0x10, 0x20},
-			OffCPU: offCPU, OffCPUNs: ns, Preempted: preempted}
+			Kernel: []uint64{0xffff_0100}, OffCPU: offCPU, OffCPUNs: ns, Preempted: preempted}
 	}
 	a.Add(sample(false, 0, false))
 	a.Add(sample(true, 3_000_000, false))
@@ -106,6 +106,14 @@ func TestAggregateOffCPU(t *testing.T) {
 	}
 	if !blocked.OffCPU || blocked.Preempted || blocked.Count != 2 || blocked.OffCPUNs != 8_000_000 {
 		t.Errorf("blocked stack %+v", blocked)
+	}
+	// A switched-out task's kernel stack holds only return addresses; an
+	// on-CPU sample's starts at the interrupted PC.
+	if f := blocked.Frames[0]; !f.ReturnAddress || f.Address != 0xffff_00ff {
+		t.Errorf("off-CPU kernel leaf %+v, want the return address minus 1", f)
+	}
+	if f := on.Frames[0]; f.ReturnAddress || f.Address != 0xffff_0100 {
+		t.Errorf("on-CPU kernel leaf %+v, want the PC", f)
 	}
 	if !preempted.OffCPU || !preempted.Preempted || preempted.Count != 1 || preempted.OffCPUNs != 7_000_000 {
 		t.Errorf("preempted stack %+v", preempted)
