@@ -459,74 +459,87 @@ int sample_stack(void *ctx)
 const volatile u64 off_cpu_threshold = 0;
 const volatile u64 off_cpu_min_ns = 0;
 
-// Records of sampled switch-outs, by thread id, until the thread runs again.
-// Bounded: a switch-out that finds it full is counted and not sampled.
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(map_flags, BPF_F_NO_PREALLOC);
-	__uint(max_entries, 4096); // resized by the loader
-	__type(key, u32);
-	__type(value, struct sample);
-} off_cpu_starts SEC(".maps");
+// Set by the loader: at most this many threads hold a record slot.
+const volatile u64 off_cpu_max_threads = 4096;
 
-// A record is built here first: it is too large for the BPF stack.
+// A thread's record slot, in its task storage: found at every switch-in
+// without a hash, and filled in place at each sampled switch-out. A slot
+// stays with its thread, so sampling allocates nothing after the first
+// time; it goes when the thread exits (off_cpu_exit).
+struct off_cpu_slot {
+	u32 held; // rec is a switch-out waiting for the thread's switch-in
+	u32 pad;
+	struct sample rec;
+};
+
 struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, 1);
-	__type(key, u32);
-	__type(value, struct sample);
-} off_cpu_scratch SEC(".maps");
+	__uint(type, BPF_MAP_TYPE_TASK_STORAGE);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, int);
+	__type(value, struct off_cpu_slot);
+} off_cpu_slots SEC(".maps");
+
+// Slots allocated now, against off_cpu_max_threads.
+u64 off_cpu_slot_count = 0;
 
 // off_cpu_begin samples the switch-out of the current task, prev. Kernel
 // threads are left out: they belong to no process's profile of waits.
 static __always_inline void off_cpu_begin(void *ctx, struct task_struct *prev, bool preempted)
 {
-	u64 pid_tgid = bpf_get_current_pid_tgid();
-	if ((u32)pid_tgid == 0 || (prev->flags & PF_KTHREAD))
-		return;
+	// The common case, not sampled, costs one random number.
 	if ((u64)bpf_get_prandom_u32() >= off_cpu_threshold)
 		return;
-	u32 zero = 0;
-	struct sample *s = bpf_map_lookup_elem(&off_cpu_scratch, &zero);
-	if (!s)
+	if (prev->pid == 0 || (prev->flags & PF_KTHREAD))
 		return;
+	struct off_cpu_slot *slot = bpf_task_storage_get(&off_cpu_slots, prev, 0, 0);
+	if (!slot) {
+		if (off_cpu_slot_count >= off_cpu_max_threads) {
+			count(COUNTER_OFF_CPU_FULL);
+			return;
+		}
+		slot = bpf_task_storage_get(&off_cpu_slots, prev, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
+		if (!slot) {
+			count(COUNTER_OFF_CPU_FULL);
+			return;
+		}
+		__sync_fetch_and_add(&off_cpu_slot_count, 1);
+	}
 	// The user stack can only be read now, in the thread's own address
 	// space; its kernel stack waits where it is until the thread runs
 	// again, so it is taken then, and only for waits that are kept: it is
 	// the costlier of the two.
-	fill_sample(ctx, s, pid_tgid, false);
+	struct sample *s = &slot->rec;
+	fill_sample(ctx, s, bpf_get_current_pid_tgid(), false);
 	s->flags |= SAMPLE_OFF_CPU | (preempted ? SAMPLE_PREEMPTED : 0);
 	s->off_cpu_ns = 0;
 	// A per-thread scope lookup (the open probe scope's link) belongs
 	// here, with the stacks: it is the scope the thread blocked in.
-	u32 tid = (u32)pid_tgid;
-	if (bpf_map_update_elem(&off_cpu_starts, &tid, s, BPF_ANY))
-		count(COUNTER_OFF_CPU_FULL);
+	slot->held = 1;
 }
 
 // off_cpu_end emits next's held record, if any, weighted by its time off
-// CPU, and forgets it.
-static __always_inline void off_cpu_end(struct task_struct *next, u64 now)
+// CPU.
+static __always_inline void off_cpu_end(struct task_struct *next)
 {
-	u32 tid = next->pid;
-	if (tid == 0)
+	if (next->pid == 0)
 		return;
-	struct sample *start = bpf_map_lookup_elem(&off_cpu_starts, &tid);
-	if (!start)
+	struct off_cpu_slot *slot = bpf_task_storage_get(&off_cpu_slots, next, 0, 0);
+	if (!slot || !slot->held)
 		return;
-	u64 off = now - start->ktime_ns;
+	slot->held = 0;
+	u64 off = bpf_ktime_get_ns() - slot->rec.ktime_ns;
 	if (off < off_cpu_min_ns) {
 		count(COUNTER_OFF_CPU_SHORT);
-		goto out;
+		return;
 	}
 	struct sample *s = bpf_ringbuf_reserve(&samples, sizeof(*s), 0);
 	if (!s) {
 		count(COUNTER_DROPPED_RINGBUF);
-		goto out;
+		return;
 	}
-	if (bpf_probe_read_kernel(s, sizeof(*s), start)) {
+	if (bpf_probe_read_kernel(s, sizeof(*s), &slot->rec)) {
 		bpf_ringbuf_discard(s, 0);
-		goto out;
+		return;
 	}
 	s->off_cpu_ns = off;
 	// next is still switched out: its saved kernel stack is the one it
@@ -536,8 +549,18 @@ static __always_inline void off_cpu_end(struct task_struct *next, u64 now)
 		count(COUNTER_KERNEL_STACK_ERR);
 	count(COUNTER_OFF_CPU_EVENTS);
 	submit(s);
-out:
-	bpf_map_delete_elem(&off_cpu_starts, &tid);
+}
+
+// off_cpu_exit frees an exiting thread's slot, which the kernel would free
+// with the task anyway, to keep off_cpu_slot_count exact.
+SEC("tp_btf/sched_process_exit")
+int off_cpu_exit(u64 *ctx)
+{
+	struct task_struct *task = (struct task_struct *)ctx[0];
+	if (bpf_task_storage_get(&off_cpu_slots, task, 0, 0) &&
+	    bpf_task_storage_delete(&off_cpu_slots, task) == 0)
+		__sync_fetch_and_sub(&off_cpu_slot_count, 1);
+	return 0;
 }
 
 // sched_switch(bool preempt, struct task_struct *prev, struct task_struct
@@ -550,7 +573,7 @@ int off_cpu_switch(u64 *ctx)
 	struct task_struct *next = (struct task_struct *)ctx[2];
 	unsigned int prev_state = (unsigned int)ctx[3];
 
-	off_cpu_end(next, bpf_ktime_get_ns());
+	off_cpu_end(next);
 	// TASK_RUNNING (0) at switch-out: the thread could have run on.
 	off_cpu_begin(ctx, prev, preempt || prev_state == 0);
 	return 0;

@@ -29,6 +29,13 @@ const (
 	profilerCounterCOUNTER_MAX              profilerCounter = 18
 )
 
+type profilerOffCpuSlot struct {
+	_    structs.HostLayout
+	Held uint32
+	Pad  uint32
+	Rec  profilerSample
+}
+
 type profilerSample struct {
 	_           structs.HostLayout
 	KtimeNs     uint64
@@ -93,14 +100,16 @@ type profilerUnwindRow struct {
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
 	profilerMapCounters         = "counters"
-	profilerMapOffCpuScratch    = "off_cpu_scratch"
-	profilerMapOffCpuStarts     = "off_cpu_starts"
+	profilerMapOffCpuSlots      = "off_cpu_slots"
 	profilerMapSamples          = "samples"
 	profilerMapUnwindProcs      = "unwind_procs"
 	profilerMapUnwindRows       = "unwind_rows"
+	profilerProgOffCpuExit      = "off_cpu_exit"
 	profilerProgOffCpuSwitch    = "off_cpu_switch"
 	profilerProgSampleStack     = "sample_stack"
+	profilerVarOffCpuMaxThreads = "off_cpu_max_threads"
 	profilerVarOffCpuMinNs      = "off_cpu_min_ns"
+	profilerVarOffCpuSlotCount  = "off_cpu_slot_count"
 	profilerVarOffCpuThreshold  = "off_cpu_threshold"
 	profilerVarUnusedCounter    = "unused_counter"
 	profilerVarUnusedSample     = "unused_sample"
@@ -149,6 +158,7 @@ type profilerSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type profilerProgramSpecs struct {
+	OffCpuExit   *ebpf.ProgramSpec `ebpf:"off_cpu_exit"`
 	OffCpuSwitch *ebpf.ProgramSpec `ebpf:"off_cpu_switch"`
 	SampleStack  *ebpf.ProgramSpec `ebpf:"sample_stack"`
 }
@@ -157,19 +167,20 @@ type profilerProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type profilerMapSpecs struct {
-	Counters      *ebpf.MapSpec `ebpf:"counters"`
-	OffCpuScratch *ebpf.MapSpec `ebpf:"off_cpu_scratch"`
-	OffCpuStarts  *ebpf.MapSpec `ebpf:"off_cpu_starts"`
-	Samples       *ebpf.MapSpec `ebpf:"samples"`
-	UnwindProcs   *ebpf.MapSpec `ebpf:"unwind_procs"`
-	UnwindRows    *ebpf.MapSpec `ebpf:"unwind_rows"`
+	Counters    *ebpf.MapSpec `ebpf:"counters"`
+	OffCpuSlots *ebpf.MapSpec `ebpf:"off_cpu_slots"`
+	Samples     *ebpf.MapSpec `ebpf:"samples"`
+	UnwindProcs *ebpf.MapSpec `ebpf:"unwind_procs"`
+	UnwindRows  *ebpf.MapSpec `ebpf:"unwind_rows"`
 }
 
 // profilerVariableSpecs contains global variables before they are loaded into the kernel.
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type profilerVariableSpecs struct {
+	OffCpuMaxThreads *ebpf.VariableSpec `ebpf:"off_cpu_max_threads"`
 	OffCpuMinNs      *ebpf.VariableSpec `ebpf:"off_cpu_min_ns"`
+	OffCpuSlotCount  *ebpf.VariableSpec `ebpf:"off_cpu_slot_count"`
 	OffCpuThreshold  *ebpf.VariableSpec `ebpf:"off_cpu_threshold"`
 	UnusedCounter    *ebpf.VariableSpec `ebpf:"unused_counter"`
 	UnusedSample     *ebpf.VariableSpec `ebpf:"unused_sample"`
@@ -196,19 +207,17 @@ func (o *profilerObjects) Close() error {
 //
 // It can be passed to loadProfilerObjects or ebpf.CollectionSpec.LoadAndAssign.
 type profilerMaps struct {
-	Counters      *ebpf.Map `ebpf:"counters"`
-	OffCpuScratch *ebpf.Map `ebpf:"off_cpu_scratch"`
-	OffCpuStarts  *ebpf.Map `ebpf:"off_cpu_starts"`
-	Samples       *ebpf.Map `ebpf:"samples"`
-	UnwindProcs   *ebpf.Map `ebpf:"unwind_procs"`
-	UnwindRows    *ebpf.Map `ebpf:"unwind_rows"`
+	Counters    *ebpf.Map `ebpf:"counters"`
+	OffCpuSlots *ebpf.Map `ebpf:"off_cpu_slots"`
+	Samples     *ebpf.Map `ebpf:"samples"`
+	UnwindProcs *ebpf.Map `ebpf:"unwind_procs"`
+	UnwindRows  *ebpf.Map `ebpf:"unwind_rows"`
 }
 
 func (m *profilerMaps) Close() error {
 	return _ProfilerClose(
 		m.Counters,
-		m.OffCpuScratch,
-		m.OffCpuStarts,
+		m.OffCpuSlots,
 		m.Samples,
 		m.UnwindProcs,
 		m.UnwindRows,
@@ -219,7 +228,9 @@ func (m *profilerMaps) Close() error {
 //
 // It can be passed to loadProfilerObjects or ebpf.CollectionSpec.LoadAndAssign.
 type profilerVariables struct {
+	OffCpuMaxThreads *ebpf.Variable `ebpf:"off_cpu_max_threads"`
 	OffCpuMinNs      *ebpf.Variable `ebpf:"off_cpu_min_ns"`
+	OffCpuSlotCount  *ebpf.Variable `ebpf:"off_cpu_slot_count"`
 	OffCpuThreshold  *ebpf.Variable `ebpf:"off_cpu_threshold"`
 	UnusedCounter    *ebpf.Variable `ebpf:"unused_counter"`
 	UnusedSample     *ebpf.Variable `ebpf:"unused_sample"`
@@ -230,12 +241,14 @@ type profilerVariables struct {
 //
 // It can be passed to loadProfilerObjects or ebpf.CollectionSpec.LoadAndAssign.
 type profilerPrograms struct {
+	OffCpuExit   *ebpf.Program `ebpf:"off_cpu_exit"`
 	OffCpuSwitch *ebpf.Program `ebpf:"off_cpu_switch"`
 	SampleStack  *ebpf.Program `ebpf:"sample_stack"`
 }
 
 func (p *profilerPrograms) Close() error {
 	return _ProfilerClose(
+		p.OffCpuExit,
 		p.OffCpuSwitch,
 		p.SampleStack,
 	)

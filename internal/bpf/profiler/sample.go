@@ -94,8 +94,9 @@ type Counters struct {
 	// OffCPUShort counts sampled switch-outs dropped in BPF because the
 	// thread ran again within OffCPU.MinDuration.
 	OffCPUShort uint64
-	// OffCPUFull counts sampled switch-outs not held because
-	// OffCPU.MaxThreads threads already were.
+	// OffCPUFull counts sampled switch-outs not recorded because
+	// OffCPU.MaxThreads threads already had a slot (or none could be
+	// allocated).
 	OffCPUFull uint64
 }
 
@@ -130,7 +131,7 @@ type OffCPUOptions struct {
 	// Probability is the share of switch-outs whose stacks are taken, in
 	// (0, 1].
 	Probability float64
-	// MaxThreads bounds the threads whose switch-out record is held until
-	// they run again (about 2 KiB each); zero means 4096.
+	// MaxThreads bounds the threads given a record slot (about 2 KiB of
+	// task storage each, kept until the thread exits); zero means 4096.
 	MaxThreads int
 }

@@ -99,11 +99,18 @@ func New(opts Options) (_ *Sampler, err error) {
 		}
 	}
 	if s.objs.OffCpuSwitch != nil {
-		l, err := link.AttachTracing(link.TracingOptions{Program: s.objs.OffCpuSwitch})
-		if err != nil {
-			return nil, fmt.Errorf("attaching off-CPU program to tp_btf/sched_switch: %w", err)
+		// Exits first: a thread given a slot by the switch program
+		// always has its exit seen.
+		for _, p := range []struct {
+			prog *ebpf.Program
+			tp   string
+		}{{s.objs.OffCpuExit, "sched_process_exit"}, {s.objs.OffCpuSwitch, "sched_switch"}} {
+			l, err := link.AttachTracing(link.TracingOptions{Program: p.prog})
+			if err != nil {
+				return nil, fmt.Errorf("attaching off-CPU program to tp_btf/%s: %w", p.tp, err)
+			}
+			s.links = append(s.links, l)
 		}
-		s.links = append(s.links, l)
 	}
 	return s, nil
 }
@@ -149,7 +156,9 @@ func configureOffCPU(spec *ebpf.CollectionSpec, o OffCPUOptions) error {
 		return fmt.Errorf("setting off-CPU min duration: %w", err)
 	}
 	if o.MaxThreads > 0 {
-		spec.Maps[profilerMapOffCpuStarts].MaxEntries = uint32(o.MaxThreads)
+		if err := spec.Variables[profilerVarOffCpuMaxThreads].Set(uint64(o.MaxThreads)); err != nil {
+			return fmt.Errorf("setting off-CPU thread bound: %w", err)
+		}
 	}
 	return nil
 }
