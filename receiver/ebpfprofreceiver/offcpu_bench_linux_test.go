@@ -33,9 +33,11 @@ var perfTotalTime = regexp.MustCompile(`Total time:\s+([0-9.]+) \[sec\]`)
 // workload: `perf bench sched pipe`, two tasks ping-ponging over pipes, run
 // under the receiver with off_cpu disabled and enabled, in alternating
 // rounds so that the machine's drifting load falls on both alike. It
-// reports the median slowdown of the pairs and the off-CPU program's own
-// time per context switch (kernel BPF statistics, every switch on the
-// host while it was enabled).
+// reports the median slowdown of the pairs, the off-CPU program's own time
+// per context switch (kernel BPF statistics, every switch on the host while
+// it was enabled), and that time as a share of a round trip without
+// off-CPU profiling (two switches each): the slowdown it accounts for,
+// which a loaded machine's noise does not blur.
 func BenchmarkOffCPUOverhead(b *testing.B) {
 	testenv.RequireBPF(b)
 	perf := testenv.LookPath(b, "perf")
@@ -46,6 +48,7 @@ func BenchmarkOffCPUOverhead(b *testing.B) {
 	defer stats.Close()
 
 	var slowdowns []float64
+	var offTotal time.Duration
 	var bpfTime time.Duration
 	var switches uint64
 	// round runs the pipe benchmark under a receiver and returns its time.
@@ -106,13 +109,20 @@ func BenchmarkOffCPUOverhead(b *testing.B) {
 				on, off = round(true), round(false)
 			}
 			slowdowns = append(slowdowns, 100*(on.Seconds()/off.Seconds()-1))
+			offTotal += off
 		}
 	}
 	b.StopTimer()
 	slices.Sort(slowdowns)
 	b.ReportMetric(slowdowns[len(slowdowns)/2], "%slowdown")
 	if switches > 0 {
-		b.ReportMetric(float64(bpfTime.Nanoseconds())/float64(switches), "bpf-ns/switch")
+		perSwitch := float64(bpfTime.Nanoseconds()) / float64(switches)
+		b.ReportMetric(perSwitch, "bpf-ns/switch")
+		// A round trip of the pipe benchmark is two context switches: the
+		// slowdown the BPF time alone adds, free of the machine's noise.
+		perLoop := float64(offTotal.Nanoseconds()) / float64(len(slowdowns)*pipeLoops)
+		b.ReportMetric(perLoop, "ns/roundtrip")
+		b.ReportMetric(100*2*perSwitch/perLoop, "%bpf-of-roundtrip")
 	}
 	b.Logf("slowdowns of %d pairs (%%): %.2f", len(slowdowns), slowdowns)
 }
