@@ -338,11 +338,16 @@ func TestJITFramesNamedNode(t *testing.T) {
 	if err != nil {
 		t.Fatalf("node is not installed: %v", err)
 	}
-	cmd := startWorkload(t, node, "--perf-basic-prof", "-e", `
+	cmd := exec.Command(node, "--perf-basic-prof", "-e", `
 function fib(n) { return n < 2 ? n : fib(n - 1) + fib(n - 2); }
 function spin() { for (;;) { globalThis.sink = fib(24); } }
 spin();
 `)
+	cmd.Dir = t.TempDir() // V8 writes its isolate log there
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
 	t.Cleanup(func() { os.Remove(fmt.Sprintf("/tmp/perf-%d.map", cmd.Process.Pid)) })
 	// Let V8 compile fib and write its perf map entries.
 	time.Sleep(time.Second)

@@ -31,10 +31,13 @@ func (r *profilesReceiver) startUnwind() {
 	}
 	if sym := r.symbolizer; sym != nil {
 		// .debug_frame from the debug file where .eh_frame covers too
-		// little, found (or fetched) the way frames are named.
+		// little, found the way frames are named. Unwinding never starts
+		// a download itself (small binaries' startup stubs alone often
+		// leave .eh_frame under the coverage bar): a file the symbolizer
+		// fetches later fills the table on a rebuild.
 		cfg.DebugFile = func(buildID string) (*os.File, error) {
-			f, pending, err := sym.OpenDebugFile(buildID)
-			if pending {
+			f, mayArrive, err := sym.OpenLocalDebugFile(buildID)
+			if f == nil && mayArrive {
 				return nil, cfi.ErrPending
 			}
 			return f, err

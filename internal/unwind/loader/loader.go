@@ -674,8 +674,15 @@ func (l *Loader) sweep() {
 	// not evict each other every sweep.
 	l.noEvict = true
 	for _, fe := range l.files {
-		if fe.state == filePending && fe.refs > 0 {
+		switch {
+		case fe.state == filePending && fe.refs > 0:
 			l.materialize(fe)
+		case fe.state == fileRows:
+			// Built while its debug file was pending: asked again, the
+			// store rebuilds it once due, and Built brings it here.
+			if e, ok := l.cfg.Tables.Get(fe.key); ok && errors.Is(e.Err, cfi.ErrPending) {
+				l.cfg.Tables.Request(fe.key, fe.open)
+			}
 		}
 	}
 	l.noEvict = false
