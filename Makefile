@@ -65,6 +65,7 @@ test: deps check-generate build ## Install missing tools, check generated code, 
 # new input, during which no exec is counted. Each target is NAME:PACKAGE.
 FUZZ_TARGETS := FuzzOpenBinary:./internal/symbolize FuzzDWARF:./internal/symbolize \
 	FuzzGopclntab:./internal/symbolize FuzzCFI:./internal/unwind/cfi \
+	FuzzStreamCheck:./internal/symbolize/debuginfod \
 	FuzzPerfMap:./internal/perfmap
 FUZZTIME ?= 8s
 fuzz-short: ## Fuzz each ELF, DWARF, gopclntab and CFI reader for FUZZTIME (8s).

@@ -8,6 +8,7 @@ import (
 	"fmt"
 
 	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 )
 
 // Mode is the value of a receiver's error_mode field.
@@ -26,16 +27,20 @@ func (m Mode) Validate() error {
 	case "", Propagate, Ignore:
 		return nil
 	}
-	return fmt.Errorf("error_mode: %q is neither %q nor %q", string(m), Propagate, Ignore)
+	// No "error_mode:" prefix: the collector's validation names the field.
+	return fmt.Errorf("%q is neither %q nor %q", string(m), Propagate, Ignore)
 }
 
-// OnStartError returns err under Propagate. Under Ignore it logs err once at
-// error level and returns nil, so the collector keeps running without this
-// receiver.
+// OnStartError returns err under Propagate. Under Ignore it logs err as one
+// warning line and returns nil, so the collector keeps running without this
+// receiver. The condition is expected (the operator chose ignore), so the
+// line carries the reason and no stack trace, whatever level the
+// collector's logger adds stack traces at.
 func (m Mode) OnStartError(logger *zap.Logger, err error) error {
 	if err == nil || m != Ignore {
 		return err
 	}
-	logger.Error("receiver not started; error_mode is ignore, so the collector runs without it", zap.Error(err))
+	logger.WithOptions(zap.AddStacktrace(zap.LevelEnablerFunc(func(zapcore.Level) bool { return false }))).
+		Warn("receiver not started; error_mode is ignore, so the collector runs without it", zap.Error(err))
 	return nil
 }

@@ -22,7 +22,8 @@ func TestValidate(t *testing.T) {
 func TestOnStartError(t *testing.T) {
 	boom := errors.New("missing capability CAP_BPF")
 	core, logs := observer.New(zap.InfoLevel)
-	logger := zap.New(core)
+	// As the collector's production logger: stack traces from warn up.
+	logger := zap.New(core, zap.AddStacktrace(zap.WarnLevel))
 	if err := Propagate.OnStartError(logger, boom); !errors.Is(err, boom) {
 		t.Fatalf("propagate returned %v", err)
 	}
@@ -37,5 +38,14 @@ func TestOnStartError(t *testing.T) {
 	}
 	if logs.Len() != 1 || logs.All()[0].ContextMap()["error"] != boom.Error() {
 		t.Fatalf("ignore logged %v", logs.All())
+	}
+	if e := logs.All()[0]; e.Stack != "" {
+		t.Errorf("ignore logged a stack trace with the reason:\n%s", e.Stack)
+	}
+	// The logger itself still adds stack traces elsewhere: only this
+	// expected condition goes without.
+	logger.Warn("other")
+	if logs.Len() != 2 || logs.All()[1].Stack == "" {
+		t.Error("the test logger adds no stack traces, so the check above cannot fail")
 	}
 }

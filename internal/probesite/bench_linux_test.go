@@ -10,6 +10,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cilium/ebpf"
+	"golang.org/x/sys/unix"
+
 	"github.com/bpfcol/bpfcol/internal/bpf/scopeprobe"
 	"github.com/bpfcol/bpfcol/internal/testenv"
 	"github.com/bpfcol/bpfcol/internal/testworkload"
@@ -65,10 +68,16 @@ func runHarness(t testing.TB, bin, fn string, calls int) harnessRun {
 	return r
 }
 
+// probeSet is loaded scope programs, or empty ones.
+type probeSet struct {
+	*scopeprobe.Probes
+	empty bool
+}
+
 // loadProbes loads scope programs, or empty ones for the kernel floor,
 // with settings that never emit a record (min_duration 1h): the benchmark
 // measures the probes, not the ringbuf.
-func loadProbes(t testing.TB, empty bool) *scopeprobe.Probes {
+func loadProbes(t testing.TB, empty bool) probeSet {
 	t.Helper()
 	p, err := scopeprobe.New(scopeprobe.Options{
 		Settings:      []scopeprobe.Setting{{MinDuration: time.Hour}},
@@ -78,18 +87,90 @@ func loadProbes(t testing.TB, empty bool) *scopeprobe.Probes {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { p.Close() })
-	return p
+	return probeSet{p, empty}
 }
 
 // measureWith attaches sites with p, runs the harness on fn and detaches.
-func measureWith(t testing.TB, p *scopeprobe.Probes, bin, fn string, sites []scopeprobe.Site) float64 {
+// It fails unless the probes fired on every call: the scope programs must
+// have closed one scope per call of the timed run (their own counters);
+// empty programs, which count nothing, must have run hitsPerCall times per
+// call of a verification run on the same attachment (see emptyHits).
+func measureWith(t testing.TB, p probeSet, bin, fn string, sites []scopeprobe.Site, hitsPerCall int) float64 {
 	t.Helper()
 	a, err := p.Attach(bin, sites)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer a.Close()
-	return runHarness(t, bin, fn, benchCalls).nsPerCall
+	if p.empty {
+		ns := runHarness(t, bin, fn, benchCalls).nsPerCall
+		emptyHits(t, p, bin, fn, hitsPerCall)
+		return ns
+	}
+	before := closedScopes(t, p)
+	ns := runHarness(t, bin, fn, benchCalls).nsPerCall
+	// The harness calls fn once more than it times, to warm up.
+	if got, want := closedScopes(t, p)-before, uint64(benchCalls+1); got != want {
+		t.Fatalf("%s: the scope programs closed %d scopes for %d calls", fn, got, want)
+	}
+	return ns
+}
+
+// closedScopes counts the outermost scopes the scope programs closed: with
+// min_duration 1h, each is counted as short (or, were it longer, as a
+// record).
+func closedScopes(t testing.TB, p probeSet) uint64 {
+	t.Helper()
+	c, err := p.Counters()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c.Short + c.Records
+}
+
+// verifyCalls is the call count of the run that checks empty programs fire.
+const verifyCalls = 1000
+
+// emptyHits runs the harness once more, untimed, with the kernel's BPF run
+// counts on, and fails unless p's programs ran hitsPerCall times per call.
+// Run counts cost two clock reads per program run, which would bias the
+// floor the scope programs are compared with: hence a separate run on the
+// same attachment rather than counting the timed one.
+func emptyHits(t testing.TB, p probeSet, bin, fn string, hitsPerCall int) {
+	t.Helper()
+	stats, err := ebpf.EnableStats(uint32(unix.BPF_STATS_RUN_TIME))
+	if err != nil {
+		t.Fatalf("enabling BPF run counts: %v", err)
+	}
+	defer stats.Close()
+	before := runCount(t, p)
+	runHarness(t, bin, fn, verifyCalls)
+	if got, want := runCount(t, p)-before, uint64(hitsPerCall*(verifyCalls+1)); got != want {
+		t.Fatalf("%s: the empty programs ran %d times for %d calls, want %d", fn, got, verifyCalls+1, want)
+	}
+}
+
+// runCount sums the kernel's run counts of p's programs.
+func runCount(t testing.TB, p probeSet) uint64 {
+	t.Helper()
+	ids, err := p.ProgramIDs()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var n uint64
+	for _, id := range ids {
+		prog, err := ebpf.NewProgramFromID(id)
+		if err != nil {
+			t.Fatalf("opening program %d: %v", id, err)
+		}
+		st, err := prog.Stats()
+		prog.Close()
+		if err != nil {
+			t.Fatalf("reading program %d stats: %v", id, err)
+		}
+		n += st.RunCount
+	}
+	return n
 }
 
 // instructionSite finds the n-th instruction of fn whose objdump text
@@ -138,7 +219,7 @@ func BenchmarkTrapCost(b *testing.B) {
 			var base, hit float64
 			for i := 0; i < b.N; i++ {
 				base += runHarness(b, bin, row.fn, benchCalls).nsPerCall
-				hit += measureWith(b, empty, bin, row.fn, []scopeprobe.Site{{Kind: scopeprobe.Entry, Offset: off, Symbol: row.fn}})
+				hit += measureWith(b, empty, bin, row.fn, []scopeprobe.Site{{Kind: scopeprobe.Entry, Offset: off, Symbol: row.fn}}, 1)
 			}
 			b.ReportMetric((hit-base)/float64(b.N), "ns/hit")
 		})
@@ -149,8 +230,8 @@ func BenchmarkTrapCost(b *testing.B) {
 		off := instructionSite(b, bf, bin, "f_push", "push")
 		var base, hit float64
 		for i := 0; i < b.N; i++ {
-			base += measureWith(b, empty, bin, "f_push", []scopeprobe.Site{{Kind: scopeprobe.Entry, Offset: off, Symbol: "f_push"}})
-			hit += measureWith(b, empty, bin, "f_push", []scopeprobe.Site{{Kind: scopeprobe.ReturnProbe, Offset: off, Symbol: "f_push"}})
+			base += measureWith(b, empty, bin, "f_push", []scopeprobe.Site{{Kind: scopeprobe.Entry, Offset: off, Symbol: "f_push"}}, 1)
+			hit += measureWith(b, empty, bin, "f_push", []scopeprobe.Site{{Kind: scopeprobe.ReturnProbe, Offset: off, Symbol: "f_push"}}, 1)
 		}
 		b.ReportMetric((hit-base)/float64(b.N), "ns/return")
 	})
@@ -216,7 +297,37 @@ func runBpftrace(t testing.TB, bpftrace, bin, fn string) float64 {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Every call, the warm-up included, must be in bpftrace's histogram.
+	if got, want := histogramCount(out), uint64(benchCalls+1); got != want {
+		t.Fatalf("bpftrace timed %d calls of %s, want %d:\n%s", got, fn, want, out)
+	}
 	return r.nsPerCall
+}
+
+// histogramCount sums the bucket counts of the histograms bpftrace prints
+// at exit, lines like "[512, 1K)   39990 |@@@@@@@@|".
+func histogramCount(out []byte) uint64 {
+	var n uint64
+	sc := bufio.NewScanner(bytes.NewReader(out))
+	for sc.Scan() {
+		line := sc.Text()
+		if !strings.HasPrefix(line, "[") && !strings.HasPrefix(line, "(") {
+			continue
+		}
+		_, rest, ok := strings.Cut(line, ")")
+		if !ok {
+			_, rest, ok = strings.Cut(line, "]")
+		}
+		f := strings.Fields(rest)
+		if !ok || len(f) < 2 || !strings.HasPrefix(f[1], "|") {
+			continue
+		}
+		c, err := strconv.ParseUint(f[0], 10, 64)
+		if err == nil {
+			n += c
+		}
+	}
+	return n
 }
 
 // BenchmarkProbePairCost reports, per harness function (named by its first
@@ -240,9 +351,10 @@ func BenchmarkProbePairCost(b *testing.B) {
 			var none, floor, placed, naive, bt float64
 			for i := 0; i < b.N; i++ {
 				none += runHarness(b, bin, row.fn, benchCalls).nsPerCall
-				floor += measureWith(b, empty, bin, row.fn, ps.placed)
-				placed += measureWith(b, scope, bin, row.fn, ps.placed)
-				naive += measureWith(b, scope, bin, row.fn, ps.naive)
+				// Each call passes one entry and one exit site.
+				floor += measureWith(b, empty, bin, row.fn, ps.placed, 2)
+				placed += measureWith(b, scope, bin, row.fn, ps.placed, 2)
+				naive += measureWith(b, scope, bin, row.fn, ps.naive, 2)
 				if bpftraceErr == nil {
 					bt += runBpftrace(b, bpftrace, bin, row.fn)
 				}

@@ -4,7 +4,7 @@ import (
 	"strings"
 
 	"github.com/bpfcol/bpfcol/internal/process"
-	"github.com/bpfcol/bpfcol/internal/symbolize/debuginfod"
+	"github.com/bpfcol/bpfcol/internal/symbolize/buildid"
 )
 
 // classification is the verdict on one binary.
@@ -69,7 +69,7 @@ func (s *Symbolizer) evaluate(ref MappingRef, bin *Binary) *classification {
 	if key, ok := s.resolveDebugLink(ref, bin); ok {
 		return &classification{mode: ModeProcess, debugKey: key}
 	}
-	if id := bin.BuildIDGNU(); debuginfod.ValidBuildID(id) {
+	if id := bin.BuildIDGNU(); buildid.Valid(id) {
 		return &classification{mode: ModeFile, debugKey: id}
 	}
 	// No debug info anywhere: .dynsym is all there is.

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 
+	"github.com/bpfcol/bpfcol/internal/symbolize/buildid"
 	"github.com/bpfcol/bpfcol/internal/symbolize/debuginfod"
 )
 
@@ -20,11 +21,35 @@ var ErrNoDebugFile = errors.New("no debug file")
 // files other than the symbolizer, such as unwind tables built from
 // .debug_frame. The caller checks the file's build ID and closes it.
 func (s *Symbolizer) OpenDebugFile(buildID string) (f *os.File, pending bool, err error) {
-	if !debuginfod.ValidBuildID(buildID) || len(buildID) < 4 {
-		return nil, false, fmt.Errorf("opening debug file of %q: %w", buildID, debuginfod.ErrInvalidBuildID)
+	if f, err := s.openLocalDebugFile(buildID); f != nil || err != nil {
+		return f, false, err
+	}
+	if s.startFetch(buildID) {
+		return nil, true, nil
+	}
+	return nil, false, fmt.Errorf("opening debug file of %s: %w", buildID, ErrNoDebugFile)
+}
+
+// OpenLocalDebugFile is OpenDebugFile without starting a download: it
+// opens the debug file of buildID when it is already on disk. Otherwise
+// mayArrive tells whether one can land in the cache later, fetched when
+// the symbolizer names the binary's frames: readers that only want a debug
+// file if symbolization needs it anyway (unwind tables) ask again then.
+func (s *Symbolizer) OpenLocalDebugFile(buildID string) (f *os.File, mayArrive bool, err error) {
+	if f, err := s.openLocalDebugFile(buildID); f != nil || err != nil {
+		return f, false, err
+	}
+	return nil, s.cache != nil && s.client.Enabled(), fmt.Errorf("opening debug file of %s: %w", buildID, ErrNoDebugFile)
+}
+
+// openLocalDebugFile returns the first regular debug file of buildID on
+// disk, nil (and no error) when there is none.
+func (s *Symbolizer) openLocalDebugFile(buildID string) (*os.File, error) {
+	if !buildid.Valid(buildID) {
+		return nil, fmt.Errorf("opening debug file of %q: %w", buildID, debuginfod.ErrInvalidBuildID)
 	}
 	for _, p := range s.localCandidates(buildID) {
-		f, err := os.Open(p)
+		f, err := s.openLocal(p)
 		if err != nil {
 			continue
 		}
@@ -32,10 +57,7 @@ func (s *Symbolizer) OpenDebugFile(buildID string) (f *os.File, pending bool, er
 			f.Close()
 			continue
 		}
-		return f, false, nil
+		return f, nil
 	}
-	if s.startFetch(buildID) {
-		return nil, true, nil
-	}
-	return nil, false, fmt.Errorf("opening debug file of %s: %w", buildID, ErrNoDebugFile)
+	return nil, nil
 }

@@ -45,7 +45,15 @@ func (s *Symbolizer) resolveDebugLink(ref MappingRef, bin *Binary) (string, bool
 			dbg.Release()
 			return key, true
 		}
-		f, err := process.OpenInRoot(c.pid, c.path)
+		// The process's own directories resolve inside its root; the
+		// debug directories only beneath themselves (openLocal).
+		var f *os.File
+		var err error
+		if c.pid > 0 {
+			f, err = process.OpenInRoot(c.pid, c.path)
+		} else {
+			f, err = s.openLocal(c.path)
+		}
 		if err != nil {
 			continue
 		}

@@ -40,9 +40,10 @@ func TestFetchFaults(t *testing.T) {
 		{"500", func(w http.ResponseWriter, r *http.Request) { http.Error(w, "boom", http.StatusInternalServerError) }},
 		{"hang", func(w http.ResponseWriter, r *http.Request) { <-r.Context().Done() }},
 		{"drip", func(w http.ResponseWriter, r *http.Request) {
-			// Far below the size limit, far beyond the timeout.
+			// The right file, far below the size limit, far beyond the
+			// timeout.
 			for i := 0; i < 1000; i++ {
-				if _, err := w.Write([]byte{0x7f}); err != nil {
+				if _, err := w.Write(fullELF[i : i+1]); err != nil {
 					return
 				}
 				w.(http.Flusher).Flush()
@@ -140,8 +141,17 @@ func TestFetchFaults(t *testing.T) {
 				t.Errorf("server asked again while the failure is cached")
 			}
 			st := s.Stats()
-			if st.FetchFailures != 1 || st.NegativeHits == 0 || st.Fetches != 0 {
-				t.Errorf("stats %+v: want 1 fetch failure and negative hits", st)
+			// A body that is not the requested file is a parse failure
+			// (README: debug file unusable), the rest fetch failures.
+			fetchFailures, parseFailures := int64(1), int64(0)
+			if tc.name == "wrong-build-id" || tc.name == "not-elf" {
+				fetchFailures, parseFailures = 0, 1
+			}
+			if st.FetchFailures != fetchFailures || st.ParseFailures != parseFailures || st.NegativeHits == 0 || st.Fetches != 0 {
+				t.Errorf("stats %+v: want %d fetch failures, %d parse failures and negative hits", st, fetchFailures, parseFailures)
+			}
+			if tc.name != "404" && tc.name != "500" && tc.name != "hang" && tc.name != "oversize" && st.FetchBytes == 0 {
+				t.Errorf("stats %+v: the bytes of a rejected download are not counted", st)
 			}
 			if p, _ := filepath.Glob(filepath.Join(s.cfg.CacheDir, ".build-id", "*", "*")); len(p) != 0 {
 				t.Errorf("cache holds %v after a failed fetch", p)

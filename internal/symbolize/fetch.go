@@ -18,7 +18,7 @@ func (s *Symbolizer) debugFile(buildID string) (dbg *Binary, pending bool) {
 		return dbg, false
 	}
 	for _, p := range s.localCandidates(buildID) {
-		f, err := os.Open(p)
+		f, err := s.openLocal(p)
 		if err != nil {
 			continue
 		}
@@ -61,26 +61,26 @@ func (s *Symbolizer) startFetch(buildID string) bool {
 		s.stats.negativeHits.Add(1)
 		return false
 	}
-	dst, err := s.cache.Path(buildID)
-	if err != nil {
-		return false
-	}
 	s.pending[buildID] = true
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
-		res, err := s.client.Fetch(s.ctx, buildID, dst, validateDebugFile(buildID))
+		res, err := s.client.Fetch(s.ctx, buildID, s.cache, validateDebugFile(buildID))
 		s.mu.Lock()
 		defer s.mu.Unlock()
 		delete(s.pending, buildID)
+		// Every byte received counts, a rejected download's too.
+		s.stats.fetchByte.Add(res.Bytes)
 		if err != nil {
-			s.stats.fetchFailures.Add(1)
+			if errors.Is(err, debuginfod.ErrInvalid) {
+				s.stats.parseFailures.Add(1)
+			} else {
+				s.stats.fetchFailures.Add(1)
+			}
 			s.failedFetch.Add(buildID)
 			return
 		}
 		s.stats.fetches.Add(1)
-		s.stats.fetchByte.Add(res.Bytes)
-		_ = s.cache.Added(buildID)
 	}()
 	return true
 }

@@ -102,7 +102,9 @@ type SymbolizerStats struct {
 	LocalHits int64
 	// Fetches, FetchFailures and FetchBytes count debuginfod downloads.
 	Fetches, FetchFailures, FetchBytes int64
-	// ParseFailures counts debug files that failed validation or parsing.
+	// ParseFailures counts debug files that failed validation or parsing,
+	// downloads that were not the requested file, and links or foreign
+	// files removed from the cache.
 	ParseFailures int64
 	// NegativeHits counts lookups answered by a negative cache.
 	NegativeHits int64
@@ -225,6 +227,9 @@ func (s *Symbolizer) Close() error {
 	s.mu.Unlock()
 	s.cancel()
 	s.wg.Wait()
+	if s.cache != nil {
+		s.cache.Close()
+	}
 	return s.tables.closeAll()
 }
 
@@ -239,7 +244,7 @@ func (s *Symbolizer) Stats() SymbolizerStats {
 		Fetches:       s.stats.fetches.Load(),
 		FetchFailures: s.stats.fetchFailures.Load(),
 		FetchBytes:    s.stats.fetchByte.Load(),
-		ParseFailures: s.stats.parseFailures.Load(),
+		ParseFailures: s.stats.parseFailures.Load() + s.cacheCorrupt(),
 		NegativeHits:  s.stats.negativeHits.Load(),
 		Pending:       s.stats.pending.Load(),
 		Unmapped:      s.stats.unmapped.Load(),

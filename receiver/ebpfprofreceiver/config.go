@@ -9,8 +9,10 @@ import (
 	"time"
 
 	"go.opentelemetry.io/collector/component"
+	"go.opentelemetry.io/collector/confmap"
 
 	"github.com/bpfcol/bpfcol/internal/bpf/profiler"
+	"github.com/bpfcol/bpfcol/internal/confcheck"
 	"github.com/bpfcol/bpfcol/internal/errormode"
 	"github.com/bpfcol/bpfcol/internal/symbolize"
 	"github.com/bpfcol/bpfcol/internal/symbolize/debuginfod"
@@ -68,7 +70,8 @@ type DebuginfodConfig struct {
 	URLs []string `mapstructure:"urls"`
 	// Timeout bounds one request.
 	Timeout time.Duration `mapstructure:"timeout"`
-	// MaxSize bounds one downloaded file, in bytes.
+	// MaxSize bounds one downloaded file, in bytes; 0 means
+	// DEBUGINFOD_MAXSIZE, else 1 GiB.
 	MaxSize int64 `mapstructure:"max_size"`
 }
 
@@ -111,8 +114,22 @@ func (c *SymbolizerConfig) validate() []error {
 			errs = append(errs, fmt.Errorf("symbolizer::debug_directories[%d]: %q is not an absolute path", i, d))
 		}
 	}
+	// What the environment supplies for the fields left zero must parse
+	// too: at run time a bad value would switch debuginfod off.
+	getenv := func(k string) string {
+		if k == "DEBUGINFOD_URLS" && len(c.Debuginfod.URLs) > 0 {
+			return "" // the configured URLs win; they are checked above
+		}
+		return lookupEnv(k)
+	}
+	if _, err := debuginfod.ConfigFromEnv(debuginfod.Config{Timeout: c.Debuginfod.Timeout, MaxSize: c.Debuginfod.MaxSize}, getenv); err != nil {
+		errs = append(errs, fmt.Errorf("symbolizer::debuginfod: environment: %w", err))
+	}
 	return errs
 }
+
+// lookupEnv reads the environment; a variable for tests.
+var lookupEnv = os.Getenv
 
 // symbolizeConfig turns the receiver settings into the symbolizer's.
 func (c *SymbolizerConfig) symbolizeConfig() symbolize.SymbolizerConfig {
@@ -134,7 +151,19 @@ func (c *SymbolizerConfig) symbolizeConfig() symbolize.SymbolizerConfig {
 	}
 }
 
-var _ component.Config = (*Config)(nil)
+var (
+	_ component.Config    = (*Config)(nil)
+	_ confmap.Unmarshaler = (*Config)(nil)
+)
+
+// Unmarshal decodes conf into c, refusing a fraction in an integer field
+// (sampling_frequency: 20.9), which the decoder would truncate.
+func (c *Config) Unmarshal(conf *confmap.Conf) error {
+	if err := confcheck.Integers(conf, c); err != nil {
+		return err
+	}
+	return conf.Unmarshal(c)
+}
 
 func createDefaultConfig() component.Config {
 	return &Config{
@@ -160,8 +189,7 @@ func (c *Config) Validate() error {
 	}
 	errs = append(errs, c.Symbolizer.validate()...)
 	errs = append(errs, c.OffCPU.validate()...)
-	if err := c.ErrorMode.Validate(); err != nil {
-		errs = append(errs, err)
-	}
+	// error_mode is checked by its own Validate, which the collector calls
+	// on every field: calling it here too would print its error twice.
 	return errors.Join(errs...)
 }

@@ -1,9 +1,13 @@
 package ebpfprofreceiver
 
 import (
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"go.opentelemetry.io/collector/confmap"
+	"go.opentelemetry.io/collector/confmap/confmaptest"
 )
 
 func TestSymbolizerConfigValidate(t *testing.T) {
@@ -36,6 +40,80 @@ func TestSymbolizerConfigValidate(t *testing.T) {
 	}
 	if got := valid.Symbolizer.symbolizeConfig(); got.CacheDir != "/var/cache/bpfcol" || len(got.Debuginfod.URLs) != 1 {
 		t.Errorf("symbolizeConfig() = %+v", got)
+	}
+}
+
+// TestConfigFractionRefused: sampling_frequency: 20.9 is an error at load,
+// not 20 Hz; so is a fraction in any integer field.
+func TestConfigFractionRefused(t *testing.T) {
+	cm, err := confmaptest.LoadConf(filepath.Join("testdata", "config.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, want := range map[string]string{
+		"ebpfprof/fraction":      "sampling_frequency: 20.9 is not a whole number",
+		"ebpfprof/fraction_size": "symbolizer::cache_max_size: 2.0971525e+06 is not a whole number",
+	} {
+		sub, err := cm.Sub(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg := createDefaultConfig().(*Config)
+		err = sub.Unmarshal(cfg)
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s: Unmarshal = %v (sampling_frequency %d), want %q", name, err, cfg.SamplingFrequency, want)
+		}
+	}
+	sub, err := cm.Sub("ebpfprof/whole")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := createDefaultConfig().(*Config)
+	if err := sub.Unmarshal(cfg); err != nil || cfg.SamplingFrequency != 21 || cfg.Validate() != nil {
+		t.Errorf("whole: %v, %d Hz", err, cfg.SamplingFrequency)
+	}
+}
+
+// TestConfigDebuginfodEnv: bad DEBUGINFOD_* values fail Validate, naming
+// the variable, unless the config sets the field they would fill.
+func TestConfigDebuginfodEnv(t *testing.T) {
+	env := map[string]string{}
+	saved := lookupEnv
+	lookupEnv = func(k string) string { return env[k] }
+	t.Cleanup(func() { lookupEnv = saved })
+	cfg := createDefaultConfig().(*Config)
+	if err := cfg.Validate(); err != nil {
+		t.Fatalf("empty environment: %v", err)
+	}
+	for name, value := range map[string]string{
+		"DEBUGINFOD_TIMEOUT": "soon",
+		"DEBUGINFOD_MAXSIZE": "-5",
+		"DEBUGINFOD_URLS":    "ftp://debuginfod.example.org",
+	} {
+		clear(env)
+		env[name] = value
+		err := cfg.Validate()
+		if err == nil || !strings.Contains(err.Error(), name) {
+			t.Errorf("%s=%q: Validate() = %v, want an error naming %s", name, value, err, name)
+		}
+	}
+	// Set in the config: the environment is not read.
+	env["DEBUGINFOD_TIMEOUT"], env["DEBUGINFOD_MAXSIZE"], env["DEBUGINFOD_URLS"] = "soon", "-5", "ftp://x"
+	set := *cfg
+	set.Symbolizer.Debuginfod = DebuginfodConfig{URLs: []string{"https://debuginfod.example.org"}, Timeout: time.Minute, MaxSize: 1 << 20}
+	if err := set.Validate(); err != nil {
+		t.Errorf("config overrides the environment: %v", err)
+	}
+}
+
+// TestConfigErrorModeOnce: a bad error_mode is reported once by the
+// collector's validation, which calls every field's Validate.
+func TestConfigErrorModeOnce(t *testing.T) {
+	cfg := createDefaultConfig().(*Config)
+	cfg.ErrorMode = "skip"
+	err := confmap.Validate(cfg)
+	if err == nil || strings.Count(err.Error(), `"skip"`) != 1 || !strings.Contains(err.Error(), `error_mode: "skip" is neither`) {
+		t.Errorf("Validate = %v, want error_mode named once", err)
 	}
 }
 

@@ -46,12 +46,20 @@ func BenchmarkRingbufToPlog(b *testing.B) {
 
 	const batch = 1024
 	ahead := int64(ringBufferBytes / 2 / 64) // records of ~64 bytes with header
+	// A receiver that stops reading fails the benchmark instead of hanging
+	// it: at the slowest rate ever seen (~100k records/s) a batch takes
+	// ~10 ms.
+	const stall = 30 * time.Second
+	c0, err := r.probes.Counters()
+	if err != nil {
+		b.Fatal(err)
+	}
 	b.ResetTimer()
 	start := time.Now()
 	var produced int64
 	for produced < int64(b.N) {
-		for produced-next.records.Load() > ahead {
-			time.Sleep(50 * time.Microsecond)
+		if !waitUntil(stall, func() bool { return produced-next.records.Load() <= ahead }) {
+			b.Fatalf("the receiver consumed %d of %d records and stopped", next.records.Load(), produced)
 		}
 		n := min(int64(batch), int64(b.N)-produced)
 		if err := r.probes.Fill(uint32(n), 0); err != nil {
@@ -59,8 +67,8 @@ func BenchmarkRingbufToPlog(b *testing.B) {
 		}
 		produced += n
 	}
-	for next.records.Load() < produced {
-		time.Sleep(100 * time.Microsecond)
+	if !waitUntil(stall, func() bool { return next.records.Load() >= produced }) {
+		b.Fatalf("the receiver consumed %d of %d records and stopped", next.records.Load(), produced)
 	}
 	elapsed := time.Since(start)
 	b.StopTimer()
@@ -68,11 +76,31 @@ func BenchmarkRingbufToPlog(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	if c.LostRingbuf != 0 {
-		b.Fatalf("%d records lost", c.LostRingbuf)
+	if c.LostRingbuf != c0.LostRingbuf {
+		b.Fatalf("%d records lost", c.LostRingbuf-c0.LostRingbuf)
+	}
+	// Every record the BPF side wrote became exactly one log record.
+	if written := int64(c.Records - c0.Records); written != produced {
+		b.Fatalf("BPF wrote %d records, %d asked for", written, produced)
+	}
+	if got := next.records.Load(); got != produced {
+		b.Fatalf("%d log records consumed for %d ringbuf records", got, produced)
 	}
 	b.ReportMetric(float64(produced)/elapsed.Seconds(), "records/s")
-	b.ReportMetric(float64(c.LostRingbuf), "lost")
+	b.ReportMetric(float64(c.LostRingbuf-c0.LostRingbuf), "lost")
+}
+
+// waitUntil polls cond every 50 µs until it holds or timeout passes, and
+// reports whether it held.
+func waitUntil(timeout time.Duration, cond func() bool) bool {
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(50 * time.Microsecond)
+	}
+	return true
 }
 
 // BenchmarkExecStormCPU measures this process's CPU time per spawn of a

@@ -3,13 +3,19 @@ package uproberecv
 import (
 	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"time"
+	"unicode"
 
 	"go.opentelemetry.io/collector/component"
+	"go.opentelemetry.io/collector/confmap"
+	"go.uber.org/zap"
 
+	"github.com/bpfcol/bpfcol/internal/confcheck"
 	"github.com/bpfcol/bpfcol/internal/errormode"
 	"github.com/bpfcol/bpfcol/internal/probesite"
 )
@@ -63,7 +69,95 @@ type ProbeConfig struct {
 	PIDs []int `mapstructure:"pids"`
 }
 
-var _ component.Config = (*Config)(nil)
+var (
+	_ component.Config    = (*Config)(nil)
+	_ confmap.Unmarshaler = (*Config)(nil)
+)
+
+// Unmarshal decodes conf into c, refusing a fraction in an integer field
+// (pids: [12.5]), which the decoder would truncate.
+func (c *Config) Unmarshal(conf *confmap.Conf) error {
+	if err := confcheck.Integers(conf, c); err != nil {
+		return err
+	}
+	return conf.Unmarshal(c)
+}
+
+// pidMaxFile holds the largest process id plus one; defaultPIDMax is the
+// kernel's upper bound, used when the file cannot be read.
+const (
+	pidMaxFile    = "/proc/sys/kernel/pid_max"
+	defaultPIDMax = 4194304
+)
+
+// pidMax returns the kernel's pid_max: every pid is below it.
+func pidMax() int {
+	b, err := os.ReadFile(pidMaxFile)
+	if err != nil {
+		return defaultPIDMax
+	}
+	n, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil || n <= 0 {
+		return defaultPIDMax
+	}
+	return n
+}
+
+// versionPattern matches symbol versions such as GLIBC_2.2.5.
+var versionPattern = regexp.MustCompile(`^[A-Za-z0-9_.]+$`)
+
+// offsetLike matches what follows a '+' meant as an offset: a digit first.
+var offsetLike = regexp.MustCompile(`^[0-9]`)
+
+// checkFunction applies the entry grammar on top of probesite.ParseSpec,
+// which keeps anything that is not a valid offset or version as part of
+// the name (so that C++ names such as "operator+" stay whole): a symbol,
+// optionally "@VERSION" or "@@VERSION", optionally "+OFFSET" in decimal or
+// 0x hex. Spaces are allowed only in demangled C++ names.
+func checkFunction(s string, spec probesite.Spec) error {
+	if spec.Provider != "" {
+		return nil
+	}
+	name := spec.Name
+	if i := strings.IndexByte(name, '+'); i >= 0 && !strings.Contains(name, "operator") {
+		switch rest := name[i+1:]; {
+		case i == 0:
+			return fmt.Errorf("%q: no function name before the offset", s)
+		case rest == "" || offsetLike.MatchString(rest):
+			return fmt.Errorf("%q: the offset after '+' is not a number (decimal or 0x hex)", s)
+		}
+	}
+	if i := strings.IndexByte(s, '@'); i >= 0 && !strings.ContainsAny(s[i:], "()<>:") && !versionPattern.MatchString(spec.Version) {
+		return fmt.Errorf("%q: the version after '@' is empty or not [A-Za-z0-9_.]", s)
+	}
+	cxx := strings.Contains(name, "::") || strings.ContainsAny(name, "(<") || strings.Contains(name, "operator")
+	for _, r := range name {
+		if unicode.IsControl(r) || (unicode.IsSpace(r) && !cxx) {
+			return fmt.Errorf("%q: a function name has no spaces or control characters (outside a demangled C++ name)", s)
+		}
+	}
+	return nil
+}
+
+// logMissingBinaries logs once, at start, every binary: path that does not
+// exist or is not a file: nothing can be attached to it until it appears.
+func (c *Config) logMissingBinaries(logger *zap.Logger) {
+	for i := range c.Probes {
+		p := &c.Probes[i]
+		if p.Binary == "" {
+			continue
+		}
+		fi, err := os.Stat(p.Binary)
+		switch {
+		case err != nil:
+			logger.Warn("probe binary not found: nothing is attached for this probe until it exists",
+				zap.String("probe", p.ID), zap.String("binary", p.Binary), zap.Error(err))
+		case !fi.Mode().IsRegular():
+			logger.Warn("probe binary is not a regular file: nothing is attached for this probe",
+				zap.String("probe", p.ID), zap.String("binary", p.Binary), zap.String("mode", fi.Mode().String()))
+		}
+	}
+}
 
 func createDefaultConfig() component.Config {
 	return &Config{ErrorMode: errormode.Propagate}
@@ -71,10 +165,10 @@ func createDefaultConfig() component.Config {
 
 // Validate checks every field and names the one that is wrong.
 func (c *Config) Validate() error {
+	// error_mode is checked by its own Validate, which the collector calls
+	// on every field: calling it here too would print its error twice.
 	var errs []error
-	if err := c.ErrorMode.Validate(); err != nil {
-		errs = append(errs, err)
-	}
+	maxPID := pidMax()
 	if len(c.Probes) == 0 {
 		errs = append(errs, errors.New("probes: at least one probe is required"))
 	}
@@ -109,6 +203,9 @@ func (c *Config) Validate() error {
 			errs = append(errs, fmt.Errorf("%s: %q is not a clean absolute path", field("binary"), p.Binary))
 		}
 		entrySpec, err := probesite.ParseSpec(p.Entry)
+		if err == nil {
+			err = checkFunction(p.Entry, entrySpec)
+		}
 		if err != nil {
 			errs = append(errs, fmt.Errorf("%s: %w", field("entry"), err))
 		}
@@ -117,6 +214,9 @@ func (c *Config) Validate() error {
 		}
 		if p.Exit != "" && p.Exit != exitReturn {
 			spec, err := probesite.ParseSpec(p.Exit)
+			if err == nil {
+				err = checkFunction(p.Exit, spec)
+			}
 			if err != nil {
 				errs = append(errs, fmt.Errorf("%s: %w", field("exit"), err))
 			} else if spec.Offset != 0 {
@@ -129,8 +229,8 @@ func (c *Config) Validate() error {
 			errs = append(errs, fmt.Errorf("%s: %s is negative", field("min_duration"), p.MinDuration))
 		}
 		for _, pid := range p.PIDs {
-			if pid <= 0 {
-				errs = append(errs, fmt.Errorf("%s: %d is not a process id", field("pids"), pid))
+			if pid <= 0 || pid >= maxPID {
+				errs = append(errs, fmt.Errorf("%s: %d is not a process id: want 1 to %d (%s is %d)", field("pids"), pid, maxPID-1, pidMaxFile, maxPID))
 			}
 		}
 	}

@@ -1,12 +1,17 @@
 package uproberecv
 
 import (
+	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"go.opentelemetry.io/collector/confmap"
 	"go.opentelemetry.io/collector/confmap/confmaptest"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest/observer"
 )
 
 func loadConfig(t *testing.T, name string) *Config {
@@ -89,6 +94,115 @@ func TestConfigUSDT(t *testing.T) {
 		cfg := &Config{Probes: []ProbeConfig{{ID: "u", Binary: "/bin/x", Entry: c.entry, Exit: c.exit}}}
 		if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("entry %q exit %q: %v, want an error naming %s", c.entry, c.exit, err, c.want)
+		}
+	}
+}
+
+// TestConfigEntryGrammar: malformed function references are refused by
+// Validate, naming the field; well-formed ones, C++ names included, pass.
+func TestConfigEntryGrammar(t *testing.T) {
+	for _, entry := range []string{
+		"getaddrinfo", "getaddrinfo+0x10", "getaddrinfo+16", "getaddrinfo@@GLIBC_2.2.5",
+		"getaddrinfo@GLIBC_2.2.5+4", "operator+", "std::string::operator+=(char)",
+		"node::InternalCallbackScope::~InternalCallbackScope", "(anonymous namespace)::run()",
+		"std::vector<int, std::allocator<int> >::push_back(int const&)", "main.main", "usdt:prov:name",
+	} {
+		exit := "return"
+		if strings.HasPrefix(entry, "usdt:") {
+			exit = "usdt:prov:end"
+		}
+		cfg := &Config{Probes: []ProbeConfig{{ID: "p", Binary: "/bin/x", Entry: entry, Exit: exit}}}
+		if err := cfg.Validate(); err != nil {
+			t.Errorf("entry %q refused: %v", entry, err)
+		}
+	}
+	for _, entry := range []string{
+		"getaddrinfo+0xZZ", "+0x10", "getaddrinfo+0x", "getaddrinfo@@", "get addr info",
+		"getaddrinfo+", "getaddrinfo@GLIBC_2.2.5+0xZZ", "getaddrinfo\t", "get\naddr",
+	} {
+		cfg := &Config{Probes: []ProbeConfig{{ID: "p", Binary: "/bin/x", Entry: entry}}}
+		if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), "probes[0].entry") {
+			t.Errorf("entry %q: Validate() = %v, want an error naming probes[0].entry", entry, err)
+		}
+		cfg = &Config{Probes: []ProbeConfig{{ID: "p", Binary: "/bin/x", Entry: "f", Exit: entry}}}
+		if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), "probes[0].exit") {
+			t.Errorf("exit %q: Validate() = %v, want an error naming probes[0].exit", entry, err)
+		}
+	}
+}
+
+// TestConfigPIDRange: a pid at or above the kernel's pid_max is refused.
+func TestConfigPIDRange(t *testing.T) {
+	b, err := os.ReadFile("/proc/sys/kernel/pid_max")
+	if err != nil {
+		t.Fatal(err)
+	}
+	max, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for pid, ok := range map[int]bool{1: true, max - 1: true, max: false, 5000000: 5000000 < max, -3: false} {
+		cfg := &Config{Probes: []ProbeConfig{{ID: "p", Binary: "/bin/x", Entry: "f", PIDs: []int{pid}}}}
+		err := cfg.Validate()
+		if ok != (err == nil) || (!ok && !strings.Contains(err.Error(), "probes[0].pids")) {
+			t.Errorf("pid %d (pid_max %d): Validate() = %v", pid, max, err)
+		}
+	}
+}
+
+// TestConfigFractionRefused: a fraction in an integer field is an error at
+// load, not truncated.
+func TestConfigFractionRefused(t *testing.T) {
+	cm := confmap.NewFromStringMap(map[string]any{"probes": []any{
+		map[string]any{"id": "p", "binary": "/bin/x", "entry": "f", "pids": []any{1, 12.5}},
+	}})
+	cfg := createDefaultConfig().(*Config)
+	err := cm.Unmarshal(cfg)
+	if err == nil || !strings.Contains(err.Error(), "probes[0]::pids[1]: 12.5 is not a whole number") {
+		t.Errorf("Unmarshal = %v (pids %v), want the fraction refused", err, cfg.Probes)
+	}
+	cm = confmap.NewFromStringMap(map[string]any{"probes": []any{
+		map[string]any{"id": "p", "binary": "/bin/x", "entry": "f", "pids": []any{1, 12.0}},
+	}})
+	cfg = createDefaultConfig().(*Config)
+	if err := cm.Unmarshal(cfg); err != nil || len(cfg.Probes) != 1 || cfg.Probes[0].PIDs[1] != 12 {
+		t.Errorf("whole numbers: %v, %+v", err, cfg.Probes)
+	}
+}
+
+// TestConfigErrorModeOnce: a bad error_mode is reported once by the
+// collector's validation, which calls every field's Validate.
+func TestConfigErrorModeOnce(t *testing.T) {
+	cfg := &Config{ErrorMode: "skip", Probes: []ProbeConfig{{ID: "p", Binary: "/bin/x", Entry: "f"}}}
+	err := confmap.Validate(cfg)
+	if err == nil || strings.Count(err.Error(), `"skip"`) != 1 || !strings.Contains(err.Error(), `error_mode: "skip" is neither`) {
+		t.Errorf("error_mode reported %d times: %v", strings.Count(err.Error(), `"skip"`), err)
+	}
+}
+
+// TestConfigMissingBinaryLogged: a binary: path that does not exist or is
+// a directory gets one clear log line each; an existing file none.
+func TestConfigMissingBinaryLogged(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "file")
+	if err := os.WriteFile(file, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg := &Config{Probes: []ProbeConfig{
+		{ID: "missing", Binary: filepath.Join(dir, "nope"), Entry: "f"},
+		{ID: "dir", Binary: dir, Entry: "f"},
+		{ID: "file", Binary: file, Entry: "f"},
+		{ID: "match", FileMatch: "x", Entry: "f"},
+	}}
+	core, logs := observer.New(zap.InfoLevel)
+	cfg.logMissingBinaries(zap.New(core))
+	if logs.Len() != 2 {
+		t.Fatalf("%d log lines, want 2: %v", logs.Len(), logs.All())
+	}
+	for i, want := range []string{"missing", "dir"} {
+		e := logs.All()[i]
+		if e.ContextMap()["probe"] != want || !strings.Contains(e.Message, "probe binary") {
+			t.Errorf("line %d: %q %v, want probe %s", i, e.Message, e.ContextMap(), want)
 		}
 	}
 }

@@ -109,6 +109,7 @@ func (r *logsReceiver) start(_ context.Context, _ component.Host) (err error) {
 		r.set.Logger.Warn("uprobe receiver has no probes: nothing to do")
 		return nil
 	}
+	r.cfg.logMissingBinaries(r.set.Logger)
 	defer func() {
 		if err != nil {
 			r.closeAll()

@@ -217,6 +217,13 @@ func TestErrorModeIgnore(t *testing.T) {
 	if strings.Count(out, "missing capability CAP_BPF") != 1 || !strings.Contains(out, "error_mode is ignore") {
 		t.Fatalf("want the reason logged once:\n%s", out)
 	}
+	// An expected condition: one line, no Go stack trace (zap's console
+	// encoder puts one frame per "\tFILE.go:LINE" line).
+	for _, l := range strings.Split(out, "\n") {
+		if strings.HasPrefix(l, "\t") && strings.Contains(l, ".go:") {
+			t.Fatalf("a stack trace was logged:\n%s", out)
+		}
+	}
 }
 
 func copyFile(t *testing.T, from, to string, mode os.FileMode) {

@@ -5,6 +5,11 @@
 // bounded, every request has a timeout and a size limit, transient failures
 // are retried with backoff, and a server that keeps failing at the network
 // level is skipped for a while (circuit breaker).
+//
+// Nothing a server sends is trusted: the advertised size is checked before
+// the body is read, and the body is checked as it streams into the debug
+// cache (StreamCheck), so a body that is not the requested ELF file is
+// dropped at its first wrong bytes, never after it is all on disk.
 package debuginfod
 
 import (
@@ -15,19 +20,23 @@ import (
 	"net/http"
 	"net/url"
 	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/sync/singleflight"
+
+	"github.com/bpfcol/bpfcol/internal/symbolize/buildid"
+	"github.com/bpfcol/bpfcol/internal/symbolize/debugcache"
 )
 
-// Defaults, from elfutils where it has one.
+// Defaults, from elfutils where it has one. elfutils has no size limit;
+// ours bounds what one download may write to disk.
 const (
 	DefaultTimeout = 90 * time.Second
-	DefaultMaxSize = 2 << 30
+	DefaultMaxSize = 1 << 30
 	// DefaultConcurrency bounds requests in flight across all build-ids.
 	DefaultConcurrency = 4
 	defaultRetries     = 2
@@ -42,8 +51,8 @@ const (
 var (
 	// ErrNotFound means every server answered that it has no such file.
 	ErrNotFound = errors.New("debug info not found")
-	// ErrInvalidBuildID means the build-id is not lowercase hex.
-	ErrInvalidBuildID = errors.New("build-id is not lowercase hex")
+	// ErrInvalidBuildID means the build-id fails buildid.Valid.
+	ErrInvalidBuildID = debugcache.ErrInvalidBuildID
 	// ErrTooLarge means the file exceeds the size limit.
 	ErrTooLarge = errors.New("debug info larger than the size limit")
 	// ErrNoServers means no server is configured.
@@ -75,8 +84,10 @@ func ConfigFromEnv(c Config, getenv func(string) string) (Config, error) {
 	if getenv == nil {
 		getenv = os.Getenv
 	}
+	fromEnv := false
 	if len(c.URLs) == 0 {
 		c.URLs = strings.Fields(getenv("DEBUGINFOD_URLS"))
+		fromEnv = len(c.URLs) > 0
 	}
 	if c.Timeout == 0 {
 		c.Timeout = DefaultTimeout
@@ -110,37 +121,29 @@ func ConfigFromEnv(c Config, getenv func(string) string) (Config, error) {
 	for _, u := range c.URLs {
 		p, err := url.Parse(u)
 		if err != nil || (p.Scheme != "http" && p.Scheme != "https") || p.Host == "" {
+			if fromEnv {
+				return c, fmt.Errorf("parsing DEBUGINFOD_URLS: %q is not http(s)://host[/path]", u)
+			}
 			return c, fmt.Errorf("parsing debuginfod URL %q: want http(s)://host[/path]", u)
 		}
 	}
 	return c, nil
 }
 
-// ValidBuildID reports whether id is lowercase hex of a plausible length,
-// the only form allowed into a path or a URL.
-func ValidBuildID(id string) bool {
-	if len(id) < 2 || len(id) > 128 || len(id)%2 != 0 {
-		return false
-	}
-	for i := 0; i < len(id); i++ {
-		c := id[i]
-		if (c < '0' || c > '9') && (c < 'a' || c > 'f') {
-			return false
-		}
-	}
-	return true
-}
-
 // Validator checks a downloaded file before it is kept, for example that it
-// is an ELF file with the requested build-id.
+// has DWARF or a symbol table. StreamCheck has already checked that it is
+// ELF with the requested build-id. An error is counted as ErrInvalid.
 type Validator func(f *os.File) error
 
-// Result describes one successful fetch.
+// Result describes one fetch.
 type Result struct {
-	// Server is the URL that served the file.
+	// Server is the URL that served the file ("" when none did).
 	Server string
-	// Bytes is the size of the file.
+	// Bytes counts every body byte received for the fetch, from every
+	// server and attempt, rejected downloads included.
 	Bytes int64
+	// Size is the size of the file kept.
+	Size int64
 }
 
 // Client fetches debug info. Safe for concurrent use.
@@ -150,10 +153,16 @@ type Client struct {
 	sem  chan struct{}
 	sf   singleflight.Group
 
+	received atomic.Int64
+
 	mu       sync.Mutex
 	breakers map[string]*breaker
 	now      func() time.Time
 }
+
+// BytesReceived returns every body byte received since New, rejected
+// downloads included.
+func (c *Client) BytesReceived() int64 { return c.received.Load() }
 
 type breaker struct {
 	failures  int
@@ -175,12 +184,14 @@ func New(cfg Config) *Client {
 // Enabled reports whether any server is configured.
 func (c *Client) Enabled() bool { return len(c.cfg.URLs) > 0 }
 
-// Fetch downloads the debug info of buildID into dst, trying the servers in
-// order. The file is written to a temporary file in dst's directory,
-// validated, fsynced and renamed into place, so dst is never seen half
-// written. Concurrent calls for one build-id share one download.
-func (c *Client) Fetch(ctx context.Context, buildID, dst string, validate Validator) (Result, error) {
-	if !ValidBuildID(buildID) {
+// Fetch downloads the debug info of buildID into store, trying the servers
+// in order. The file streams into a temporary file of the store, checked
+// as it arrives, then validated, fsynced and renamed into place, so it is
+// never seen half written. Concurrent calls for one build-id share one
+// download. An error wraps ErrInvalid when a server sent a body that is not
+// the requested file; Result.Bytes counts what was received either way.
+func (c *Client) Fetch(ctx context.Context, buildID string, store *debugcache.Cache, validate Validator) (Result, error) {
+	if !buildid.Valid(buildID) {
 		return Result{}, fmt.Errorf("fetching %q: %w", buildID, ErrInvalidBuildID)
 	}
 	if len(c.cfg.URLs) == 0 {
@@ -193,20 +204,23 @@ func (c *Client) Fetch(ctx context.Context, buildID, dst string, validate Valida
 			return Result{}, ctx.Err()
 		}
 		defer func() { <-c.sem }()
-		return c.fetch(ctx, buildID, dst, validate)
+		return c.fetch(ctx, buildID, store, validate)
 	})
 	return v.(Result), err
 }
 
-func (c *Client) fetch(ctx context.Context, buildID, dst string, validate Validator) (Result, error) {
+func (c *Client) fetch(ctx context.Context, buildID string, store *debugcache.Cache, validate Validator) (Result, error) {
 	var errs []error
 	notFound := 0
+	var received int64
 	for _, server := range c.cfg.URLs {
 		if !c.allow(server) {
 			errs = append(errs, fmt.Errorf("%s: circuit breaker open", server))
 			continue
 		}
-		res, err := c.fetchFrom(ctx, server, buildID, dst, validate)
+		res, err := c.fetchFrom(ctx, server, buildID, store, validate)
+		received += res.Bytes
+		res.Bytes = received
 		if err == nil {
 			return res, nil
 		}
@@ -219,9 +233,9 @@ func (c *Client) fetch(ctx context.Context, buildID, dst string, validate Valida
 		}
 	}
 	if notFound == len(c.cfg.URLs) {
-		return Result{}, fmt.Errorf("fetching %s: %w", buildID, ErrNotFound)
+		return Result{Bytes: received}, fmt.Errorf("fetching %s: %w", buildID, ErrNotFound)
 	}
-	return Result{}, fmt.Errorf("fetching %s: %w", buildID, errors.Join(errs...))
+	return Result{Bytes: received}, fmt.Errorf("fetching %s: %w", buildID, errors.Join(errs...))
 }
 
 // transientError marks failures worth a retry and counted by the breaker.
@@ -230,10 +244,13 @@ type transientError struct{ err error }
 func (e transientError) Error() string { return e.err.Error() }
 func (e transientError) Unwrap() error { return e.err }
 
-func (c *Client) fetchFrom(ctx context.Context, server, buildID, dst string, validate Validator) (Result, error) {
+func (c *Client) fetchFrom(ctx context.Context, server, buildID string, store *debugcache.Cache, validate Validator) (Result, error) {
 	backoff := c.cfg.Backoff
+	var received int64
 	for attempt := 0; ; attempt++ {
-		res, err := c.request(ctx, server, buildID, dst, validate)
+		res, err := c.request(ctx, server, buildID, store, validate)
+		received += res.Bytes
+		res.Bytes = received
 		var te transientError
 		if !errors.As(err, &te) {
 			if err == nil {
@@ -256,84 +273,128 @@ func (c *Client) fetchFrom(ctx context.Context, server, buildID, dst string, val
 	}
 }
 
-func (c *Client) request(ctx context.Context, server, buildID, dst string, validate Validator) (Result, error) {
+// request makes one attempt. Result.Bytes counts the body bytes received,
+// whatever the outcome.
+func (c *Client) request(ctx context.Context, server, buildID string, store *debugcache.Cache, validate Validator) (res Result, err error) {
 	ctx, cancel := context.WithTimeout(ctx, c.cfg.Timeout)
 	defer cancel()
 	u := strings.TrimRight(server, "/") + "/buildid/" + buildID + "/debuginfo"
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
 	if err != nil {
-		return Result{}, fmt.Errorf("%s: building request: %w", server, err)
+		return res, fmt.Errorf("%s: building request: %w", server, err)
 	}
 	resp, err := c.http.Do(req)
 	if err != nil {
-		return Result{}, transientError{fmt.Errorf("%s: %w", server, err)}
+		return res, transientError{fmt.Errorf("%s: %w", server, err)}
 	}
 	defer resp.Body.Close()
 	switch {
 	case resp.StatusCode == http.StatusNotFound:
-		return Result{}, fmt.Errorf("%s: %w", server, ErrNotFound)
+		return res, fmt.Errorf("%s: %w", server, ErrNotFound)
 	case resp.StatusCode >= 500 || resp.StatusCode == http.StatusTooManyRequests:
-		return Result{}, transientError{fmt.Errorf("%s: HTTP %s", server, resp.Status)}
+		return res, transientError{fmt.Errorf("%s: HTTP %s", server, resp.Status)}
 	case resp.StatusCode != http.StatusOK:
-		return Result{}, fmt.Errorf("%s: HTTP %s", server, resp.Status)
+		return res, fmt.Errorf("%s: HTTP %s", server, resp.Status)
 	}
-	if resp.ContentLength > c.cfg.MaxSize {
-		return Result{}, fmt.Errorf("%s: %d bytes: %w", server, resp.ContentLength, ErrTooLarge)
+	limit := c.cfg.MaxSize
+	if room := store.Room(); room > 0 && (limit <= 0 || room < limit) {
+		limit = room
 	}
-	if v := resp.Header.Get("X-Debuginfod-Size"); v != "" {
-		if n, err := strconv.ParseInt(v, 10, 64); err == nil && n > c.cfg.MaxSize {
-			return Result{}, fmt.Errorf("%s: %d bytes: %w", server, n, ErrTooLarge)
-		}
+	if err := checkAdvertised(resp, limit); err != nil {
+		return res, fmt.Errorf("%s: %w", server, err)
 	}
-	n, err := writeAtomically(dst, io.LimitReader(resp.Body, c.cfg.MaxSize+1), c.cfg.MaxSize, validate)
+	tmp, err := store.Create(buildID)
 	if err != nil {
-		if ctx.Err() != nil || errors.Is(err, io.ErrUnexpectedEOF) {
-			return Result{}, transientError{fmt.Errorf("%s: %w", server, err)}
-		}
-		return Result{}, fmt.Errorf("%s: %w", server, err)
+		return res, fmt.Errorf("%s: %w", server, err)
 	}
-	return Result{Server: server, Bytes: n}, nil
-}
-
-// writeAtomically copies r into a temporary file next to dst, validates
-// it, fsyncs it and renames it to dst.
-func writeAtomically(dst string, r io.Reader, maxSize int64, validate Validator) (n int64, err error) {
-	dir := filepath.Dir(dst)
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return 0, fmt.Errorf("creating %s: %w", dir, err)
-	}
-	tmp, err := os.CreateTemp(dir, ".fetch-*")
+	defer tmp.Discard() // after Commit, a no-op
+	check, err := NewStreamCheck(buildID, tmp.File(), limit)
 	if err != nil {
-		return 0, fmt.Errorf("creating temporary file: %w", err)
+		return res, err
 	}
-	defer func() {
-		if err != nil {
-			tmp.Close()
-			os.Remove(tmp.Name())
-		}
-	}()
-	n, err = io.Copy(tmp, r)
+	n, err := c.stream(tmp, resp.Body, check, limit)
+	res.Bytes = n
 	if err != nil {
-		return n, fmt.Errorf("downloading: %w", err)
-	}
-	if n > maxSize {
-		return n, fmt.Errorf("downloading: %w", ErrTooLarge)
+		if errors.Is(err, ErrInvalid) || errors.Is(err, ErrTooLarge) || errors.Is(err, debugcache.ErrFull) {
+			return res, fmt.Errorf("%s: %w", server, err)
+		}
+		// The connection broke or the request timed out mid-body.
+		return res, transientError{fmt.Errorf("%s: %w", server, err)}
 	}
 	if validate != nil {
-		if err := validate(tmp); err != nil {
-			return n, fmt.Errorf("validating download: %w", err)
+		if err := validate(tmp.File()); err != nil {
+			return res, fmt.Errorf("%s: %w: %w", server, ErrInvalid, err)
 		}
 	}
-	if err := tmp.Sync(); err != nil {
-		return n, fmt.Errorf("syncing download: %w", err)
+	if err := tmp.Commit(); err != nil {
+		return res, fmt.Errorf("%s: %w", server, err)
 	}
-	if err := tmp.Close(); err != nil {
-		return n, fmt.Errorf("closing download: %w", err)
+	res.Server, res.Size = server, n
+	return res, nil
+}
+
+// checkAdvertised refuses a response whose Content-Length or
+// X-Debuginfod-Size exceeds limit (<= 0: none) before its body is read.
+func checkAdvertised(resp *http.Response, limit int64) error {
+	if limit <= 0 {
+		return nil
 	}
-	if err := os.Rename(tmp.Name(), dst); err != nil {
-		return n, fmt.Errorf("renaming download into place: %w", err)
+	if resp.ContentLength > limit {
+		return fmt.Errorf("Content-Length %d: %w (%d bytes)", resp.ContentLength, ErrTooLarge, limit)
 	}
-	return n, nil
+	if v := resp.Header.Get("X-Debuginfod-Size"); v != "" {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || n < 0 {
+			return fmt.Errorf("%w: X-Debuginfod-Size %q is not a size", ErrInvalid, v)
+		}
+		if n > limit {
+			return fmt.Errorf("X-Debuginfod-Size %d: %w (%d bytes)", n, ErrTooLarge, limit)
+		}
+	}
+	return nil
+}
+
+// copyBuffer is the size of one read from a response body.
+const copyBuffer = 32 << 10
+
+// stream copies body into tmp, counting every byte received, bounding the
+// total by limit and checking the bytes as they arrive.
+func (c *Client) stream(tmp *debugcache.Temp, body io.Reader, check *StreamCheck, limit int64) (int64, error) {
+	buf := make([]byte, copyBuffer)
+	var received, n int64 // bytes received, bytes kept
+	for {
+		k, rerr := body.Read(buf)
+		if k > 0 {
+			c.received.Add(int64(k))
+			received += int64(k)
+			// Bytes within the limit are checked first, so that a body
+			// that is wrong and too large is reported as wrong.
+			keep := int64(k)
+			if limit > 0 && n+keep > limit {
+				keep = limit - n
+			}
+			if _, err := tmp.Write(buf[:keep]); err != nil {
+				return received, fmt.Errorf("downloading: %w", err)
+			}
+			n += keep
+			if err := check.Advance(n); err != nil {
+				return received, fmt.Errorf("checking download: %w", err)
+			}
+			if keep < int64(k) {
+				return received, fmt.Errorf("downloading: more than %d bytes: %w", limit, ErrTooLarge)
+			}
+		}
+		if rerr == io.EOF {
+			break
+		}
+		if rerr != nil {
+			return received, fmt.Errorf("downloading: %w", rerr)
+		}
+	}
+	if err := check.Finish(n); err != nil {
+		return received, fmt.Errorf("checking download: %w", err)
+	}
+	return received, nil
 }
 
 func (c *Client) allow(server string) bool {

@@ -5,27 +5,38 @@ import (
 	"errors"
 	"net/http"
 	"net/http/httptest"
-	"os"
-	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/bpfcol/bpfcol/internal/symbolize/buildid"
+	"github.com/bpfcol/bpfcol/internal/symbolize/debugcache"
 )
 
-func TestValidBuildID(t *testing.T) {
-	for id, want := range map[string]bool{
-		"0123456789abcdef": true,
-		"ab":               true,
-		"ABCD":             false,
-		"../etc":           false,
-		"abc":              false,
-		"ab/cd":            false,
-		"":                 false,
-	} {
-		if got := ValidBuildID(id); got != want {
-			t.Errorf("ValidBuildID(%q) = %v, want %v", id, got, want)
+// TestOneBuildIDRule: the client and the cache accept exactly the
+// build-ids buildid.Valid accepts; "ab" is too short for the cache's
+// NN/REST.debug layout and so for both.
+func TestOneBuildIDRule(t *testing.T) {
+	cache, err := debugcache.Open(t.TempDir(), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := New(Config{URLs: []string{"http://127.0.0.1:1"}, Timeout: time.Second, Retries: -1})
+	for _, id := range []string{"ab", "abcd", "0123456789abcdef0123456789abcdef01234567", "ABCD", "../etc", "abc", "ab/cd", ""} {
+		_, fetchErr := c.Fetch(context.Background(), id, cache, nil)
+		_, pathErr := cache.Path(id)
+		want := buildid.Valid(id)
+		if got := !errors.Is(fetchErr, ErrInvalidBuildID); got != want {
+			t.Errorf("Fetch(%q) accepted the build-id: %v, buildid.Valid: %v (%v)", id, got, want, fetchErr)
 		}
+		if got := pathErr == nil; got != want {
+			t.Errorf("cache Path(%q) accepted: %v, buildid.Valid: %v", id, got, want)
+		}
+	}
+	if buildid.Valid("ab") {
+		t.Error(`"ab" accepted: the cache layout needs 4 hex characters`)
 	}
 }
 
@@ -52,8 +63,11 @@ func TestConfigFromEnv(t *testing.T) {
 		{"DEBUGINFOD_MAXSIZE": "-1"},
 		{"DEBUGINFOD_URLS": "ftp://x"},
 	} {
-		if _, err := ConfigFromEnv(Config{}, func(k string) string { return bad[k] }); err == nil {
-			t.Errorf("ConfigFromEnv accepted %v", bad)
+		_, err := ConfigFromEnv(Config{}, func(k string) string { return bad[k] })
+		for name := range bad {
+			if err == nil || !strings.Contains(err.Error(), name) {
+				t.Errorf("ConfigFromEnv(%v) = %v, want an error naming %s", bad, err, name)
+			}
 		}
 	}
 }
@@ -68,11 +82,16 @@ func TestServersInOrderSingleflightBreaker(t *testing.T) {
 		http.Error(w, "overloaded", http.StatusServiceUnavailable)
 	}))
 	defer bad.Close()
+	elfs := buildELFs(t, 4)
+	byID := map[string][]byte{}
+	for _, e := range elfs {
+		byID[e.id] = e.data
+	}
 	release := make(chan struct{})
 	good := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		up.Add(1)
 		<-release
-		w.Write([]byte("debug"))
+		w.Write(byID[strings.Split(r.URL.Path, "/")[2]])
 	}))
 	defer good.Close()
 	cfg, err := ConfigFromEnv(Config{URLs: []string{bad.URL, good.URL}, Timeout: 5 * time.Second, Retries: 1, Backoff: time.Millisecond}, func(string) string { return "" })
@@ -80,12 +99,15 @@ func TestServersInOrderSingleflightBreaker(t *testing.T) {
 		t.Fatal(err)
 	}
 	c := New(cfg)
-	dir := t.TempDir()
+	cache, err := debugcache.Open(t.TempDir(), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
 	var wg sync.WaitGroup
 	errs := make([]error, 8)
 	for i := range errs {
 		wg.Go(func() {
-			_, errs[i] = c.Fetch(context.Background(), "abcd", filepath.Join(dir, "ab", "cd.debug"), nil)
+			_, errs[i] = c.Fetch(context.Background(), elfs[0].id, cache, nil)
 		})
 	}
 	time.Sleep(200 * time.Millisecond)
@@ -99,24 +121,24 @@ func TestServersInOrderSingleflightBreaker(t *testing.T) {
 	if up.Load() != 1 {
 		t.Errorf("good server asked %d times for one build-id, want 1", up.Load())
 	}
-	if got, _ := os.ReadFile(filepath.Join(dir, "ab", "cd.debug")); string(got) != "debug" {
-		t.Errorf("stored %q", got)
+	if p, _ := cache.Path(elfs[0].id); !fileEquals(p, elfs[0].data) {
+		t.Errorf("%s does not hold the served file", p)
 	}
 	// Another build-id: the bad server's third failure opens its breaker.
-	if _, err := c.Fetch(context.Background(), "abce", filepath.Join(dir, "ab", "ce.debug"), nil); err != nil {
+	if _, err := c.Fetch(context.Background(), elfs[1].id, cache, nil); err != nil {
 		t.Fatal(err)
 	}
 	if !c.BreakerOpen(bad.URL) || c.BreakerOpen(good.URL) {
 		t.Errorf("breakers: bad open %v, good open %v; bad asked %d times", c.BreakerOpen(bad.URL), c.BreakerOpen(good.URL), down.Load())
 	}
 	before := down.Load()
-	if _, err := c.Fetch(context.Background(), "abcf", filepath.Join(dir, "ab", "cf.debug"), nil); err != nil {
+	if _, err := c.Fetch(context.Background(), elfs[2].id, cache, nil); err != nil {
 		t.Fatal(err)
 	}
 	if down.Load() != before {
 		t.Error("a server with an open breaker was asked")
 	}
-	if _, err := c.Fetch(context.Background(), "../x", filepath.Join(dir, "x"), nil); !errors.Is(err, ErrInvalidBuildID) {
+	if _, err := c.Fetch(context.Background(), "../x", cache, nil); !errors.Is(err, ErrInvalidBuildID) {
 		t.Errorf("invalid build-id: %v", err)
 	}
 }

@@ -1,0 +1,236 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/bpfcol/bpfcol/internal/testenv"
+	"github.com/bpfcol/bpfcol/internal/testworkload"
+)
+
+// soakMinutes is how long the soak runs; BPFCOL_SOAK_MINUTES overrides the
+// 10 minute default.
+func soakMinutes(b *testing.B) int {
+	if s := os.Getenv("BPFCOL_SOAK_MINUTES"); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil || n <= 0 {
+			b.Fatalf("BPFCOL_SOAK_MINUTES=%q: want a positive number of minutes", s)
+		}
+		return n
+	}
+	return 10
+}
+
+// soakGrowthWindow is how many of the last minutes must not grow RSS by
+// more than soakMaxGrowth.
+const (
+	soakGrowthWindow = 5
+	soakMaxGrowth    = 0.05
+)
+
+// memStatus reads VmRSS and VmHWM of pid from /proc/PID/status, in bytes.
+func memStatus(b *testing.B, pid int) (rss, hwm int64) {
+	b.Helper()
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		b.Fatal(err)
+	}
+	field := func(name string) int64 {
+		for _, line := range strings.Split(string(data), "\n") {
+			if rest, ok := strings.CutPrefix(line, name+":"); ok {
+				kb, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 10, 64)
+				if err != nil {
+					b.Fatalf("parsing %q in /proc/%d/status: %v", line, pid, err)
+				}
+				return kb << 10
+			}
+		}
+		b.Fatalf("/proc/%d/status has no %s", pid, name)
+		return 0
+	}
+	return field("VmRSS"), field("VmHWM")
+}
+
+// churn runs short processes until ctx ends, workers at a time: a C and a
+// Go CPU hog, each from a fresh copy of its binary (a new file, as a
+// deployment brings, with the same build id), and a pure-Python loop under
+// python3. Each burns lifetime of CPU and exits. It counts what it started.
+type churn struct {
+	dir          string
+	c, goBin, py string
+	lifetime     time.Duration
+	started      atomic.Int64
+	seq          atomic.Int64 // names the binaries' copies
+	mu           sync.Mutex
+	pids         map[int64]bool
+	err          error
+}
+
+func (ch *churn) run(ctx context.Context, workers int) *sync.WaitGroup {
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Go(func() {
+			for i := w; ctx.Err() == nil; i++ {
+				if err := ch.once(i); err != nil && ctx.Err() == nil {
+					ch.mu.Lock()
+					ch.err = err
+					ch.mu.Unlock()
+					return
+				}
+			}
+		})
+	}
+	return &wg
+}
+
+func (ch *churn) once(i int) error {
+	secs := strconv.FormatFloat(ch.lifetime.Seconds(), 'f', 3, 64)
+	var cmd *exec.Cmd
+	switch i % 3 {
+	case 0, 1:
+		src := ch.c
+		if i%3 == 1 {
+			src = ch.goBin
+		}
+		bin := filepath.Join(ch.dir, fmt.Sprintf("%s-%d", filepath.Base(src), ch.seq.Add(1)))
+		if err := copyExecutable(src, bin); err != nil {
+			return err
+		}
+		defer os.Remove(bin)
+		cmd = exec.Command(bin, secs)
+	default:
+		cmd = exec.Command(ch.py, "-c", "import sys, time\nend = time.monotonic() + float(sys.argv[1])\nn = 0\nwhile time.monotonic() < end:\n    n += 1\n", secs)
+	}
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("starting %s: %w", cmd.Path, err)
+	}
+	ch.started.Add(1)
+	ch.mu.Lock()
+	ch.pids[int64(cmd.Process.Pid)] = true
+	ch.mu.Unlock()
+	if err := cmd.Wait(); err != nil {
+		return fmt.Errorf("running %s: %w", cmd.Path, err)
+	}
+	return nil
+}
+
+func copyExecutable(src, dst string) error {
+	in, err := os.Open(src)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	out, err := os.OpenFile(dst, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o755)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(out, in); err != nil {
+		out.Close()
+		return err
+	}
+	return out.Close()
+}
+
+// BenchmarkSoak runs bin/bpfcol (20 Hz, 5 s reports, exporting to an OTLP
+// server in the test) for BPFCOL_SOAK_MINUTES (10) while short C, Go and
+// Python processes start and exit continuously, three at a time. It
+// records bin/bpfcol's VmRSS and VmHWM each minute and fails if RSS grew by
+// more than 5% over the last five minutes (over all of them when the soak
+// is shorter), or if the collector did not export the samples of the soak.
+func BenchmarkSoak(b *testing.B) {
+	testenv.RequireBPF(b)
+	py, err := exec.LookPath("python3")
+	if err != nil {
+		b.Fatalf("python3 is needed for the churn: %v", err)
+	}
+	minutes := soakMinutes(b)
+	ch := &churn{
+		dir:      b.TempDir(),
+		c:        testworkload.BuildC(b, "cpuhog.c", testworkload.CPUHogFlags()...),
+		goBin:    testworkload.BuildGo(b, "gohog"),
+		py:       py,
+		lifetime: 300 * time.Millisecond,
+		pids:     map[int64]bool{},
+	}
+
+	for b.Loop() {
+		server := startProfilesServer(b)
+		col := startCollector(b, strings.Replace(profilesConfig(server.addr), "sampling_frequency: 99\n    report_interval: 1s",
+			fmt.Sprintf("sampling_frequency: %d\n    report_interval: %s", overheadHz, overheadReport), 1))
+		pid := col.cmd.Process.Pid
+		ctx, stop := context.WithCancel(context.Background())
+		from, hostBefore := time.Now(), readCPUStat(b)
+		wg := ch.run(ctx, 3)
+
+		rss := make([]int64, minutes)
+		var hwm int64
+		for m := range minutes {
+			select {
+			case <-time.After(time.Until(from.Add(time.Duration(m+1) * time.Minute))):
+			case err := <-col.done:
+				col.done <- err
+				stop()
+				b.Fatalf("bin/bpfcol exited during the soak: %v\n%s", err, col.output)
+			}
+			rss[m], hwm = memStatus(b, pid)
+			b.Logf("minute %d: VmRSS %.1f MiB, VmHWM %.1f MiB, %d processes started", m+1, mib(rss[m]), mib(hwm), ch.started.Load())
+		}
+		to, hostAfter := time.Now(), readCPUStat(b)
+		stop()
+		wg.Wait()
+		if ch.err != nil {
+			b.Fatalf("churn: %v", ch.err)
+		}
+
+		samples, share := checkExported(b, server, overheadHz, from, to, hostBefore, hostAfter, overheadReport)
+		seen := exportedPIDs(server, ch.pids)
+
+		base := max(0, minutes-1-soakGrowthWindow)
+		peak := rss[base]
+		for _, r := range rss[base+1:] {
+			peak = max(peak, r)
+		}
+		growth := float64(peak-rss[base]) / float64(rss[base])
+		for m, r := range rss {
+			b.ReportMetric(mib(r), fmt.Sprintf("rss_MiB_min%02d", m+1))
+		}
+		b.ReportMetric(mib(hwm), "hwm_MiB")
+		b.ReportMetric(100*growth, "rss_growth_%")
+		b.ReportMetric(float64(ch.started.Load()), "processes_started")
+		b.ReportMetric(100*float64(seen)/float64(max(1, len(ch.pids))), "processes_in_profiles_%")
+		b.ReportMetric(float64(samples), "samples_exported")
+		b.ReportMetric(share, "samples_exported/expected")
+		b.Logf("RSS from minute %d to %d: %.1f MiB -> peak %.1f MiB (%+.1f%%); high-water %.1f MiB; %d processes started, %d seen in the profiles",
+			base+1, minutes, mib(rss[base]), mib(peak), 100*growth, mib(hwm), ch.started.Load(), seen)
+		if minutes > 1 && growth > soakMaxGrowth {
+			b.Errorf("RSS grew %.1f%% from minute %d to %d (%.1f -> %.1f MiB), more than %.0f%%",
+				100*growth, base+1, minutes, mib(rss[base]), mib(peak), 100*soakMaxGrowth)
+		}
+	}
+}
+
+// exportedPIDs counts the pids among want that appear in a received
+// profile.
+func exportedPIDs(s *profilesServer, want map[int64]bool) int {
+	seen := map[int64]bool{}
+	for _, p := range s.all() {
+		for i := 0; i < p.ResourceProfiles().Len(); i++ {
+			if v, ok := p.ResourceProfiles().At(i).Resource().Attributes().Get("process.pid"); ok && want[v.Int()] {
+				seen[v.Int()] = true
+			}
+		}
+	}
+	return len(seen)
+}
+
+func mib(bytes int64) float64 { return float64(bytes) / (1 << 20) }
