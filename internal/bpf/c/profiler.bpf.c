@@ -465,7 +465,9 @@ const volatile u64 off_cpu_max_threads = 4096;
 // A thread's record slot, in its task storage: found at every switch-in
 // without a hash, and filled in place at each sampled switch-out. A slot
 // stays with its thread, so sampling allocates nothing after the first
-// time; it goes when the thread exits (off_cpu_exit).
+// time; it goes when the thread exits (off_cpu_exit), or, once more than
+// half of off_cpu_max_threads are taken, at the thread's switch-in: a host
+// with more threads than the bound still has every thread sampled.
 struct off_cpu_slot {
 	u32 held; // rec is a switch-out waiting for the thread's switch-in
 	u32 pad;
@@ -489,20 +491,24 @@ static __always_inline void off_cpu_begin(void *ctx, struct task_struct *prev, b
 	// The common case, not sampled, costs one random number.
 	if ((u64)bpf_get_prandom_u32() >= off_cpu_threshold)
 		return;
-	if (prev->pid == 0 || (prev->flags & PF_KTHREAD))
+	// An exiting thread has passed off_cpu_exit: a slot made now would
+	// never be counted back.
+	if (prev->pid == 0 || (prev->flags & (PF_KTHREAD | PF_EXITING)))
 		return;
 	struct off_cpu_slot *slot = bpf_task_storage_get(&off_cpu_slots, prev, 0, 0);
 	if (!slot) {
-		if (off_cpu_slot_count >= off_cpu_max_threads) {
+		// Take a place under the bound first: CPUs race for the last.
+		if (__sync_fetch_and_add(&off_cpu_slot_count, 1) >= off_cpu_max_threads) {
+			__sync_fetch_and_sub(&off_cpu_slot_count, 1);
 			count(COUNTER_OFF_CPU_FULL);
 			return;
 		}
 		slot = bpf_task_storage_get(&off_cpu_slots, prev, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
 		if (!slot) {
+			__sync_fetch_and_sub(&off_cpu_slot_count, 1);
 			count(COUNTER_OFF_CPU_FULL);
 			return;
 		}
-		__sync_fetch_and_add(&off_cpu_slot_count, 1);
 	}
 	// The user stack can only be read now, in the thread's own address
 	// space; its kernel stack waits where it is until the thread runs
@@ -530,16 +536,16 @@ static __always_inline void off_cpu_end(struct task_struct *next)
 	u64 off = bpf_ktime_get_ns() - slot->rec.ktime_ns;
 	if (off < off_cpu_min_ns) {
 		count(COUNTER_OFF_CPU_SHORT);
-		return;
+		goto out;
 	}
 	struct sample *s = bpf_ringbuf_reserve(&samples, sizeof(*s), 0);
 	if (!s) {
 		count(COUNTER_DROPPED_RINGBUF);
-		return;
+		goto out;
 	}
 	if (bpf_probe_read_kernel(s, sizeof(*s), &slot->rec)) {
 		bpf_ringbuf_discard(s, 0);
-		return;
+		goto out;
 	}
 	s->off_cpu_ns = off;
 	// next is still switched out: its saved kernel stack is the one it
@@ -549,6 +555,10 @@ static __always_inline void off_cpu_end(struct task_struct *next)
 		count(COUNTER_KERNEL_STACK_ERR);
 	count(COUNTER_OFF_CPU_EVENTS);
 	submit(s);
+out:
+	if (off_cpu_slot_count > off_cpu_max_threads / 2 &&
+	    bpf_task_storage_delete(&off_cpu_slots, next) == 0)
+		__sync_fetch_and_sub(&off_cpu_slot_count, 1);
 }
 
 // off_cpu_exit frees an exiting thread's slot, which the kernel would free

@@ -3,6 +3,7 @@ package profiler
 import (
 	"runtime"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -120,3 +121,88 @@ func TestOffCPUDisabledLoadsNoProgram(t *testing.T) {
 }
 
 func lockOSThread() { runtime.LockOSThread() }
+
+// TestOffCPUThreadBound runs more sleeping threads than MaxThreads record
+// slots: the bound holds, what it turns away is counted, and yet nearly
+// every thread gets sampled, because slots above half the bound are handed
+// back at each switch-in instead of staying with their threads.
+func TestOffCPUThreadBound(t *testing.T) {
+	testenv.RequireBPF(t)
+	const maxThreads, threads, sleeps = 16, 64, 20
+	s, err := New(Options{Frequency: 1, OffCPU: OffCPUOptions{Enabled: true, MinDuration: time.Millisecond, Probability: 1, MaxThreads: maxThreads}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+
+	tids := make(chan uint32, threads)
+	var wg sync.WaitGroup
+	for range threads {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			lockOSThread()
+			tids <- uint32(unix.Gettid())
+			for range sleeps {
+				ts := unix.NsecToTimespec(int64(5 * time.Millisecond))
+				for unix.Nanosleep(&ts, &ts) == unix.EINTR {
+				}
+			}
+		}()
+	}
+	events := map[uint32]int{}
+	for range threads {
+		events[<-tids] = 0
+	}
+	var maxHeld uint64
+	stop := make(chan struct{})
+	polled := make(chan struct{})
+	go func() {
+		defer close(polled)
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(time.Millisecond):
+			}
+			var n uint64
+			if err := s.objs.OffCpuSlotCount.Get(&n); err == nil && n > maxHeld {
+				maxHeld = n
+			}
+		}
+	}()
+	wg.Wait()
+	close(stop)
+	<-polled
+	s.SetDeadline(time.Now().Add(500 * time.Millisecond))
+	var smp Sample
+	for s.Read(&smp) == nil {
+		if n, ok := events[smp.TID]; ok && smp.OffCPU && smp.OffCPUNs >= uint64(5*time.Millisecond) {
+			events[smp.TID] = n + 1
+		}
+	}
+	c, err := s.Counters()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var unsampled, total int
+	for _, n := range events {
+		total += n
+		if n == 0 {
+			unsampled++
+		}
+	}
+	t.Logf("%d sleeps recorded of %d; most slots held at once %d of %d; turned away %d", total, threads*sleeps, maxHeld, maxThreads, c.OffCPUFull)
+	if maxHeld > maxThreads {
+		t.Errorf("%d slots held at once, bound %d", maxHeld, maxThreads)
+	}
+	if c.OffCPUFull == 0 {
+		t.Errorf("%d threads never hit the bound of %d slots", threads, maxThreads)
+	}
+	// Slots kept by their threads would leave at most maxThreads of them
+	// sampled, a quarter; the host's other threads compete for the slots
+	// too, so a thread may still miss out by chance.
+	if unsampled > threads/10 {
+		t.Errorf("%d of %d threads never sampled: slots stayed with the first threads", unsampled, threads)
+	}
+}
