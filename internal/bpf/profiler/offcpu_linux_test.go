@@ -128,7 +128,7 @@ func lockOSThread() { runtime.LockOSThread() }
 // back at each switch-in instead of staying with their threads.
 func TestOffCPUThreadBound(t *testing.T) {
 	testenv.RequireBPF(t)
-	const maxThreads, threads, sleeps = 16, 64, 20
+	const maxThreads, threads, sleeps = 16, 64, 50
 	s, err := New(Options{Frequency: 1, OffCPU: OffCPUOptions{Enabled: true, MinDuration: time.Millisecond, Probability: 1, MaxThreads: maxThreads}})
 	if err != nil {
 		t.Fatal(err)
@@ -192,7 +192,8 @@ func TestOffCPUThreadBound(t *testing.T) {
 			unsampled++
 		}
 	}
-	t.Logf("%d sleeps recorded of %d; most slots held at once %d of %d; turned away %d", total, threads*sleeps, maxHeld, maxThreads, c.OffCPUFull)
+	t.Logf("%d sleeps recorded of %d, %d of %d threads never; most slots held at once %d of %d; turned away %d",
+		total, threads*sleeps, unsampled, threads, maxHeld, maxThreads, c.OffCPUFull)
 	if maxHeld > maxThreads {
 		t.Errorf("%d slots held at once, bound %d", maxHeld, maxThreads)
 	}
@@ -200,9 +201,11 @@ func TestOffCPUThreadBound(t *testing.T) {
 		t.Errorf("%d threads never hit the bound of %d slots", threads, maxThreads)
 	}
 	// Slots kept by their threads would leave at most maxThreads of them
-	// sampled, a quarter; the host's other threads compete for the slots
-	// too, so a thread may still miss out by chance.
-	if unsampled > threads/10 {
+	// sampled, a quarter (fewer: the host's sleeping threads hold slots
+	// too: 48 of 64 unsampled, measured). Handed back, each of a thread's
+	// sleeps is another chance; with the host's threads competing for
+	// the slots, a few may still miss out.
+	if unsampled > threads/4 {
 		t.Errorf("%d of %d threads never sampled: slots stayed with the first threads", unsampled, threads)
 	}
 }
