@@ -27,6 +27,9 @@ required=(
 	"llvm-symbolizer llvm"                        # ground truth for symbolization tests
 	"llvm-dwarfdump llvm"                         # ground truth for CFI tables (with readelf)
 	"python3.11 python3.11"                       # a real distribution program (CFI tables)
+	"/usr/lib/x86_64-linux-gnu/libsqlite3.so.0 libsqlite3-0" # python3.11's sqlite3, a library loaded late (uprobe tests)
+	"node nodejs"                                 # a ~100 MB C++ binary probed by demangled name (uprobe tests)
+	"getent libc-bin"                             # short processes calling getaddrinfo (uprobe tests)
 	"/usr/include/bpf/bpf_helpers.h libbpf-dev"   # BPF helper headers
 	"/usr/include/linux/bpf.h linux-libc-dev"     # kernel UAPI headers
 	"bpftool bpftool"                             # BTF dumps, inspecting loaded programs

@@ -25,6 +25,16 @@ func Integers(conf *confmap.Conf, cfg any) error {
 	return errors.Join(walk(conf.ToStringMap(), t, "")...)
 }
 
+// Unmarshal decodes conf into cfg (a pointer to a struct with mapstructure
+// tags) once Integers found no integer field that decoding would truncate.
+// A config's confmap.Unmarshaler calls it as its whole body.
+func Unmarshal(conf *confmap.Conf, cfg any) error {
+	if err := Integers(conf, cfg); err != nil {
+		return err
+	}
+	return conf.Unmarshal(cfg)
+}
+
 func join(path, name string) string {
 	if path == "" {
 		return name

@@ -62,6 +62,10 @@ func (c *InfoCache) Refresh(pid int) Info {
 	return info
 }
 
+// Put caches info for pid, when the caller knows it otherwise (from an
+// exec event, for a process already gone).
+func (c *InfoCache) Put(pid int, info Info) { c.entries.Add(pid, info) }
+
 // Forget drops pid, whose image changed with exec or which exited.
 func (c *InfoCache) Forget(pid int) { c.entries.Remove(pid) }
 

@@ -2,6 +2,7 @@ package process
 
 import (
 	"bufio"
+	"bytes"
 	"fmt"
 	"io"
 	"os"
@@ -69,4 +70,24 @@ func parseContainerID(r io.Reader) (string, error) {
 		return "", fmt.Errorf("reading cgroup: %w", err)
 	}
 	return "", nil
+}
+
+// Running reports whether pid is a process that has not exited: neither
+// gone nor a zombie waiting for its parent.
+func Running(pid int) bool {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return false
+	}
+	// The state follows the command name, which is in parentheses and may
+	// hold anything.
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 || i+2 >= len(b) {
+		return false
+	}
+	switch b[i+2] {
+	case 'Z', 'X', 'x':
+		return false
+	}
+	return true
 }

@@ -1,6 +1,7 @@
 package process
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -219,5 +220,32 @@ func TestReadInfoSelf(t *testing.T) {
 	}
 	if info.ExePath != exe || info.ExeName != filepath.Base(exe) {
 		t.Errorf("ReadInfo = %+v, want executable %s", info, exe)
+	}
+}
+
+// TestRunning tells a live process from a zombie and from a reaped one.
+func TestRunning(t *testing.T) {
+	if !Running(os.Getpid()) {
+		t.Fatal("this process is not running")
+	}
+	cmd := exec.Command("/bin/true")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	pid := cmd.Process.Pid
+	// Not reaped yet: a zombie once it exited.
+	deadline := time.Now().Add(5 * time.Second)
+	for Running(pid) && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+	if Running(pid) {
+		t.Fatal("an exited, unreaped child still counts as running")
+	}
+	if _, err := os.Stat(fmt.Sprintf("/proc/%d", pid)); err != nil {
+		t.Fatalf("the zombie should still be in /proc: %v", err)
+	}
+	_ = cmd.Wait()
+	if Running(pid) {
+		t.Fatal("a reaped child counts as running")
 	}
 }

@@ -9,7 +9,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -90,38 +89,9 @@ func llvmFrames(tb testing.TB, bin string, addrs []uint64) [][]Frame {
 		fmt.Fprintf(&in, "%#x\n", a)
 	}
 	out := run(tb, in.String(), llvmSymbolizer(tb), "--obj="+bin, "--functions=linkage", "--inlining", "--demangle")
-	blocks := strings.Split(strings.TrimRight(out, "\n"), "\n\n")
-	if len(blocks) != len(addrs) {
-		tb.Fatalf("llvm-symbolizer answered %d blocks for %d addresses", len(blocks), len(addrs))
-	}
-	res := make([][]Frame, len(addrs))
-	for i, b := range blocks {
-		lines := strings.Split(b, "\n")
-		for j := 0; j+1 < len(lines); j += 2 {
-			fn := lines[j]
-			if fn == "??" {
-				fn = ""
-			}
-			// file:line:column
-			pos := lines[j+1]
-			var fr Frame
-			fr.Function = fn
-			if k := strings.LastIndexByte(pos, ':'); k >= 0 {
-				pos = pos[:k]
-				if k := strings.LastIndexByte(pos, ':'); k >= 0 {
-					fr.File = pos[:k]
-					fr.Line, _ = strconv.ParseInt(pos[k+1:], 10, 64)
-				}
-			}
-			if fr.File == "??" {
-				fr.File = ""
-			}
-			res[i] = append(res[i], fr)
-		}
-		// A single all-unknown frame means nothing resolved.
-		if len(res[i]) == 1 && res[i][0] == (Frame{}) {
-			res[i] = nil
-		}
+	res, err := parseLLVMSymbolizer(out, len(addrs))
+	if err != nil {
+		tb.Fatal(err)
 	}
 	return res
 }

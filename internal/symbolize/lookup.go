@@ -84,12 +84,7 @@ func (b *Binary) LookupFunction(name, version string) (FunctionSymbol, error) {
 		return fn, err
 	}
 	if strings.ContainsAny(name, ":()<> ") {
-		var matched []namedSymbol
-		for _, s := range syms {
-			if demangledMatch(s.name, name) {
-				matched = append(matched, s)
-			}
-		}
+		matched := demangledMatches(syms, name)
 		if fn, ok, err := b.pickFunction(name, version, matched); ok || err != nil {
 			return fn, err
 		}
@@ -142,7 +137,7 @@ func (b *Binary) pickFunction(name, version string, cands []namedSymbol) (Functi
 		return FunctionSymbol{}, false, nil
 	}
 	if ambiguous {
-		return FunctionSymbol{}, true, fmt.Errorf("looking up %s: several functions of that name at different addresses", name)
+		return FunctionSymbol{}, true, ambiguityError(name, cands)
 	}
 	s := cands[best]
 	fn := FunctionSymbol{Name: s.name, Start: s.start, End: s.start + s.size}

@@ -34,20 +34,7 @@ func CPUHogFlags() []string {
 // The test is skipped when gcc is not installed.
 func BuildC(t testing.TB, name string, flags ...string) string {
 	t.Helper()
-	gcc := lookTool(t, "gcc")
-	src, err := sources.ReadFile(path.Join("src", name))
-	if err != nil {
-		t.Fatalf("reading workload source %q: %v", name, err)
-	}
-	dir := t.TempDir()
-	srcPath := filepath.Join(dir, name)
-	if err := os.WriteFile(srcPath, src, 0o644); err != nil {
-		t.Fatalf("writing workload source: %v", err)
-	}
-	bin := filepath.Join(dir, strings.TrimSuffix(name, filepath.Ext(name)))
-	args := append(append([]string{}, flags...), "-o", bin, srcPath)
-	run(t, dir, nil, gcc, args...)
-	return bin
+	return buildSingle(t, lookTool(t, "gcc"), name, flags)
 }
 
 // BuildGo builds the named Go workload (a directory under src/, for example

@@ -159,10 +159,7 @@ var (
 // Unmarshal decodes conf into c, refusing a fraction in an integer field
 // (sampling_frequency: 20.9), which the decoder would truncate.
 func (c *Config) Unmarshal(conf *confmap.Conf) error {
-	if err := confcheck.Integers(conf, c); err != nil {
-		return err
-	}
-	return conf.Unmarshal(c)
+	return confcheck.Unmarshal(conf, c)
 }
 
 func createDefaultConfig() component.Config {

@@ -72,6 +72,20 @@ type profilesReceiver struct {
 	profilesEmitted  atomic.Int64
 	firstSample      atomic.Bool
 	startedAt        time.Time
+
+	hooks testHooks
+}
+
+// testHooks let tests make the faults they reproduce; all are unset in
+// production.
+type testHooks struct {
+	// ringBufferBytes sizes the sampler's ringbuf (profiler.Options).
+	ringBufferBytes int
+	// drainStart, when set, holds the drain back until it is closed.
+	drainStart <-chan struct{}
+	// afterStop runs in Shutdown once sampling stopped, before the drain
+	// is flushed.
+	afterStop func()
 }
 
 // sampleCounts follow every sample read from the ringbuf to where it ends:
@@ -92,23 +106,32 @@ type sampleCounts struct {
 	refused atomic.Int64
 }
 
-// dropped returns the samples read and not exported.
-func (c *sampleCounts) dropped() int64 {
-	return c.droppedQueue.Load() + c.droppedStacks.Load() + c.droppedBatch.Load() + c.refused.Load()
-}
-
 // logFields returns the counts as the shutdown log writes them, with the
-// samples the ringbuf dropped before they could be read.
-func (c *sampleCounts) logFields(droppedRingbuf uint64) []zap.Field {
+// sampler's own counters: the samples it recorded into the ringbuf and
+// those the full ringbuf dropped. When the pipeline did not stop in time,
+// the samples read but not yet exported or dropped are counted as dropped
+// at shutdown, so read = exported + dropped still holds in the log.
+func (c *sampleCounts) logFields(bpf profiler.Counters, pipelineStopped bool) []zap.Field {
+	// A sample is counted read before it is counted anywhere else: loading
+	// read last keeps read >= exported + drops while the pipeline runs.
+	exported, queue, stacks := c.exported.Load(), c.droppedQueue.Load(), c.droppedStacks.Load()
+	batch, refused := c.droppedBatch.Load(), c.refused.Load()
+	read := c.read.Load()
+	var undelivered int64
+	if !pipelineStopped {
+		undelivered = read - exported - queue - stacks - batch - refused
+	}
 	return []zap.Field{
-		zap.Uint64("samples_dropped_ringbuf", droppedRingbuf),
-		zap.Int64("samples_read", c.read.Load()),
-		zap.Int64("samples_exported", c.exported.Load()),
-		zap.Int64("samples_dropped", c.dropped()),
-		zap.Int64("samples_dropped_queue", c.droppedQueue.Load()),
-		zap.Int64("samples_dropped_stacks_full", c.droppedStacks.Load()),
-		zap.Int64("samples_dropped_batch_queue", c.droppedBatch.Load()),
-		zap.Int64("samples_refused_downstream", c.refused.Load()),
+		zap.Uint64("samples_taken", bpf.Samples),
+		zap.Uint64("samples_dropped_ringbuf", bpf.DroppedRingbuf),
+		zap.Int64("samples_read", read),
+		zap.Int64("samples_exported", exported),
+		zap.Int64("samples_dropped", queue+stacks+batch+refused+undelivered),
+		zap.Int64("samples_dropped_queue", queue),
+		zap.Int64("samples_dropped_stacks_full", stacks),
+		zap.Int64("samples_dropped_batch_queue", batch),
+		zap.Int64("samples_refused_downstream", refused),
+		zap.Int64("samples_dropped_shutdown_timeout", undelivered),
 	}
 }
 
@@ -136,9 +159,10 @@ func (r *profilesReceiver) Start(ctx context.Context, host component.Host) error
 func (r *profilesReceiver) start(_ context.Context, _ component.Host) error {
 	r.startedAt = time.Now()
 	sampler, err := profiler.New(profiler.Options{
-		Frequency:  r.cfg.SamplingFrequency,
-		UnwindRows: int(r.cfg.UnwindTableBytes / profiler.UnwindRowBytes),
-		OffCPU:     r.cfg.OffCPU.samplerOptions(),
+		Frequency:       r.cfg.SamplingFrequency,
+		RingBufferBytes: r.hooks.ringBufferBytes,
+		UnwindRows:      int(r.cfg.UnwindTableBytes / profiler.UnwindRowBytes),
+		OffCPU:          r.cfg.OffCPU.samplerOptions(),
 	})
 	if err != nil {
 		return fmt.Errorf("starting ebpfprof receiver: %w", err)
@@ -177,7 +201,7 @@ func (r *profilesReceiver) start(_ context.Context, _ component.Host) error {
 		r.set.Logger.Warn("self-metrics unavailable", zap.Error(err))
 	}
 	r.wg.Add(3)
-	go r.drain()
+	go r.drain(sampler)
 	go r.aggregate()
 	go r.export()
 
@@ -193,10 +217,18 @@ func (r *profilesReceiver) start(_ context.Context, _ component.Host) error {
 // drain moves samples from the ringbuf to the aggregator, in batches every
 // drainInterval (sooner when the ringbuf is half full): one wakeup per
 // batch instead of one per sample. It never blocks on the aggregator: when
-// the queue is full the batch is counted and dropped.
-func (r *profilesReceiver) drain() {
+// the queue is full the batch is counted and dropped. At shutdown it reads
+// what is left in the ringbuf, up to ErrFlushed, and hands the last batch
+// over, waiting for the aggregator if it must.
+//
+// It takes the sampler as an argument: Shutdown forgets r.sampler when it
+// gives up waiting for the pipeline, and the drain may still be reading.
+func (r *profilesReceiver) drain(sampler *profiler.Sampler) {
 	defer r.wg.Done()
 	defer close(r.samples)
+	if r.hooks.drainStart != nil {
+		<-r.hooks.drainStart
+	}
 	batch := make([]*profiler.Sample, 0, maxDrainBatch)
 	handOver := func() {
 		if len(batch) == 0 {
@@ -212,10 +244,10 @@ func (r *profilesReceiver) drain() {
 		}
 		batch = make([]*profiler.Sample, 0, maxDrainBatch)
 	}
-	r.sampler.SetDeadline(time.Now().Add(drainInterval))
+	sampler.SetDeadline(time.Now().Add(drainInterval))
 	for {
 		s := r.samplePool.Get().(*profiler.Sample)
-		err := r.sampler.Read(s)
+		err := sampler.Read(s)
 		switch {
 		case err == nil:
 			if r.firstSample.CompareAndSwap(false, true) {
@@ -228,7 +260,14 @@ func (r *profilesReceiver) drain() {
 		case errors.Is(err, profiler.ErrDeadline):
 			r.samplePool.Put(s)
 			handOver()
-			r.sampler.SetDeadline(time.Now().Add(drainInterval))
+			sampler.SetDeadline(time.Now().Add(drainInterval))
+		case errors.Is(err, profiler.ErrFlushed):
+			// Sampling stopped and the ringbuf is empty: the last batch.
+			r.samplePool.Put(s)
+			if len(batch) > 0 {
+				r.samples <- batch
+			}
+			return
 		default:
 			if !errors.Is(err, profiler.ErrClosed) {
 				r.set.Logger.Error("reading samples stopped", zap.Error(err))
@@ -241,18 +280,22 @@ func (r *profilesReceiver) drain() {
 
 // aggregate counts samples and hands one batch per report interval to the
 // exporter. When the drain stops (at shutdown) the last, partial interval
-// is handed over too.
+// is handed over too, waiting for the exporter if it must.
 func (r *profilesReceiver) aggregate() {
 	defer r.wg.Done()
 	defer close(r.batches)
 	agg := r.aggregator
 	ticker := time.NewTicker(r.cfg.ReportInterval)
 	defer ticker.Stop()
-	handOver := func(b *aggregate.Batch) {
+	handOver := func(b *aggregate.Batch, last bool) {
 		r.counts.droppedStacks.Add(b.Stats.DroppedStacksFull)
 		r.callersRecovered.Add(b.Stats.CallersRecovered)
 		r.unknownProcesses.Add(b.Stats.UnknownProcesses)
 		if len(b.Stacks) == 0 {
+			return
+		}
+		if last {
+			r.batches <- b
 			return
 		}
 		select {
@@ -265,7 +308,7 @@ func (r *profilesReceiver) aggregate() {
 		select {
 		case batch, ok := <-r.samples:
 			if !ok {
-				handOver(agg.Flush(time.Now()))
+				handOver(agg.Flush(time.Now()), true)
 				return
 			}
 			for _, s := range batch {
@@ -274,7 +317,7 @@ func (r *profilesReceiver) aggregate() {
 				r.samplePool.Put(s)
 			}
 		case now := <-ticker.C:
-			handOver(agg.Flush(now))
+			handOver(agg.Flush(now), false)
 		}
 	}
 }
@@ -307,26 +350,49 @@ func (r *profilesReceiver) export() {
 	}
 }
 
-// Shutdown stops sampling, exports what was aggregated so far and frees
-// every kernel object. It is safe to call without Start.
+// Shutdown stops sampling, reads what is left in the ringbuf, exports it
+// with what was aggregated so far, logs the counts and frees every kernel
+// object. Waiting for the export is bounded by ctx; what is not delivered
+// by then is counted as dropped. It is safe to call without Start and more
+// than once.
 func (r *profilesReceiver) Shutdown(ctx context.Context) error {
 	if r.sampler == nil {
 		return nil
 	}
+	log := r.set.Logger
 	r.stopUnwind()
-	err := errors.Join(r.sampler.Close(), r.unwindTables.Close())
+	// The maps stay open: the drain reads the ringbuf to its end and the
+	// counters are read after it.
+	err := r.sampler.Stop()
+	if r.hooks.afterStop != nil {
+		r.hooks.afterStop()
+	}
+	err = errors.Join(err, r.sampler.Flush())
 	done := make(chan struct{})
 	go func() { r.wg.Wait(); close(done) }()
+	stopped := true
 	select {
 	case <-done:
 	case <-ctx.Done():
+		stopped = false
 		err = errors.Join(err, fmt.Errorf("waiting for the pipeline to stop: %w", ctx.Err()))
 	}
-	counters, _ := r.sampler.Counters()
-	r.set.Logger.Info("ebpfprof receiver stopped", r.counts.logFields(counters.DroppedRingbuf)...)
+	// The same counters the self-metrics read, read after the drain.
+	counters, cerr := r.sampler.Counters()
+	if cerr != nil {
+		log.Error("shutdown summary without the sampler's counters", zap.Error(cerr))
+		err = errors.Join(err, cerr)
+	}
+	fields := r.counts.logFields(counters, stopped)
+	if !stopped {
+		log.Warn("pipeline did not stop before the shutdown deadline: samples not yet exported are counted as samples_dropped_shutdown_timeout",
+			zap.Error(ctx.Err()))
+	}
+	log.Info("ebpfprof receiver stopped", fields...)
 	if r.telemetry != nil {
 		r.telemetry.Shutdown()
 	}
+	err = errors.Join(err, r.sampler.Close(), r.unwindTables.Close())
 	if r.symbolizer != nil {
 		err = errors.Join(err, r.symbolizer.Close())
 	}

@@ -8,17 +8,21 @@ import (
 	"time"
 
 	"go.opentelemetry.io/collector/component/componenttest"
+	"go.opentelemetry.io/collector/consumer/consumertest"
 	"go.opentelemetry.io/collector/consumer/xconsumer"
 	"go.opentelemetry.io/collector/pdata/pprofile"
 	"go.opentelemetry.io/collector/receiver/receivertest"
+	"go.opentelemetry.io/otel/attribute"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest/observer"
 
+	"github.com/bpfcol/bpfcol/internal/bpf/profiler"
 	"github.com/bpfcol/bpfcol/internal/pprofiletest"
 	"github.com/bpfcol/bpfcol/internal/testenv"
 	"github.com/bpfcol/bpfcol/internal/testworkload"
 	"github.com/bpfcol/bpfcol/receiver/ebpfprofreceiver/internal/metadata"
+	"github.com/bpfcol/bpfcol/receiver/ebpfprofreceiver/internal/metadatatest"
 )
 
 // TestShutdownLogAddsUp profiles a CPU-bound workload into a consumer that
@@ -59,6 +63,12 @@ func TestShutdownLogAddsUp(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	var atStop profiler.Counters
+	r.hooks.afterStop = func() {
+		if atStop, err = r.sampler.Counters(); err != nil {
+			t.Errorf("sampler counters once stopped: %v", err)
+		}
+	}
 	if err := r.Start(context.Background(), componenttest.NewNopHost()); err != nil {
 		t.Fatal(err)
 	}
@@ -68,22 +78,8 @@ func TestShutdownLogAddsUp(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	stopped := logs.FilterMessage("ebpfprof receiver stopped").All()
-	if len(stopped) != 1 {
-		t.Fatalf("%d shutdown log entries, want 1", len(stopped))
-	}
-	f := stopped[0].ContextMap()
-	num := func(key string) int64 {
-		t.Helper()
-		switch v := f[key].(type) {
-		case int64:
-			return v
-		case uint64:
-			return int64(v)
-		}
-		t.Fatalf("shutdown log has no %s: %v", key, f)
-		return 0
-	}
+	f := shutdownLog(t, logs)
+	num := func(key string) int64 { t.Helper(); return logNum(t, f, key) }
 	read, exported, dropped := num("samples_read"), num("samples_exported"), num("samples_dropped")
 	reasons := num("samples_dropped_queue") + num("samples_dropped_stacks_full") +
 		num("samples_dropped_batch_queue") + num("samples_refused_downstream")
@@ -97,6 +93,18 @@ func TestShutdownLogAddsUp(t *testing.T) {
 	if read != exported+dropped {
 		t.Errorf("samples_read %d != samples_exported %d + samples_dropped %d", read, exported, dropped)
 	}
+	// Every sample the BPF program recorded was read, the ones still in
+	// the ringbuf at stop included, and the log shows the sampler's own
+	// counters as they were once sampling stopped.
+	if taken := num("samples_taken"); read != taken || taken != int64(atStop.Samples) {
+		t.Errorf("samples_read %d, samples_taken %d, the sampler recorded %d", read, taken, atStop.Samples)
+	}
+	if rb := num("samples_dropped_ringbuf"); rb != int64(atStop.DroppedRingbuf) {
+		t.Errorf("samples_dropped_ringbuf %d, the sampler counted %d", rb, atStop.DroppedRingbuf)
+	}
+	if n := num("samples_dropped_shutdown_timeout"); n != 0 {
+		t.Errorf("samples_dropped_shutdown_timeout %d without a shutdown deadline", n)
+	}
 	mu.Lock()
 	defer mu.Unlock()
 	if calls < 2 || num("samples_refused_downstream") == 0 {
@@ -107,5 +115,173 @@ func TestShutdownLogAddsUp(t *testing.T) {
 	}
 	if int64(records) >= accepted {
 		t.Errorf("%d records for %d samples: the workload's identical stacks were not aggregated, the test proves nothing", records, accepted)
+	}
+}
+
+// shutdownLog returns the fields of the one "ebpfprof receiver stopped" entry.
+func shutdownLog(t *testing.T, logs *observer.ObservedLogs) map[string]any {
+	t.Helper()
+	stopped := logs.FilterMessage("ebpfprof receiver stopped").All()
+	if len(stopped) != 1 {
+		t.Fatalf("%d shutdown log entries, want 1", len(stopped))
+	}
+	return stopped[0].ContextMap()
+}
+
+func logNum(t *testing.T, f map[string]any, key string) int64 {
+	t.Helper()
+	switch v := f[key].(type) {
+	case int64:
+		return v
+	case uint64:
+		return int64(v)
+	}
+	t.Fatalf("shutdown log has no %s: %v", key, f)
+	return 0
+}
+
+// TestShutdownLogCountsRingbufDrops reproduces a frozen collector: the
+// drain is held back while busy workloads fill a 64 KiB ringbuf at
+// 1000 Hz, so the BPF program drops samples. The shutdown log must report
+// the drops the self-metric reports, and every sample left in the ringbuf
+// at stop must be read and delivered.
+func TestShutdownLogCountsRingbufDrops(t *testing.T) {
+	testenv.RequireBPF(t)
+	tt := componenttest.NewTelemetry()
+	defer func() { _ = tt.Shutdown(context.Background()) }()
+	core, logs := observer.New(zapcore.InfoLevel)
+	set := metadatatest.NewSettings(tt)
+	set.Logger = zap.New(core)
+	cfg := createDefaultConfig().(*Config)
+	cfg.SamplingFrequency = 1000
+	cfg.ReportInterval = 300 * time.Millisecond
+	sink := new(consumertest.ProfilesSink)
+	r, err := newProfilesReceiver(set, cfg, sink)
+	if err != nil {
+		t.Fatal(err)
+	}
+	held := make(chan struct{})
+	r.hooks.ringBufferBytes = 64 << 10
+	r.hooks.drainStart = held
+	scrape := func() (taken, ringbufDrops int64) {
+		t.Helper()
+		taken = point(t, metricPoints(t, tt, "otelcol_ebpfprof_samples_taken"), "samples_taken")
+		ringbufDrops = point(t, metricPoints(t, tt, "otelcol_ebpfprof_samples_dropped"), "samples_dropped",
+			attribute.String("reason", "ringbuf_full"))
+		return taken, ringbufDrops
+	}
+	var takenAtStop, dropsAtStop int64
+	r.hooks.afterStop = func() {
+		// Sampling stopped with the ringbuf full; the metrics are still
+		// registered. Then let the drain read what is left.
+		takenAtStop, dropsAtStop = scrape()
+		close(held)
+	}
+	if err := r.Start(context.Background(), componenttest.NewNopHost()); err != nil {
+		t.Fatal(err)
+	}
+	hog := testworkload.BuildC(t, "cpuhog.c", testworkload.CPUHogFlags()...)
+	for range r.sampler.CPUs() {
+		testworkload.Start(t, hog)
+	}
+	time.Sleep(1500 * time.Millisecond)
+	_, dropsRunning := scrape()
+	if dropsRunning == 0 {
+		t.Fatal("no ringbuf drops while the drain was held: the test reproduces nothing")
+	}
+	if err := r.Shutdown(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+
+	f := shutdownLog(t, logs)
+	num := func(key string) int64 { t.Helper(); return logNum(t, f, key) }
+	t.Logf("ringbuf drops scraped while running %d, at stop %d; shutdown log: %v", dropsRunning, dropsAtStop, f)
+	if rb := num("samples_dropped_ringbuf"); rb < dropsRunning || rb != dropsAtStop {
+		t.Errorf("shutdown log samples_dropped_ringbuf %d; the metric said %d while running and %d at stop", rb, dropsRunning, dropsAtStop)
+	}
+	read, taken := num("samples_read"), num("samples_taken")
+	if taken != takenAtStop || read != taken {
+		t.Errorf("samples_read %d, samples_taken %d, the metric said %d taken at stop: samples left in the ringbuf were not read", read, taken, takenAtStop)
+	}
+	if read == 0 {
+		t.Fatal("no sample read: the samples left in the ringbuf at stop were lost")
+	}
+	exported, dropped := num("samples_exported"), num("samples_dropped")
+	if read != exported+dropped {
+		t.Errorf("samples_read %d != samples_exported %d + samples_dropped %d", read, exported, dropped)
+	}
+	var delivered int64
+	for _, p := range sink.AllProfiles() {
+		for _, s := range pprofiletest.Samples(p) {
+			delivered += s.Count
+		}
+	}
+	if delivered != exported {
+		t.Errorf("the consumer got %d samples, the log says %d exported", delivered, exported)
+	}
+}
+
+// TestShutdownDeadlineCountsUndelivered blocks the consumer, so the pipeline
+// cannot finish before Shutdown's deadline: Shutdown must say so, and the
+// samples read but not delivered must be counted as dropped at shutdown.
+func TestShutdownDeadlineCountsUndelivered(t *testing.T) {
+	testenv.RequireBPF(t)
+	entered, release := make(chan struct{}), make(chan struct{})
+	var once, releaseOnce sync.Once
+	unblock := func() { releaseOnce.Do(func() { close(release) }) }
+	defer unblock()
+	next, err := xconsumer.NewProfiles(func(context.Context, pprofile.Profiles) error {
+		once.Do(func() { close(entered) })
+		<-release
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	core, logs := observer.New(zapcore.InfoLevel)
+	set := receivertest.NewNopSettings(metadata.Type)
+	set.Logger = zap.New(core)
+	cfg := createDefaultConfig().(*Config)
+	cfg.SamplingFrequency = 199
+	cfg.ReportInterval = 200 * time.Millisecond
+	r, err := newProfilesReceiver(set, cfg, next)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Start(context.Background(), componenttest.NewNopHost()); err != nil {
+		t.Fatal(err)
+	}
+	testworkload.Start(t, testworkload.BuildC(t, "cpuhog.c", testworkload.CPUHogFlags()...))
+	select {
+	case <-entered:
+	case <-time.After(60 * time.Second):
+		t.Fatal("no profiles offered to the consumer in 60s")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+	defer cancel()
+	err = r.Shutdown(ctx)
+	unblock()
+	r.wg.Wait() // the pipeline ends once the consumer returns
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("Shutdown with a blocked consumer: %v, want the deadline exceeded", err)
+	}
+	if n := logs.FilterMessageSnippet("did not stop before the shutdown deadline").Len(); n != 1 {
+		t.Errorf("%d log lines say the pipeline did not stop in time, want 1", n)
+	}
+	f := shutdownLog(t, logs)
+	num := func(key string) int64 { t.Helper(); return logNum(t, f, key) }
+	t.Logf("shutdown log: %v", f)
+	read, exported, dropped := num("samples_read"), num("samples_exported"), num("samples_dropped")
+	undelivered := num("samples_dropped_shutdown_timeout")
+	if undelivered == 0 {
+		t.Error("samples_dropped_shutdown_timeout 0 while the consumer held a batch")
+	}
+	reasons := num("samples_dropped_queue") + num("samples_dropped_stacks_full") +
+		num("samples_dropped_batch_queue") + num("samples_refused_downstream") + undelivered
+	if dropped != reasons {
+		t.Errorf("samples_dropped %d is not the sum of its reasons, %d", dropped, reasons)
+	}
+	if read != exported+dropped {
+		t.Errorf("samples_read %d != samples_exported %d + samples_dropped %d", read, exported, dropped)
 	}
 }

@@ -37,6 +37,12 @@ type Config struct {
 	// ErrorMode decides whether a receiver that cannot start (no BPF on
 	// this node) stops the collector (propagate) or is left out (ignore).
 	ErrorMode errormode.Mode `mapstructure:"error_mode"`
+	// Retain bounds the binaries matched by file_match that stay attached
+	// after their last process exited, so that their next exec is covered
+	// from its first instruction.
+	Retain RetainConfig `mapstructure:"retain"`
+	// Batch bounds the log requests handed to the pipeline.
+	Batch BatchConfig `mapstructure:"batch"`
 
 	// prevent unkeyed literal initialization
 	_ struct{}
@@ -77,10 +83,7 @@ var (
 // Unmarshal decodes conf into c, refusing a fraction in an integer field
 // (pids: [12.5]), which the decoder would truncate.
 func (c *Config) Unmarshal(conf *confmap.Conf) error {
-	if err := confcheck.Integers(conf, c); err != nil {
-		return err
-	}
-	return conf.Unmarshal(c)
+	return confcheck.Unmarshal(conf, c)
 }
 
 // pidMaxFile holds the largest process id plus one; defaultPIDMax is the
@@ -159,8 +162,43 @@ func (c *Config) logMissingBinaries(logger *zap.Logger) {
 	}
 }
 
+// RetainConfig bounds the attached binaries no process runs now. Binaries
+// named by binary: are attached from start and never count here.
+type RetainConfig struct {
+	// MaxBinaries is how many are kept, the longest idle detached first;
+	// 0 detaches a binary when its last process exits.
+	MaxBinaries int `mapstructure:"max_binaries"`
+	// MaxAge detaches a binary idle for longer.
+	MaxAge time.Duration `mapstructure:"max_age"`
+}
+
+// BatchConfig bounds one export request: the records of a drain go out
+// together once MaxRecords are waiting or the first waited Timeout. Zero
+// values take the defaults.
+type BatchConfig struct {
+	// MaxRecords bounds the log records of one request.
+	MaxRecords int `mapstructure:"max_records"`
+	// Timeout bounds how long a record waits for its batch.
+	Timeout time.Duration `mapstructure:"timeout"`
+}
+
+// Defaults and bounds of Retain and Batch.
+const (
+	defaultRetainBinaries = 256
+	defaultRetainAge      = time.Hour
+	defaultBatchRecords   = 4096
+	defaultBatchTimeout   = 200 * time.Millisecond
+	maxBatchRecords       = 1 << 16
+	minBatchTimeout       = time.Millisecond
+	maxBatchTimeout       = time.Minute
+)
+
 func createDefaultConfig() component.Config {
-	return &Config{ErrorMode: errormode.Propagate}
+	return &Config{
+		ErrorMode: errormode.Propagate,
+		Retain:    RetainConfig{MaxBinaries: defaultRetainBinaries, MaxAge: defaultRetainAge},
+		Batch:     BatchConfig{MaxRecords: defaultBatchRecords, Timeout: defaultBatchTimeout},
+	}
 }
 
 // Validate checks every field and names the one that is wrong.
@@ -234,7 +272,38 @@ func (c *Config) Validate() error {
 			}
 		}
 	}
+	errs = append(errs, c.validateRetainBatch()...)
 	return errors.Join(errs...)
+}
+
+// validateRetainBatch checks the retain and batch sections.
+func (c *Config) validateRetainBatch() []error {
+	var errs []error
+	if c.Retain.MaxBinaries < 0 || c.Retain.MaxBinaries > maxBinaries {
+		errs = append(errs, fmt.Errorf("retain.max_binaries: %d is outside [0, %d]", c.Retain.MaxBinaries, maxBinaries))
+	}
+	if c.Retain.MaxAge < 0 {
+		errs = append(errs, fmt.Errorf("retain.max_age: %s is negative", c.Retain.MaxAge))
+	}
+	if c.Batch.MaxRecords < 0 || c.Batch.MaxRecords > maxBatchRecords {
+		errs = append(errs, fmt.Errorf("batch.max_records: %d is outside [1, %d] (0: %d)", c.Batch.MaxRecords, maxBatchRecords, defaultBatchRecords))
+	}
+	if c.Batch.Timeout != 0 && (c.Batch.Timeout < minBatchTimeout || c.Batch.Timeout > maxBatchTimeout) {
+		errs = append(errs, fmt.Errorf("batch.timeout: %s is outside [%s, %s]", c.Batch.Timeout, minBatchTimeout, maxBatchTimeout))
+	}
+	return errs
+}
+
+// batch returns Batch with zero fields set to their defaults.
+func (c *Config) batch() BatchConfig {
+	b := c.Batch
+	if b.MaxRecords == 0 {
+		b.MaxRecords = defaultBatchRecords
+	}
+	if b.Timeout == 0 {
+		b.Timeout = defaultBatchTimeout
+	}
+	return b
 }
 
 // exit returns the probe's exit, "return" when unset.

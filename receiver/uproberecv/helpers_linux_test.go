@@ -17,7 +17,9 @@ import (
 	"go.opentelemetry.io/collector/consumer/consumertest"
 	"go.opentelemetry.io/collector/pdata/pcommon"
 	"go.opentelemetry.io/collector/receiver/receivertest"
+	"go.uber.org/zap/zaptest"
 
+	"github.com/bpfcol/bpfcol/internal/conventions"
 	"github.com/bpfcol/bpfcol/internal/process"
 	"github.com/bpfcol/bpfcol/internal/testenv"
 	"github.com/bpfcol/bpfcol/receiver/uproberecv/internal/metadata"
@@ -43,9 +45,9 @@ func flatten(sink *consumertest.LogsSink) []scopeLog {
 		for i := 0; i < logs.ResourceLogs().Len(); i++ {
 			rl := logs.ResourceLogs().At(i)
 			res := rl.Resource().Attributes()
-			pid, _ := res.Get(attrProcessPID)
-			path, _ := res.Get(attrExecutablePath)
-			name, _ := res.Get(attrExecutableName)
+			pid, _ := res.Get(conventions.ProcessPID)
+			path, _ := res.Get(conventions.ProcessExecutablePath)
+			name, _ := res.Get(conventions.ProcessExecutableName)
 			for j := 0; j < rl.ScopeLogs().Len(); j++ {
 				recs := rl.ScopeLogs().At(j).LogRecords()
 				for k := 0; k < recs.Len(); k++ {
@@ -53,18 +55,18 @@ func flatten(sink *consumertest.LogsSink) []scopeLog {
 					a := lr.Attributes()
 					get := func(key string) pcommon.Value { v, _ := a.Get(key); return v }
 					out = append(out, scopeLog{
-						probe:      get(attrProbeID).Str(),
+						probe:      get(conventions.ProbeID).Str(),
 						body:       lr.Body().Str(),
 						pid:        pid.Int(),
-						tid:        get(attrThreadID).Int(),
-						durationNs: get(attrDurationNs).Int(),
-						startUnix:  get(attrStartUnixNs).Int(),
-						endUnix:    get(attrEndUnixNs).Int(),
+						tid:        get(conventions.ThreadID).Int(),
+						durationNs: get(conventions.DurationNs).Int(),
+						startUnix:  get(conventions.StartTimeUnixNano).Int(),
+						endUnix:    get(conventions.EndTimeUnixNano).Int(),
 						timestamp:  lr.Timestamp(),
 						observed:   lr.ObservedTimestamp(),
-						nested:     get(attrNestedCalls).Int(),
-						isMain:     get(attrIsMainThread).Bool(),
-						threadName: get(attrThreadName).Str(),
+						nested:     get(conventions.NestedCalls).Int(),
+						isMain:     get(conventions.IsMainThread).Bool(),
+						threadName: get(conventions.ThreadName).Str(),
 						exePath:    path.Str(),
 						exeName:    name.Str(),
 					})
@@ -96,6 +98,10 @@ func startReceiverWithTelemetry(t testing.TB, cfg *Config, opts options) (*logsR
 	t.Cleanup(func() { _ = tel.Shutdown(context.Background()) })
 	set := receivertest.NewNopSettings(metadata.Type)
 	set.TelemetrySettings = tel.NewTelemetrySettings()
+	if os.Getenv("BPFCOL_TEST_LOG") != "" {
+		// The receiver's log, to see why a test fails.
+		set.Logger = zaptest.NewLogger(t)
+	}
 	r, err := newLogsReceiver(set, cfg, sink)
 	if err != nil {
 		t.Fatal(err)

@@ -6,41 +6,35 @@ import (
 
 	"github.com/bpfcol/bpfcol/internal/bpf/scopeprobe"
 	"github.com/bpfcol/bpfcol/internal/conventions"
+	"github.com/bpfcol/bpfcol/internal/ktime"
+	"github.com/bpfcol/bpfcol/internal/process"
 )
 
-// Attribute keys of a scope record.
-const (
-	attrProbeID      = conventions.ProbeID
-	attrDurationNs   = conventions.DurationNs
-	attrStartUnixNs  = conventions.StartTimeUnixNano
-	attrEndUnixNs    = conventions.EndTimeUnixNano
-	attrThreadID     = conventions.ThreadID
-	attrThreadName   = conventions.ThreadName
-	attrIsMainThread = conventions.IsMainThread
-	attrNestedCalls  = conventions.NestedCalls
-
-	attrProcessPID       = conventions.ProcessPID
-	attrExecutablePath   = conventions.ProcessExecutablePath
-	attrExecutableName   = conventions.ProcessExecutableName
-	attrContainerID      = conventions.ContainerID
-	recordAttributeCount = 8
-)
+// recordAttributeCount is how many attributes a scope record has.
+const recordAttributeCount = 8
 
 // logBuilder groups records by process into one plog.Logs.
 type logBuilder struct {
 	scopeName    string
 	scopeVersion string
 	probeIDs     []string
-	clock        *ktimeClock
-	infos        *processInfos
+	clock        *ktime.Clock
+	infos        *process.InfoCache
 
-	logs    plog.Logs
-	byPID   map[uint32]plog.LogRecordSlice
-	records int
+	logs  plog.Logs
+	byPID map[uint32]plog.LogRecordSlice
+	// resources are the batch's resources by pid, described at take: the
+	// exec event naming a process may be handled after its first records
+	// were read.
+	resources map[uint32]pcommon.Map
+	records   int
+	// heldBack are the processes whose records waited one batch for their
+	// exec event: they go out with the next batch, described or not.
+	heldBack map[uint32]bool
 }
 
-func newLogBuilder(scopeName, scopeVersion string, probeIDs []string, clock *ktimeClock, infos *processInfos) *logBuilder {
-	b := &logBuilder{scopeName: scopeName, scopeVersion: scopeVersion, probeIDs: probeIDs, clock: clock, infos: infos}
+func newLogBuilder(scopeName, scopeVersion string, probeIDs []string, clock *ktime.Clock, infos *process.InfoCache) *logBuilder {
+	b := &logBuilder{scopeName: scopeName, scopeVersion: scopeVersion, probeIDs: probeIDs, clock: clock, infos: infos, heldBack: map[uint32]bool{}}
 	b.reset()
 	return b
 }
@@ -48,6 +42,7 @@ func newLogBuilder(scopeName, scopeVersion string, probeIDs []string, clock *kti
 func (b *logBuilder) reset() {
 	b.logs = plog.NewLogs()
 	b.byPID = map[uint32]plog.LogRecordSlice{}
+	b.resources = map[uint32]pcommon.Map{}
 	b.records = 0
 }
 
@@ -57,15 +52,8 @@ func (b *logBuilder) add(r *scopeprobe.Record, observed pcommon.Timestamp) {
 	if !ok {
 		rl := b.logs.ResourceLogs().AppendEmpty()
 		res := rl.Resource().Attributes()
-		res.PutInt(attrProcessPID, int64(r.PID))
-		info := b.infos.lookup(int(r.PID))
-		if info.exePath != "" {
-			res.PutStr(attrExecutablePath, info.exePath)
-			res.PutStr(attrExecutableName, info.exeName)
-		}
-		if info.containerID != "" {
-			res.PutStr(attrContainerID, info.containerID)
-		}
+		res.PutInt(conventions.ProcessPID, int64(r.PID))
+		b.resources[r.PID] = res
 		sl := rl.ScopeLogs().AppendEmpty()
 		sl.Scope().SetName(b.scopeName)
 		sl.Scope().SetVersion(b.scopeVersion)
@@ -76,27 +64,67 @@ func (b *logBuilder) add(r *scopeprobe.Record, observed pcommon.Timestamp) {
 	if int(r.ProbeID) < len(b.probeIDs) {
 		id = b.probeIDs[r.ProbeID]
 	}
-	start, end := b.clock.unixNanos(r.StartNs), b.clock.unixNanos(r.EndNs)
+	start, end := b.clock.UnixNanos(r.StartNs), b.clock.UnixNanos(r.EndNs)
 	lr := records.AppendEmpty()
 	lr.Body().SetStr(id)
 	lr.SetTimestamp(pcommon.Timestamp(end))
 	lr.SetObservedTimestamp(observed)
 	attrs := lr.Attributes()
 	attrs.EnsureCapacity(recordAttributeCount)
-	attrs.PutStr(attrProbeID, id)
-	attrs.PutInt(attrDurationNs, int64(r.EndNs-r.StartNs))
-	attrs.PutInt(attrStartUnixNs, start)
-	attrs.PutInt(attrEndUnixNs, end)
-	attrs.PutInt(attrThreadID, int64(r.TID))
-	attrs.PutStr(attrThreadName, r.Comm)
-	attrs.PutBool(attrIsMainThread, r.MainThread)
-	attrs.PutInt(attrNestedCalls, int64(r.Nested))
+	attrs.PutStr(conventions.ProbeID, id)
+	attrs.PutInt(conventions.DurationNs, int64(r.EndNs-r.StartNs))
+	attrs.PutInt(conventions.StartTimeUnixNano, start)
+	attrs.PutInt(conventions.EndTimeUnixNano, end)
+	attrs.PutInt(conventions.ThreadID, int64(r.TID))
+	attrs.PutStr(conventions.ThreadName, r.Comm)
+	attrs.PutBool(conventions.IsMainThread, r.MainThread)
+	attrs.PutInt(conventions.NestedCalls, int64(r.Nested))
 	b.records++
 }
 
-// take returns the built logs and starts a new batch.
-func (b *logBuilder) take() (plog.Logs, int) {
+// take returns the built logs and starts a new batch. The exec event that
+// describes a process is handled on another goroutine and can come after
+// the process's first records (a short process is gone by then, so /proc
+// cannot tell): the records of a process not yet described wait for the
+// next batch, once, unless this batch is the last.
+func (b *logBuilder) take(last bool) (plog.Logs, int) {
+	wait := map[uint32]bool{}
+	for pid, res := range b.resources {
+		info := b.infos.Lookup(int(pid))
+		if info.ExePath == "" && !last && !b.heldBack[pid] {
+			wait[pid] = true
+			continue
+		}
+		delete(b.heldBack, pid)
+		if info.ExePath != "" {
+			res.PutStr(conventions.ProcessExecutablePath, info.ExePath)
+			res.PutStr(conventions.ProcessExecutableName, info.ExeName)
+		}
+		if info.ContainerID != "" {
+			res.PutStr(conventions.ContainerID, info.ContainerID)
+		}
+	}
 	logs, n := b.logs, b.records
+	waiting := b.byPID
 	b.reset()
+	if len(wait) == 0 {
+		return logs, n
+	}
+	logs.ResourceLogs().RemoveIf(func(rl plog.ResourceLogs) bool {
+		pidValue, _ := rl.Resource().Attributes().Get(conventions.ProcessPID)
+		pid := uint32(pidValue.Int())
+		if !wait[pid] {
+			return false
+		}
+		held := b.logs.ResourceLogs().AppendEmpty()
+		rl.MoveTo(held)
+		records := waiting[pid].Len()
+		b.byPID[pid] = held.ScopeLogs().At(0).LogRecords()
+		b.resources[pid] = held.Resource().Attributes()
+		b.heldBack[pid] = true
+		b.records += records
+		n -= records
+		return true
+	})
 	return logs, n
 }

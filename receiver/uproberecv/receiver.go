@@ -19,19 +19,19 @@ import (
 	"github.com/bpfcol/bpfcol/internal/bpf/scopeprobe"
 	"github.com/bpfcol/bpfcol/internal/ktime"
 	"github.com/bpfcol/bpfcol/internal/negcache"
+	"github.com/bpfcol/bpfcol/internal/process"
 	"github.com/bpfcol/bpfcol/receiver/uproberecv/internal/metadata"
 )
 
 const (
-	// maxBatchRecords bounds one ConsumeLogs call.
-	maxBatchRecords = 4096
-	// flushInterval bounds how long a record waits for its batch to fill.
-	flushInterval = 200 * time.Millisecond
 	// pollInterval bounds how long a record waits in the ringbuf: records
 	// wake the reader only in bulk (wakeupBytes), so it also reads on a timer.
 	pollInterval = 50 * time.Millisecond
-	// clockRefreshInterval is how often the ktime to Unix offset is measured.
+	// clockRefreshInterval is how often the ktime to Unix offset is
+	// measured, and retained binaries and exited processes swept.
 	clockRefreshInterval = 10 * time.Second
+	// maxProcessInfos bounds the per-process resource cache.
+	maxProcessInfos = 8192
 	// ringBufferBytes holds about 50k records: a quarter second at the
 	// throughput goal, enough to ride out a slow consumer.
 	ringBufferBytes = 4 << 20
@@ -49,13 +49,6 @@ type options struct {
 	loadFiller bool
 }
 
-// ktimeClock is the clock logBuilder converts record times with: only an
-// adapter that keeps logBuilder's signature, which is being reworked in
-// parallel; logBuilder can take a *ktime.Clock directly.
-type ktimeClock struct{ ktime.Clock }
-
-func (c *ktimeClock) unixNanos(t uint64) int64 { return c.UnixNanos(t) }
-
 // logsReceiver turns scope records into log records.
 type logsReceiver struct {
 	set     receiver.Settings
@@ -67,8 +60,8 @@ type logsReceiver struct {
 	probes  *scopeprobe.Probes
 	watcher *procwatch.Watcher
 	tracker *tracker
-	clock   ktimeClock
-	infos   *processInfos
+	clock   *ktime.Clock
+	infos   *process.InfoCache
 
 	wg        sync.WaitGroup
 	stop      chan struct{}
@@ -77,6 +70,7 @@ type logsReceiver struct {
 	// Counts since start, logged at shutdown.
 	read        atomic.Int64
 	exported    atomic.Int64
+	requests    atomic.Int64
 	refused     atomic.Int64
 	eventsRead  atomic.Int64
 	firstRecord atomic.Bool
@@ -133,34 +127,59 @@ func (r *logsReceiver) start(_ context.Context, _ component.Host) (err error) {
 	if err != nil {
 		return fmt.Errorf("starting uprobe receiver: %w", err)
 	}
-	r.clock.Refresh()
-	r.infos = newProcessInfos()
+	for i, p := range r.cfg.Probes {
+		// A binary: probe loads its programs attaching at start; a
+		// file_match one would on the first exec of its binary, which
+		// then runs unprobed meanwhile.
+		if p.FileMatch != "" {
+			if err := r.probes.Prepare(uint32(i), false); err != nil {
+				return fmt.Errorf("starting uprobe receiver: %w", err)
+			}
+		}
+	}
+	r.clock = ktime.New()
+	r.infos = process.NewInfoCache(maxProcessInfos)
 	var negative *negcache.Files
 	if !r.opts.noNegativeCache {
 		negative = negcache.NewFiles(negativeTTL, maxNegative)
 	}
-	if r.tracker, err = newTracker(r.set.Logger, r.cfg.Probes, probesAttacher{r.probes}, negative, r.infos); err != nil {
-		return fmt.Errorf("starting uprobe receiver: %w", err)
-	}
 	// Watch before scanning, so a process started during the scan is not
-	// missed; one seen twice is harmless.
-	if r.watcher, err = procwatch.New(); err != nil {
+	// missed; one seen twice is harmless. Mappings are watched only for
+	// file_match probes: a binary: probe is attached by path from the
+	// start, and covers libraries loaded late by itself.
+	watchOpts := procwatch.Options{NoMappings: !r.anyFileMatch()}
+	if r.watcher, err = procwatch.New(watchOpts); err != nil {
 		return fmt.Errorf("starting uprobe receiver: %w", err)
 	}
-	r.stop = make(chan struct{})
-	builder := newLogBuilder(metadata.ScopeName, r.set.BuildInfo.Version, ids, &r.clock, r.infos)
-	r.wg.Add(3)
-	go r.drainRecords(builder)
-	go r.watchProcesses()
-	go r.refreshClock()
-	if err := r.tracker.scanAll(); err != nil {
+	if err := r.watcher.MappingsError(); err != nil && !watchOpts.NoMappings {
+		r.set.Logger.Warn("late libraries are noticed through a weaker hook",
+			zap.String("mappings", mappingsName(r.watcher.Mappings())), zap.Error(err))
+	}
+	r.tracker, err = newTracker(r.set.Logger, r.cfg.Probes, probesAttacher{r.probes}, negative, r.infos, trackerOptions{
+		retain:        r.cfg.Retain,
+		mappingEvents: r.watcher.Mappings() != procwatch.MappingsNone,
+		infoLinger:    max(time.Second, 2*r.cfg.batch().Timeout+pollInterval),
+	})
+	if err != nil {
 		return fmt.Errorf("starting uprobe receiver: %w", err)
 	}
 	if err := r.registerTelemetry(); err != nil {
 		r.set.Logger.Warn("self-metrics unavailable", zap.Error(err))
 	}
+	r.stop = make(chan struct{})
+	builder := newLogBuilder(metadata.ScopeName, r.set.BuildInfo.Version, ids, r.clock, r.infos)
+	r.wg.Add(3)
+	go r.drainRecords(builder)
+	go r.watchProcesses()
+	go r.refreshClock()
+	r.tracker.pinBinaries()
+	r.tracker.preattachCandidates()
+	if err := r.tracker.scanAll(); err != nil {
+		return fmt.Errorf("starting uprobe receiver: %w", err)
+	}
 	r.set.Logger.Info("uprobe receiver started",
 		zap.Strings("probes", ids),
+		zap.String("mappings", mappingsName(r.watcher.Mappings())),
 		zap.Int64("binaries_attached", r.tracker.stats.attached.Load()),
 		zap.Int64("processes_scanned", r.tracker.stats.scans.Load()),
 		zap.Duration("clock_offset_uncertainty", r.clock.Uncertainty()),
@@ -182,9 +201,14 @@ func (r *logsReceiver) watchProcesses() {
 		r.eventsRead.Add(1)
 		switch ev.Kind {
 		case procwatch.Exec:
-			r.tracker.exec(int(ev.PID), ev.Exe)
+			r.tracker.exec(int(ev.PID), ev.File, ev.Path, ev.KTime)
 		case procwatch.Exit:
 			r.tracker.exit(int(ev.PID))
+		case procwatch.MapExec:
+			// execve's own mappings are the Exec event's to scan.
+			if !ev.InExecve {
+				r.tracker.mapped(int(ev.PID), ev.File, ev.Path, ev.KTime)
+			}
 		}
 	}
 }
@@ -200,13 +224,16 @@ func (r *logsReceiver) refreshClock() {
 			return
 		case <-ticker.C:
 			r.clock.Refresh()
+			r.tracker.sweep()
 		}
 	}
 }
 
-// drainRecords reads records into batches, handing a batch on when it is
-// full or its first record waited flushInterval. Between batches it polls
-// every pollInterval for records that did not wake it.
+// drainRecords reads records into batches, handing a batch on as one
+// request when it holds batch.max_records or its first record waited
+// batch.timeout. Between batches it polls every pollInterval for records
+// that did not wake it. A slow consumer holds the loop: records wait in
+// the ringbuf meanwhile (drops counted) and the next request carries them.
 func (r *logsReceiver) drainRecords(b *logBuilder) {
 	defer r.wg.Done()
 	var rec scopeprobe.Record
@@ -220,35 +247,39 @@ func (r *logsReceiver) drainRecords(b *logBuilder) {
 			}
 			r.read.Add(1)
 			if b.records == 0 {
-				r.probes.SetDeadline(time.Now().Add(flushInterval))
+				r.probes.SetDeadline(time.Now().Add(r.cfg.batch().Timeout))
 			}
 			b.add(&rec, pcommon.NewTimestampFromTime(time.Now()))
-			if b.records >= maxBatchRecords {
-				r.flush(b)
+			if b.records >= r.cfg.batch().MaxRecords {
+				r.flush(b, false)
 			}
 		case errors.Is(err, scopeprobe.ErrDeadline):
-			r.flush(b)
+			r.flush(b, false)
 		case errors.Is(err, scopeprobe.ErrFlushed):
 			// Shutdown detached every uprobe and flushed: all records read.
-			r.flush(b)
+			r.flush(b, true)
 			return
 		case errors.Is(err, scopeprobe.ErrClosed):
-			r.flush(b)
+			r.flush(b, true)
 			return
 		default:
 			r.set.Logger.Error("reading scope records stopped", zap.Error(err))
-			r.flush(b)
+			r.flush(b, true)
 			return
 		}
 	}
 }
 
-func (r *logsReceiver) flush(b *logBuilder) {
+func (r *logsReceiver) flush(b *logBuilder, last bool) {
 	r.probes.SetDeadline(time.Now().Add(pollInterval))
 	if b.records == 0 {
 		return
 	}
-	logs, n := b.take()
+	logs, n := b.take(last)
+	if n == 0 {
+		return
+	}
+	r.requests.Add(1)
 	ctx := r.obsrecv.StartLogsOp(context.Background())
 	err := r.next.ConsumeLogs(ctx, logs)
 	r.obsrecv.EndLogsOp(ctx, "scope", n, err)
@@ -289,6 +320,7 @@ func (r *logsReceiver) Shutdown(ctx context.Context) error {
 	r.set.Logger.Info("uprobe receiver stopped",
 		zap.Int64("records_read", r.read.Load()),
 		zap.Int64("records_exported", r.exported.Load()),
+		zap.Int64("export_requests", r.requests.Load()),
 		zap.Int64("records_refused", r.refused.Load()),
 		zap.Uint64("records_lost_ringbuf", counters.LostRingbuf),
 		zap.Uint64("exits_without_entry", counters.ExitWithoutEntry),
@@ -300,10 +332,39 @@ func (r *logsReceiver) Shutdown(ctx context.Context) error {
 		zap.Int64("binaries_evaluated", st.evaluations.Load()),
 		zap.Int64("negative_cache_hits", st.negativeHits.Load()),
 		zap.Int64("execs_answered_from_event", st.quietExecs.Load()),
+		zap.Int64("known_failures_skipped", st.knownFailures.Load()),
+		zap.Int64("processes_exited_before_attach", st.exitedBeforeAttach.Load()),
+		zap.Duration("symbol_lookup_cpu", time.Duration(st.lookupCPUNanos.Load())),
+		latencyField(r.tracker.latency, triggerExec),
+		latencyField(r.tracker.latency, triggerMapping),
 		zap.Duration("clock_offset_uncertainty", r.clock.Uncertainty()),
 		zap.Duration("clock_offset_max_step", r.clock.MaxStep()))
 	r.probes = nil
 	return errors.Join(errs...)
+}
+
+// anyFileMatch reports whether a probe matches binaries by regex: only
+// those need mapping events.
+func (r *logsReceiver) anyFileMatch() bool {
+	for _, p := range r.cfg.Probes {
+		if p.FileMatch != "" {
+			return true
+		}
+	}
+	return false
+}
+
+func mappingsName(s procwatch.MappingSource) string {
+	if s == procwatch.MappingsNone {
+		return "none: libraries found by rescanning after exec"
+	}
+	return string(s)
+}
+
+// latencyField summarizes the attach latencies of trigger for a log line.
+func latencyField(l *latencies, trigger string) zap.Field {
+	n, p50, p99 := l.percentiles(trigger)
+	return zap.String("attach_latency_"+trigger, fmt.Sprintf("n=%d p50=%s p99=%s", n, p50, p99))
 }
 
 // closeAll frees what a failed Start created.

@@ -3,6 +3,8 @@ package uproberecv
 import (
 	"context"
 	"errors"
+	"sync/atomic"
+	"time"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
@@ -21,7 +23,30 @@ func (r *logsReceiver) registerTelemetry() error {
 	observe := func(o metric.Int64Observer, v int64, key, value string) {
 		o.Observe(v, metric.WithAttributes(attribute.String(key, value)))
 	}
+	r.tracker.latency.onRecord = func(trigger string, d time.Duration) {
+		tb.UprobeAttachLatency.Record(context.Background(), float64(d)/float64(time.Millisecond),
+			metric.WithAttributes(attribute.String("trigger", trigger)))
+	}
+	counter := func(v *atomic.Int64) metric.Int64Callback {
+		return func(_ context.Context, o metric.Int64Observer) error {
+			o.Observe(v.Load())
+			return nil
+		}
+	}
+	st := &r.tracker.stats
 	return errors.Join(
+		tb.RegisterUprobeExportRequestsCallback(counter(&r.requests)),
+		tb.RegisterUprobeKnownFailuresSkippedCallback(counter(&st.knownFailures)),
+		tb.RegisterUprobeProcessesExitedBeforeAttachCallback(counter(&st.exitedBeforeAttach)),
+		tb.RegisterUprobeSymbolLookupCPUTimeCallback(counter(&st.lookupCPUNanos)),
+		tb.RegisterUprobeExitsWithoutEntryCallback(func(_ context.Context, o metric.Int64Observer) error {
+			c, err := r.probes.Counters()
+			if err != nil {
+				return err
+			}
+			o.Observe(int64(c.ExitWithoutEntry))
+			return nil
+		}),
 		tb.RegisterUprobeBinariesAttachedCallback(func(_ context.Context, o metric.Int64Observer) error {
 			binaries, _ := r.tracker.attachedTotals()
 			o.Observe(int64(binaries))

@@ -1,9 +1,9 @@
 package uproberecv
 
 import (
-	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -13,10 +13,9 @@ import (
 
 	"go.uber.org/zap"
 
-	"github.com/bpfcol/bpfcol/internal/bpf/procwatch"
 	"github.com/bpfcol/bpfcol/internal/bpf/scopeprobe"
+	"github.com/bpfcol/bpfcol/internal/ktime"
 	"github.com/bpfcol/bpfcol/internal/negcache"
-	"github.com/bpfcol/bpfcol/internal/probesite"
 	"github.com/bpfcol/bpfcol/internal/process"
 )
 
@@ -26,13 +25,15 @@ const (
 	negativeTTL = 10 * time.Minute
 	// maxNegative bounds the negative cache.
 	maxNegative = 4096
-	// maxBinaries bounds the attached binaries; beyond it new ones are
-	// refused (and logged) rather than growing kernel state without end.
+	// maxBinaries bounds the attached binaries (held, retained and named by
+	// binary:); beyond it new ones are refused (and logged) rather than
+	// growing kernel state without end.
 	maxBinaries = 1024
 )
 
 // rescanDelays are when a dynamically linked process is scanned again
-// after exec: the tracepoint fires before ld.so maps the libraries.
+// after exec, when no mapping events tell of its libraries: the exec
+// tracepoint fires before ld.so maps them.
 var rescanDelays = []time.Duration{50 * time.Millisecond, 500 * time.Millisecond}
 
 // attacher puts uprobe sites on a binary; probesAttacher is the real one.
@@ -71,20 +72,33 @@ func (p *compiledProbe) matches(pid int, path string) bool {
 	if p.pids != nil && !p.pids[pid] {
 		return false
 	}
+	return p.matchesPath(path)
+}
+
+func (p *compiledProbe) matchesPath(path string) bool {
 	if p.match != nil {
 		return p.match.MatchString(path)
 	}
 	return path == p.cfg.Binary
 }
 
-// attachedBinary is one binary with uprobes on it, held by the processes
-// that map it.
+// attachedBinary is one binary with uprobes on it. Uprobes live on the
+// inode, so every process mapping it later is covered from its first
+// instruction: a binary stays attached while processes hold it, while a
+// binary: probe names it (pinned), and for a bounded time after its last
+// process exited (retained), until it changes or is evicted.
 type attachedBinary struct {
-	key         process.FileKey
+	key process.FileKey
+	// file is the identity evaluated; a mapping of the same key with
+	// another size or mtime is a changed file.
+	file        process.FileID
 	path        string
 	attachments []attachment
 	evaluated   map[uint32]bool // probes looked for, found or not
 	holders     map[int]struct{}
+	pinned      bool
+	// idleSince is when the last holder left; zero while held or pinned.
+	idleSince time.Time
 }
 
 // pendingBinary marks a binary being evaluated without the tracker's lock:
@@ -102,7 +116,8 @@ type pendingBinary struct {
 type trackerStats struct {
 	// scans counts /proc/PID/maps reads.
 	scans atomic.Int64
-	// evaluations counts binaries opened and parsed for symbols.
+	// evaluations counts binaries opened and parsed for symbols: once per
+	// file identity and set of probes, not per exec.
 	evaluations atomic.Int64
 	// negativeHits counts binaries skipped thanks to the negative cache.
 	negativeHits atomic.Int64
@@ -110,16 +125,39 @@ type trackerStats struct {
 	// executable known to have nothing to instrument. Each is also a
 	// negative hit.
 	quietExecs atomic.Int64
+	// knownFailures counts probes not planned or attached again because
+	// the binary or the kernel refused them before (see planCache).
+	knownFailures atomic.Int64
 	// attached and detached count binaries.
 	attached, detached atomic.Int64
+	// exitedBeforeAttach counts processes that exited before the binary
+	// they ran or mapped was attached: their calls until then are lost.
+	exitedBeforeAttach atomic.Int64
+	// lookupCPUNanos is the CPU time spent finding probed functions in
+	// binaries (symbol lookup and placement).
+	lookupCPUNanos atomic.Int64
 }
 
-// tracker discovers processes mapping matching binaries, attaches each
-// binary once and detaches it when the last process holding it exits.
+// trackerOptions are a tracker's knobs.
+type trackerOptions struct {
+	retain RetainConfig
+	// mappingEvents: MapExec events tell of libraries, so execs need no
+	// rescans.
+	mappingEvents bool
+	// infoLinger is how long the Info of an exited process is kept: one
+	// report interval and the poll that reads its last records.
+	infoLinger time.Duration
+	// now is the clock of retention and retries; time.Now when nil.
+	now func() time.Time
+}
+
+// tracker discovers processes mapping matching binaries and keeps the
+// binaries attached (see attachedBinary).
 type tracker struct {
 	logger   *zap.Logger
 	probes   []compiledProbe
 	attacher attacher
+	opts     trackerOptions
 	negative *negcache.Files // nil: every binary is evaluated afresh
 	// quiet holds statically linked executables the negative cache
 	// answered: such a process maps no other file at exec, so the exec
@@ -128,8 +166,14 @@ type tracker struct {
 	quiet *negcache.Files
 	// onePath: every probe names the same exact path (binary:).
 	onePath bool
-	infos   *processInfos
-	stats   trackerStats
+	infos   *process.InfoCache
+	plans   *planCache
+	// unmatched holds files no probe's path matches, so mapping events
+	// without a path do not read /proc/PID/maps for them again. nil when a
+	// probe's pids make matching depend on the process.
+	unmatched *negcache.Files
+	stats     trackerStats
+	latency   *latencies
 
 	// mu guards the maps below, never a file read, a parse or a syscall:
 	// binaries are evaluated and attached outside it (pending), and the
@@ -141,14 +185,30 @@ type tracker struct {
 	held     map[int]map[process.FileKey]struct{} // pid -> binaries it holds
 	execGen  map[int]uint64                       // pid -> exec generation, for rescans
 	timers   map[*time.Timer]struct{}
+	// exited are processes whose Info is kept for records read after
+	// their exit, oldest first.
+	exited []exitedProcess
 }
 
-func newTracker(logger *zap.Logger, cfgs []ProbeConfig, a attacher, negative *negcache.Files, infos *processInfos) (*tracker, error) {
+// exitedProcess is a process that exited at, whose Info is dropped a
+// report interval later.
+type exitedProcess struct {
+	pid int
+	at  time.Time
+}
+
+func newTracker(logger *zap.Logger, cfgs []ProbeConfig, a attacher, negative *negcache.Files, infos *process.InfoCache, opts trackerOptions) (*tracker, error) {
+	if opts.now == nil {
+		opts.now = time.Now
+	}
 	t := &tracker{
 		logger:   logger,
 		attacher: a,
+		opts:     opts,
 		negative: negative,
 		infos:    infos,
+		plans:    newPlanCache(maxPlans, opts.now),
+		latency:  newLatencies(),
 		binaries: map[process.FileKey]*attachedBinary{},
 		pending:  map[process.FileKey]*pendingBinary{},
 		held:     map[int]map[process.FileKey]struct{}{},
@@ -158,6 +218,7 @@ func newTracker(logger *zap.Logger, cfgs []ProbeConfig, a attacher, negative *ne
 	if negative != nil {
 		t.quiet = negcache.NewFiles(negativeTTL, maxNegative)
 	}
+	t.unmatched = negcache.NewFiles(negativeTTL, maxNegative)
 	t.onePath = true
 	for i, c := range cfgs {
 		p := compiledProbe{id: uint32(i), cfg: c}
@@ -172,6 +233,7 @@ func newTracker(logger *zap.Logger, cfgs []ProbeConfig, a attacher, negative *ne
 			t.onePath = false
 		}
 		if len(c.PIDs) > 0 {
+			t.unmatched = nil
 			p.pids = map[int]bool{}
 			for _, pid := range c.PIDs {
 				p.pids[pid] = true
@@ -180,6 +242,139 @@ func newTracker(logger *zap.Logger, cfgs []ProbeConfig, a attacher, negative *ne
 		t.probes = append(t.probes, p)
 	}
 	return t, nil
+}
+
+// pinBinaries attaches every binary a binary: probe names, by path,
+// whether or not a process runs it: uprobes live on the inode, so each
+// later exec is covered from its first instruction. A path that does not
+// exist yet is logged once and attached when a process maps it.
+func (t *tracker) pinBinaries() {
+	done := map[string]bool{}
+	for i := range t.probes {
+		path := t.probes[i].cfg.Binary
+		if path == "" || done[path] {
+			continue
+		}
+		done[path] = true
+		f, err := os.Open(path)
+		if err != nil {
+			t.logger.Warn("binary to probe is not there: it is attached when a process maps it", zap.String("path", path), zap.Error(err))
+			continue
+		}
+		file, err := process.StatFile(f)
+		f.Close()
+		if err != nil {
+			t.logger.Warn("binary to probe cannot be stated: it is attached when a process maps it", zap.String("path", path), zap.Error(err))
+			continue
+		}
+		var matched []*compiledProbe
+		for j := range t.probes {
+			// The pid filter is the BPF side's: the uprobes are on the
+			// inode for every process.
+			if t.probes[j].matchesPath(path) {
+				matched = append(matched, &t.probes[j])
+			}
+		}
+		tg := &target{path: path, attachPath: path, file: file, open: func() (*os.File, error) { return os.Open(path) }}
+		t.binary(0, tg, matched, 0, "")
+	}
+}
+
+// libraryDirs are where the dynamic loader finds libraries by default:
+// their files that a file_match probe matches are attached at start, so a
+// library loaded later (dlopen, Python extension modules) is covered from
+// its first instruction without waiting for its mapping to be seen.
+var libraryDirs = []string{"/lib/x86_64-linux-gnu", "/usr/lib/x86_64-linux-gnu", "/lib64", "/usr/lib64", "/lib", "/usr/lib", "/usr/local/lib"}
+
+// maxDirEntries bounds the entries read from one directory at start.
+const maxDirEntries = 20000
+
+// preattachCandidates attaches, at start, the files on disk a file_match
+// probe matches: those in the loader's default directories, and those in
+// the directory an anchored regex names literally ("^/opt/app/lib/..."). It
+// stops at retain.max_binaries files; like retained binaries they are kept
+// until they change or retention evicts them.
+func (t *tracker) preattachCandidates() {
+	if t.opts.retain.MaxBinaries <= 0 || t.opts.retain.MaxAge <= 0 {
+		return
+	}
+	dirs := map[string]bool{}
+	var ordered []string
+	add := func(d string) {
+		if d != "" && !dirs[d] {
+			dirs[d] = true
+			ordered = append(ordered, d)
+		}
+	}
+	wanted := false
+	for i := range t.probes {
+		p := &t.probes[i]
+		if p.match == nil || p.pids != nil {
+			continue
+		}
+		wanted = true
+		if strings.HasPrefix(p.cfg.FileMatch, "^") {
+			if prefix, _ := p.match.LiteralPrefix(); strings.HasPrefix(prefix, "/") {
+				add(filepath.Dir(prefix + "x"))
+			}
+		}
+	}
+	if !wanted {
+		return
+	}
+	for _, d := range libraryDirs {
+		add(d)
+	}
+	attached := 0
+	seen := map[process.FileKey]bool{}
+	for _, dir := range ordered {
+		f, err := os.Open(dir)
+		if err != nil {
+			continue
+		}
+		entries, _ := f.ReadDir(maxDirEntries)
+		f.Close()
+		for _, e := range entries {
+			// Symlinks are skipped: processes map, and /proc/PID/maps
+			// shows, the file they lead to, which is listed itself.
+			if !e.Type().IsRegular() {
+				continue
+			}
+			path := filepath.Join(dir, e.Name())
+			var matched []*compiledProbe
+			for j := range t.probes {
+				if p := &t.probes[j]; p.match != nil && p.pids == nil && p.match.MatchString(path) {
+					matched = append(matched, p)
+				}
+			}
+			if len(matched) == 0 {
+				continue
+			}
+			if attached >= t.opts.retain.MaxBinaries {
+				t.logger.Info("not attaching more files at start: retain.max_binaries reached", zap.String("path", path), zap.Int("limit", t.opts.retain.MaxBinaries))
+				return
+			}
+			fh, err := os.Open(path)
+			if err != nil {
+				continue
+			}
+			file, err := process.StatFile(fh)
+			fh.Close()
+			if err != nil || seen[file.FileKey] {
+				continue
+			}
+			seen[file.FileKey] = true
+			tg := &target{path: path, attachPath: path, file: file, open: func() (*os.File, error) { return os.Open(path) }}
+			t.binary(0, tg, matched, 0, "")
+			t.mu.Lock()
+			if b := t.binaries[file.FileKey]; b != nil && len(b.holders) == 0 && !b.pinned {
+				// Held by nobody: retained from now.
+				b.idleSince = t.opts.now()
+				attached++
+			}
+			t.mu.Unlock()
+		}
+	}
 }
 
 // scanAll scans every process in /proc.
@@ -194,13 +389,15 @@ func (t *tracker) scanAll() error {
 		if err != nil || pid == self {
 			continue
 		}
-		t.scan(pid)
+		t.scan(pid, 0, "")
 	}
 	return nil
 }
 
 // scanResult is what one scan of a process found.
 type scanResult struct {
+	// gone: the process's mappings could not be read.
+	gone bool
 	// dynamic: ld.so is mapped, so libraries may still come.
 	dynamic bool
 	// matched counts mapped files some probe matched; negative those of
@@ -221,40 +418,53 @@ func (r scanResult) complete(t *tracker, exe process.FileKey) bool {
 	return !r.dynamic || (t.onePath && r.matched == 1 && r.negativeKey == exe)
 }
 
-// exeFile converts an exec event's identity into the negative cache's.
-func exeFile(e procwatch.ExeFile) process.FileID {
-	return process.FileID{FileKey: process.FileKey{Dev: e.Dev, Ino: e.Ino}, Size: e.Size, ModTime: e.ModTime}
-}
-
 // exec handles a process that replaced its image with exe (Ino zero when
-// unknown): what it held is released, then it is scanned now and, when
-// dynamically linked, again after ld.so had time to map its libraries.
-func (t *tracker) exec(pid int, exe procwatch.ExeFile) {
+// unknown; path as execve resolved it, "" when unknown) at ktime: who it is
+// is noted first, what it held is released, then the executable is
+// attached straight from the event (a short process may be gone before
+// /proc could be read), the process scanned and, without mapping events,
+// scanned again after ld.so had time to map its libraries.
+func (t *tracker) exec(pid int, exe process.FileID, path string, at uint64) {
 	if pid == os.Getpid() {
 		return
+	}
+	// First: short processes are gone soon, and their records are read
+	// after that.
+	info := t.infos.Refresh(pid)
+	if info.ExePath == "" && filepath.IsAbs(path) {
+		info = process.Info{ExePath: path, ExeName: filepath.Base(path)}
+		t.infos.Put(pid, info)
 	}
 	t.mu.Lock()
 	if t.closed {
 		t.mu.Unlock()
 		return
 	}
-	t.releaseLocked(pid)
+	t.releaseLocked(pid, false)
 	t.execGen[pid]++
 	gen := t.execGen[pid]
 	t.mu.Unlock()
-	t.infos.forget(pid)
 
-	if t.quiet != nil && exe.Ino != 0 && t.quiet.Contains(exeFile(exe)) {
+	if t.quiet != nil && exe.Ino != 0 && t.quiet.Contains(exe) {
 		t.stats.quietExecs.Add(1)
 		t.stats.negativeHits.Add(1)
 		return
 	}
-	res := t.scan(pid)
-	complete := res.complete(t, exeFile(exe).FileKey)
-	if t.quiet != nil && exe.Ino != 0 && complete {
-		t.quiet.Add(exeFile(exe))
+	if known(exe) && filepath.IsAbs(path) {
+		if matched := t.matching(pid, path); len(matched) > 0 {
+			t.binary(pid, exeTarget(pid, path, exe), matched, at, triggerExec)
+		}
 	}
-	if !res.dynamic || complete {
+	res := t.scan(pid, at, triggerExec)
+	if res.gone {
+		t.lostExec(pid, exe, info)
+		return
+	}
+	complete := res.complete(t, exe.FileKey)
+	if t.quiet != nil && exe.Ino != 0 && complete {
+		t.quiet.Add(exe)
+	}
+	if !res.dynamic || complete || t.opts.mappingEvents {
 		return
 	}
 	for _, d := range rescanDelays {
@@ -271,7 +481,7 @@ func (t *tracker) exec(pid int, exe procwatch.ExeFile) {
 			current := !t.closed && t.execGen[pid] == gen
 			t.mu.Unlock()
 			if current {
-				t.scan(pid)
+				t.scan(pid, 0, "")
 			}
 		})
 		t.timers[timer] = struct{}{}
@@ -279,22 +489,144 @@ func (t *tracker) exec(pid int, exe procwatch.ExeFile) {
 	}
 }
 
-// exit releases everything the process held.
-func (t *tracker) exit(pid int) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	t.releaseLocked(pid)
-	delete(t.execGen, pid)
-}
-
-// releaseLocked drops pid from every binary it holds, detaching binaries
-// nobody holds any more, and from the evaluations under way for it.
-func (t *tracker) releaseLocked(pid int) {
-	for _, p := range t.pending {
-		if p.pid == pid {
-			p.released = true
+// lostExec counts a process gone before its mappings could be read, when
+// its executable needed attaching: one a probe matches, not attached, not
+// known to have nothing.
+func (t *tracker) lostExec(pid int, exe process.FileID, info process.Info) {
+	if info.ExePath == "" {
+		return
+	}
+	matched := false
+	for i := range t.probes {
+		if t.probes[i].matches(pid, info.ExePath) {
+			matched = true
 		}
 	}
+	if !matched || (t.negative != nil && exe.Ino != 0 && t.negative.Contains(exe)) {
+		return
+	}
+	t.mu.Lock()
+	_, attached := t.binaries[exe.FileKey]
+	t.mu.Unlock()
+	if !attached {
+		t.stats.exitedBeforeAttach.Add(1)
+	}
+}
+
+// mapped handles pid mapping file executable at ktime (a library loaded
+// by ld.so or dlopen); path is the file's path as pid sees it, or empty
+// when the event did not carry it.
+func (t *tracker) mapped(pid int, file process.FileID, path string, at uint64) {
+	if pid == os.Getpid() || file.Ino == 0 {
+		return
+	}
+	t.mu.Lock()
+	b := t.binaries[file.FileKey]
+	if b != nil && b.file.Same(file) && path == "" {
+		// Known and unchanged: hold it. With a path, the probes it matches
+		// are checked below.
+		t.holdLocked(pid, b)
+		t.mu.Unlock()
+		return
+	}
+	t.mu.Unlock()
+	if b == nil && t.negative != nil && t.negative.Contains(file) {
+		t.stats.negativeHits.Add(1)
+		return
+	}
+	if path == "" {
+		if t.unmatched != nil && t.unmatched.Contains(file) {
+			return
+		}
+		// The mapping exists (the event comes after mmap returned): find
+		// its path in the process's mappings.
+		t.scanFor(pid, file, at)
+		return
+	}
+	m := &process.Mapping{Path: path, Dev: file.Dev, Inode: file.Ino}
+	matched := t.matching(pid, path)
+	if len(matched) == 0 {
+		return
+	}
+	tg := &target{path: path, file: file, attachPath: process.MappedFilePath(pid, m),
+		open: func() (*os.File, error) { return process.OpenInRoot(pid, path) }}
+	t.binary(pid, tg, matched, at, triggerMapping)
+}
+
+// scanFor reads pid's mappings for the one of file and handles it.
+func (t *tracker) scanFor(pid int, file process.FileID, at uint64) {
+	maps, err := process.ReadMappings(pid)
+	if err != nil {
+		return
+	}
+	t.stats.scans.Add(1)
+	for i := range maps {
+		m := &maps[i]
+		if !m.File() || !m.Executable() || m.Key() != file.FileKey {
+			continue
+		}
+		matched := t.matching(pid, m.Path)
+		if len(matched) == 0 {
+			if t.unmatched != nil {
+				t.unmatched.Add(file)
+			}
+			return
+		}
+		t.binary(pid, mappingTarget(pid, m, file), matched, at, triggerMapping)
+		return
+	}
+}
+
+func (t *tracker) matching(pid int, path string) []*compiledProbe {
+	var matched []*compiledProbe
+	for j := range t.probes {
+		if t.probes[j].matches(pid, path) {
+			matched = append(matched, &t.probes[j])
+		}
+	}
+	return matched
+}
+
+// exit releases everything the process held; its Info stays for one
+// report interval, for its records still on their way.
+func (t *tracker) exit(pid int) {
+	now := t.opts.now()
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.releaseLocked(pid, true)
+	delete(t.execGen, pid)
+	t.exited = append(t.exited, exitedProcess{pid: pid, at: now})
+	t.expireInfosLocked(now)
+}
+
+// expireInfosLocked forgets the Info of processes exited longer ago than
+// infoLinger that did not come back (a reused pid that exec'd).
+func (t *tracker) expireInfosLocked(now time.Time) {
+	linger := t.opts.infoLinger
+	n := 0
+	for n < len(t.exited) && now.Sub(t.exited[n].at) > linger {
+		pid := t.exited[n].pid
+		if _, alive := t.execGen[pid]; !alive {
+			t.infos.Forget(pid)
+		}
+		n++
+	}
+	t.exited = t.exited[n:]
+}
+
+// releaseLocked drops pid from every binary it holds, retaining or
+// detaching binaries nobody holds any more, and from the evaluations
+// under way for it. exited counts an evaluation under way as a loss.
+func (t *tracker) releaseLocked(pid int, exited bool) {
+	for _, p := range t.pending {
+		if p.pid == pid && !p.released {
+			p.released = true
+			if exited {
+				t.stats.exitedBeforeAttach.Add(1)
+			}
+		}
+	}
+	now := t.opts.now()
 	for key := range t.held[pid] {
 		b := t.binaries[key]
 		if b == nil {
@@ -302,32 +634,84 @@ func (t *tracker) releaseLocked(pid int) {
 		}
 		delete(b.holders, pid)
 		if len(b.holders) == 0 {
-			t.detachLocked(b)
+			t.idleLocked(b, now)
 		}
 	}
 	delete(t.held, pid)
 }
 
-func (t *tracker) detachLocked(b *attachedBinary) {
+// idleLocked handles a binary whose last holder left: pinned ones stay,
+// others are retained within retain's bounds or detached.
+func (t *tracker) idleLocked(b *attachedBinary, now time.Time) {
+	if b.pinned {
+		return
+	}
+	if t.opts.retain.MaxBinaries <= 0 || t.opts.retain.MaxAge <= 0 {
+		t.detachLocked(b, "its last process exited")
+		return
+	}
+	b.idleSince = now
+	idle := 0
+	var oldest *attachedBinary
+	for _, o := range t.binaries {
+		if len(o.holders) > 0 || o.pinned || o.idleSince.IsZero() {
+			continue
+		}
+		idle++
+		if oldest == nil || o.idleSince.Before(oldest.idleSince) {
+			oldest = o
+		}
+	}
+	if idle > t.opts.retain.MaxBinaries {
+		t.detachLocked(oldest, "evicted: retain.max_binaries binaries without a process")
+	}
+}
+
+// sweep detaches retained binaries idle for longer than retain.max_age,
+// and forgets the Info of processes long gone.
+func (t *tracker) sweep() {
+	now := t.opts.now()
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for _, b := range t.binaries {
+		if len(b.holders) == 0 && !b.pinned && !b.idleSince.IsZero() && now.Sub(b.idleSince) > t.opts.retain.MaxAge {
+			t.detachLocked(b, "evicted: idle for retain.max_age")
+		}
+	}
+	t.expireInfosLocked(now)
+}
+
+func (t *tracker) detachLocked(b *attachedBinary, why string) {
 	for _, a := range b.attachments {
 		if err := a.Close(); err != nil {
 			t.logger.Warn("detaching uprobes", zap.String("path", b.path), zap.Error(err))
 		}
 	}
+	for pid := range b.holders {
+		delete(t.held[pid], b.key)
+	}
 	delete(t.binaries, b.key)
 	t.stats.detached.Add(1)
-	t.logger.Debug("detached binary: its last process exited", zap.String("path", b.path))
+	t.logger.Debug("detached binary", zap.String("path", b.path), zap.String("reason", why))
 }
 
+// Triggers of an attach, for its latency.
+const (
+	triggerExec    = "exec"
+	triggerMapping = "mapping"
+)
+
 // scan reads the process's mappings and attaches to every matching binary.
-func (t *tracker) scan(pid int) (res scanResult) {
+// at is the ktime of the event that asked for it (zero for none), trigger
+// its kind: an attach it makes counts toward that trigger's latency.
+func (t *tracker) scan(pid int, at uint64, trigger string) (res scanResult) {
 	maps, err := process.ReadMappings(pid)
 	if err != nil {
+		res.gone = true
 		return res // gone, or a kernel thread
 	}
 	t.stats.scans.Add(1)
 	seen := map[process.FileKey]bool{}
-	var infoRead bool
 	for i := range maps {
 		m := &maps[i]
 		if !m.File() || !m.Executable() {
@@ -341,44 +725,83 @@ func (t *tracker) scan(pid int) (res scanResult) {
 			continue
 		}
 		seen[key] = true
-		var matched []*compiledProbe
-		for j := range t.probes {
-			if t.probes[j].matches(pid, m.Path) {
-				matched = append(matched, &t.probes[j])
-			}
-		}
+		matched := t.matching(pid, m.Path)
 		if len(matched) == 0 {
 			continue
 		}
 		res.matched++
-		held, negative := t.binary(pid, m, key, matched)
+		file, err := process.StatMapping(pid, m)
+		if err != nil {
+			file = process.FileID{FileKey: key}
+		}
+		held, negative := t.binary(pid, mappingTarget(pid, m, file), matched, at, trigger)
 		if negative {
 			res.negative++
 			res.negativeKey = key
 		}
-		if !held {
-			continue
-		}
-		res.held++
-		if !infoRead {
-			// Records of short-lived processes are read after they exit:
-			// remember who they were now.
-			t.infos.refresh(pid)
-			infoRead = true
+		if held {
+			res.held++
 		}
 	}
 	return res
 }
 
-// binary makes sure the matched probes are attached to the binary behind
-// m, and that pid holds it. It reports whether pid now holds the binary,
-// and whether the binary is known to have nothing for the matched probes
-// (from the negative cache or from reading it just now).
+// target is a binary to evaluate: where it is, who it is, how to read it.
+type target struct {
+	// path names it in logs and to the probes' file_match.
+	path string
+	// attachPath reaches the same inode from our mount namespace.
+	attachPath string
+	// file is its identity; Ino zero when unknown, then Size and ModTime
+	// are too and nothing is cached for it.
+	file process.FileID
+	open func() (*os.File, error)
+}
+
+func mappingTarget(pid int, m *process.Mapping, file process.FileID) *target {
+	return &target{path: m.Path, attachPath: process.MappedFilePath(pid, m), file: file,
+		open: func() (*os.File, error) { return process.OpenMapping(pid, m) }}
+}
+
+// exeTarget is the executable of an exec event: opened through the
+// process's root while it runs, else by path in ours when that is the same
+// file (a process gone already, outside a container).
+func exeTarget(pid int, path string, exe process.FileID) *target {
+	attachPath := "/proc/" + strconv.Itoa(pid) + "/root" + path
+	if fi, err := os.Stat(path); err == nil {
+		if id, ok := process.FileIDOf(fi); ok && id.Same(exe) {
+			attachPath = path
+		}
+	}
+	return &target{path: path, attachPath: attachPath, file: exe, open: func() (*os.File, error) {
+		if f, err := process.OpenInRoot(pid, path); err == nil {
+			return f, nil
+		}
+		f, err := os.Open(path)
+		if err != nil {
+			return nil, err
+		}
+		if id, err := process.StatFile(f); err != nil || !id.Same(exe) {
+			f.Close()
+			return nil, fmt.Errorf("opening %s: not the file pid %d executed", path, pid)
+		}
+		return f, nil
+	}}
+}
+
+// known reports whether file's size and mtime are known.
+func known(file process.FileID) bool { return file.Ino != 0 && !file.ModTime.IsZero() }
+
+// binary makes sure the matched probes are attached to the binary tg, and
+// that pid (0: none, the binary is pinned) holds it. It reports whether pid
+// now holds the binary, and whether the binary is known to have nothing for
+// the matched probes (from the negative cache or from reading it just now).
 //
 // The binary is read and attached without the tracker's lock: it is marked
 // pending, evaluated, and the result committed under the lock. Whoever
 // finds it pending waits for that result.
-func (t *tracker) binary(pid int, m *process.Mapping, key process.FileKey, matched []*compiledProbe) (held, negative bool) {
+func (t *tracker) binary(pid int, tg *target, matched []*compiledProbe, at uint64, trigger string) (held, negative bool) {
+	key := tg.file.FileKey
 	for {
 		t.mu.Lock()
 		if t.closed {
@@ -391,6 +814,12 @@ func (t *tracker) binary(pid int, m *process.Mapping, key process.FileKey, match
 			continue
 		}
 		b := t.binaries[key]
+		if b != nil && known(tg.file) && known(b.file) && !b.file.Same(tg.file) {
+			// Changed in place since it was attached: its uprobes were
+			// placed for other code.
+			t.detachLocked(b, "the file changed")
+			b = nil
+		}
 		var missing []*compiledProbe
 		if b != nil {
 			for _, p := range matched {
@@ -401,18 +830,27 @@ func (t *tracker) binary(pid int, m *process.Mapping, key process.FileKey, match
 			if len(missing) == 0 {
 				t.holdLocked(pid, b)
 				t.mu.Unlock()
-				return true, false
+				return pid != 0, false
 			}
 		}
 		p := &pendingBinary{done: make(chan struct{}), pid: pid}
 		t.pending[key] = p
 		t.mu.Unlock()
 
-		var again bool
+		var again, attached bool
 		if b != nil {
-			held, again = t.addProbes(pid, m, key, b, p, missing)
+			held, again = t.addProbes(pid, tg, b, p, missing)
 		} else {
-			held, negative = t.newBinary(pid, m, key, p, matched)
+			held, negative, attached = t.newBinary(pid, tg, p, matched)
+		}
+		if attached && at != 0 {
+			t.latency.record(trigger, time.Duration(ktime.MonotonicNanos()-int64(at)))
+			t.mu.Lock()
+			counted := p.released // its exit counted it already
+			t.mu.Unlock()
+			if !counted && !process.Running(pid) {
+				t.stats.exitedBeforeAttach.Add(1)
+			}
 		}
 		if !again {
 			return held, negative
@@ -426,16 +864,27 @@ func (t *tracker) finishLocked(key process.FileKey, p *pendingBinary) {
 	close(p.done)
 }
 
+// pinning reports whether a binary: probe is among matched: such a binary
+// stays attached without processes.
+func pinning(matched []*compiledProbe) bool {
+	for _, p := range matched {
+		if p.cfg.Binary != "" {
+			return true
+		}
+	}
+	return false
+}
+
 // newBinary evaluates a binary not attached yet for pid and commits the
 // result: a binary with uprobes that pid holds, or a negative verdict.
-func (t *tracker) newBinary(pid int, m *process.Mapping, key process.FileKey, p *pendingBinary, matched []*compiledProbe) (held, negative bool) {
-	file, statErr := process.StatMapping(pid, m)
-	if statErr == nil && t.negative != nil && t.negative.Contains(file) {
+func (t *tracker) newBinary(pid int, tg *target, p *pendingBinary, matched []*compiledProbe) (held, negative, attached bool) {
+	key := tg.file.FileKey
+	if known(tg.file) && t.negative != nil && t.negative.Contains(tg.file) {
 		t.stats.negativeHits.Add(1)
 		t.mu.Lock()
 		t.finishLocked(key, p)
 		t.mu.Unlock()
-		return false, true
+		return false, true, false
 	}
 	t.mu.Lock()
 	// Other evaluations under way may add binaries too: count them.
@@ -445,132 +894,99 @@ func (t *tracker) newBinary(pid int, m *process.Mapping, key process.FileKey, p 
 	}
 	t.mu.Unlock()
 	if full {
-		t.logger.Warn("not attaching: too many binaries attached", zap.String("path", m.Path), zap.Int("limit", maxBinaries))
-		return false, false
+		t.logger.Warn("not attaching: too many binaries attached", zap.String("path", tg.path), zap.Int("limit", maxBinaries))
+		return false, false, false
 	}
-	a, conclusive := t.evaluate(pid, m, matched)
+	as, conclusive := t.evaluate(pid, tg, matched)
 	// Only a binary actually read and found wanting is cached: one whose
 	// process exited before it could be opened may be fine.
-	if a == nil && conclusive && statErr == nil && t.negative != nil {
-		t.negative.Add(file)
+	if len(as) == 0 && conclusive && known(tg.file) && t.negative != nil {
+		t.negative.Add(tg.file)
 	}
 
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.finishLocked(key, p)
-	if a == nil {
-		return false, conclusive
+	if len(as) == 0 {
+		return false, conclusive, false
 	}
-	if t.closed || p.released {
+	pinned := pinning(matched)
+	if t.closed || (p.released && !pinned) {
 		// Nobody would hold it: the process exited or exec'd while its
 		// binary was being attached.
-		t.closeAttachment(m.Path, a)
-		return false, false
+		t.closeAttachments(tg.path, as)
+		return false, false, false
 	}
-	b := &attachedBinary{key: key, path: m.Path, evaluated: map[uint32]bool{}, holders: map[int]struct{}{}}
+	b := &attachedBinary{key: key, file: tg.file, path: tg.path, evaluated: map[uint32]bool{}, holders: map[int]struct{}{}, pinned: pinned}
 	for _, pr := range matched {
 		b.evaluated[pr.id] = true
 	}
-	b.attachments = append(b.attachments, a)
+	b.attachments = as
+	if pinned {
+		// A binary: path replaced by a new file: the old inode's uprobes
+		// are of no use any more.
+		for _, o := range t.binaries {
+			if o.pinned && o.path == b.path && len(o.holders) == 0 {
+				t.detachLocked(o, "replaced at its path")
+			}
+		}
+	}
 	t.binaries[key] = b
 	t.stats.attached.Add(1)
+	if p.released {
+		return false, false, true
+	}
 	t.holdLocked(pid, b)
-	return true, false
+	return pid != 0, false, true
 }
 
 // addProbes evaluates probes not yet looked for in the attached binary b,
 // and commits the result. again reports that b was detached meanwhile (its
 // last process exited): the caller starts over.
-func (t *tracker) addProbes(pid int, m *process.Mapping, key process.FileKey, b *attachedBinary, p *pendingBinary, missing []*compiledProbe) (held, again bool) {
-	a, _ := t.evaluate(pid, m, missing)
+func (t *tracker) addProbes(pid int, tg *target, b *attachedBinary, p *pendingBinary, missing []*compiledProbe) (held, again bool) {
+	as, _ := t.evaluate(pid, tg, missing)
 
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	t.finishLocked(key, p)
-	if t.closed || t.binaries[key] != b {
-		if a != nil {
-			t.closeAttachment(m.Path, a)
-		}
+	t.finishLocked(tg.file.FileKey, p)
+	if t.closed || t.binaries[tg.file.FileKey] != b {
+		t.closeAttachments(tg.path, as)
 		return false, !t.closed && !p.released
 	}
 	for _, pr := range missing {
 		b.evaluated[pr.id] = true
 	}
-	if a != nil {
-		b.attachments = append(b.attachments, a)
+	b.attachments = append(b.attachments, as...)
+	if pinning(missing) {
+		b.pinned = true
 	}
 	if p.released {
 		return false, false
 	}
 	t.holdLocked(pid, b)
-	return true, false
+	return pid != 0, false
 }
 
-func (t *tracker) closeAttachment(path string, a attachment) {
-	if err := a.Close(); err != nil {
-		t.logger.Warn("detaching uprobes", zap.String("path", path), zap.Error(err))
+func (t *tracker) closeAttachments(path string, as []attachment) {
+	for _, a := range as {
+		if err := a.Close(); err != nil {
+			t.logger.Warn("detaching uprobes", zap.String("path", path), zap.Error(err))
+		}
 	}
 }
 
 func (t *tracker) holdLocked(pid int, b *attachedBinary) {
+	if pid == 0 {
+		return
+	}
 	b.holders[pid] = struct{}{}
+	b.idleSince = time.Time{}
 	h := t.held[pid]
 	if h == nil {
 		h = map[process.FileKey]struct{}{}
 		t.held[pid] = h
 	}
 	h[b.key] = struct{}{}
-}
-
-// evaluate opens the binary through the process (so container paths
-// resolve), plans the probes and attaches their sites. It touches no
-// tracker state but its stats, so it runs without the lock. It returns the
-// attachment, nil when nothing was attached, and whether that verdict comes
-// from reading the binary (not from a failure to open it or to attach).
-func (t *tracker) evaluate(pid int, m *process.Mapping, probes []*compiledProbe) (_ attachment, conclusive bool) {
-	f, err := process.OpenMapping(pid, m)
-	if err != nil {
-		t.logger.Debug("opening binary", zap.String("path", m.Path), zap.Int("pid", pid), zap.Error(err))
-		return nil, false
-	}
-	t.stats.evaluations.Add(1)
-	bin, err := probesite.Open(f)
-	if err != nil {
-		t.logger.Info("binary has nothing to instrument: not ELF", zap.String("path", m.Path), zap.Error(err))
-		return nil, true
-	}
-	defer bin.Close()
-	var sites []scopeprobe.Site
-	var attachedIDs []string
-	for _, p := range probes {
-		plan, err := bin.PlanProbe(p.id, p.cfg.Entry, p.cfg.exit())
-		if err != nil {
-			// Once per binary: the binary is now either attached (and
-			// never planned again for this probe) or negatively cached.
-			level := t.logger.Warn
-			if errors.Is(err, probesite.ErrNoSymbol) {
-				level = t.logger.Info
-			}
-			level("probe has nothing to attach to in binary",
-				zap.String("probe", p.cfg.ID), zap.String("path", m.Path), zap.Error(err))
-			continue
-		}
-		sites = append(sites, plan.Sites...)
-		attachedIDs = append(attachedIDs, p.cfg.ID)
-		// Once per binary and probe: a binary is planned once per probe.
-		t.logger.Info("probe placement", zap.String("probe", p.cfg.ID), zap.String("path", m.Path), zap.Strings("choices", plan.Notes))
-	}
-	if len(sites) == 0 {
-		return nil, true
-	}
-	a, err := t.attacher.Attach(process.MappedFilePath(pid, m), sites)
-	if err != nil {
-		t.logger.Warn("attaching uprobes", zap.String("path", m.Path), zap.Strings("probes", attachedIDs), zap.Error(err))
-		return nil, false
-	}
-	t.logger.Info("attached uprobes", zap.String("path", m.Path), zap.Strings("probes", attachedIDs),
-		zap.Int("uprobes", a.Links()), zap.Bool("go", bin.IsGo()), zap.Int("pid", pid))
-	return a, true
 }
 
 // close stops rescans and detaches every binary.
@@ -583,7 +999,7 @@ func (t *tracker) close() {
 	}
 	t.timers = nil
 	for _, b := range t.binaries {
-		t.detachLocked(b)
+		t.detachLocked(b, "shutdown")
 	}
 	t.held = map[int]map[process.FileKey]struct{}{}
 }

@@ -2,16 +2,19 @@ package uproberecv
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
 	"go.uber.org/zap/zaptest"
+	"golang.org/x/sys/unix"
 
-	"github.com/bpfcol/bpfcol/internal/bpf/procwatch"
 	"github.com/bpfcol/bpfcol/internal/bpf/scopeprobe"
 	"github.com/bpfcol/bpfcol/internal/negcache"
 	"github.com/bpfcol/bpfcol/internal/process"
@@ -30,6 +33,7 @@ type fakeAttacher struct {
 	fail        error
 	calls       int
 	paths       []string
+	files       []os.FileInfo // what each path named during its Attach
 	sites       [][]scopeprobe.Site
 	attachments []*fakeAttachment
 }
@@ -46,6 +50,8 @@ func (f *fakeAttacher) Attach(path string, sites []scopeprobe.Site) (attachment,
 	f.mu.Lock()
 	f.calls++
 	f.paths = append(f.paths, path)
+	fi, _ := os.Stat(path)
+	f.files = append(f.files, fi)
 	f.sites = append(f.sites, sites)
 	fail := f.fail
 	f.mu.Unlock()
@@ -69,7 +75,8 @@ func (f *fakeAttacher) counts() (calls int, attachments []*fakeAttachment) {
 	return f.calls, append([]*fakeAttachment(nil), f.attachments...)
 }
 
-// trackerFixture is a tracker on a real binary, and processes of it that
+// trackerFixture is a tracker on a real binary (matched by file_match,
+// retaining nothing, unless told otherwise), and processes of it that
 // wait (for a start file that never comes) until the test ends.
 type trackerFixture struct {
 	bin     string
@@ -81,6 +88,13 @@ type trackerFixture struct {
 
 func newTrackerFixture(t *testing.T, fake *fakeAttacher, processes int) *trackerFixture {
 	t.Helper()
+	return newTrackerFixtureWith(t, fake, processes, trackerOptions{}, true)
+}
+
+// newTrackerFixtureWith is newTrackerFixture with options, the probe
+// declared by file_match (a regex on the binary's path) when byMatch.
+func newTrackerFixtureWith(t *testing.T, fake *fakeAttacher, processes int, opts trackerOptions, byMatch bool) *trackerFixture {
+	t.Helper()
 	bin := testworkload.BuildC(t, "scopesleep.c", "-O2", "-g", "-pthread")
 	fi, err := os.Stat(bin)
 	if err != nil {
@@ -91,7 +105,10 @@ func newTrackerFixture(t *testing.T, fake *fakeAttacher, processes int) *tracker
 		t.Fatal("no device and inode for the workload")
 	}
 	cfg := []ProbeConfig{{ID: "sleep", Binary: bin, Entry: "scoped_sleep", Exit: "return"}}
-	tr, err := newTracker(zaptest.NewLogger(t), cfg, fake, negcache.NewFiles(negativeTTL, maxNegative), newProcessInfos())
+	if byMatch {
+		cfg[0].Binary, cfg[0].FileMatch = "", "^"+regexp.QuoteMeta(bin)+"$"
+	}
+	tr, err := newTracker(zaptest.NewLogger(t), cfg, fake, negcache.NewFiles(negativeTTL, maxNegative), process.NewInfoCache(64), opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -124,7 +141,7 @@ func TestTrackerRefcountsByProcess(t *testing.T) {
 	fake := &fakeAttacher{}
 	fx := newTrackerFixture(t, fake, 3)
 	for _, pid := range fx.pids {
-		fx.tracker.exec(pid, procwatch.ExeFile{})
+		fx.tracker.exec(pid, process.FileID{}, "", 0)
 	}
 	calls, attachments := fake.counts()
 	if calls != 1 || len(attachments) != 1 {
@@ -133,12 +150,9 @@ func TestTrackerRefcountsByProcess(t *testing.T) {
 	if sites := fake.sites[0]; len(sites) < 2 || sites[0].ProbeID != 0 {
 		t.Errorf("attached sites %+v, want an entry and exits of probe 0", sites)
 	}
-	attached, err := os.Stat(fake.paths[0])
-	if err != nil {
-		t.Fatal(err)
-	}
+	attached := fake.files[0]
 	want, _ := os.Stat(fx.bin)
-	if !os.SameFile(attached, want) {
+	if attached == nil || !os.SameFile(attached, want) {
 		t.Errorf("attached %s, not the workload %s", fake.paths[0], fx.bin)
 	}
 	if binaries, holders := fx.tracker.attachedCount(fx.key); binaries != 1 || holders != 3 {
@@ -174,7 +188,7 @@ func TestTrackerConcurrentExecs(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			fx.tracker.exec(pid, procwatch.ExeFile{})
+			fx.tracker.exec(pid, process.FileID{}, "", 0)
 		}()
 	}
 	<-fake.entered
@@ -203,7 +217,7 @@ func TestTrackerExitDuringAttach(t *testing.T) {
 	fx := newTrackerFixture(t, fake, 1)
 	pid := fx.pids[0]
 	done := make(chan struct{})
-	go func() { fx.tracker.exec(pid, procwatch.ExeFile{}); close(done) }()
+	go func() { fx.tracker.exec(pid, process.FileID{}, "", 0); close(done) }()
 	<-fake.entered
 	within(t, "the exit", func() { fx.tracker.exit(pid) })
 	close(fake.gate)
@@ -217,28 +231,178 @@ func TestTrackerExitDuringAttach(t *testing.T) {
 	}
 }
 
-// TestTrackerFailedAttach checks that a failed attach attaches nothing and
-// is not remembered as "nothing to instrument": the next process of the
-// binary tries again.
+// TestTrackerFailedAttach checks that a failed attach attaches nothing,
+// and that the failure is remembered by file identity and probe: the
+// kernel refusing the site (EINVAL) is never retried for that file, and a
+// transient failure (EAGAIN) is retried only after its backoff.
 func TestTrackerFailedAttach(t *testing.T) {
-	fake := &fakeAttacher{fail: errors.New("attach refused")}
-	fx := newTrackerFixture(t, fake, 3)
-	fx.tracker.exec(fx.pids[0], procwatch.ExeFile{})
-	if binaries, _ := fx.tracker.attachedCount(fx.key); binaries != 0 {
-		t.Fatalf("%d binaries attached after a failed attach, want 0", binaries)
+	t.Run("permanent", func(t *testing.T) {
+		fake := &fakeAttacher{fail: fmt.Errorf("creating uprobe_multi link: %w", unix.EINVAL)}
+		fx := newTrackerFixture(t, fake, 3)
+		fx.tracker.exec(fx.pids[0], process.FileID{}, "", 0)
+		if binaries, _ := fx.tracker.attachedCount(fx.key); binaries != 0 {
+			t.Fatalf("%d binaries attached after a failed attach, want 0", binaries)
+		}
+		fx.tracker.exec(fx.pids[1], process.FileID{}, "", 0)
+		fx.tracker.exec(fx.pids[2], process.FileID{}, "", 0)
+		if calls, _ := fake.counts(); calls != 1 {
+			t.Fatalf("%d attach calls for three processes after the kernel refused the site, want 1", calls)
+		}
+		if got := fx.tracker.stats.evaluations.Load(); got != 1 {
+			t.Errorf("binary evaluated %d times, want 1", got)
+		}
+		if got := fx.tracker.stats.negativeHits.Load(); got != 2 {
+			t.Errorf("%d negative cache hits, want 2", got)
+		}
+	})
+	t.Run("transient", func(t *testing.T) {
+		now := time.Unix(1000, 0)
+		var clockMu sync.Mutex
+		clock := func() time.Time { clockMu.Lock(); defer clockMu.Unlock(); return now }
+		advance := func(d time.Duration) { clockMu.Lock(); now = now.Add(d); clockMu.Unlock() }
+		fake := &fakeAttacher{fail: fmt.Errorf("creating uprobe_multi link: %w", unix.EAGAIN)}
+		fx := newTrackerFixtureWith(t, fake, 4, trackerOptions{now: clock}, false)
+		fx.tracker.exec(fx.pids[0], process.FileID{}, "", 0)
+		fx.tracker.exec(fx.pids[1], process.FileID{}, "", 0)
+		if calls, _ := fake.counts(); calls != 1 {
+			t.Fatalf("%d attach calls within the backoff, want 1", calls)
+		}
+		if got := fx.tracker.stats.negativeHits.Load(); got != 0 {
+			t.Errorf("%d negative cache hits after a transient failure, want 0", got)
+		}
+		advance(retryFirst + time.Millisecond)
+		fx.tracker.exec(fx.pids[2], process.FileID{}, "", 0)
+		if calls, _ := fake.counts(); calls != 2 {
+			t.Fatalf("%d attach calls after the backoff, want 2", calls)
+		}
+		fake.mu.Lock()
+		fake.fail = nil
+		fake.mu.Unlock()
+		// The second failure doubled the backoff.
+		advance(2*retryFirst + time.Millisecond)
+		fx.tracker.exec(fx.pids[3], process.FileID{}, "", 0)
+		if binaries, holders := fx.tracker.attachedCount(fx.key); binaries != 1 || holders != 1 {
+			t.Fatalf("%d binaries with %d holders once attaching works, want 1 with 1", binaries, holders)
+		}
+		if got := fx.tracker.stats.evaluations.Load(); got != 1 {
+			t.Errorf("binary evaluated %d times, want 1: the plan is cached, only the attach retried", got)
+		}
+	})
+}
+
+// TestTrackerRetains keeps a file_match binary attached after its last
+// process exited, within retain's bounds: the next exec attaches nothing,
+// age and count evict, and a changed file is attached afresh.
+func TestTrackerRetains(t *testing.T) {
+	now := time.Unix(1000, 0)
+	var clockMu sync.Mutex
+	clock := func() time.Time { clockMu.Lock(); defer clockMu.Unlock(); return now }
+	advance := func(d time.Duration) { clockMu.Lock(); now = now.Add(d); clockMu.Unlock() }
+	fake := &fakeAttacher{}
+	opts := trackerOptions{now: clock, retain: RetainConfig{MaxBinaries: 1, MaxAge: time.Minute}}
+	fx := newTrackerFixtureWith(t, fake, 3, opts, true)
+	fx.tracker.exec(fx.pids[0], process.FileID{}, "", 0)
+	fx.tracker.exit(fx.pids[0])
+	if binaries, holders := fx.tracker.attachedCount(fx.key); binaries != 1 || holders != 0 {
+		t.Fatalf("after the last exit: %d binaries with %d holders, want 1 retained", binaries, holders)
 	}
-	fx.tracker.exec(fx.pids[1], procwatch.ExeFile{})
-	if calls, _ := fake.counts(); calls != 2 {
-		t.Fatalf("%d attach calls for two processes after a failure, want 2 (no negative caching)", calls)
+	fx.tracker.exec(fx.pids[1], process.FileID{}, "", 0)
+	calls, attachments := fake.counts()
+	if calls != 1 || attachments[0].closed.Load() != 0 {
+		t.Fatalf("%d attach calls for a retained binary's next process, want 1", calls)
 	}
-	if got := fx.tracker.stats.negativeHits.Load(); got != 0 {
-		t.Errorf("%d negative cache hits after a failed attach, want 0", got)
+	if got := fx.tracker.stats.evaluations.Load(); got != 1 {
+		t.Fatalf("binaries_evaluated %d after two execs of one binary, want 1", got)
 	}
-	fake.mu.Lock()
-	fake.fail = nil
-	fake.mu.Unlock()
-	fx.tracker.exec(fx.pids[2], procwatch.ExeFile{})
-	if binaries, holders := fx.tracker.attachedCount(fx.key); binaries != 1 || holders != 1 {
-		t.Fatalf("%d binaries with %d holders once attaching works, want 1 with 1", binaries, holders)
+	fx.tracker.exit(fx.pids[1])
+	advance(30 * time.Second)
+	fx.tracker.sweep()
+	if binaries, _ := fx.tracker.attachedCount(fx.key); binaries != 1 {
+		t.Fatal("evicted before retain.max_age")
+	}
+	advance(31 * time.Second)
+	fx.tracker.sweep()
+	if binaries, _ := fx.tracker.attachedCount(fx.key); binaries != 0 || attachments[0].closed.Load() != 1 {
+		t.Fatalf("%d binaries after retain.max_age, want 0 and one detach", binaries)
+	}
+
+	// The file changes in place (same inode, new mtime): attached afresh.
+	fx.tracker.exec(fx.pids[2], process.FileID{}, "", 0)
+	if err := os.Chtimes(fx.bin, time.Now(), time.Now().Add(time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	fx.tracker.exec(fx.pids[2], process.FileID{}, "", 0)
+	calls, attachments = fake.counts()
+	if calls != 3 || attachments[1].closed.Load() != 1 {
+		t.Fatalf("%d attach calls, second attachment closed %d times: a changed file must be detached and attached again",
+			calls, attachments[1].closed.Load())
+	}
+
+	// A second binary idle beyond max_binaries evicts the older.
+	other := filepath.Join(t.TempDir(), "copy")
+	copyFile(t, fx.bin, other)
+	fx.tracker.probes[0].match = regexp.MustCompile("^(" + regexp.QuoteMeta(fx.bin) + "|" + regexp.QuoteMeta(other) + ")$")
+	cmd := testworkload.Start(t, other, filepath.Join(t.TempDir(), "never"), os.DevNull, "1")
+	fx.tracker.exec(cmd.Process.Pid, process.FileID{}, "", 0)
+	fx.tracker.exit(fx.pids[2])
+	fx.tracker.exit(cmd.Process.Pid)
+	if binaries, _ := fx.tracker.attachedCount(fx.key); binaries != 1 {
+		t.Fatalf("%d binaries retained with max_binaries 1, want 1", binaries)
+	}
+	if binaries, _ := fx.tracker.attachedCount(keyOf(t, other)); binaries != 1 {
+		t.Fatal("the binary idle longest was kept, the newer evicted")
+	}
+}
+
+// TestTrackerPinsBinary attaches a binary: probe's file at start, with no
+// process running it, and keeps it after its processes exit.
+func TestTrackerPinsBinary(t *testing.T) {
+	fake := &fakeAttacher{}
+	fx := newTrackerFixtureWith(t, fake, 1, trackerOptions{}, false)
+	fx.tracker.pinBinaries()
+	if binaries, holders := fx.tracker.attachedCount(fx.key); binaries != 1 || holders != 0 {
+		t.Fatalf("after start: %d binaries with %d holders, want 1 with 0", binaries, holders)
+	}
+	if want, _ := os.Stat(fx.bin); fake.files[0] == nil || !os.SameFile(fake.files[0], want) {
+		t.Errorf("attached %s, not the file at %s", fake.paths[0], fx.bin)
+	}
+	fx.tracker.exec(fx.pids[0], process.FileID{}, "", 0)
+	fx.tracker.exit(fx.pids[0])
+	calls, attachments := fake.counts()
+	if binaries, _ := fx.tracker.attachedCount(fx.key); calls != 1 || binaries != 1 || attachments[0].closed.Load() != 0 {
+		t.Fatalf("%d attach calls, %d binaries after the process exited: want the pinned binary kept", calls, binaries)
+	}
+}
+
+func copyFile(t *testing.T, from, to string) {
+	t.Helper()
+	b, err := os.ReadFile(from)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(to, b, 0o755); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestClassifyAttachErrors names attach errors and tells the ones no retry
+// can cure.
+func TestClassifyAttachErrors(t *testing.T) {
+	for _, tc := range []struct {
+		err       error
+		reason    string
+		permanent bool
+	}{
+		{fmt.Errorf("attaching: %w", unix.EINVAL), "EINVAL", true},
+		{fmt.Errorf("attaching: %w", syscall.Errno(524)), "ENOTSUPP", true},
+		{fmt.Errorf("attaching: %w", unix.EAGAIN), "EAGAIN", false},
+		{fmt.Errorf("attaching: %w", unix.ENOMEM), "ENOMEM", false},
+		{fmt.Errorf("attaching: %w", unix.ENOENT), "ENOENT", false},
+		{errors.New("something else"), "error", false},
+	} {
+		reason, permanent := classify(tc.err)
+		if reason != tc.reason || permanent != tc.permanent {
+			t.Errorf("classify(%v) = %s, %v; want %s, %v", tc.err, reason, permanent, tc.reason, tc.permanent)
+		}
 	}
 }

@@ -30,13 +30,25 @@ type proceventsProcEvent struct {
 	ExeSize      int64
 	ExeMtimeSec  int64
 	ExeMtimeNsec uint64
+	Ktime        uint64
+	Flags        uint32
+	Pad          uint32
+	Path         [256]int8
 }
+
+type proceventsProcEventFlag uint32
+
+const (
+	proceventsProcEventFlagPROC_EVENT_IN_EXECVE proceventsProcEventFlag = 1
+	proceventsProcEventFlagPROC_EVENT_HAS_PATH  proceventsProcEventFlag = 2
+)
 
 type proceventsProcEventKind uint32
 
 const (
-	proceventsProcEventKindPROC_EVENT_EXEC proceventsProcEventKind = 1
-	proceventsProcEventKindPROC_EVENT_EXIT proceventsProcEventKind = 2
+	proceventsProcEventKindPROC_EVENT_EXEC      proceventsProcEventKind = 1
+	proceventsProcEventKindPROC_EVENT_EXIT      proceventsProcEventKind = 2
+	proceventsProcEventKindPROC_EVENT_MMAP_EXEC proceventsProcEventKind = 3
 )
 
 // Names of all BPF objects in the ELF.
@@ -47,8 +59,12 @@ const (
 	proceventsMapProcEvents          = "proc_events"
 	proceventsProgOnExec             = "on_exec"
 	proceventsProgOnExit             = "on_exit"
+	proceventsProgOnMmapFile         = "on_mmap_file"
+	proceventsProgOnMmapFileFentry   = "on_mmap_file_fentry"
+	proceventsProgOnSysExit          = "on_sys_exit"
 	proceventsVarUnusedCounter       = "unused_counter"
 	proceventsVarUnusedProcEvent     = "unused_proc_event"
+	proceventsVarUnusedProcEventFlag = "unused_proc_event_flag"
 	proceventsVarUnusedProcEventKind = "unused_proc_event_kind"
 )
 
@@ -94,8 +110,11 @@ type proceventsSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type proceventsProgramSpecs struct {
-	OnExec *ebpf.ProgramSpec `ebpf:"on_exec"`
-	OnExit *ebpf.ProgramSpec `ebpf:"on_exit"`
+	OnExec           *ebpf.ProgramSpec `ebpf:"on_exec"`
+	OnExit           *ebpf.ProgramSpec `ebpf:"on_exit"`
+	OnMmapFile       *ebpf.ProgramSpec `ebpf:"on_mmap_file"`
+	OnMmapFileFentry *ebpf.ProgramSpec `ebpf:"on_mmap_file_fentry"`
+	OnSysExit        *ebpf.ProgramSpec `ebpf:"on_sys_exit"`
 }
 
 // proceventsMapSpecs contains maps before they are loaded into the kernel.
@@ -112,6 +131,7 @@ type proceventsMapSpecs struct {
 type proceventsVariableSpecs struct {
 	UnusedCounter       *ebpf.VariableSpec `ebpf:"unused_counter"`
 	UnusedProcEvent     *ebpf.VariableSpec `ebpf:"unused_proc_event"`
+	UnusedProcEventFlag *ebpf.VariableSpec `ebpf:"unused_proc_event_flag"`
 	UnusedProcEventKind *ebpf.VariableSpec `ebpf:"unused_proc_event_kind"`
 }
 
@@ -152,6 +172,7 @@ func (m *proceventsMaps) Close() error {
 type proceventsVariables struct {
 	UnusedCounter       *ebpf.Variable `ebpf:"unused_counter"`
 	UnusedProcEvent     *ebpf.Variable `ebpf:"unused_proc_event"`
+	UnusedProcEventFlag *ebpf.Variable `ebpf:"unused_proc_event_flag"`
 	UnusedProcEventKind *ebpf.Variable `ebpf:"unused_proc_event_kind"`
 }
 
@@ -159,14 +180,20 @@ type proceventsVariables struct {
 //
 // It can be passed to loadProceventsObjects or ebpf.CollectionSpec.LoadAndAssign.
 type proceventsPrograms struct {
-	OnExec *ebpf.Program `ebpf:"on_exec"`
-	OnExit *ebpf.Program `ebpf:"on_exit"`
+	OnExec           *ebpf.Program `ebpf:"on_exec"`
+	OnExit           *ebpf.Program `ebpf:"on_exit"`
+	OnMmapFile       *ebpf.Program `ebpf:"on_mmap_file"`
+	OnMmapFileFentry *ebpf.Program `ebpf:"on_mmap_file_fentry"`
+	OnSysExit        *ebpf.Program `ebpf:"on_sys_exit"`
 }
 
 func (p *proceventsPrograms) Close() error {
 	return _ProceventsClose(
 		p.OnExec,
 		p.OnExit,
+		p.OnMmapFile,
+		p.OnMmapFileFentry,
+		p.OnSysExit,
 	)
 }
 

@@ -16,8 +16,14 @@ var errNotLinux = errors.New("process events need linux")
 // Watcher reports process events. It exists only on linux.
 type Watcher struct{}
 
-// New fails: process events need linux.
-func New() (*Watcher, error) { return nil, errNotLinux }
+// New fails: process events need Linux.
+func New(Options) (*Watcher, error) { return nil, errNotLinux }
+
+// Mappings returns MappingsNone.
+func (*Watcher) Mappings() MappingSource { return MappingsNone }
+
+// MappingsError returns why mappings are not watched.
+func (*Watcher) MappingsError() error { return errNotLinux }
 
 // Read fails: process events need linux.
 func (*Watcher) Read(*Event) error { return errNotLinux }

@@ -13,6 +13,10 @@ var ErrClosed = ringrec.ErrClosed
 // passed and the ringbuf is empty.
 var ErrDeadline = ringrec.ErrDeadline
 
+// ErrFlushed is returned by Read once the samples in the ringbuf at Flush
+// were read.
+var ErrFlushed = ringrec.ErrFlushed
+
 // Sample is one decoded stack sample.
 type Sample struct {
 	// KtimeNs is the CLOCK_MONOTONIC time of the sample.

@@ -203,7 +203,7 @@ func (s *Sampler) SetDeadline(t time.Time) { s.reader.SetDeadline(t) }
 
 // Read blocks until the next sample arrives and decodes it into dst. It
 // returns ErrDeadline when the deadline passed with nothing left to read,
-// and ErrClosed once the Sampler is closed. dst's slices are reused.
+// ErrFlushed once after Flush, and ErrClosed once the Sampler is closed. dst's slices are reused.
 func (s *Sampler) Read(dst *Sample) error {
 	rec, err := s.reader.Read()
 	if err != nil {
@@ -276,10 +276,18 @@ func (s *Sampler) Counters() (Counters, error) {
 // CPUs is how many CPUs the sampler is attached to.
 func (s *Sampler) CPUs() int { return s.ncpu }
 
-// Close detaches the sampler from every CPU and frees its maps. A blocked
-// Read returns ErrClosed. It is safe to call more than once.
-func (s *Sampler) Close() error {
+// Stop detaches the sampler from every CPU: no sample is recorded after it
+// returns. The ringbuf and the counters stay open, so what was recorded can
+// still be read and counted. It is safe to call more than once.
+func (s *Sampler) Stop() error {
 	var errs []error
+	// Disabling the event waits for a sample being taken on its CPU, so
+	// every record reserved before Stop returns is also submitted.
+	for _, fd := range s.events {
+		if err := unix.IoctlSetInt(fd, unix.PERF_EVENT_IOC_DISABLE, 0); err != nil {
+			errs = append(errs, fmt.Errorf("disabling cpu-clock event: %w", err))
+		}
+	}
 	for _, l := range s.links {
 		errs = append(errs, l.Close())
 	}
@@ -288,6 +296,22 @@ func (s *Sampler) Close() error {
 		errs = append(errs, unix.Close(fd))
 	}
 	s.events = nil
+	return errors.Join(errs...)
+}
+
+// Flush wakes the reader: Read returns the samples already in the ringbuf,
+// then ErrFlushed once. After Stop, that drains the ringbuf to its end.
+func (s *Sampler) Flush() error {
+	if err := s.reader.Flush(); err != nil {
+		return fmt.Errorf("flushing sample ringbuf: %w", err)
+	}
+	return nil
+}
+
+// Close stops the sampler and frees its maps. A blocked Read returns
+// ErrClosed. It is safe to call more than once.
+func (s *Sampler) Close() error {
+	errs := []error{s.Stop()}
 	// The reader stays set: a concurrent or later Read must see it closed.
 	errs = append(errs, s.reader.Close())
 	errs = append(errs, s.objs.Close())

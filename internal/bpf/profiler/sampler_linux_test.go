@@ -94,3 +94,80 @@ func TestSamplerSeesBusyThread(t *testing.T) {
 		t.Fatalf("read after close: %v, want ErrClosed", err)
 	}
 }
+
+// TestStopFlushReadsEverythingRecorded fills a small ringbuf from a busy
+// thread without reading it, then stops the sampler: nothing is recorded
+// after Stop, the counters are still readable, and Flush lets Read return
+// every recorded sample before ErrFlushed.
+func TestStopFlushReadsEverythingRecorded(t *testing.T) {
+	testenv.RequireBPF(t)
+	s, err := New(Options{Frequency: 1000, RingBufferBytes: 16 * recordSize})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+
+	stop := make(chan struct{})
+	defer close(stop)
+	go func() {
+		runtime.LockOSThread()
+		x := 0
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+				for i := 0; i < 1_000_000; i++ {
+					x += i
+				}
+			}
+		}
+	}()
+	time.Sleep(500 * time.Millisecond)
+	if err := s.Stop(); err != nil {
+		t.Fatalf("stop: %v", err)
+	}
+	stopped, err := s.Counters()
+	if err != nil {
+		t.Fatalf("counters after Stop: %v", err)
+	}
+	if stopped.Samples == 0 || stopped.DroppedRingbuf == 0 {
+		t.Fatalf("counters %+v: want samples recorded and dropped by a full ringbuf", stopped)
+	}
+	time.Sleep(100 * time.Millisecond)
+	if err := s.Stop(); err != nil {
+		t.Fatalf("second stop: %v", err)
+	}
+	if err := s.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	var smp Sample
+	var read uint64
+	for {
+		err := s.Read(&smp)
+		if errors.Is(err, ErrFlushed) {
+			break
+		}
+		if err != nil {
+			t.Fatalf("read after flush: %v", err)
+		}
+		read++
+	}
+	after, err := s.Counters()
+	if err != nil {
+		t.Fatalf("counters after the drain: %v", err)
+	}
+	t.Logf("recorded %d, dropped by the ringbuf %d, read after Stop+Flush %d", stopped.Samples, stopped.DroppedRingbuf, read)
+	if after.Samples != stopped.Samples || after.DroppedRingbuf != stopped.DroppedRingbuf {
+		t.Errorf("counters moved after Stop: %+v, then %+v", stopped, after)
+	}
+	if read != stopped.Samples {
+		t.Errorf("read %d samples after Stop and Flush, the sampler recorded %d", read, stopped.Samples)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Read(&smp); !errors.Is(err, ErrClosed) {
+		t.Errorf("read after Close: %v, want ErrClosed", err)
+	}
+}

@@ -32,6 +32,12 @@ func (*Sampler) Counters() (Counters, error) { return Counters{}, errNotLinux }
 // CPUs is zero: sampling needs linux.
 func (*Sampler) CPUs() int { return 0 }
 
+// Stop does nothing.
+func (*Sampler) Stop() error { return nil }
+
+// Flush does nothing.
+func (*Sampler) Flush() error { return nil }
+
 // Close does nothing.
 func (*Sampler) Close() error { return nil }
 

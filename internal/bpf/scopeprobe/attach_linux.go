@@ -58,6 +58,15 @@ func (p *Probes) Attach(path string, sites []Site) (_ *Attachment, err error) {
 	return a, nil
 }
 
+// Prepare loads the programs sites of probeID will be attached with, so
+// that the first Attach of such sites does not wait for the verifier: the
+// time between a process starting and its binary being attached is calls
+// missed.
+func (p *Probes) Prepare(probeID uint32, byGoroutine bool) error {
+	_, err := p.programsFor(cookieOf(Site{ProbeID: probeID, ScopeByGoroutine: byGoroutine}), p.entryMulti != nil)
+	return err
+}
+
 func cookieOf(s Site) uint64 {
 	cookie := uint64(s.ProbeID)
 	if s.ScopeByGoroutine {

@@ -39,6 +39,9 @@ func (*Probes) Counters() (Counters, error) { return Counters{}, errNotLinux }
 // Fill fails: uprobes need linux.
 func (*Probes) Fill(uint32, uint32) error { return errNotLinux }
 
+// Prepare fails: uprobes need linux.
+func (*Probes) Prepare(uint32, bool) error { return errNotLinux }
+
 // Close does nothing.
 func (*Probes) Close() error { return nil }
 

@@ -25,17 +25,23 @@ func Tracer(settings component.TelemetrySettings) trace.Tracer {
 // TelemetryBuilder provides an interface for components to report telemetry
 // as defined in metadata and user config.
 type TelemetryBuilder struct {
-	meter                   metric.Meter
-	mu                      sync.Mutex
-	registrations           []metric.Registration
-	UprobeBinariesAttached  metric.Int64ObservableGauge
-	UprobeBinariesEvaluated metric.Int64ObservableCounter
-	UprobeEntriesFiltered   metric.Int64ObservableCounter
-	UprobeNegativeCacheHits metric.Int64ObservableCounter
-	UprobeRecordsEmitted    metric.Int64ObservableCounter
-	UprobeRecordsLost       metric.Int64ObservableCounter
-	UprobeRingbufDrops      metric.Int64ObservableCounter
-	UprobeUprobesAttached   metric.Int64ObservableGauge
+	meter                             metric.Meter
+	mu                                sync.Mutex
+	registrations                     []metric.Registration
+	UprobeAttachLatency               metric.Float64Histogram
+	UprobeBinariesAttached            metric.Int64ObservableGauge
+	UprobeBinariesEvaluated           metric.Int64ObservableCounter
+	UprobeEntriesFiltered             metric.Int64ObservableCounter
+	UprobeExitsWithoutEntry           metric.Int64ObservableCounter
+	UprobeExportRequests              metric.Int64ObservableCounter
+	UprobeKnownFailuresSkipped        metric.Int64ObservableCounter
+	UprobeNegativeCacheHits           metric.Int64ObservableCounter
+	UprobeProcessesExitedBeforeAttach metric.Int64ObservableCounter
+	UprobeRecordsEmitted              metric.Int64ObservableCounter
+	UprobeRecordsLost                 metric.Int64ObservableCounter
+	UprobeRingbufDrops                metric.Int64ObservableCounter
+	UprobeSymbolLookupCPUTime         metric.Int64ObservableCounter
+	UprobeUprobesAttached             metric.Int64ObservableGauge
 }
 
 // TelemetryBuilderOption applies changes to default builder.
@@ -94,12 +100,72 @@ func (builder *TelemetryBuilder) RegisterUprobeEntriesFilteredCallback(cb metric
 	return nil
 }
 
+// RegisterUprobeExitsWithoutEntryCallback sets callback for observable UprobeExitsWithoutEntry metric.
+func (builder *TelemetryBuilder) RegisterUprobeExitsWithoutEntryCallback(cb metric.Int64Callback) error {
+	reg, err := builder.meter.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
+		cb(ctx, &observerInt64{inst: builder.UprobeExitsWithoutEntry, obs: o})
+		return nil
+	}, builder.UprobeExitsWithoutEntry)
+	if err != nil {
+		return err
+	}
+	builder.mu.Lock()
+	defer builder.mu.Unlock()
+	builder.registrations = append(builder.registrations, reg)
+	return nil
+}
+
+// RegisterUprobeExportRequestsCallback sets callback for observable UprobeExportRequests metric.
+func (builder *TelemetryBuilder) RegisterUprobeExportRequestsCallback(cb metric.Int64Callback) error {
+	reg, err := builder.meter.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
+		cb(ctx, &observerInt64{inst: builder.UprobeExportRequests, obs: o})
+		return nil
+	}, builder.UprobeExportRequests)
+	if err != nil {
+		return err
+	}
+	builder.mu.Lock()
+	defer builder.mu.Unlock()
+	builder.registrations = append(builder.registrations, reg)
+	return nil
+}
+
+// RegisterUprobeKnownFailuresSkippedCallback sets callback for observable UprobeKnownFailuresSkipped metric.
+func (builder *TelemetryBuilder) RegisterUprobeKnownFailuresSkippedCallback(cb metric.Int64Callback) error {
+	reg, err := builder.meter.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
+		cb(ctx, &observerInt64{inst: builder.UprobeKnownFailuresSkipped, obs: o})
+		return nil
+	}, builder.UprobeKnownFailuresSkipped)
+	if err != nil {
+		return err
+	}
+	builder.mu.Lock()
+	defer builder.mu.Unlock()
+	builder.registrations = append(builder.registrations, reg)
+	return nil
+}
+
 // RegisterUprobeNegativeCacheHitsCallback sets callback for observable UprobeNegativeCacheHits metric.
 func (builder *TelemetryBuilder) RegisterUprobeNegativeCacheHitsCallback(cb metric.Int64Callback) error {
 	reg, err := builder.meter.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
 		cb(ctx, &observerInt64{inst: builder.UprobeNegativeCacheHits, obs: o})
 		return nil
 	}, builder.UprobeNegativeCacheHits)
+	if err != nil {
+		return err
+	}
+	builder.mu.Lock()
+	defer builder.mu.Unlock()
+	builder.registrations = append(builder.registrations, reg)
+	return nil
+}
+
+// RegisterUprobeProcessesExitedBeforeAttachCallback sets callback for observable UprobeProcessesExitedBeforeAttach metric.
+func (builder *TelemetryBuilder) RegisterUprobeProcessesExitedBeforeAttachCallback(cb metric.Int64Callback) error {
+	reg, err := builder.meter.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
+		cb(ctx, &observerInt64{inst: builder.UprobeProcessesExitedBeforeAttach, obs: o})
+		return nil
+	}, builder.UprobeProcessesExitedBeforeAttach)
 	if err != nil {
 		return err
 	}
@@ -154,6 +220,21 @@ func (builder *TelemetryBuilder) RegisterUprobeRingbufDropsCallback(cb metric.In
 	return nil
 }
 
+// RegisterUprobeSymbolLookupCPUTimeCallback sets callback for observable UprobeSymbolLookupCPUTime metric.
+func (builder *TelemetryBuilder) RegisterUprobeSymbolLookupCPUTimeCallback(cb metric.Int64Callback) error {
+	reg, err := builder.meter.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
+		cb(ctx, &observerInt64{inst: builder.UprobeSymbolLookupCPUTime, obs: o})
+		return nil
+	}, builder.UprobeSymbolLookupCPUTime)
+	if err != nil {
+		return err
+	}
+	builder.mu.Lock()
+	defer builder.mu.Unlock()
+	builder.registrations = append(builder.registrations, reg)
+	return nil
+}
+
 // RegisterUprobeUprobesAttachedCallback sets callback for observable UprobeUprobesAttached metric.
 func (builder *TelemetryBuilder) RegisterUprobeUprobesAttachedCallback(cb metric.Int64Callback) error {
 	reg, err := builder.meter.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
@@ -197,6 +278,13 @@ func NewTelemetryBuilder(settings component.TelemetrySettings, options ...Teleme
 	}
 	builder.meter = Meter(settings)
 	var err, errs error
+	builder.UprobeAttachLatency, err = builder.meter.Float64Histogram(
+		"otelcol_uprobe_attach_latency",
+		metric.WithDescription("Time from a process exec'ing or mapping a binary never attached before to its uprobes being attached; calls made meanwhile are missed. [Development]"),
+		metric.WithUnit("ms"),
+		metric.WithExplicitBucketBoundaries([]float64{0.25, 0.5, 1, 2, 3, 5, 10, 25, 50, 100, 250, 1000}...),
+	)
+	errs = errors.Join(errs, err)
 	builder.UprobeBinariesAttached, err = builder.meter.Int64ObservableGauge(
 		"otelcol_uprobe_binaries_attached",
 		metric.WithDescription("Binaries (by device and inode) that have uprobes now. [Development]"),
@@ -205,7 +293,7 @@ func NewTelemetryBuilder(settings component.TelemetrySettings, options ...Teleme
 	errs = errors.Join(errs, err)
 	builder.UprobeBinariesEvaluated, err = builder.meter.Int64ObservableCounter(
 		"otelcol_uprobe_binaries_evaluated",
-		metric.WithDescription("Binaries opened and searched for the probed symbols; a binary answered by the negative cache is not counted. [Development]"),
+		metric.WithDescription("Binaries opened and searched for the probed symbols, once per file identity and probe set; execs answered by an attached binary or a cache are not counted. [Development]"),
 		metric.WithUnit("{binary}"),
 	)
 	errs = errors.Join(errs, err)
@@ -215,10 +303,34 @@ func NewTelemetryBuilder(settings component.TelemetrySettings, options ...Teleme
 		metric.WithUnit("{entry}"),
 	)
 	errs = errors.Join(errs, err)
+	builder.UprobeExitsWithoutEntry, err = builder.meter.Int64ObservableCounter(
+		"otelcol_uprobe_exits_without_entry",
+		metric.WithDescription("Exit sites hit with no open scope - the call began before its binary was attached, or its entry was lost. [Development]"),
+		metric.WithUnit("{exit}"),
+	)
+	errs = errors.Join(errs, err)
+	builder.UprobeExportRequests, err = builder.meter.Int64ObservableCounter(
+		"otelcol_uprobe_export_requests",
+		metric.WithDescription("Batches of log records handed to the next consumer, each one request. [Development]"),
+		metric.WithUnit("{request}"),
+	)
+	errs = errors.Join(errs, err)
+	builder.UprobeKnownFailuresSkipped, err = builder.meter.Int64ObservableCounter(
+		"otelcol_uprobe_known_failures_skipped",
+		metric.WithDescription("Probes not planned or attached again in a binary because the binary or the kernel refused them before (remembered by file identity, probe and reason). [Development]"),
+		metric.WithUnit("{probe}"),
+	)
+	errs = errors.Join(errs, err)
 	builder.UprobeNegativeCacheHits, err = builder.meter.Int64ObservableCounter(
 		"otelcol_uprobe_negative_cache_hits",
 		metric.WithDescription("Binaries skipped because the negative cache knows they have nothing to instrument. [Development]"),
 		metric.WithUnit("{binary}"),
+	)
+	errs = errors.Join(errs, err)
+	builder.UprobeProcessesExitedBeforeAttach, err = builder.meter.Int64ObservableCounter(
+		"otelcol_uprobe_processes_exited_before_attach",
+		metric.WithDescription("Processes that exited before the binary they ran or mapped was attached; their calls are lost. [Development]"),
+		metric.WithUnit("{process}"),
 	)
 	errs = errors.Join(errs, err)
 	builder.UprobeRecordsEmitted, err = builder.meter.Int64ObservableCounter(
@@ -237,6 +349,12 @@ func NewTelemetryBuilder(settings component.TelemetrySettings, options ...Teleme
 		"otelcol_uprobe_ringbuf_drops",
 		metric.WithDescription("Entries lost because a BPF ringbuf was full, by ringbuf. [Development]"),
 		metric.WithUnit("{entry}"),
+	)
+	errs = errors.Join(errs, err)
+	builder.UprobeSymbolLookupCPUTime, err = builder.meter.Int64ObservableCounter(
+		"otelcol_uprobe_symbol_lookup_cpu_time",
+		metric.WithDescription("CPU time spent finding the probed functions in binaries (symbol lookup and placement); once per file identity and probe. [Development]"),
+		metric.WithUnit("ns"),
 	)
 	errs = errors.Join(errs, err)
 	builder.UprobeUprobesAttached, err = builder.meter.Int64ObservableGauge(

@@ -21,6 +21,21 @@ func NewSettings(tt *componenttest.Telemetry) receiver.Settings {
 	return set
 }
 
+func AssertEqualUprobeAttachLatency(t *testing.T, tt *componenttest.Telemetry, dps []metricdata.HistogramDataPoint[float64], opts ...metricdatatest.Option) {
+	want := metricdata.Metrics{
+		Name:        "otelcol_uprobe_attach_latency",
+		Description: "Time from a process exec'ing or mapping a binary never attached before to its uprobes being attached; calls made meanwhile are missed. [Development]",
+		Unit:        "ms",
+		Data: metricdata.Histogram[float64]{
+			Temporality: metricdata.CumulativeTemporality,
+			DataPoints:  dps,
+		},
+	}
+	got, err := tt.GetMetric("otelcol_uprobe_attach_latency")
+	require.NoError(t, err)
+	metricdatatest.AssertEqual(t, want, got, opts...)
+}
+
 func AssertEqualUprobeBinariesAttached(t *testing.T, tt *componenttest.Telemetry, dps []metricdata.DataPoint[int64], opts ...metricdatatest.Option) {
 	want := metricdata.Metrics{
 		Name:        "otelcol_uprobe_binaries_attached",
@@ -38,7 +53,7 @@ func AssertEqualUprobeBinariesAttached(t *testing.T, tt *componenttest.Telemetry
 func AssertEqualUprobeBinariesEvaluated(t *testing.T, tt *componenttest.Telemetry, dps []metricdata.DataPoint[int64], opts ...metricdatatest.Option) {
 	want := metricdata.Metrics{
 		Name:        "otelcol_uprobe_binaries_evaluated",
-		Description: "Binaries opened and searched for the probed symbols; a binary answered by the negative cache is not counted. [Development]",
+		Description: "Binaries opened and searched for the probed symbols, once per file identity and probe set; execs answered by an attached binary or a cache are not counted. [Development]",
 		Unit:        "{binary}",
 		Data: metricdata.Sum[int64]{
 			Temporality: metricdata.CumulativeTemporality,
@@ -67,6 +82,54 @@ func AssertEqualUprobeEntriesFiltered(t *testing.T, tt *componenttest.Telemetry,
 	metricdatatest.AssertEqual(t, want, got, opts...)
 }
 
+func AssertEqualUprobeExitsWithoutEntry(t *testing.T, tt *componenttest.Telemetry, dps []metricdata.DataPoint[int64], opts ...metricdatatest.Option) {
+	want := metricdata.Metrics{
+		Name:        "otelcol_uprobe_exits_without_entry",
+		Description: "Exit sites hit with no open scope - the call began before its binary was attached, or its entry was lost. [Development]",
+		Unit:        "{exit}",
+		Data: metricdata.Sum[int64]{
+			Temporality: metricdata.CumulativeTemporality,
+			IsMonotonic: true,
+			DataPoints:  dps,
+		},
+	}
+	got, err := tt.GetMetric("otelcol_uprobe_exits_without_entry")
+	require.NoError(t, err)
+	metricdatatest.AssertEqual(t, want, got, opts...)
+}
+
+func AssertEqualUprobeExportRequests(t *testing.T, tt *componenttest.Telemetry, dps []metricdata.DataPoint[int64], opts ...metricdatatest.Option) {
+	want := metricdata.Metrics{
+		Name:        "otelcol_uprobe_export_requests",
+		Description: "Batches of log records handed to the next consumer, each one request. [Development]",
+		Unit:        "{request}",
+		Data: metricdata.Sum[int64]{
+			Temporality: metricdata.CumulativeTemporality,
+			IsMonotonic: true,
+			DataPoints:  dps,
+		},
+	}
+	got, err := tt.GetMetric("otelcol_uprobe_export_requests")
+	require.NoError(t, err)
+	metricdatatest.AssertEqual(t, want, got, opts...)
+}
+
+func AssertEqualUprobeKnownFailuresSkipped(t *testing.T, tt *componenttest.Telemetry, dps []metricdata.DataPoint[int64], opts ...metricdatatest.Option) {
+	want := metricdata.Metrics{
+		Name:        "otelcol_uprobe_known_failures_skipped",
+		Description: "Probes not planned or attached again in a binary because the binary or the kernel refused them before (remembered by file identity, probe and reason). [Development]",
+		Unit:        "{probe}",
+		Data: metricdata.Sum[int64]{
+			Temporality: metricdata.CumulativeTemporality,
+			IsMonotonic: true,
+			DataPoints:  dps,
+		},
+	}
+	got, err := tt.GetMetric("otelcol_uprobe_known_failures_skipped")
+	require.NoError(t, err)
+	metricdatatest.AssertEqual(t, want, got, opts...)
+}
+
 func AssertEqualUprobeNegativeCacheHits(t *testing.T, tt *componenttest.Telemetry, dps []metricdata.DataPoint[int64], opts ...metricdatatest.Option) {
 	want := metricdata.Metrics{
 		Name:        "otelcol_uprobe_negative_cache_hits",
@@ -79,6 +142,22 @@ func AssertEqualUprobeNegativeCacheHits(t *testing.T, tt *componenttest.Telemetr
 		},
 	}
 	got, err := tt.GetMetric("otelcol_uprobe_negative_cache_hits")
+	require.NoError(t, err)
+	metricdatatest.AssertEqual(t, want, got, opts...)
+}
+
+func AssertEqualUprobeProcessesExitedBeforeAttach(t *testing.T, tt *componenttest.Telemetry, dps []metricdata.DataPoint[int64], opts ...metricdatatest.Option) {
+	want := metricdata.Metrics{
+		Name:        "otelcol_uprobe_processes_exited_before_attach",
+		Description: "Processes that exited before the binary they ran or mapped was attached; their calls are lost. [Development]",
+		Unit:        "{process}",
+		Data: metricdata.Sum[int64]{
+			Temporality: metricdata.CumulativeTemporality,
+			IsMonotonic: true,
+			DataPoints:  dps,
+		},
+	}
+	got, err := tt.GetMetric("otelcol_uprobe_processes_exited_before_attach")
 	require.NoError(t, err)
 	metricdatatest.AssertEqual(t, want, got, opts...)
 }
@@ -127,6 +206,22 @@ func AssertEqualUprobeRingbufDrops(t *testing.T, tt *componenttest.Telemetry, dp
 		},
 	}
 	got, err := tt.GetMetric("otelcol_uprobe_ringbuf_drops")
+	require.NoError(t, err)
+	metricdatatest.AssertEqual(t, want, got, opts...)
+}
+
+func AssertEqualUprobeSymbolLookupCPUTime(t *testing.T, tt *componenttest.Telemetry, dps []metricdata.DataPoint[int64], opts ...metricdatatest.Option) {
+	want := metricdata.Metrics{
+		Name:        "otelcol_uprobe_symbol_lookup_cpu_time",
+		Description: "CPU time spent finding the probed functions in binaries (symbol lookup and placement); once per file identity and probe. [Development]",
+		Unit:        "ns",
+		Data: metricdata.Sum[int64]{
+			Temporality: metricdata.CumulativeTemporality,
+			IsMonotonic: true,
+			DataPoints:  dps,
+		},
+	}
+	got, err := tt.GetMetric("otelcol_uprobe_symbol_lookup_cpu_time")
 	require.NoError(t, err)
 	metricdatatest.AssertEqual(t, want, got, opts...)
 }
