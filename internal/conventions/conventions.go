@@ -61,3 +61,22 @@ const (
 	IsMainThread      = "is_main_thread"
 	NestedCalls       = "nested_calls"
 )
+
+// Sample and period types of the profiles bpfcol emits, as the OTel eBPF
+// profiler names them: on-CPU samples counted with a cpu-time period, and
+// time off CPU in nanoseconds.
+const (
+	SampleTypeSamples = "samples"
+	SampleTypeOffCPU  = "off_cpu"
+	PeriodTypeCPU     = "cpu"
+	UnitCount         = "count"
+	UnitNanoseconds   = "nanoseconds"
+)
+
+// OffCPUReason is the off-CPU sample attribute saying how the thread left
+// the CPU; its values follow. The conventions have none.
+const (
+	OffCPUReason          = "off_cpu.reason"
+	OffCPUReasonBlocked   = "blocked"   // it waited for something
+	OffCPUReasonPreempted = "preempted" // it could have run on
+)

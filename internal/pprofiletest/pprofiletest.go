@@ -5,6 +5,7 @@ package pprofiletest
 import (
 	"slices"
 
+	"go.opentelemetry.io/collector/pdata/pcommon"
 	"go.opentelemetry.io/collector/pdata/pprofile"
 
 	"github.com/bpfcol/bpfcol/internal/conventions"
@@ -18,6 +19,11 @@ type Sample struct {
 	Types     []string
 	Count     int64
 	ThreadIDs []int64
+	// SampleType is the profile's sample type and unit: "samples/count",
+	// "off_cpu/nanoseconds".
+	SampleType string
+	// Labels are the sample's string attributes.
+	Labels map[string]string
 }
 
 // Samples flattens every sample of every process in p.
@@ -31,14 +37,19 @@ func Samples(p pprofile.Profiles) []Sample {
 		for j := 0; j < rp.ScopeProfiles().Len(); j++ {
 			sp := rp.ScopeProfiles().At(j)
 			for k := 0; k < sp.Profiles().Len(); k++ {
-				samples := sp.Profiles().At(k).Samples()
+				prof := sp.Profiles().At(k)
+				sampleType := str(prof.SampleType().TypeStrindex()) + "/" + str(prof.SampleType().UnitStrindex())
+				samples := prof.Samples()
 				for s := 0; s < samples.Len(); s++ {
 					smp := samples.At(s)
-					ss := Sample{PID: pidVal.Int(), Count: smp.Values().At(0)}
+					ss := Sample{PID: pidVal.Int(), Count: smp.Values().At(0), SampleType: sampleType, Labels: map[string]string{}}
 					for _, ai := range smp.AttributeIndices().AsRaw() {
 						a := d.AttributeTable().At(int(ai))
-						if str(a.KeyStrindex()) == conventions.ThreadID {
+						switch key := str(a.KeyStrindex()); {
+						case key == conventions.ThreadID:
 							ss.ThreadIDs = append(ss.ThreadIDs, a.Value().Int())
+						case a.Value().Type() == pcommon.ValueTypeStr:
+							ss.Labels[key] = a.Value().Str()
 						}
 					}
 					locs := d.StackTable().At(int(smp.StackIndex())).LocationIndices()

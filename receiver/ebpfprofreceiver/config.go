@@ -41,6 +41,8 @@ type Config struct {
 	// ErrorMode decides whether a receiver that cannot start (no BPF on
 	// this node) stops the collector (propagate) or is left out (ignore).
 	ErrorMode errormode.Mode `mapstructure:"error_mode"`
+	// OffCPU configures off-CPU profiling, a second profile per process.
+	OffCPU OffCPUConfig `mapstructure:"off_cpu"`
 
 	// prevent unkeyed literal initialization
 	_ struct{}
@@ -166,6 +168,7 @@ func createDefaultConfig() component.Config {
 		ReportInterval:    5 * time.Second,
 		UnwindTableBytes:  defaultUnwindTableBytes,
 		ErrorMode:         errormode.Propagate,
+		OffCPU:            defaultOffCPUConfig(),
 	}
 }
 
@@ -182,6 +185,7 @@ func (c *Config) Validate() error {
 		errs = append(errs, fmt.Errorf("unwind_table_bytes: %d is outside [%d, %d]", c.UnwindTableBytes, minUnwindTableBytes, maxUnwindTableBytes))
 	}
 	errs = append(errs, c.Symbolizer.validate()...)
+	errs = append(errs, c.OffCPU.validate()...)
 	// error_mode is checked by its own Validate, which the collector calls
 	// on every field: calling it here too would print its error twice.
 	return errors.Join(errs...)

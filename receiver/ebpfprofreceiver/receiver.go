@@ -162,6 +162,7 @@ func (r *profilesReceiver) start(_ context.Context, _ component.Host) error {
 		Frequency:       r.cfg.SamplingFrequency,
 		RingBufferBytes: r.hooks.ringBufferBytes,
 		UnwindRows:      int(r.cfg.UnwindTableBytes / profiler.UnwindRowBytes),
+		OffCPU:          r.cfg.OffCPU.samplerOptions(),
 	})
 	if err != nil {
 		return fmt.Errorf("starting ebpfprof receiver: %w", err)

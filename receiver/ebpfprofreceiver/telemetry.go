@@ -53,6 +53,16 @@ func (r *profilesReceiver) registerTelemetry() error {
 			observe(o, int64(c.KernelStackErrors), "stack", "kernel")
 			return nil
 		}),
+		tb.RegisterEbpfprofOffCPUEventsCallback(func(_ context.Context, o metric.Int64Observer) error {
+			c, err := r.sampler.Counters()
+			if err != nil {
+				return err
+			}
+			observe(o, int64(c.OffCPUEvents), "outcome", "recorded")
+			observe(o, int64(c.OffCPUShort), "outcome", "shorter_than_min_duration")
+			observe(o, int64(c.OffCPUFull), "outcome", "threads_full")
+			return nil
+		}),
 		tb.RegisterEbpfprofUnwindStopsCallback(func(_ context.Context, o metric.Int64Observer) error {
 			c, err := r.sampler.Counters()
 			if err != nil {

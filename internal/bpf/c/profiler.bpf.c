@@ -27,6 +27,9 @@ enum counter {
 	COUNTER_KERNEL_STACK_ERR,  // kernel stack could not be read
 	COUNTER_SP_READ_ERR,       // the words at the user SP could not be read
 	COUNTER_IDLE,              // sample on the idle task: not recorded
+	COUNTER_OFF_CPU_EVENTS,    // off-CPU events recorded
+	COUNTER_OFF_CPU_SHORT,     // sampled switch-outs back on CPU within min_duration: dropped
+	COUNTER_OFF_CPU_FULL,      // sampled switch-outs not held: off_cpu_starts full
 	COUNTER_UNWIND_STOP,       // first of UNWIND_STOP_MAX counters, by enum unwind_stop
 	COUNTER_MAX = COUNTER_UNWIND_STOP + UNWIND_STOP_MAX,
 };
@@ -46,6 +49,7 @@ struct sample {
 	u64 user_sp;
 	u64 user_bp;
 	u64 sp_words[2];
+	u64 off_cpu_ns; // SAMPLE_OFF_CPU: time from switch-out to switch-in
 	char comm[16];
 	u64 kernel[MAX_STACK_DEPTH];
 	u64 user[MAX_STACK_DEPTH];
@@ -60,6 +64,8 @@ enum sample_flag {
 	SAMPLE_UNKNOWN_MAPPING = 1U << 4, // an address outside the loaded mappings
 	SAMPLE_NO_TABLE = 1U << 5,        // the process's tables are not loaded
 	SAMPLE_LEAF_FP = 1U << 6,         // the CFI walk left the leaf by its frame pointer
+	SAMPLE_OFF_CPU = 1U << 7,         // an off-CPU event: stacks at switch-out, weighted by off_cpu_ns
+	SAMPLE_PREEMPTED = 1U << 12,      // off-CPU while still runnable (preempted or yielded), not blocked
 };
 #define SAMPLE_STOP_SHIFT 8 // bits 8-11: enum unwind_stop of a CFI walk
 
@@ -348,25 +354,28 @@ static __always_inline bool unwind_cfi(struct sample *s, struct unwind_proc *pro
 	return true;
 }
 
-SEC("perf_event")
-int sample_stack(void *ctx)
+// submit hands a reserved record to user space. User space drains on a
+// short timer, so a record wakes it only when the ringbuf is half full: no
+// wakeup (and no context switch) per record, and still no loss under
+// bursts.
+static __always_inline void submit(struct sample *s)
 {
-	u64 pid_tgid = bpf_get_current_pid_tgid();
-	u32 tid = (u32)pid_tgid;
-	if (tid == 0) {
-		count(COUNTER_IDLE);
-		return 0;
-	}
+	u64 wakeup = BPF_RB_NO_WAKEUP;
+	if (bpf_ringbuf_query(&samples, BPF_RB_AVAIL_DATA) > bpf_ringbuf_query(&samples, BPF_RB_RING_SIZE) / 2)
+		wakeup = BPF_RB_FORCE_WAKEUP;
+	bpf_ringbuf_submit(s, wakeup);
+}
 
-	struct sample *s = bpf_ringbuf_reserve(&samples, sizeof(*s), 0);
-	if (!s) {
-		count(COUNTER_DROPPED_RINGBUF);
-		return 0;
-	}
-
+// fill_sample fills s with the current task's identity and stacks: the
+// kernel stack from here, the user stack by CFI when the process's tables
+// are loaded, else by frame pointers. The on-CPU sampler and the off-CPU
+// switch-out share it, so both walk alike. Without with_kernel the kernel
+// stack is left empty, for the caller to take.
+static __always_inline void fill_sample(void *ctx, struct sample *s, u64 pid_tgid, bool with_kernel)
+{
 	s->ktime_ns = bpf_ktime_get_ns();
 	s->pid = pid_tgid >> 32;
-	s->tid = tid;
+	s->tid = (u32)pid_tgid;
 	s->cpu = bpf_get_smp_processor_id();
 	s->flags = 0;
 	s->user_ip = 0;
@@ -376,10 +385,14 @@ int sample_stack(void *ctx)
 	s->sp_words[1] = 0;
 	bpf_get_current_comm(s->comm, sizeof(s->comm));
 
-	s->kernel_bytes = bpf_get_stack(ctx, s->kernel, sizeof(s->kernel), 0);
-	// A sample taken in user mode has no kernel stack: that is not an error.
-	if (s->kernel_bytes < 0 && s->kernel_bytes != -14 /* EFAULT */)
-		count(COUNTER_KERNEL_STACK_ERR);
+	s->kernel_bytes = 0;
+	if (with_kernel) {
+		s->kernel_bytes = bpf_get_stack(ctx, s->kernel, sizeof(s->kernel), 0);
+		// A sample taken in user mode has no kernel stack: that is not
+		// an error.
+		if (s->kernel_bytes < 0 && s->kernel_bytes != -14 /* EFAULT */)
+			count(COUNTER_KERNEL_STACK_ERR);
+	}
 
 	struct task_struct *task = bpf_get_current_task_btf();
 	if (task->flags & PF_KTHREAD) {
@@ -408,14 +421,170 @@ int sample_stack(void *ctx)
 				count(COUNTER_USER_STACK_ERR);
 		}
 	}
+}
+
+SEC("perf_event")
+int sample_stack(void *ctx)
+{
+	u64 pid_tgid = bpf_get_current_pid_tgid();
+	u32 tid = (u32)pid_tgid;
+	if (tid == 0) {
+		count(COUNTER_IDLE);
+		return 0;
+	}
+
+	struct sample *s = bpf_ringbuf_reserve(&samples, sizeof(*s), 0);
+	if (!s) {
+		count(COUNTER_DROPPED_RINGBUF);
+		return 0;
+	}
+
+	fill_sample(ctx, s, pid_tgid, true);
 
 	count(COUNTER_SAMPLES);
-	// User space drains on a short timer, so a sample wakes it only when
-	// the ringbuf is half full: no wakeup (and no context switch) per
-	// sample, and still no loss under bursts.
-	u64 wakeup = BPF_RB_NO_WAKEUP;
-	if (bpf_ringbuf_query(&samples, BPF_RB_AVAIL_DATA) > bpf_ringbuf_query(&samples, BPF_RB_RING_SIZE) / 2)
-		wakeup = BPF_RB_FORCE_WAKEUP;
-	bpf_ringbuf_submit(s, wakeup);
+	submit(s);
+	return 0;
+}
+
+// Off-CPU profiling. At a sampled share of switch-outs the thread's user
+// stack is taken (fill_sample, the same walk as on-CPU samples) and held by
+// thread; when the thread is switched back in, one record weighted by the
+// time in between goes out, with the kernel stack it waited in, if that
+// time reaches off_cpu_min_ns. sched_switch runs in prev's context, so the
+// user stack read there is prev's, and next's off-CPU time ends there: no
+// kprobe is needed.
+
+// Set by the loader: a switch-out is sampled when bpf_get_prandom_u32() is
+// below off_cpu_threshold (probability * 2^32; 2^32 samples all).
+const volatile u64 off_cpu_threshold = 0;
+const volatile u64 off_cpu_min_ns = 0;
+
+// Set by the loader: at most this many threads hold a record slot.
+const volatile u64 off_cpu_max_threads = 4096;
+
+// A thread's record slot, in its task storage: found at every switch-in
+// without a hash, and filled in place at each sampled switch-out. A slot
+// stays with its thread, so sampling allocates nothing after the first
+// time; it goes when the thread exits (off_cpu_exit), or, once more than
+// half of off_cpu_max_threads are taken, at the thread's switch-in: a host
+// with more threads than the bound still has every thread sampled.
+struct off_cpu_slot {
+	u32 held; // rec is a switch-out waiting for the thread's switch-in
+	u32 pad;
+	struct sample rec;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_TASK_STORAGE);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, int);
+	__type(value, struct off_cpu_slot);
+} off_cpu_slots SEC(".maps");
+
+// Slots allocated now, against off_cpu_max_threads.
+u64 off_cpu_slot_count = 0;
+
+// off_cpu_begin samples the switch-out of the current task, prev. Kernel
+// threads are left out: they belong to no process's profile of waits.
+static __always_inline void off_cpu_begin(void *ctx, struct task_struct *prev, bool preempted)
+{
+	// The common case, not sampled, costs one random number.
+	if ((u64)bpf_get_prandom_u32() >= off_cpu_threshold)
+		return;
+	// An exiting thread has passed off_cpu_exit: a slot made now would
+	// never be counted back.
+	if (prev->pid == 0 || (prev->flags & (PF_KTHREAD | PF_EXITING)))
+		return;
+	struct off_cpu_slot *slot = bpf_task_storage_get(&off_cpu_slots, prev, 0, 0);
+	if (!slot) {
+		// Take a place under the bound first: CPUs race for the last.
+		if (__sync_fetch_and_add(&off_cpu_slot_count, 1) >= off_cpu_max_threads) {
+			__sync_fetch_and_sub(&off_cpu_slot_count, 1);
+			count(COUNTER_OFF_CPU_FULL);
+			return;
+		}
+		slot = bpf_task_storage_get(&off_cpu_slots, prev, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
+		if (!slot) {
+			__sync_fetch_and_sub(&off_cpu_slot_count, 1);
+			count(COUNTER_OFF_CPU_FULL);
+			return;
+		}
+	}
+	// The user stack can only be read now, in the thread's own address
+	// space; its kernel stack waits where it is until the thread runs
+	// again, so it is taken then, and only for waits that are kept: it is
+	// the costlier of the two.
+	struct sample *s = &slot->rec;
+	fill_sample(ctx, s, bpf_get_current_pid_tgid(), false);
+	s->flags |= SAMPLE_OFF_CPU | (preempted ? SAMPLE_PREEMPTED : 0);
+	s->off_cpu_ns = 0;
+	// A per-thread scope lookup (the open probe scope's link) belongs
+	// here, with the stacks: it is the scope the thread blocked in.
+	slot->held = 1;
+}
+
+// off_cpu_end emits next's held record, if any, weighted by its time off
+// CPU.
+static __always_inline void off_cpu_end(struct task_struct *next)
+{
+	if (next->pid == 0)
+		return;
+	struct off_cpu_slot *slot = bpf_task_storage_get(&off_cpu_slots, next, 0, 0);
+	if (!slot || !slot->held)
+		return;
+	slot->held = 0;
+	u64 off = bpf_ktime_get_ns() - slot->rec.ktime_ns;
+	if (off < off_cpu_min_ns) {
+		count(COUNTER_OFF_CPU_SHORT);
+		goto out;
+	}
+	struct sample *s = bpf_ringbuf_reserve(&samples, sizeof(*s), 0);
+	if (!s) {
+		count(COUNTER_DROPPED_RINGBUF);
+		goto out;
+	}
+	if (bpf_probe_read_kernel(s, sizeof(*s), &slot->rec)) {
+		bpf_ringbuf_discard(s, 0);
+		goto out;
+	}
+	s->off_cpu_ns = off;
+	// next is still switched out: its saved kernel stack is the one it
+	// blocked in, from the scheduler down.
+	s->kernel_bytes = bpf_get_task_stack(next, s->kernel, sizeof(s->kernel), 0);
+	if (s->kernel_bytes < 0)
+		count(COUNTER_KERNEL_STACK_ERR);
+	count(COUNTER_OFF_CPU_EVENTS);
+	submit(s);
+out:
+	if (off_cpu_slot_count > off_cpu_max_threads / 2 &&
+	    bpf_task_storage_delete(&off_cpu_slots, next) == 0)
+		__sync_fetch_and_sub(&off_cpu_slot_count, 1);
+}
+
+// off_cpu_exit frees an exiting thread's slot, which the kernel would free
+// with the task anyway, to keep off_cpu_slot_count exact.
+SEC("tp_btf/sched_process_exit")
+int off_cpu_exit(u64 *ctx)
+{
+	struct task_struct *task = (struct task_struct *)ctx[0];
+	if (bpf_task_storage_get(&off_cpu_slots, task, 0, 0) &&
+	    bpf_task_storage_delete(&off_cpu_slots, task) == 0)
+		__sync_fetch_and_sub(&off_cpu_slot_count, 1);
+	return 0;
+}
+
+// sched_switch(bool preempt, struct task_struct *prev, struct task_struct
+// *next, unsigned int prev_state): prev_state is an argument since 5.18.
+SEC("tp_btf/sched_switch")
+int off_cpu_switch(u64 *ctx)
+{
+	bool preempt = (bool)ctx[0];
+	struct task_struct *prev = (struct task_struct *)ctx[1];
+	struct task_struct *next = (struct task_struct *)ctx[2];
+	unsigned int prev_state = (unsigned int)ctx[3];
+
+	off_cpu_end(next);
+	// TASK_RUNNING (0) at switch-out: the thread could have run on.
+	off_cpu_begin(ctx, prev, preempt || prev_state == 0);
 	return 0;
 }

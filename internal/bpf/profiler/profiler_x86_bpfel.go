@@ -22,9 +22,19 @@ const (
 	profilerCounterCOUNTER_KERNEL_STACK_ERR profilerCounter = 3
 	profilerCounterCOUNTER_SP_READ_ERR      profilerCounter = 4
 	profilerCounterCOUNTER_IDLE             profilerCounter = 5
-	profilerCounterCOUNTER_UNWIND_STOP      profilerCounter = 6
-	profilerCounterCOUNTER_MAX              profilerCounter = 15
+	profilerCounterCOUNTER_OFF_CPU_EVENTS   profilerCounter = 6
+	profilerCounterCOUNTER_OFF_CPU_SHORT    profilerCounter = 7
+	profilerCounterCOUNTER_OFF_CPU_FULL     profilerCounter = 8
+	profilerCounterCOUNTER_UNWIND_STOP      profilerCounter = 9
+	profilerCounterCOUNTER_MAX              profilerCounter = 18
 )
+
+type profilerOffCpuSlot struct {
+	_    structs.HostLayout
+	Held uint32
+	Pad  uint32
+	Rec  profilerSample
+}
 
 type profilerSample struct {
 	_           structs.HostLayout
@@ -39,6 +49,7 @@ type profilerSample struct {
 	UserSp      uint64
 	UserBp      uint64
 	SpWords     [2]uint64
+	OffCpuNs    uint64
 	Comm        [16]int8
 	Kernel      [127]uint64
 	User        [127]uint64
@@ -54,6 +65,8 @@ const (
 	profilerSampleFlagSAMPLE_UNKNOWN_MAPPING profilerSampleFlag = 16
 	profilerSampleFlagSAMPLE_NO_TABLE        profilerSampleFlag = 32
 	profilerSampleFlagSAMPLE_LEAF_FP         profilerSampleFlag = 64
+	profilerSampleFlagSAMPLE_OFF_CPU         profilerSampleFlag = 128
+	profilerSampleFlagSAMPLE_PREEMPTED       profilerSampleFlag = 4096
 )
 
 type profilerUnwindMapping struct {
@@ -87,10 +100,17 @@ type profilerUnwindRow struct {
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
 	profilerMapCounters         = "counters"
+	profilerMapOffCpuSlots      = "off_cpu_slots"
 	profilerMapSamples          = "samples"
 	profilerMapUnwindProcs      = "unwind_procs"
 	profilerMapUnwindRows       = "unwind_rows"
+	profilerProgOffCpuExit      = "off_cpu_exit"
+	profilerProgOffCpuSwitch    = "off_cpu_switch"
 	profilerProgSampleStack     = "sample_stack"
+	profilerVarOffCpuMaxThreads = "off_cpu_max_threads"
+	profilerVarOffCpuMinNs      = "off_cpu_min_ns"
+	profilerVarOffCpuSlotCount  = "off_cpu_slot_count"
+	profilerVarOffCpuThreshold  = "off_cpu_threshold"
 	profilerVarUnusedCounter    = "unused_counter"
 	profilerVarUnusedSample     = "unused_sample"
 	profilerVarUnusedSampleFlag = "unused_sample_flag"
@@ -138,7 +158,9 @@ type profilerSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type profilerProgramSpecs struct {
-	SampleStack *ebpf.ProgramSpec `ebpf:"sample_stack"`
+	OffCpuExit   *ebpf.ProgramSpec `ebpf:"off_cpu_exit"`
+	OffCpuSwitch *ebpf.ProgramSpec `ebpf:"off_cpu_switch"`
+	SampleStack  *ebpf.ProgramSpec `ebpf:"sample_stack"`
 }
 
 // profilerMapSpecs contains maps before they are loaded into the kernel.
@@ -146,6 +168,7 @@ type profilerProgramSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type profilerMapSpecs struct {
 	Counters    *ebpf.MapSpec `ebpf:"counters"`
+	OffCpuSlots *ebpf.MapSpec `ebpf:"off_cpu_slots"`
 	Samples     *ebpf.MapSpec `ebpf:"samples"`
 	UnwindProcs *ebpf.MapSpec `ebpf:"unwind_procs"`
 	UnwindRows  *ebpf.MapSpec `ebpf:"unwind_rows"`
@@ -155,6 +178,10 @@ type profilerMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type profilerVariableSpecs struct {
+	OffCpuMaxThreads *ebpf.VariableSpec `ebpf:"off_cpu_max_threads"`
+	OffCpuMinNs      *ebpf.VariableSpec `ebpf:"off_cpu_min_ns"`
+	OffCpuSlotCount  *ebpf.VariableSpec `ebpf:"off_cpu_slot_count"`
+	OffCpuThreshold  *ebpf.VariableSpec `ebpf:"off_cpu_threshold"`
 	UnusedCounter    *ebpf.VariableSpec `ebpf:"unused_counter"`
 	UnusedSample     *ebpf.VariableSpec `ebpf:"unused_sample"`
 	UnusedSampleFlag *ebpf.VariableSpec `ebpf:"unused_sample_flag"`
@@ -181,6 +208,7 @@ func (o *profilerObjects) Close() error {
 // It can be passed to loadProfilerObjects or ebpf.CollectionSpec.LoadAndAssign.
 type profilerMaps struct {
 	Counters    *ebpf.Map `ebpf:"counters"`
+	OffCpuSlots *ebpf.Map `ebpf:"off_cpu_slots"`
 	Samples     *ebpf.Map `ebpf:"samples"`
 	UnwindProcs *ebpf.Map `ebpf:"unwind_procs"`
 	UnwindRows  *ebpf.Map `ebpf:"unwind_rows"`
@@ -189,6 +217,7 @@ type profilerMaps struct {
 func (m *profilerMaps) Close() error {
 	return _ProfilerClose(
 		m.Counters,
+		m.OffCpuSlots,
 		m.Samples,
 		m.UnwindProcs,
 		m.UnwindRows,
@@ -199,6 +228,10 @@ func (m *profilerMaps) Close() error {
 //
 // It can be passed to loadProfilerObjects or ebpf.CollectionSpec.LoadAndAssign.
 type profilerVariables struct {
+	OffCpuMaxThreads *ebpf.Variable `ebpf:"off_cpu_max_threads"`
+	OffCpuMinNs      *ebpf.Variable `ebpf:"off_cpu_min_ns"`
+	OffCpuSlotCount  *ebpf.Variable `ebpf:"off_cpu_slot_count"`
+	OffCpuThreshold  *ebpf.Variable `ebpf:"off_cpu_threshold"`
 	UnusedCounter    *ebpf.Variable `ebpf:"unused_counter"`
 	UnusedSample     *ebpf.Variable `ebpf:"unused_sample"`
 	UnusedSampleFlag *ebpf.Variable `ebpf:"unused_sample_flag"`
@@ -208,11 +241,15 @@ type profilerVariables struct {
 //
 // It can be passed to loadProfilerObjects or ebpf.CollectionSpec.LoadAndAssign.
 type profilerPrograms struct {
-	SampleStack *ebpf.Program `ebpf:"sample_stack"`
+	OffCpuExit   *ebpf.Program `ebpf:"off_cpu_exit"`
+	OffCpuSwitch *ebpf.Program `ebpf:"off_cpu_switch"`
+	SampleStack  *ebpf.Program `ebpf:"sample_stack"`
 }
 
 func (p *profilerPrograms) Close() error {
 	return _ProfilerClose(
+		p.OffCpuExit,
+		p.OffCpuSwitch,
 		p.SampleStack,
 	)
 }

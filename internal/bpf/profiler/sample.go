@@ -1,6 +1,10 @@
 package profiler
 
-import "github.com/bpfcol/bpfcol/internal/bpf/ringrec"
+import (
+	"time"
+
+	"github.com/bpfcol/bpfcol/internal/bpf/ringrec"
+)
 
 // ErrClosed is returned by Read once the Sampler is closed.
 var ErrClosed = ringrec.ErrClosed
@@ -58,6 +62,13 @@ type Sample struct {
 	NoTable bool
 	// Stop is why the CFI walk stopped (StopNoTable when there was none).
 	Stop StopReason
+	// OffCPU is set on an off-CPU event: the stacks and KtimeNs are the
+	// thread's at switch-out, OffCPUNs the time until it ran again.
+	OffCPU   bool
+	OffCPUNs uint64
+	// Preempted is set on an off-CPU event of a thread that was still
+	// runnable (preempted, or yielded); unset, it blocked.
+	Preempted bool
 }
 
 // IsPC reports whether User[i] is a PC to name as is: the leaf, or a frame
@@ -82,6 +93,15 @@ type Counters struct {
 	Idle uint64
 	// UnwindStops counts user stack walks by why they stopped.
 	UnwindStops [NumStopReasons]uint64
+	// OffCPUEvents counts off-CPU events recorded.
+	OffCPUEvents uint64
+	// OffCPUShort counts sampled switch-outs dropped in BPF because the
+	// thread ran again within OffCPU.MinDuration.
+	OffCPUShort uint64
+	// OffCPUFull counts sampled switch-outs not recorded because
+	// OffCPU.MaxThreads threads already had a slot (or none could be
+	// allocated).
+	OffCPUFull uint64
 }
 
 // Options configures a Sampler.
@@ -98,8 +118,24 @@ type Options struct {
 	// UnwindProcesses bounds the processes whose mappings the sampler
 	// holds; zero means 1024.
 	UnwindProcesses int
+	// OffCPU configures off-CPU events; unless enabled, their program is
+	// neither loaded nor attached.
+	OffCPU OffCPUOptions
 	// PID, when not zero, samples only that process (its threads as they
 	// exist at New) instead of every CPU: for benchmarks that must see the
 	// program's cost on one workload alone.
 	PID int
+}
+
+// OffCPUOptions configures off-CPU events, taken at sched_switch.
+type OffCPUOptions struct {
+	Enabled bool
+	// MinDuration drops, in BPF, events of threads back on CPU sooner.
+	MinDuration time.Duration
+	// Probability is the share of switch-outs whose stacks are taken, in
+	// (0, 1].
+	Probability float64
+	// MaxThreads bounds the threads given a record slot (about 2 KiB of
+	// task storage each, kept until the thread exits); zero means 4096.
+	MaxThreads int
 }

@@ -3,6 +3,7 @@ package profiler
 import (
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"strconv"
 	"strings"
@@ -57,13 +58,17 @@ func New(opts Options) (_ *Sampler, err error) {
 	spec.Maps[profilerMapUnwindRows].MaxEntries = unwindRows(opts)
 	spec.Maps[profilerMapUnwindProcs].MaxEntries = unwindProcesses(opts)
 
+	if err := configureOffCPU(spec, opts.OffCPU); err != nil {
+		return nil, err
+	}
+
 	s := &Sampler{ncpu: len(cpus), rows: spec.Maps[profilerMapUnwindRows].MaxEntries}
 	defer func() {
 		if err != nil {
 			s.Close()
 		}
 	}()
-	if err := spec.LoadAndAssign(&s.objs, nil); err != nil {
+	if err := s.load(spec, opts.OffCPU.Enabled); err != nil {
 		return nil, fmt.Errorf("loading sampler: %w", explainPermission(err))
 	}
 	if s.reader, err = ringrec.NewReader[profilerSample](s.objs.Samples, "sample"); err != nil {
@@ -93,15 +98,85 @@ func New(opts Options) (_ *Sampler, err error) {
 			return nil, fmt.Errorf("enabling cpu-clock event on cpu %d: %w", cpu, err)
 		}
 	}
+	if s.objs.OffCpuSwitch != nil {
+		// Exits first: a thread given a slot by the switch program
+		// always has its exit seen.
+		for _, p := range []struct {
+			prog *ebpf.Program
+			tp   string
+		}{{s.objs.OffCpuExit, "sched_process_exit"}, {s.objs.OffCpuSwitch, "sched_switch"}} {
+			l, err := link.AttachTracing(link.TracingOptions{Program: p.prog})
+			if err != nil {
+				return nil, fmt.Errorf("attaching off-CPU program to tp_btf/%s: %w", p.tp, err)
+			}
+			s.links = append(s.links, l)
+		}
+	}
 	return s, nil
 }
+
+// load loads the maps and the programs in use: the off-CPU program only
+// when enabled, so a sampler without it pays no verification for it.
+func (s *Sampler) load(spec *ebpf.CollectionSpec, offCPU bool) error {
+	if offCPU {
+		return spec.LoadAndAssign(&s.objs, nil)
+	}
+	var onCPU struct {
+		profilerMaps
+		profilerVariables
+		SampleStack *ebpf.Program `ebpf:"sample_stack"`
+	}
+	if err := spec.LoadAndAssign(&onCPU, nil); err != nil {
+		return err
+	}
+	s.objs.profilerMaps, s.objs.profilerVariables = onCPU.profilerMaps, onCPU.profilerVariables
+	s.objs.SampleStack = onCPU.SampleStack
+	return nil
+}
+
+// configureOffCPU sets the off-CPU program's constants and bounds.
+func configureOffCPU(spec *ebpf.CollectionSpec, o OffCPUOptions) error {
+	if !o.Enabled {
+		return nil
+	}
+	if !(o.Probability > 0 && o.Probability <= 1) {
+		return fmt.Errorf("off-CPU probability %v: must be in (0, 1]", o.Probability)
+	}
+	if o.MinDuration < 0 {
+		return fmt.Errorf("off-CPU min duration %v: must not be negative", o.MinDuration)
+	}
+	if err := CheckOffCPUSupport(); err != nil {
+		return err
+	}
+	threshold := uint64(math.Round(o.Probability * (1 << 32)))
+	if err := spec.Variables[profilerVarOffCpuThreshold].Set(threshold); err != nil {
+		return fmt.Errorf("setting off-CPU probability: %w", err)
+	}
+	if err := spec.Variables[profilerVarOffCpuMinNs].Set(uint64(o.MinDuration)); err != nil {
+		return fmt.Errorf("setting off-CPU min duration: %w", err)
+	}
+	if o.MaxThreads > 0 {
+		if err := spec.Variables[profilerVarOffCpuMaxThreads].Set(uint64(o.MaxThreads)); err != nil {
+			return fmt.Errorf("setting off-CPU thread bound: %w", err)
+		}
+	}
+	return nil
+}
+
+// offCPUEventsPerSecond is the rate of off-CPU events per CPU the default
+// ringbuf size leaves room for, on top of the on-CPU samples.
+const offCPUEventsPerSecond = 500
 
 // ringBufferSize sizes the ringbuf for about two seconds of samples on every
 // CPU, so a stalled reader loses samples (counted) instead of memory growing.
 func ringBufferSize(opts Options, ncpu int) uint32 {
 	size := opts.RingBufferBytes
 	if size <= 0 {
-		size = 2 * ncpu * opts.Frequency * (recordSize + 8)
+		rate := opts.Frequency
+		if opts.OffCPU.Enabled {
+			rate += offCPUEventsPerSecond
+		}
+		size = 2 * ncpu * rate * (recordSize + 8)
 	}
 	return ringrec.Size(size)
 }
@@ -164,6 +239,9 @@ func decode(rec *profilerSample, dst *Sample) {
 	if dst.CFI {
 		dst.Stop = StopReason(rec.Flags >> flagStopShift & 0xf)
 	}
+	dst.OffCPU = rec.Flags&uint32(profilerSampleFlagSAMPLE_OFF_CPU) != 0
+	dst.OffCPUNs = rec.OffCpuNs
+	dst.Preempted = rec.Flags&uint32(profilerSampleFlagSAMPLE_PREEMPTED) != 0
 }
 
 func appendFrames(dst, frames []uint64, nbytes int32) []uint64 {
@@ -189,6 +267,9 @@ func (s *Sampler) Counters() (Counters, error) {
 		Idle:              v[profilerCounterCOUNTER_IDLE],
 	}
 	copy(c.UnwindStops[:], v[profilerCounterCOUNTER_UNWIND_STOP:profilerCounterCOUNTER_MAX])
+	c.OffCPUEvents = v[profilerCounterCOUNTER_OFF_CPU_EVENTS]
+	c.OffCPUShort = v[profilerCounterCOUNTER_OFF_CPU_SHORT]
+	c.OffCPUFull = v[profilerCounterCOUNTER_OFF_CPU_FULL]
 	return c, nil
 }
 

@@ -55,3 +55,6 @@ func (*Sampler) DeleteUnwindMappings(uint32) error { return errNotLinux }
 
 // RunStats fails: sampling needs linux.
 func (*Sampler) RunStats() (time.Duration, uint64, error) { return 0, 0, errNotLinux }
+
+// OffCPURunStats fails: sampling needs linux.
+func (*Sampler) OffCPURunStats() (time.Duration, uint64, error) { return 0, 0, errNotLinux }

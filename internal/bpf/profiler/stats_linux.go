@@ -1,6 +1,7 @@
 package profiler
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"strconv"
@@ -40,6 +41,19 @@ func (s *Sampler) RunStats() (time.Duration, uint64, error) {
 	st, err := s.objs.SampleStack.Stats()
 	if err != nil {
 		return 0, 0, fmt.Errorf("reading sampler program stats: %w", err)
+	}
+	return st.Runtime, st.RunCount, nil
+}
+
+// OffCPURunStats is RunStats for the off-CPU program: divided, the BPF time
+// per context switch.
+func (s *Sampler) OffCPURunStats() (time.Duration, uint64, error) {
+	if s.objs.OffCpuSwitch == nil {
+		return 0, 0, errors.New("reading off-CPU program stats: off-CPU events are not enabled")
+	}
+	st, err := s.objs.OffCpuSwitch.Stats()
+	if err != nil {
+		return 0, 0, fmt.Errorf("reading off-CPU program stats: %w", err)
 	}
 	return st.Runtime, st.RunCount, nil
 }

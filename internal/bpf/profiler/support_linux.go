@@ -22,4 +22,15 @@ func CheckSupport() error {
 	)
 }
 
+// CheckOffCPUSupport reports, by name, the first kernel feature off-CPU
+// events need and lack: tp_btf/sched_switch with its prev_state argument
+// (kernel 5.18), sched_process_exit, and bpf_loop for the CFI walk (5.17).
+func CheckOffCPUSupport() error {
+	return support.Check(
+		support.BTFTracepoint("tp_btf/sched_switch with prev_state (kernel 5.18)", "sched_switch", 4),
+		support.BTFTracepoint("tp_btf/sched_process_exit", "sched_process_exit", 1),
+		support.Helper("helper bpf_loop (kernel 5.17)", ebpf.PerfEvent, asm.FnLoop),
+	)
+}
+
 var explainPermission = support.ExplainPermission

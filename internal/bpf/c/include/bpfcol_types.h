@@ -117,6 +117,7 @@ struct task_struct {
 } __attribute__((preserve_access_index));
 
 /* include/linux/sched.h */
+#define PF_EXITING 0x00000004
 #define PF_KTHREAD 0x00200000
 
 #endif /* BPFCOL_TYPES_H */

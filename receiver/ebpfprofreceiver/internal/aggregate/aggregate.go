@@ -72,6 +72,14 @@ type Stack struct {
 	Frames     []frame.Frame
 	Count      int64
 	Timestamps []uint64
+	// OffCPU marks a stack of off-CPU events: Count of them, the thread's
+	// stacks at switch-out, Timestamps the switch-outs, OffCPUNs their
+	// total time off CPU. Preempted says the thread was still runnable
+	// rather than blocked. What else tells off-CPU events apart (the scope
+	// a thread blocked in) belongs with these, and in stackKey.
+	OffCPU    bool
+	Preempted bool
+	OffCPUNs  int64
 }
 
 // Stats counts what happened to the samples of one interval.
@@ -170,11 +178,17 @@ func (a *Aggregator) Add(s *profiler.Sample) {
 			TID:     s.TID,
 			Comm:    s.Comm,
 			Frames:  slices.Clone(frames),
+			OffCPU:  s.OffCPU,
+			// Only off-CPU events say how the thread left the CPU.
+			Preempted: s.OffCPU && s.Preempted,
 		}
 		a.stacks[string(key)] = st
 		a.order = append(a.order, st)
 	}
 	st.Count++
+	if s.OffCPU {
+		st.OffCPUNs += int64(s.OffCPUNs)
+	}
 	if a.timestamps < a.cfg.MaxTimestamps {
 		st.Timestamps = append(st.Timestamps, uint64(a.clock.UnixNanos(s.KtimeNs)))
 		a.timestamps++
@@ -188,7 +202,9 @@ func (a *Aggregator) frames(proc *Process, s *profiler.Sample) []frame.Frame {
 	frames := a.scratch[:0]
 	defer func() { a.scratch = frames[:0] }()
 	for i, addr := range s.Kernel {
-		if i == 0 {
+		// An off-CPU kernel stack is a switched-out task's: every
+		// frame is a return address.
+		if i == 0 && !s.OffCPU {
 			frames = append(frames, frame.AtPC(frame.Kernel, addr))
 		} else {
 			frames = append(frames, frame.AtReturnAddress(frame.Kernel, addr))
@@ -249,6 +265,14 @@ func (a *Aggregator) stackKey(s *profiler.Sample, frames []frame.Frame) []byte {
 	k = append(k, s.Comm...)
 	k = append(k, 0)
 	k = binary.LittleEndian.AppendUint32(k, uint32(len(s.Kernel)))
+	var kind byte
+	if s.OffCPU {
+		kind = 1
+		if s.Preempted {
+			kind = 2
+		}
+	}
+	k = append(k, kind)
 	for _, f := range frames {
 		k = binary.LittleEndian.AppendUint64(k, f.Address)
 	}

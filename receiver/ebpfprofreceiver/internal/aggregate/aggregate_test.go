@@ -79,3 +79,43 @@ func TestAggregateCountsAndBounds(t *testing.T) {
 		t.Fatalf("second interval: %d stacks, stats %+v", len(b.Stacks), b.Stats)
 	}
 }
+
+// TestAggregateOffCPU checks that off-CPU events of a stack are kept apart
+// from its on-CPU samples and by how the thread left the CPU, and that their
+// times add up.
+func TestAggregateOffCPU(t *testing.T) {
+	a := New(Config{ProcessInfo: func(pid int) (*Process, error) {
+		return &Process{PID: pid, Mappings: []frame.Mapping{{Mapping: process.Mapping{Start: 0, End: 0x1000, Perms: "r-xp"}}}}, nil
+	}})
+	sample := func(offCPU bool, ns uint64, preempted bool) *profiler.Sample {
+		return &profiler.Sample{PID: uint32(os.Getpid()), TID: 1, Comm: "t", KtimeNs: 1, User: []uint64{0x10, 0x20},
+			Kernel: []uint64{0xffff_0100}, OffCPU: offCPU, OffCPUNs: ns, Preempted: preempted}
+	}
+	a.Add(sample(false, 0, false))
+	a.Add(sample(true, 3_000_000, false))
+	a.Add(sample(true, 5_000_000, false))
+	a.Add(sample(true, 7_000_000, true))
+	a.Add(sample(false, 0, true)) // on-CPU: the flag means nothing
+	b := a.Flush(time.Now())
+	if len(b.Stacks) != 3 {
+		t.Fatalf("%d stacks, want on-CPU, blocked and preempted", len(b.Stacks))
+	}
+	on, blocked, preempted := b.Stacks[0], b.Stacks[1], b.Stacks[2]
+	if on.OffCPU || on.Count != 2 || on.OffCPUNs != 0 {
+		t.Errorf("on-CPU stack %+v", on)
+	}
+	if !blocked.OffCPU || blocked.Preempted || blocked.Count != 2 || blocked.OffCPUNs != 8_000_000 {
+		t.Errorf("blocked stack %+v", blocked)
+	}
+	// A switched-out task's kernel stack holds only return addresses; an
+	// on-CPU sample's starts at the interrupted PC.
+	if f := blocked.Frames[0]; !f.ReturnAddress || f.Address != 0xffff_00ff {
+		t.Errorf("off-CPU kernel leaf %+v, want the return address minus 1", f)
+	}
+	if f := on.Frames[0]; f.ReturnAddress || f.Address != 0xffff_0100 {
+		t.Errorf("on-CPU kernel leaf %+v, want the PC", f)
+	}
+	if !preempted.OffCPU || !preempted.Preempted || preempted.Count != 1 || preempted.OffCPUNs != 7_000_000 {
+		t.Errorf("preempted stack %+v", preempted)
+	}
+}

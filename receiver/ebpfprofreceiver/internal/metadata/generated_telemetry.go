@@ -35,6 +35,7 @@ type TelemetryBuilder struct {
 	EbpfprofDebuginfodBytes       metric.Int64ObservableCounter
 	EbpfprofFramesResolved        metric.Int64ObservableCounter
 	EbpfprofKernelSymbolizer      metric.Int64ObservableGauge
+	EbpfprofOffCPUEvents          metric.Int64ObservableCounter
 	EbpfprofProcessesUnknown      metric.Int64ObservableCounter
 	EbpfprofProfilesEmitted       metric.Int64ObservableCounter
 	EbpfprofSamplesDropped        metric.Int64ObservableCounter
@@ -152,6 +153,21 @@ func (builder *TelemetryBuilder) RegisterEbpfprofKernelSymbolizerCallback(cb met
 		cb(ctx, &observerInt64{inst: builder.EbpfprofKernelSymbolizer, obs: o})
 		return nil
 	}, builder.EbpfprofKernelSymbolizer)
+	if err != nil {
+		return err
+	}
+	builder.mu.Lock()
+	defer builder.mu.Unlock()
+	builder.registrations = append(builder.registrations, reg)
+	return nil
+}
+
+// RegisterEbpfprofOffCPUEventsCallback sets callback for observable EbpfprofOffCPUEvents metric.
+func (builder *TelemetryBuilder) RegisterEbpfprofOffCPUEventsCallback(cb metric.Int64Callback) error {
+	reg, err := builder.meter.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
+		cb(ctx, &observerInt64{inst: builder.EbpfprofOffCPUEvents, obs: o})
+		return nil
+	}, builder.EbpfprofOffCPUEvents)
 	if err != nil {
 		return err
 	}
@@ -349,6 +365,12 @@ func NewTelemetryBuilder(settings component.TelemetrySettings, options ...Teleme
 		"otelcol_ebpfprof_kernel_symbolizer",
 		metric.WithDescription("1 for the way kernel frames are named now (bpf, or the kallsyms fallback). [Development]"),
 		metric.WithUnit("1"),
+	)
+	errs = errors.Join(errs, err)
+	builder.EbpfprofOffCPUEvents, err = builder.meter.Int64ObservableCounter(
+		"otelcol_ebpfprof_off_cpu_events",
+		metric.WithDescription("Sampled switch-outs (off_cpu), by outcome at the thread's switch-in. [Development]"),
+		metric.WithUnit("{event}"),
 	)
 	errs = errors.Join(errs, err)
 	builder.EbpfprofProcessesUnknown, err = builder.meter.Int64ObservableCounter(

@@ -20,6 +20,10 @@ type Sample struct {
 	Timestamps []uint64
 	ThreadID   int64
 	ThreadName string
+	// OffCPUNs is an off-CPU sample's value: its events' time off CPU.
+	OffCPUNs int64
+	// Preempted marks off-CPU time of a thread that could have run on.
+	Preempted bool
 }
 
 // Process is one process's samples.
@@ -28,7 +32,10 @@ type Process struct {
 	ExePath     string
 	ExeName     string
 	ContainerID string
-	Samples     []Sample
+	// Samples are on-CPU samples, OffCPUSamples the off-CPU ones: each
+	// kind goes into its own profile of the process.
+	Samples       []Sample
+	OffCPUSamples []Sample
 }
 
 // Meta describes the interval the samples cover.
@@ -45,8 +52,12 @@ type Meta struct {
 func Build(procs []Process, meta Meta) pprofile.Profiles {
 	out := pprofile.NewProfiles()
 	d := newDictionary(out.Dictionary())
-	sampleType := [2]int32{d.str("samples"), d.str("count")}
-	periodType := [2]int32{d.str("cpu"), d.str("nanoseconds")}
+	onCPU := profileType{
+		sample: [2]int32{d.str(conventions.SampleTypeSamples), d.str(conventions.UnitCount)},
+		period: [2]int32{d.str(conventions.PeriodTypeCPU), d.str(conventions.UnitNanoseconds)},
+	}
+	// Off-CPU time is measured, not sampled at a period.
+	offCPU := profileType{sample: [2]int32{d.str(conventions.SampleTypeOffCPU), d.str(conventions.UnitNanoseconds)}}
 
 	for i := range procs {
 		p := &procs[i]
@@ -65,26 +76,57 @@ func Build(procs []Process, meta Meta) pprofile.Profiles {
 		sp := rp.ScopeProfiles().AppendEmpty()
 		sp.Scope().SetName(meta.ScopeName)
 		sp.Scope().SetVersion(meta.ScopeVersion)
-		prof := sp.Profiles().AppendEmpty()
-		prof.SampleType().SetTypeStrindex(sampleType[0])
-		prof.SampleType().SetUnitStrindex(sampleType[1])
-		prof.PeriodType().SetTypeStrindex(periodType[0])
-		prof.PeriodType().SetUnitStrindex(periodType[1])
-		prof.SetPeriod(meta.PeriodNanos)
-		prof.SetTime(pcommon.NewTimestampFromTime(meta.Start))
-		prof.SetDurationNano(uint64(meta.End.Sub(meta.Start).Nanoseconds()))
-
-		for j := range p.Samples {
-			s := &p.Samples[j]
-			ps := prof.Samples().AppendEmpty()
-			ps.SetStackIndex(d.stack(s.Frames))
-			ps.Values().Append(s.Count)
-			ps.TimestampsUnixNano().Append(s.Timestamps...)
-			ps.AttributeIndices().Append(
-				d.attrInt(conventions.ThreadID, s.ThreadID),
-				d.attrStr(conventions.ThreadName, s.ThreadName),
-			)
+		if len(p.Samples) > 0 || len(p.OffCPUSamples) == 0 {
+			prof := newProfile(sp, onCPU, meta)
+			prof.SetPeriod(meta.PeriodNanos)
+			for j := range p.Samples {
+				s := &p.Samples[j]
+				ps := addSample(prof, d, s)
+				ps.Values().Append(s.Count)
+			}
+		}
+		if len(p.OffCPUSamples) > 0 {
+			prof := newProfile(sp, offCPU, meta)
+			for j := range p.OffCPUSamples {
+				s := &p.OffCPUSamples[j]
+				ps := addSample(prof, d, s)
+				ps.Values().Append(s.OffCPUNs)
+				reason := conventions.OffCPUReasonBlocked
+				if s.Preempted {
+					reason = conventions.OffCPUReasonPreempted
+				}
+				ps.AttributeIndices().Append(d.attrStr(conventions.OffCPUReason, reason))
+			}
 		}
 	}
 	return out
+}
+
+// profileType is a profile's sample and period types, as string indexes.
+type profileType struct {
+	sample, period [2]int32
+}
+
+func newProfile(sp pprofile.ScopeProfiles, typ profileType, meta Meta) pprofile.Profile {
+	prof := sp.Profiles().AppendEmpty()
+	prof.SampleType().SetTypeStrindex(typ.sample[0])
+	prof.SampleType().SetUnitStrindex(typ.sample[1])
+	prof.PeriodType().SetTypeStrindex(typ.period[0])
+	prof.PeriodType().SetUnitStrindex(typ.period[1])
+	prof.SetTime(pcommon.NewTimestampFromTime(meta.Start))
+	prof.SetDurationNano(uint64(meta.End.Sub(meta.Start).Nanoseconds()))
+	return prof
+}
+
+// addSample appends s's stack, timestamps and thread to prof; the caller
+// appends its value.
+func addSample(prof pprofile.Profile, d *dictionary, s *Sample) pprofile.Sample {
+	ps := prof.Samples().AppendEmpty()
+	ps.SetStackIndex(d.stack(s.Frames))
+	ps.TimestampsUnixNano().Append(s.Timestamps...)
+	ps.AttributeIndices().Append(
+		d.attrInt(conventions.ThreadID, s.ThreadID),
+		d.attrStr(conventions.ThreadName, s.ThreadName),
+	)
+	return ps
 }

@@ -194,13 +194,19 @@ func (r *Resolver) Resolve(b *aggregate.Batch) []profilebuilder.Process {
 				frames[i] = r.userFrame(st, s.PID, f)
 			}
 		}
-		procs[idx].Samples = append(procs[idx].Samples, profilebuilder.Sample{
+		sample := profilebuilder.Sample{
 			Frames:     frames,
 			Count:      s.Count,
 			Timestamps: s.Timestamps,
 			ThreadID:   int64(s.TID),
 			ThreadName: s.Comm,
-		})
+		}
+		if s.OffCPU {
+			sample.OffCPUNs, sample.Preempted = s.OffCPUNs, s.Preempted
+			procs[idx].OffCPUSamples = append(procs[idx].OffCPUSamples, sample)
+		} else {
+			procs[idx].Samples = append(procs[idx].Samples, sample)
+		}
 	}
 	return procs
 }
