@@ -8,11 +8,11 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"runtime"
 	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"unsafe"
 )
 
 // dwarfTable answers lookups from DWARF: the function, file:line and the
@@ -132,6 +132,9 @@ type dwarfSources struct {
 	info   []byte
 	ranges []byte // .debug_ranges (DWARF 2 to 4)
 	order  binary.ByteOrder
+	// heapBytes is what the sections take on the heap: decompressed ones;
+	// the others are the mapped file.
+	heapBytes int64
 }
 
 // dwarfSectionNames are the sections a lookup needs. Location lists, call
@@ -139,9 +142,15 @@ type dwarfSources struct {
 // binaries they are much of the DWARF, and decompressing them is wasted.
 var dwarfSectionNames = [...]string{"abbrev", "info", "str", "line", "ranges", "addr", "line_str", "rnglists", "str_offsets"}
 
-// loadDWARFSources decompresses (zlib, zstd, .zdebug) the sections lookups
-// need, in parallel.
+// loadDWARFSources reads the sections lookups need from f.
 func loadDWARFSources(f *elf.File) (dwarfSources, error) {
+	return loadDWARFImage(elfImage{f: f})
+}
+
+// loadDWARFImage takes the sections lookups need from the mapped file, and
+// decompresses (zlib, zstd, .zdebug) those stored compressed, in parallel.
+func loadDWARFImage(img elfImage) (dwarfSources, error) {
+	f := img.f
 	if f.Type == elf.ET_REL {
 		// Object files need relocations applied; debug/elf does that.
 		d, err := f.DWARF()
@@ -152,7 +161,14 @@ func loadDWARFSources(f *elf.File) (dwarfSources, error) {
 		if s := f.Section(".debug_info"); s != nil {
 			info, _ = s.Data()
 		}
-		return dwarfSources{data: d, info: info, order: f.ByteOrder}, nil // ranges through debug/dwarf
+		// Relocated copies of every section: count them all twice over.
+		var heap int64
+		for _, s := range f.Sections {
+			if strings.HasPrefix(s.Name, ".debug_") {
+				heap += 2 * int64(s.Size)
+			}
+		}
+		return dwarfSources{data: d, info: info, order: f.ByteOrder, heapBytes: heap}, nil // ranges through debug/dwarf
 	}
 	var sects [len(dwarfSectionNames)]*elf.Section
 	for _, s := range f.Sections {
@@ -170,17 +186,22 @@ func loadDWARFSources(f *elf.File) (dwarfSources, error) {
 		data [len(dwarfSectionNames)][]byte
 		errs [len(dwarfSectionNames)]error
 		wg   sync.WaitGroup
+		// heapBytes counts decompressed sections, which the heap holds.
+		heapBytes atomic.Int64
 	)
 	for i, s := range sects {
 		if s == nil {
 			continue
 		}
 		wg.Go(func() {
-			b, err := s.Data()
+			b, heap, err := img.section(s)
 			if err != nil && uint64(len(b)) < s.Size {
 				errs[i] = fmt.Errorf("reading %s: %w", s.Name, err)
 			}
 			data[i] = b
+			if heap {
+				heapBytes.Add(int64(cap(b)))
+			}
 		})
 	}
 	wg.Wait()
@@ -198,7 +219,7 @@ func loadDWARFSources(f *elf.File) (dwarfSources, error) {
 			}
 		}
 	}
-	return dwarfSources{data: d, info: data[1], ranges: data[4], order: f.ByteOrder}, nil
+	return dwarfSources{data: d, info: data[1], ranges: data[4], order: f.ByteOrder, heapBytes: heapBytes.Load()}, nil
 }
 
 // unitStart is where a unit's first DIE is, and its DWARF version.
@@ -282,50 +303,6 @@ type childOf struct {
 
 // maxUnits bounds the compile units read from one (possibly hostile) file.
 const maxUnits = 1 << 20
-
-// newDWARFTable reads every compile unit's line table and function tree,
-// spreading the units over a few goroutines.
-func newDWARFTable(src dwarfSources) (*dwarfTable, error) {
-	units := unitDIEOffsets(src.info, src.order)
-	if len(units) > maxUnits {
-		return nil, fmt.Errorf("decoding DWARF: %d units, more than %d", len(units), maxUnits)
-	}
-	// debug/dwarf decodes a DWARF 5 unit's base offsets on its first Seek
-	// and stores them in the shared Data: do that here, before the
-	// goroutines share it.
-	warm := src.data.Reader()
-	for _, u := range units {
-		if u.vers >= 5 {
-			warm.Seek(u.off)
-		}
-	}
-	res := make([]unitTables, len(units))
-	workers := min(runtime.GOMAXPROCS(0), 4, len(units))
-	var next atomic.Int64
-	var wg sync.WaitGroup
-	for range workers {
-		wg.Go(func() {
-			w := &unitReader{d: src.data, rangesData: src.ranges, order: src.order}
-			w.names = &dwarfNames{d: src.data, r: src.data.Reader(), cache: map[dwarf.Offset]dieNames{}}
-			w.r = src.data.Reader()
-			for {
-				i := next.Add(1) - 1
-				if i >= int64(len(units)) {
-					return
-				}
-				res[i] = w.read(units[i])
-				if res[i].err != nil {
-					// One bad unit spoils the table, as a sequential
-					// reader would stop there.
-					next.Store(int64(len(units)))
-					return
-				}
-			}
-		})
-	}
-	wg.Wait()
-	return mergeUnits(res)
-}
 
 // unitReader reads compile units one at a time; one per goroutine.
 type unitReader struct {
@@ -561,11 +538,26 @@ func mergeUnits(res []unitTables) (*dwarfTable, error) {
 		}
 		slices.SortStableFunc(t.lines, compareRows)
 	}
-	t.size = int64(len(t.lines))*16 + int64(len(t.funcs)+len(inlined))*24 + int64(len(t.scopes))*64 + int64(len(t.files))*16
+	t.size = t.heapSize()
 	if len(t.funcs) == 0 && len(t.lines) == 0 {
 		return nil, errors.New("decoding DWARF: no functions and no lines")
 	}
 	return t, nil
+}
+
+// heapSize is what t holds on the heap: its slices, and its strings,
+// counted once per reference (shared ones count more than once).
+func (t *dwarfTable) heapSize() int64 {
+	const stringHeader, sliceHeader = 16, 24
+	n := int64(cap(t.lines))*16 + int64(cap(t.funcs))*24 + int64(cap(t.scopes))*int64(unsafe.Sizeof(dwarfScope{})) + int64(cap(t.files))*stringHeader + 4*sliceHeader
+	for i := range t.scopes {
+		s := &t.scopes[i]
+		n += int64(len(s.name)+len(s.callFile)) + int64(cap(s.children))*24
+	}
+	for _, f := range t.files {
+		n += int64(len(f))
+	}
+	return n
 }
 
 // compareRows orders rows by address; a sequence ending where the next

@@ -64,8 +64,8 @@ func (b *Binary) LookupFunction(name, version string) (FunctionSymbol, error) {
 			// go tool nm shows assembly and cgo wrappers with their ABI
 			// suffix, which .gopclntab does not carry.
 			for _, n := range []string{name, strings.TrimSuffix(name, ".abi0")} {
-				if fn := b.goSyms.table.LookupFunc(n); fn != nil {
-					return FunctionSymbol{Name: fn.Name, Start: fn.Entry, End: fn.End, Go: true}, nil
+				if start, end, ok := b.goSyms.lookupFunc(n); ok {
+					return FunctionSymbol{Name: n, Start: start, End: end, Go: true}, nil
 				}
 			}
 		}

@@ -6,6 +6,7 @@ package resolve
 import (
 	"os"
 	"sync/atomic"
+	"unsafe"
 
 	"github.com/bpfcol/bpfcol/internal/frame"
 	"github.com/bpfcol/bpfcol/internal/lru"
@@ -16,9 +17,20 @@ import (
 	"github.com/bpfcol/bpfcol/receiver/ebpfprofreceiver/internal/profilebuilder"
 )
 
-// maxCachedNames bounds the cache of named user addresses kept across
-// batches, least recently used out first.
-const maxCachedNames = 1 << 16
+// maxCachedNameBytes bounds the heap of the named user addresses kept
+// across batches, least recently used out first: each distinct (file,
+// address) is named once, and again only after eviction.
+const maxCachedNameBytes = 8 << 20
+
+// namedCost is the heap an entry of the name cache holds: the key, the
+// record and its lines with their strings.
+func namedCost(_ nameKey, n named) int64 {
+	c := int64(unsafe.Sizeof(nameKey{})+unsafe.Sizeof(named{})) + 64 // map and list overhead
+	for _, l := range n.lines {
+		c += int64(unsafe.Sizeof(l)) + int64(len(l.Name)+len(l.SystemName)+len(l.File))
+	}
+	return c
+}
 
 // KernelSymbolizer names kernel addresses in one batch; *kernelsym.Symbolizer
 // is one. Addresses come already adjusted (frame.AtReturnAddress), so every
@@ -108,7 +120,7 @@ func New(binaries *symbolize.BinaryCache, kernel KernelSymbolizer, opts ...Optio
 	r := &Resolver{
 		binaries: binaries,
 		kernel:   kernel,
-		names:    lru.New[nameKey, named](maxCachedNames, nil),
+		names:    lru.New(maxCachedNameBytes, namedCost),
 	}
 	for _, o := range opts {
 		o(r)

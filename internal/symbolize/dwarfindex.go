@@ -1,0 +1,222 @@
+package symbolize
+
+import (
+	"cmp"
+	"debug/dwarf"
+	"errors"
+	"fmt"
+	"slices"
+	"unsafe"
+)
+
+// dwarfIndex answers lookups from a binary's DWARF one compile unit at a
+// time: the units are indexed by address range, and only the unit an
+// address falls in is parsed. The sections with that index, and each
+// parsed unit, are entries of the table cache, parsed again from the
+// mapped file when evicted.
+type dwarfIndex struct {
+	id     uint64
+	tables *tableCache
+	load   func() (dwarfSources, error)
+}
+
+// dwarfUnits is the DWARF of a binary with its units indexed by address.
+type dwarfUnits struct {
+	src    dwarfSources
+	units  []unitStart
+	ranges []unitRange // sorted by lo
+	// reach[i] is the largest hi of ranges[:i+1], so a backward scan for
+	// ranges covering an address stops early.
+	reach []uint64
+	cost  int64
+}
+
+// unitRange is one address range of a compile unit.
+type unitRange struct {
+	lo, hi uint64
+	unit   int32
+}
+
+// newDWARFUnits indexes the units of src by the ranges of their unit DIE
+// (DW_AT_low_pc/high_pc or DW_AT_ranges). A unit without them is parsed
+// once and indexed by the ranges of its functions and line sequences.
+func newDWARFUnits(src dwarfSources) (_ *dwarfUnits, err error) {
+	defer func() {
+		// debug/dwarf reports most corruption as errors, but a hostile
+		// file must never take the profiler down.
+		if r := recover(); r != nil {
+			err = fmt.Errorf("decoding DWARF: %v", r)
+		}
+	}()
+	units := unitDIEOffsets(src.info, src.order)
+	if len(units) > maxUnits {
+		return nil, fmt.Errorf("decoding DWARF: %d units, more than %d", len(units), maxUnits)
+	}
+	if len(units) == 0 {
+		return nil, errors.New("decoding DWARF: no compile units")
+	}
+	u := &dwarfUnits{src: src, units: units}
+	r := src.data.Reader()
+	w := newUnitReader(src)
+	for i, start := range units {
+		// This also has debug/dwarf decode a DWARF 5 unit's base offsets
+		// here, once, before lookups share the Data.
+		r.Seek(start.off)
+		cu, err := r.Next()
+		if err != nil || cu == nil {
+			continue
+		}
+		if cu.Tag != dwarf.TagCompileUnit && cu.Tag != tagPartialUnit && cu.Tag != tagSkeletonUnit {
+			continue
+		}
+		rs, err := src.data.Ranges(cu)
+		if err != nil || len(rs) == 0 {
+			t, err := w.table(start)
+			if err != nil {
+				return nil, err
+			}
+			rs = t.extent()
+		}
+		for _, rg := range rs {
+			if rg[1] > rg[0] {
+				u.ranges = append(u.ranges, unitRange{lo: rg[0], hi: rg[1], unit: int32(i)})
+			}
+		}
+	}
+	slices.SortStableFunc(u.ranges, func(a, b unitRange) int { return cmp.Compare(a.lo, b.lo) })
+	u.reach = make([]uint64, len(u.ranges))
+	for i, rg := range u.ranges {
+		u.reach[i] = rg.hi
+		if i > 0 {
+			u.reach[i] = max(rg.hi, u.reach[i-1])
+		}
+	}
+	u.cost = src.heapBytes + int64(cap(u.units))*int64(unsafe.Sizeof(unitStart{})) +
+		int64(cap(u.ranges))*int64(unsafe.Sizeof(unitRange{})) + int64(cap(u.reach))*8 +
+		// debug/dwarf keeps a unit record and an abbreviation table per unit.
+		int64(len(units))*dwarfUnitOverhead
+	return u, nil
+}
+
+// dwarfUnitOverhead is what debug/dwarf holds per unit: its record and its
+// parsed abbreviations, measured on C++ and Go binaries.
+const dwarfUnitOverhead = 2 << 10
+
+// covering returns the units whose ranges cover pc, in unit order.
+func (u *dwarfUnits) covering(pc uint64, into []int32) []int32 {
+	lo, hi := 0, len(u.ranges)
+	for lo < hi {
+		m := int(uint(lo+hi) >> 1)
+		if u.ranges[m].lo > pc {
+			hi = m
+		} else {
+			lo = m + 1
+		}
+	}
+	for j := lo - 1; j >= 0 && u.reach[j] > pc; j-- {
+		if pc < u.ranges[j].hi && !slices.Contains(into, u.ranges[j].unit) {
+			into = append(into, u.ranges[j].unit)
+		}
+	}
+	slices.Sort(into)
+	return into
+}
+
+// newUnitReader returns a reader of the units of src.
+func newUnitReader(src dwarfSources) *unitReader {
+	w := &unitReader{d: src.data, rangesData: src.ranges, order: src.order, r: src.data.Reader()}
+	w.names = &dwarfNames{d: src.data, r: src.data.Reader(), cache: map[dwarf.Offset]dieNames{}}
+	return w
+}
+
+// table parses one unit into a table of its own.
+func (w *unitReader) table(start unitStart) (*dwarfTable, error) {
+	clear(w.names.cache)
+	u := w.read(start)
+	if u.err != nil {
+		return nil, u.err
+	}
+	t, err := mergeUnits([]unitTables{u})
+	if err != nil {
+		// A unit with no code (types only): nothing to find in it.
+		return &dwarfTable{size: 64}, nil
+	}
+	return t, nil
+}
+
+// extent returns the address ranges the table covers.
+func (t *dwarfTable) extent() [][2]uint64 {
+	var rs [][2]uint64
+	for _, f := range t.funcs {
+		rs = append(rs, [2]uint64{f.lo, f.hi})
+	}
+	start := -1
+	for i, row := range t.lines {
+		switch {
+		case row.end() && start >= 0:
+			rs = append(rs, [2]uint64{t.lines[start].addr, row.addr})
+			start = -1
+		case !row.end() && start < 0:
+			start = i
+		}
+	}
+	return rs
+}
+
+// units returns the indexed units, parsing them on first use or after
+// eviction.
+func (x *dwarfIndex) units() (*dwarfUnits, error) {
+	type result struct {
+		u   *dwarfUnits
+		err error
+	}
+	v := x.tables.get(tableKey{binary: x.id, kind: kindDWARF}, func() (any, int64) {
+		src, err := x.load()
+		if err != nil {
+			return result{err: err}, 64
+		}
+		u, err := newDWARFUnits(src)
+		if err != nil {
+			return result{err: err}, 64
+		}
+		return result{u: u}, u.cost
+	}).(result)
+	return v.u, v.err
+}
+
+// unit returns the parsed table of unit i.
+func (x *dwarfIndex) unit(u *dwarfUnits, i int32) *dwarfTable {
+	v := x.tables.get(tableKey{binary: x.id, kind: kindUnit, unit: i}, func() (any, int64) {
+		t, err := newUnitReader(u.src).table(u.units[i])
+		if err != nil {
+			return (*dwarfTable)(nil), 64
+		}
+		return t, t.size
+	})
+	return v.(*dwarfTable)
+}
+
+// lookup returns the frames at pc from the first unit covering it that
+// names it.
+func (x *dwarfIndex) lookup(pc uint64) (frames []Frame, ok bool) {
+	defer func() {
+		// debug/dwarf reports most corruption as errors, but a hostile
+		// file must never take the profiler down.
+		if r := recover(); r != nil {
+			frames, ok = nil, false
+		}
+	}()
+	u, err := x.units()
+	if err != nil {
+		return nil, false
+	}
+	var buf [4]int32
+	for _, i := range u.covering(pc, buf[:0]) {
+		if t := x.unit(u, i); t != nil {
+			if frames, ok := t.lookup(pc); ok {
+				return frames, true
+			}
+		}
+	}
+	return nil, false
+}
