@@ -176,7 +176,7 @@ type elfSymbols struct {
 }
 
 func (h *elfSymbols) table() *elfSymbolTable {
-	return h.tables.get(tableKey{binary: h.id, kind: kindSymtab}, func() (any, int64) {
+	return h.tables.get(tableKey{binary: h.id, kind: kindSymtab}, h.img.data, func() (any, int64) {
 		r, strtab, ok := h.img.symbols(h.typ)
 		if !ok {
 			return (*elfSymbolTable)(nil), 64
@@ -208,7 +208,7 @@ func (b *Binary) loadDWARF() {
 			return
 		}
 		img := b.image()
-		x := &dwarfIndex{id: b.id, tables: b.tables, load: func() (dwarfSources, error) {
+		x := &dwarfIndex{id: b.id, tables: b.tables, data: b.data, load: func() (dwarfSources, error) {
 			defer guardFaults()()
 			return loadDWARFImage(img)
 		}}

@@ -17,6 +17,7 @@ import (
 type dwarfIndex struct {
 	id     uint64
 	tables *tableCache
+	data   []byte // the mapped file, nil if none
 	load   func() (dwarfSources, error)
 }
 
@@ -93,14 +94,21 @@ func newDWARFUnits(src dwarfSources) (_ *dwarfUnits, err error) {
 	}
 	u.cost = src.heapBytes + int64(cap(u.units))*int64(unsafe.Sizeof(unitStart{})) +
 		int64(cap(u.ranges))*int64(unsafe.Sizeof(unitRange{})) + int64(cap(u.reach))*8 +
-		// debug/dwarf keeps a unit record and an abbreviation table per unit.
-		int64(len(units))*dwarfUnitOverhead
+		// debug/dwarf keeps a record per unit, and parses every unit's
+		// abbreviation table, each entry into a map entry and a slice of
+		// 32-byte attribute records.
+		int64(len(units))*dwarfUnitOverhead + abbrevHeapFactor*int64(len(src.abbrev))
 	return u, nil
 }
 
-// dwarfUnitOverhead is what debug/dwarf holds per unit: its record and its
-// parsed abbreviations, measured on C++ and Go binaries.
-const dwarfUnitOverhead = 2 << 10
+// dwarfUnitOverhead is what debug/dwarf holds per unit beyond its
+// abbreviations: the unit record and the map of its abbreviation table.
+const dwarfUnitOverhead = 512
+
+// abbrevHeapFactor is the heap debug/dwarf takes per byte of
+// .debug_abbrev: an attribute spec of two or three bytes becomes a 32-byte
+// record, an abbreviation of a few bytes a map entry with a slice header.
+const abbrevHeapFactor = 16
 
 // covering returns the units whose ranges cover pc, in unit order.
 func (u *dwarfUnits) covering(pc uint64, into []int32) []int32 {
@@ -170,7 +178,7 @@ func (x *dwarfIndex) units() (*dwarfUnits, error) {
 		u   *dwarfUnits
 		err error
 	}
-	v := x.tables.get(tableKey{binary: x.id, kind: kindDWARF}, func() (any, int64) {
+	v := x.tables.get(tableKey{binary: x.id, kind: kindDWARF}, x.data, func() (any, int64) {
 		src, err := x.load()
 		if err != nil {
 			return result{err: err}, 64
@@ -186,7 +194,7 @@ func (x *dwarfIndex) units() (*dwarfUnits, error) {
 
 // unit returns the parsed table of unit i.
 func (x *dwarfIndex) unit(u *dwarfUnits, i int32) *dwarfTable {
-	v := x.tables.get(tableKey{binary: x.id, kind: kindUnit, unit: i}, func() (any, int64) {
+	v := x.tables.get(tableKey{binary: x.id, kind: kindUnit, unit: i}, x.data, func() (any, int64) {
 		t, err := newUnitReader(u.src).table(u.units[i])
 		if err != nil {
 			return (*dwarfTable)(nil), 64

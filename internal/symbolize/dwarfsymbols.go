@@ -131,6 +131,7 @@ type dwarfSources struct {
 	data   *dwarf.Data
 	info   []byte
 	ranges []byte // .debug_ranges (DWARF 2 to 4)
+	abbrev []byte // .debug_abbrev, whose size says what debug/dwarf parses
 	order  binary.ByteOrder
 	// heapBytes is what the sections take on the heap: decompressed ones;
 	// the others are the mapped file.
@@ -219,7 +220,7 @@ func loadDWARFImage(img elfImage) (dwarfSources, error) {
 			}
 		}
 	}
-	return dwarfSources{data: d, info: data[1], ranges: data[4], order: f.ByteOrder, heapBytes: heapBytes.Load()}, nil
+	return dwarfSources{data: d, info: data[1], ranges: data[4], abbrev: data[0], order: f.ByteOrder, heapBytes: heapBytes.Load()}, nil
 }
 
 // unitStart is where a unit's first DIE is, and its DWARF version.

@@ -39,3 +39,12 @@ func unmapFile(data []byte) error {
 	}
 	return syscall.Munmap(data)
 }
+
+// dropPages gives the pages of a mapping read so far back to the page
+// cache: they stop counting in the process's RSS, and a later read faults
+// them in again from the cache.
+func dropPages(data []byte) {
+	if len(data) > 0 {
+		_ = syscall.Madvise(data, syscall.MADV_DONTNEED)
+	}
+}

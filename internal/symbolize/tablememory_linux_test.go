@@ -77,18 +77,29 @@ long unit%[1]d(long n) {
 	return manyUnitsPath
 }
 
-// largeGoBinary returns the ebpfprof receiver's test binary, a Go binary of
-// more than 30 MB with DWARF, building it when missing.
+// largeGoBinary returns the collector, bpfcol, built with DWARF (ocb's
+// build strips it) from the sources `make build` generates in _build: a Go
+// binary of more than 30 MB.
 func largeGoBinary(tb testing.TB) string {
 	tb.Helper()
-	self := filepath.Join(workloadDir, "ebpfprofreceiver.test")
-	if _, err := os.Stat(self); err != nil {
-		run(tb, "", "go", "test", "-c", "-o", self, "github.com/bpfcol/bpfcol/receiver/ebpfprofreceiver")
+	_, file, _, _ := runtime.Caller(0)
+	src := filepath.Join(filepath.Dir(file), "..", "..", "_build")
+	if _, err := os.Stat(filepath.Join(src, "main.go")); err != nil {
+		tb.Fatalf("%s holds no collector sources: run `make build` first (make test does): %v", src, err)
 	}
-	if fi, err := os.Stat(self); err != nil || fi.Size() < 30<<20 {
-		tb.Fatalf("%s: want a Go binary of 30 MB or more: %v %v", self, fi, err)
+	bin := filepath.Join(workloadDir, "bpfcol-dwarf")
+	if _, err := os.Stat(bin); err != nil {
+		cmd := exec.Command("go", "build", "-o", bin, ".")
+		cmd.Dir = src
+		cmd.Env = append(os.Environ(), "GOFLAGS=", "GOWORK=off")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			tb.Fatalf("building bpfcol with DWARF: %v\n%s", err, out)
+		}
 	}
-	return self
+	if fi, err := os.Stat(bin); err != nil || fi.Size() < 30<<20 {
+		tb.Fatalf("%s: want a Go binary of 30 MB or more: %v %v", bin, fi, err)
+	}
+	return bin
 }
 
 // heapInUse returns the live heap after a full collection.

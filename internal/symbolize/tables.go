@@ -67,14 +67,20 @@ func (c *tableCache) setMax(maxBytes int64) {
 }
 
 // get returns the table under key, calling parse on a miss. A nil value
-// from parse (nothing usable) is cached like any other, at its cost.
-func (c *tableCache) get(key tableKey, parse func() (any, int64)) any {
+// from parse (nothing usable) is cached like any other, at its cost. The
+// pages of drop, the mapped file parse read, leave the RSS after a parse.
+func (c *tableCache) get(key tableKey, drop []byte, parse func() (any, int64)) any {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if t, ok := c.lru.Get(key); ok {
 		return t.value
 	}
 	v, cost := parse()
+	if drop != nil {
+		// Parsing read much of the file: what lookups read again is a
+		// few pages.
+		dropPages(drop)
+	}
 	c.lru.Add(key, &parsedTable{value: v, cost: max(cost, minTableCost)})
 	return v
 }
