@@ -269,6 +269,12 @@ func (b *Binary) Symbolize(vaddr uint64) (frames []Frame, ok bool) {
 	return nil, false
 }
 
+// DropPages takes the pages of the mapped file read so far out of the
+// process's RSS; they stay in the page cache, and later lookups fault in
+// the few they read. Callers that looked up many addresses at once call
+// it after.
+func (b *Binary) DropPages() { dropPages(b.data) }
+
 // HasDWARF reports whether the file carries DWARF debug info.
 func (b *Binary) HasDWARF() bool {
 	for _, name := range [...]string{".debug_info", ".zdebug_info"} {

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync/atomic"
 	"unsafe"
 )
 
@@ -29,7 +30,13 @@ type dwarfUnits struct {
 	// reach[i] is the largest hi of ranges[:i+1], so a backward scan for
 	// ranges covering an address stops early.
 	reach []uint64
+	// alone[i] says unit i is read by a reader of its own (unitData);
+	// the others need the reader of the whole DWARF.
+	alone []bool
 	cost  int64
+	// full is the whole-DWARF reader the indexing built, handed to the
+	// table cache after.
+	full atomic.Pointer[dwarf.Data]
 }
 
 // unitRange is one address range of a compile unit.
@@ -41,6 +48,8 @@ type unitRange struct {
 // newDWARFUnits indexes the units of src by the ranges of their unit DIE
 // (DW_AT_low_pc/high_pc or DW_AT_ranges). A unit without them is parsed
 // once and indexed by the ranges of its functions and line sequences.
+// Each unit is read alone when it can be, so debug/dwarf never holds
+// every unit's abbreviations at once.
 func newDWARFUnits(src dwarfSources) (_ *dwarfUnits, err error) {
 	defer func() {
 		// debug/dwarf reports most corruption as errors, but a hostile
@@ -56,33 +65,32 @@ func newDWARFUnits(src dwarfSources) (_ *dwarfUnits, err error) {
 	if len(units) == 0 {
 		return nil, errors.New("decoding DWARF: no compile units")
 	}
-	u := &dwarfUnits{src: src, units: units}
-	r := src.data.Reader()
-	w := newUnitReader(src)
+	u := &dwarfUnits{src: src, units: units, alone: make([]bool, len(units))}
+	var full *dwarf.Data
 	for i, start := range units {
-		// This also has debug/dwarf decode a DWARF 5 unit's base offsets
-		// here, once, before lookups share the Data.
-		r.Seek(start.off)
-		cu, err := r.Next()
-		if err != nil || cu == nil {
-			continue
-		}
-		if cu.Tag != dwarf.TagCompileUnit && cu.Tag != tagPartialUnit && cu.Tag != tagSkeletonUnit {
-			continue
-		}
-		rs, err := src.data.Ranges(cu)
-		if err != nil || len(rs) == 0 {
-			t, err := w.table(start)
-			if err != nil {
-				return nil, err
+		d, release, alone := src.unitData(start)
+		if !alone {
+			if full == nil {
+				if full, err = src.fullData(); err != nil {
+					return nil, err
+				}
 			}
-			rs = t.extent()
+			d, release = full, func() {}
+		}
+		u.alone[i] = alone
+		rs, err := unitRanges(d, &src, start)
+		release()
+		if err != nil {
+			return nil, err
 		}
 		for _, rg := range rs {
 			if rg[1] > rg[0] {
 				u.ranges = append(u.ranges, unitRange{lo: rg[0], hi: rg[1], unit: int32(i)})
 			}
 		}
+	}
+	if full != nil && src.data == nil {
+		u.full.Store(full)
 	}
 	slices.SortStableFunc(u.ranges, func(a, b unitRange) int { return cmp.Compare(a.lo, b.lo) })
 	u.reach = make([]uint64, len(u.ranges))
@@ -93,12 +101,35 @@ func newDWARFUnits(src dwarfSources) (_ *dwarfUnits, err error) {
 		}
 	}
 	u.cost = src.heapBytes + int64(cap(u.units))*int64(unsafe.Sizeof(unitStart{})) +
-		int64(cap(u.ranges))*int64(unsafe.Sizeof(unitRange{})) + int64(cap(u.reach))*8 +
-		// debug/dwarf keeps a record per unit, and parses every unit's
-		// abbreviation table, each entry into a map entry and a slice of
-		// 32-byte attribute records.
-		int64(len(units))*dwarfUnitOverhead + abbrevHeapFactor*int64(len(src.abbrev))
+		int64(cap(u.ranges))*int64(unsafe.Sizeof(unitRange{})) + int64(cap(u.reach))*8 + int64(cap(u.alone))
+	if src.data != nil {
+		u.cost += src.fullDataCost(len(units))
+	}
 	return u, nil
+}
+
+// unitRanges returns the address ranges of the unit at start, read
+// through d: its unit DIE's, else those of what it contains.
+func unitRanges(d *dwarf.Data, src *dwarfSources, start unitStart) ([][2]uint64, error) {
+	// This also has debug/dwarf decode a DWARF 5 unit's base offsets
+	// here, once, before lookups share a whole-DWARF reader.
+	r := d.Reader()
+	r.Seek(start.off)
+	cu, err := r.Next()
+	if err != nil || cu == nil {
+		return nil, nil
+	}
+	if cu.Tag != dwarf.TagCompileUnit && cu.Tag != tagPartialUnit && cu.Tag != tagSkeletonUnit {
+		return nil, nil
+	}
+	if rs, err := d.Ranges(cu); err == nil && len(rs) > 0 {
+		return rs, nil
+	}
+	t, err := newUnitReader(d, src).table(start)
+	if err != nil {
+		return nil, err
+	}
+	return t.extent(), nil
 }
 
 // dwarfUnitOverhead is what debug/dwarf holds per unit beyond its
@@ -130,10 +161,10 @@ func (u *dwarfUnits) covering(pc uint64, into []int32) []int32 {
 	return into
 }
 
-// newUnitReader returns a reader of the units of src.
-func newUnitReader(src dwarfSources) *unitReader {
-	w := &unitReader{d: src.data, rangesData: src.ranges, order: src.order, r: src.data.Reader()}
-	w.names = &dwarfNames{d: src.data, r: src.data.Reader(), cache: map[dwarf.Offset]dieNames{}}
+// newUnitReader returns a reader of units through d.
+func newUnitReader(d *dwarf.Data, src *dwarfSources) *unitReader {
+	w := &unitReader{d: d, rangesData: src.ranges, order: src.order, r: d.Reader()}
+	w.names = &dwarfNames{d: d, r: d.Reader(), cache: map[dwarf.Offset]dieNames{}}
 	return w
 }
 
@@ -181,23 +212,57 @@ func (x *dwarfIndex) units() (*dwarfUnits, error) {
 	v := x.tables.get(tableKey{binary: x.id, kind: kindDWARF}, x.data, func() (any, int64) {
 		src, err := x.load()
 		if err != nil {
-			return result{err: err}, 64
+			return result{err: err}, minTableCost
 		}
 		u, err := newDWARFUnits(src)
 		if err != nil {
-			return result{err: err}, 64
+			return result{err: err}, minTableCost
 		}
 		return result{u: u}, u.cost
 	}).(result)
+	if v.u != nil {
+		if full := v.u.full.Swap(nil); full != nil {
+			x.tables.add(tableKey{binary: x.id, kind: kindFull}, full, v.u.src.fullDataCost(len(v.u.units)))
+		}
+	}
 	return v.u, v.err
+}
+
+// fullData returns the reader of the whole DWARF, for units that refer to
+// others.
+func (x *dwarfIndex) fullData(u *dwarfUnits) *dwarf.Data {
+	if u.src.data != nil {
+		return u.src.data
+	}
+	return x.tables.get(tableKey{binary: x.id, kind: kindFull}, x.data, func() (any, int64) {
+		d, err := u.src.fullData()
+		if err != nil {
+			return (*dwarf.Data)(nil), minTableCost
+		}
+		return d, u.src.fullDataCost(len(u.units))
+	}).(*dwarf.Data)
 }
 
 // unit returns the parsed table of unit i.
 func (x *dwarfIndex) unit(u *dwarfUnits, i int32) *dwarfTable {
+	var full *dwarf.Data
+	if !u.alone[i] {
+		if full = x.fullData(u); full == nil {
+			return nil
+		}
+	}
 	v := x.tables.get(tableKey{binary: x.id, kind: kindUnit, unit: i}, x.data, func() (any, int64) {
-		t, err := newUnitReader(u.src).table(u.units[i])
+		d, release := full, func() {}
+		if d == nil {
+			var ok bool
+			if d, release, ok = u.src.unitData(u.units[i]); !ok {
+				return (*dwarfTable)(nil), minTableCost
+			}
+		}
+		defer release()
+		t, err := newUnitReader(d, &u.src).table(u.units[i])
 		if err != nil {
-			return (*dwarfTable)(nil), 64
+			return (*dwarfTable)(nil), minTableCost
 		}
 		return t, t.size
 	})

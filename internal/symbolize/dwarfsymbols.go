@@ -128,7 +128,10 @@ func (n *dwarfNames) resolve(e *dwarf.Entry, depth int) dieNames {
 // dwarfSources is what newDWARFTable reads: the parsed DWARF and the raw
 // .debug_info, whose unit headers say where each compile unit starts.
 type dwarfSources struct {
+	// data is the whole DWARF, set only for object files (relocated by
+	// debug/elf); otherwise fullData builds it when a unit needs it.
 	data   *dwarf.Data
+	sects  [len(dwarfSectionNames)][]byte
 	info   []byte
 	ranges []byte // .debug_ranges (DWARF 2 to 4)
 	abbrev []byte // .debug_abbrev, whose size says what debug/dwarf parses
@@ -209,24 +212,138 @@ func loadDWARFImage(img elfImage) (dwarfSources, error) {
 	if err := errors.Join(errs[:]...); err != nil {
 		return dwarfSources{}, err
 	}
-	d, err := dwarf.New(data[0], nil, nil, data[1], data[3], nil, data[4], data[2])
-	if err != nil {
-		return dwarfSources{}, err
+	src := dwarfSources{sects: data, info: data[1], ranges: data[4], abbrev: data[0], order: f.ByteOrder, heapBytes: heapBytes.Load()}
+	if len(src.info) == 0 {
+		return dwarfSources{}, errors.New("empty .debug_info")
 	}
-	for i := 5; i < len(data); i++ {
-		if data[i] != nil {
-			if err := d.AddSection(".debug_"+dwarfSectionNames[i], data[i]); err != nil {
-				return dwarfSources{}, err
+	return src, nil
+}
+
+// newData returns a debug/dwarf reader of the sections with info as
+// .debug_info. debug/dwarf reads every unit header and parses every unit's
+// abbreviation table up front, and keeps them.
+func (src *dwarfSources) newData(info []byte) (*dwarf.Data, error) {
+	d := src.sects
+	dd, err := dwarf.New(d[0], nil, nil, info, d[3], nil, d[4], d[2])
+	if err != nil {
+		return nil, err
+	}
+	for i := 5; i < len(d); i++ {
+		if d[i] != nil {
+			if err := dd.AddSection(".debug_"+dwarfSectionNames[i], d[i]); err != nil {
+				return nil, err
 			}
 		}
 	}
-	return dwarfSources{data: d, info: data[1], ranges: data[4], abbrev: data[0], order: f.ByteOrder, heapBytes: heapBytes.Load()}, nil
+	return dd, nil
 }
 
-// unitStart is where a unit's first DIE is, and its DWARF version.
+// fullData returns a reader of the whole DWARF.
+func (src *dwarfSources) fullData() (*dwarf.Data, error) {
+	if src.data != nil {
+		return src.data, nil
+	}
+	return src.newData(src.info)
+}
+
+// fullDataCost is the heap fullData's reader holds for units units.
+func (src *dwarfSources) fullDataCost(units int) int64 {
+	return int64(units)*dwarfUnitOverhead + abbrevHeapFactor*int64(len(src.abbrev))
+}
+
+// unitData returns a reader that holds unit u alone, at its offset in
+// .debug_info, so that debug/dwarf parses one abbreviation table instead
+// of every unit's. The bytes before u are one placeholder unit of zero
+// pages (mapped, never touched); u is copied after it. ok is false when u
+// cannot be read alone: it refers to DIEs of other units (DW_FORM_ref_addr,
+// as Go and LTO builds do), or its header is not one we can place. release
+// frees the copy; nothing read from the reader may be used after it.
+func (src *dwarfSources) unitData(u unitStart) (d *dwarf.Data, release func(), ok bool) {
+	if src.data != nil || u.hdr < 11 || u.is64 || u.hdr-4 >= 0xfffffff0 || u.addrSize == 0 ||
+		refersToOtherUnits(src.abbrev, u.abbrevOff) {
+		return nil, nil, false
+	}
+	buf, err := anonMap(u.end)
+	if err != nil {
+		return nil, nil, false
+	}
+	release = func() { anonUnmap(buf) }
+	// A DWARF 4 header covering [0, hdr): length, version, abbreviation
+	// offset (u's, so one table is parsed), address size.
+	src.order.PutUint32(buf, uint32(u.hdr-4))
+	src.order.PutUint16(buf[4:], 4)
+	src.order.PutUint32(buf[6:], uint32(u.abbrevOff))
+	buf[10] = u.addrSize
+	copy(buf[u.hdr:u.end], src.info[u.hdr:u.end])
+	d, err = src.newData(buf[:u.end])
+	if err != nil {
+		release()
+		return nil, nil, false
+	}
+	return d, release, true
+}
+
+// refersToOtherUnits reports whether the abbreviation table at off uses a
+// form that refers outside its unit, or cannot be read.
+func refersToOtherUnits(abbrev []byte, off uint64) bool {
+	if off >= uint64(len(abbrev)) {
+		return true
+	}
+	b := abbrev[off:]
+	uleb := func() (uint64, bool) {
+		v, n := binary.Uvarint(b)
+		if n <= 0 {
+			return 0, false
+		}
+		b = b[n:]
+		return v, true
+	}
+	for range 1 << 16 {
+		code, ok := uleb()
+		if !ok {
+			return true
+		}
+		if code == 0 {
+			return false
+		}
+		if _, ok := uleb(); !ok || len(b) == 0 { // tag, then children
+			return true
+		}
+		b = b[1:]
+		for {
+			attr, ok1 := uleb()
+			form, ok2 := uleb()
+			if !ok1 || !ok2 {
+				return true
+			}
+			if attr == 0 && form == 0 {
+				break
+			}
+			switch form {
+			case 0x10, 0x1c, 0x24, 0x1f20, 0x1f21: // ref_addr, ref_sup4, ref_sup8, GNU_ref_alt, GNU_strp_alt
+				return true
+			case 0x21: // implicit_const: a SLEB128 value follows
+				if _, n := binary.Varint(b); n <= 0 {
+					return true
+				} else {
+					b = b[n:]
+				}
+			}
+		}
+	}
+	return true
+}
+
+// unitStart is where a unit's first DIE is, its DWARF version, and what
+// unitData needs: where its header starts, where it ends, its abbreviation
+// table and address size.
 type unitStart struct {
-	off  dwarf.Offset
-	vers uint16
+	off       dwarf.Offset
+	vers      uint16
+	hdr, end  int
+	is64      bool
+	abbrevOff uint64
+	addrSize  uint8
 }
 
 // unitDIEOffsets returns the offset of each unit's first DIE in .debug_info,
@@ -263,10 +380,22 @@ func unitDIEOffsets(info []byte, order binary.ByteOrder) []unitStart {
 		}
 		hdr := 2
 		vers := order.Uint16(info[off:])
+		u := unitStart{vers: vers, is64: is64, end: end}
+		u.hdr = off - 4
+		if is64 {
+			u.hdr -= 8
+		}
+		readWord := func(at int) uint64 {
+			if is64 {
+				return order.Uint64(info[at:])
+			}
+			return uint64(order.Uint32(info[at:]))
+		}
 		if vers >= 5 {
-			if end-off < 3 {
+			if end-off < 4+word {
 				return offs
 			}
+			u.addrSize, u.abbrevOff = info[off+3], readWord(off+4)
 			hdr += 2 + word
 			switch info[off+2] { // unit type
 			case 4, 5: // skeleton, split compile: unit ID
@@ -275,10 +404,15 @@ func unitDIEOffsets(info []byte, order binary.ByteOrder) []unitStart {
 				hdr += 8 + word
 			}
 		} else {
+			if end-off < 3+word {
+				return offs
+			}
+			u.abbrevOff, u.addrSize = readWord(off+2), info[off+2+word]
 			hdr += word + 1
 		}
 		if hdr < end-off {
-			offs = append(offs, unitStart{dwarf.Offset(off + hdr), vers})
+			u.off = dwarf.Offset(off + hdr)
+			offs = append(offs, u)
 		}
 		off = end
 	}

@@ -2,7 +2,10 @@
 
 package symbolize
 
-import "os"
+import (
+	"errors"
+	"os"
+)
 
 // mapFile maps nothing where mmap is not available: tables are then read
 // through section reads.
@@ -11,3 +14,7 @@ func mapFile(*os.File) ([]byte, error) { return nil, nil }
 func unmapFile([]byte) error { return nil }
 
 func dropPages([]byte) {}
+
+func anonMap(int) ([]byte, error) { return nil, errors.ErrUnsupported }
+
+func anonUnmap([]byte) {}

@@ -19,6 +19,9 @@ const (
 	kindDWARF
 	// kindUnit: the line table and function tree of one compile unit.
 	kindUnit
+	// kindFull: debug/dwarf's reader of the whole DWARF, for units that
+	// refer to others (Go, LTO).
+	kindFull
 )
 
 // tableKey names one parsed table: the binary (by a number unique in the
@@ -83,6 +86,15 @@ func (c *tableCache) get(key tableKey, drop []byte, parse func() (any, int64)) a
 	}
 	c.lru.Add(key, &parsedTable{value: v, cost: max(cost, minTableCost)})
 	return v
+}
+
+// add stores a table parsed elsewhere, unless one is held under key.
+func (c *tableCache) add(key tableKey, v any, cost int64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if _, ok := c.lru.Peek(key); !ok {
+		c.lru.Add(key, &parsedTable{value: v, cost: max(cost, minTableCost)})
+	}
 }
 
 // minTableCost is the least an entry costs: its key, record and list

@@ -167,6 +167,9 @@ func (r *Resolver) Resolve(b *aggregate.Batch) []profilebuilder.Process {
 	defer func() {
 		for _, bin := range st.binaries {
 			if bin != nil {
+				// The names are in the name cache now: the pages of
+				// the file read for them need not stay resident.
+				bin.DropPages()
 				bin.Release()
 			}
 		}
