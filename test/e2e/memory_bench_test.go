@@ -185,6 +185,7 @@ service:
 func bigDWARFSource(n int) string {
 	var s strings.Builder
 	s.WriteString(`#include <map>
+#include <numeric>
 #include <unordered_map>
 #include <vector>
 #include <string>
@@ -208,7 +209,7 @@ template <int N> struct Work {
 };
 static std::regex re("k(e+)y([0-9]+)");
 `)
-	s.WriteString("#include <numeric>\nlong total;\n__attribute__((noinline)) void step(long k) {\n")
+	s.WriteString("long total;\n__attribute__((noinline)) void step(long k) {\n")
 	for i := range n {
 		fmt.Fprintf(&s, "  { static Work<%d> w; total += w.run(k); }\n", i)
 	}
