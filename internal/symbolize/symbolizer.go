@@ -86,7 +86,7 @@ type SymbolizerConfig struct {
 // Defaults of SymbolizerConfig.
 const (
 	DefaultCacheMaxSize  = 2 << 30
-	DefaultMaxTableBytes = 32 << 20
+	DefaultMaxTableBytes = 16 << 20
 	DefaultNegativeTTL   = 10 * time.Minute
 	// maxNegativeEntries bounds each negative cache.
 	maxNegativeEntries = 4096
