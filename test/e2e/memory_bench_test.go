@@ -247,9 +247,13 @@ func measureMemory(b *testing.B) {
 	warm, window := memoryBenchDurations(b)
 	server := startProfilesServer(b)
 	cfg := strings.Replace(profilesConfig(server.addr), "sampling_frequency: 99\n    report_interval: 1s", "sampling_frequency: 20\n    report_interval: 5s", 1)
-	// BPFCOL_MEMBENCH_HEAP names a file that receives the collector's heap
-	// profile at the end of the window, taken through the pprof extension.
+	// BPFCOL_MEMBENCH_HEAP names a file that receives, suffixed with the
+	// benchmark's name, the collector's heap profile at the end of the
+	// window, taken through the pprof extension.
 	heapFile := os.Getenv("BPFCOL_MEMBENCH_HEAP")
+	if heapFile != "" {
+		heapFile += "." + strings.ReplaceAll(b.Name(), "/", "_")
+	}
 	pprofAddr := fmt.Sprintf("127.0.0.1:%d", freePort(b))
 	if heapFile != "" {
 		cfg = strings.Replace(cfg, "service:\n", fmt.Sprintf("extensions:\n  pprof:\n    endpoint: %s\nservice:\n  extensions: [pprof]\n", pprofAddr), 1)
