@@ -54,7 +54,14 @@ func (b *Binary) ELF() *elf.File { return b.elf }
 // Then demangled C++ and Rust names, with or without parameters. Among
 // matches, the default version beats hidden ones, then global beats weak
 // beats local; several addresses at the best rank are an error.
-func (b *Binary) LookupFunction(name, version string) (FunctionSymbol, error) {
+func (b *Binary) LookupFunction(name, version string) (fs FunctionSymbol, err error) {
+	defer guardFaults()()
+	defer func() {
+		// A fault reading the mapped file (truncated meanwhile).
+		if r := recover(); r != nil {
+			fs, err = FunctionSymbol{}, fmt.Errorf("looking up %s: reading %s: %v", name, b.file.Name(), r)
+		}
+	}()
 	if name == "" {
 		return FunctionSymbol{}, errors.New("looking up a function: empty name")
 	}

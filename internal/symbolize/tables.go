@@ -49,13 +49,14 @@ type parsedTable struct {
 // evict the other). Such a table is the one way the heap held exceeds the
 // bound; Stats.Cost then reads low by what it holds beyond half.
 type tableCache struct {
-	mu  sync.Mutex // a miss parses once: lookups of a key being parsed wait
-	lru *lru.Cache[tableKey, *parsedTable]
-	max atomic.Int64
+	mu      sync.Mutex
+	lru     *lru.Cache[tableKey, *parsedTable]
+	parsing map[tableKey]chan struct{} // closed once the key's parse ended
+	max     atomic.Int64
 }
 
 func newTableCache(maxBytes int64) *tableCache {
-	c := &tableCache{}
+	c := &tableCache{parsing: map[tableKey]chan struct{}{}}
 	c.setMax(maxBytes)
 	return c
 }
@@ -72,19 +73,47 @@ func (c *tableCache) setMax(maxBytes int64) {
 // get returns the table under key, calling parse on a miss. A nil value
 // from parse (nothing usable) is cached like any other, at its cost. The
 // pages of drop, the mapped file parse read, leave the RSS after a parse.
+//
+// Each key is parsed by one caller at a time, without holding the cache:
+// lookups of other tables go on meanwhile, and those of the same key wait
+// for its parse.
 func (c *tableCache) get(key tableKey, drop []byte, parse func() (any, int64)) any {
 	c.mu.Lock()
-	defer c.mu.Unlock()
-	if t, ok := c.lru.Get(key); ok {
-		return t.value
+	for {
+		if t, ok := c.lru.Get(key); ok {
+			c.mu.Unlock()
+			return t.value
+		}
+		wait, busy := c.parsing[key]
+		if !busy {
+			break
+		}
+		c.mu.Unlock()
+		<-wait
+		c.mu.Lock()
 	}
-	v, cost := parse()
+	done := make(chan struct{})
+	c.parsing[key] = done
+	c.mu.Unlock()
+
+	var v any
+	cost := int64(minTableCost)
+	defer func() {
+		// Also when parse panics: waiters then parse themselves.
+		c.mu.Lock()
+		delete(c.parsing, key)
+		close(done)
+		c.mu.Unlock()
+	}()
+	v, cost = parse()
 	if drop != nil {
 		// Parsing read much of the file: what lookups read again is a
 		// few pages.
 		dropPages(drop)
 	}
+	c.mu.Lock()
 	c.lru.Add(key, &parsedTable{value: v, cost: max(cost, minTableCost)})
+	c.mu.Unlock()
 	return v
 }
 
