@@ -24,16 +24,23 @@ type dwarfIndex struct {
 
 // dwarfUnits is the DWARF of a binary with its units indexed by address.
 type dwarfUnits struct {
-	src    dwarfSources
+	// src is the sections the index was built from, handed to the table
+	// cache as an entry of their own (kindSections) after: decompressed
+	// sections can be evicted and decompressed again while the index
+	// stays.
+	src    atomic.Pointer[dwarfSources]
+	rel    bool // an object file: src.data is the whole DWARF, relocated
 	units  []unitStart
 	ranges []unitRange // sorted by lo
 	// reach[i] is the largest hi of ranges[:i+1], so a backward scan for
 	// ranges covering an address stops early.
 	reach []uint64
 	// alone[i] says unit i is read by a reader of its own (unitData);
-	// the others need the reader of the whole DWARF.
-	alone []bool
-	cost  int64
+	// the others need the reader of the whole DWARF, which then holds
+	// the sections (kindFull instead of kindSections).
+	alone     []bool
+	needsFull bool
+	cost      int64
 	// full is the whole-DWARF reader the indexing built, handed to the
 	// table cache after.
 	full atomic.Pointer[dwarf.Data]
@@ -65,7 +72,8 @@ func newDWARFUnits(src dwarfSources) (_ *dwarfUnits, err error) {
 	if len(units) == 0 {
 		return nil, errors.New("decoding DWARF: no compile units")
 	}
-	u := &dwarfUnits{src: src, units: units, alone: make([]bool, len(units))}
+	u := &dwarfUnits{units: units, alone: make([]bool, len(units)), rel: src.data != nil}
+	u.src.Store(&src)
 	var full *dwarf.Data
 	for i, start := range units {
 		d, release, alone := src.unitData(start)
@@ -89,6 +97,7 @@ func newDWARFUnits(src dwarfSources) (_ *dwarfUnits, err error) {
 			}
 		}
 	}
+	u.needsFull = full != nil
 	if full != nil && src.data == nil {
 		u.full.Store(full)
 	}
@@ -100,11 +109,8 @@ func newDWARFUnits(src dwarfSources) (_ *dwarfUnits, err error) {
 			u.reach[i] = max(rg.hi, u.reach[i-1])
 		}
 	}
-	u.cost = src.heapBytes + int64(cap(u.units))*int64(unsafe.Sizeof(unitStart{})) +
+	u.cost = int64(cap(u.units))*int64(unsafe.Sizeof(unitStart{})) +
 		int64(cap(u.ranges))*int64(unsafe.Sizeof(unitRange{})) + int64(cap(u.reach))*8 + int64(cap(u.alone))
-	if src.data != nil {
-		u.cost += src.fullDataCost(len(units))
-	}
 	return u, nil
 }
 
@@ -221,33 +227,72 @@ func (x *dwarfIndex) units() (*dwarfUnits, error) {
 		return result{u: u}, u.cost
 	}).(result)
 	if v.u != nil {
-		if full := v.u.full.Swap(nil); full != nil {
-			x.tables.add(tableKey{binary: x.id, kind: kindFull}, full, v.u.src.fullDataCost(len(v.u.units)))
+		if src := v.u.src.Swap(nil); src != nil {
+			if full := v.u.full.Swap(nil); full != nil {
+				f := &fullDWARF{data: full, src: src}
+				x.tables.add(tableKey{binary: x.id, kind: kindFull}, f, f.cost(len(v.u.units)))
+			} else if !v.u.needsFull {
+				x.tables.add(tableKey{binary: x.id, kind: kindSections}, src, src.cost(len(v.u.units)))
+			}
 		}
 	}
 	return v.u, v.err
 }
 
-// fullData returns the reader of the whole DWARF, for units that refer to
-// others.
-func (x *dwarfIndex) fullData(u *dwarfUnits) *dwarf.Data {
-	if u.src.data != nil {
-		return u.src.data
-	}
+// fullDWARF is the reader of the whole DWARF with the sections it reads.
+type fullDWARF struct {
+	data *dwarf.Data
+	src  *dwarfSources
+}
+
+func (f *fullDWARF) cost(units int) int64 { return f.src.cost(units) + f.src.fullDataCost(units) }
+
+// full returns the whole-DWARF reader and its sections, building them
+// again after eviction; nil when they cannot be read.
+func (x *dwarfIndex) full(u *dwarfUnits) *fullDWARF {
 	return x.tables.get(tableKey{binary: x.id, kind: kindFull}, x.data, func() (any, int64) {
-		d, err := u.src.fullData()
+		src, err := x.load()
 		if err != nil {
-			return (*dwarf.Data)(nil), minTableCost
+			return (*fullDWARF)(nil), minTableCost
 		}
-		return d, u.src.fullDataCost(len(u.units))
-	}).(*dwarf.Data)
+		d, err := src.fullData()
+		if err != nil {
+			return (*fullDWARF)(nil), minTableCost
+		}
+		f := &fullDWARF{data: d, src: &src}
+		return f, f.cost(len(u.units))
+	}).(*fullDWARF)
+}
+
+// sources returns the DWARF sections, loading (decompressing) them again
+// after eviction; nil when they cannot be read.
+func (x *dwarfIndex) sources(u *dwarfUnits) *dwarfSources {
+	if u.needsFull {
+		if f := x.full(u); f != nil {
+			return f.src
+		}
+		return nil
+	}
+	return x.tables.get(tableKey{binary: x.id, kind: kindSections}, x.data, func() (any, int64) {
+		src, err := x.load()
+		if err != nil {
+			return (*dwarfSources)(nil), minTableCost
+		}
+		return &src, src.cost(len(u.units))
+	}).(*dwarfSources)
 }
 
 // unit returns the parsed table of unit i.
 func (x *dwarfIndex) unit(u *dwarfUnits, i int32) *dwarfTable {
+	src := x.sources(u)
+	if src == nil {
+		return nil
+	}
 	var full *dwarf.Data
 	if !u.alone[i] {
-		if full = x.fullData(u); full == nil {
+		if f := x.full(u); f != nil {
+			full = f.data
+		} else {
 			return nil
 		}
 	}
@@ -255,12 +300,12 @@ func (x *dwarfIndex) unit(u *dwarfUnits, i int32) *dwarfTable {
 		d, release := full, func() {}
 		if d == nil {
 			var ok bool
-			if d, release, ok = u.src.unitData(u.units[i]); !ok {
+			if d, release, ok = src.unitData(u.units[i]); !ok {
 				return (*dwarfTable)(nil), minTableCost
 			}
 		}
 		defer release()
-		t, err := newUnitReader(d, &u.src).table(u.units[i])
+		t, err := newUnitReader(d, src).table(u.units[i])
 		if err != nil {
 			return (*dwarfTable)(nil), minTableCost
 		}

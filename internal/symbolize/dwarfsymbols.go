@@ -246,7 +246,18 @@ func (src *dwarfSources) fullData() (*dwarf.Data, error) {
 	return src.newData(src.info)
 }
 
-// fullDataCost is the heap fullData's reader holds for units units.
+// cost is the heap the sections hold: the decompressed ones, and for an
+// object file the whole relocated DWARF with its reader.
+func (src *dwarfSources) cost(units int) int64 {
+	c := src.heapBytes + int64(unsafe.Sizeof(*src))
+	if src.data != nil {
+		c += src.fullDataCost(units)
+	}
+	return c
+}
+
+// fullDataCost is the heap fullData's reader holds for units units,
+// beyond the sections.
 func (src *dwarfSources) fullDataCost(units int) int64 {
 	return int64(units)*dwarfUnitOverhead + abbrevHeapFactor*int64(len(src.abbrev))
 }

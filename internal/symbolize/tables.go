@@ -14,9 +14,11 @@ type tableKind uint8
 const (
 	// kindSymtab: the sorted index of .symtab (or .dynsym) functions.
 	kindSymtab tableKind = iota
-	// kindDWARF: the DWARF sections (decompressed when compressed) and the
-	// index of compile units by address.
+	// kindDWARF: the index of compile units by address.
 	kindDWARF
+	// kindSections: the DWARF sections, decompressed when stored
+	// compressed.
+	kindSections
 	// kindUnit: the line table and function tree of one compile unit.
 	kindUnit
 	// kindFull: debug/dwarf's reader of the whole DWARF, for units that
