@@ -1,12 +1,16 @@
 package symbolize
 
 import (
+	"bytes"
 	"debug/elf"
 	"errors"
 	"fmt"
+	"io"
 	"os"
+	"runtime/debug"
 	"sync"
 	"sync/atomic"
+	"unsafe"
 )
 
 // maxReadCode bounds one ReadCode call.
@@ -21,7 +25,11 @@ const maxReadCode = 1 << 20
 // give theirs up with Release. The file is closed when the last reference is
 // gone.
 type Binary struct {
-	file   *os.File
+	file *os.File
+	// data is the file mapped read-only; nil when it could not be mapped.
+	data   []byte
+	id     uint64      // names the Binary's entries in tables
+	tables *tableCache // holds the parsed symbol tables
 	elf    *elf.File
 	mapper *AddressMapper
 	ids    buildIDs
@@ -31,12 +39,12 @@ type Binary struct {
 	closeOnce sync.Once
 
 	symbolsOnce sync.Once
-	goSyms      *goSymbolTable  // nil when not Go or .gopclntab is unusable
-	elfSyms     *elfSymbolTable // nil when there is no usable symbol table
+	goSyms      *goSymbolTable // nil when not Go or .gopclntab is unusable
+	elfSyms     *elfSymbols    // nil when there is no usable symbol table
 	symbolsErr  error
 
 	dwarfOnce sync.Once
-	dwarf     *dwarfTable // nil when there is no usable DWARF
+	dwarf     *dwarfIndex // nil when there is no usable DWARF
 	dwarfErr  error
 
 	byName nameIndex // functions by name, for LookupFunction
@@ -47,13 +55,31 @@ type Binary struct {
 // OpenBinary reads the ELF headers and notes of f. It takes ownership of f:
 // f is closed on error, and by Close otherwise.
 func OpenBinary(f *os.File) (*Binary, error) {
-	ef, err := elf.NewFile(f)
+	return openBinaryWith(f, sharedTables)
+}
+
+// openBinaryWith opens f with its parsed tables held in tables.
+func openBinaryWith(f *os.File, tables *tableCache) (*Binary, error) {
+	data, err := mapFile(f)
 	if err != nil {
+		f.Close()
+		return nil, err
+	}
+	var ra io.ReaderAt = f
+	if data != nil {
+		ra = bytes.NewReader(data)
+	}
+	ef, err := elf.NewFile(ra)
+	if err != nil {
+		unmapFile(data)
 		f.Close()
 		return nil, fmt.Errorf("parsing ELF headers of %s: %w", f.Name(), err)
 	}
 	b := &Binary{
 		file:   f,
+		data:   data,
+		id:     binaryIDs.Add(1),
+		tables: tables,
 		elf:    ef,
 		mapper: NewAddressMapper(ef.Progs),
 		ids:    readBuildIDs(ef, f),
@@ -83,7 +109,8 @@ func (b *Binary) acquire() { b.refs.Add(1) }
 func (b *Binary) release() error {
 	switch n := b.refs.Add(-1); {
 	case n == 0:
-		return b.file.Close()
+		b.tables.dropBinary(b.id)
+		return errors.Join(unmapFile(b.data), b.file.Close())
 	case n < 0:
 		return errors.New("releasing binary: more releases than references")
 	}
@@ -102,31 +129,36 @@ func (b *Binary) IsGo() bool { return b.isGo }
 // Mapper returns the file offset to virtual address mapper of the binary.
 func (b *Binary) Mapper() *AddressMapper { return b.mapper }
 
-// loadSymbols parses the symbol tables once.
+// image is the file's headers and mapping.
+func (b *Binary) image() elfImage { return elfImage{f: b.elf, data: b.data} }
+
+// loadSymbols finds the usable symbol tables once. .gopclntab is read in
+// place; .symtab (else .dynsym) is indexed in the table cache.
 func (b *Binary) loadSymbols() {
 	b.symbolsOnce.Do(func() {
-		syms, symErr := b.elf.Symbols()
-		if symErr != nil || len(syms) == 0 {
-			syms = nil
-			dyn, dynErr := b.elf.DynamicSymbols()
-			if dynErr == nil {
-				b.elfSyms = newELFSymbolTable(dyn)
+		defer guardFaults()()
+		img := b.image()
+		var symErr error
+		for _, typ := range [...]elf.SectionType{elf.SHT_SYMTAB, elf.SHT_DYNSYM} {
+			r, _, ok := img.symbols(typ)
+			if !ok || r.count() <= 1 {
+				continue
 			}
-		} else {
-			b.elfSyms = newELFSymbolTable(syms)
+			// A .symtab without functions leaves .dynsym untried.
+			h := &elfSymbols{id: b.id, tables: b.tables, typ: typ, img: img}
+			if t := h.table(); t == nil || len(t.funcs) == 0 {
+				symErr = fmt.Errorf("no function symbols in %s", typ)
+			} else {
+				b.elfSyms = h
+			}
+			break
 		}
-		if b.elfSyms != nil && len(b.elfSyms.funcs) == 0 {
-			b.elfSyms = nil
+		if b.elfSyms == nil && symErr == nil {
+			symErr = elf.ErrNoSymbols
 		}
 		var goErr error
 		if b.isGo {
-			b.goSyms, goErr = newGoSymbolTable(b.elf, syms)
-		}
-		if b.elfSyms != nil {
-			b.parsedSize.Add(int64(len(b.elfSyms.funcs)) * 48)
-		}
-		if b.goSyms != nil {
-			b.parsedSize.Add(int64(len(b.goSyms.table.Funcs)) * 160)
+			b.goSyms, goErr = newGoSymbolTable(img)
 		}
 		if b.goSyms == nil && b.elfSyms == nil {
 			b.symbolsErr = errors.Join(errors.New("no usable symbol table"), symErr, goErr)
@@ -134,24 +166,66 @@ func (b *Binary) loadSymbols() {
 	})
 }
 
-// loadDWARF parses the DWARF sections once. debug/elf decompresses
-// SHF_COMPRESSED (zlib, zstd) and .zdebug sections.
+// elfSymbols is the index of a binary's .symtab or .dynsym, held in the
+// table cache and built again from the mapped file after eviction.
+type elfSymbols struct {
+	id     uint64
+	tables *tableCache
+	typ    elf.SectionType
+	img    elfImage
+}
+
+func (h *elfSymbols) table() *elfSymbolTable {
+	return h.tables.get(tableKey{binary: h.id, kind: kindSymtab}, h.img.data, func() (any, int64) {
+		r, strtab, ok := h.img.symbols(h.typ)
+		if !ok {
+			return (*elfSymbolTable)(nil), 64
+		}
+		t := buildELFSymbolTable(r, strtab)
+		cost := t.cost()
+		if h.img.data == nil {
+			cost += int64(cap(strtab)) // a heap copy, not the mapping
+		}
+		return t, cost
+	}).(*elfSymbolTable)
+}
+
+// lookup returns the function covering addr.
+func (h *elfSymbols) lookup(addr uint64) (elfFunc, bool) {
+	if h == nil {
+		return elfFunc{}, false
+	}
+	return h.table().lookup(addr)
+}
+
+// loadDWARF checks the DWARF sections once; compile units are parsed on
+// lookup.
 func (b *Binary) loadDWARF() {
 	b.dwarfOnce.Do(func() {
+		defer guardFaults()()
 		if !b.HasDWARF() {
 			b.dwarfErr = errors.New("no DWARF sections")
 			return
 		}
-		src, err := loadDWARFSources(b.elf)
-		if err != nil {
+		img := b.image()
+		x := &dwarfIndex{id: b.id, tables: b.tables, data: b.data, load: func() (dwarfSources, error) {
+			defer guardFaults()()
+			return loadDWARFImage(img)
+		}}
+		if _, err := x.units(); err != nil {
 			b.dwarfErr = fmt.Errorf("reading DWARF: %w", err)
 			return
 		}
-		b.dwarf, b.dwarfErr = newDWARFTable(src)
-		if b.dwarf != nil {
-			b.parsedSize.Add(b.dwarf.size)
-		}
+		b.dwarf = x
 	})
+}
+
+// guardFaults turns a fault reading the mapped file (truncated under us:
+// SIGBUS) into a panic the lookups recover from, until the returned
+// function runs.
+func guardFaults() func() {
+	old := debug.SetPanicOnFault(true)
+	return func() { debug.SetPanicOnFault(old) }
 }
 
 // Symbolize names the ELF virtual address vaddr. Go binaries are resolved
@@ -161,6 +235,12 @@ func (b *Binary) loadDWARF() {
 // .dynsym. C++ and Rust names are demangled. Frames are leaf first, the
 // physical function last. ok is false when nothing covers vaddr.
 func (b *Binary) Symbolize(vaddr uint64) (frames []Frame, ok bool) {
+	defer guardFaults()()
+	defer func() {
+		if r := recover(); r != nil {
+			frames, ok = nil, false
+		}
+	}()
 	b.loadSymbols()
 	if b.goSyms != nil {
 		if frames, ok := b.goSyms.lookup(vaddr); ok {
@@ -189,6 +269,12 @@ func (b *Binary) Symbolize(vaddr uint64) (frames []Frame, ok bool) {
 	return nil, false
 }
 
+// DropPages takes the pages of the mapped file read so far out of the
+// process's RSS; they stay in the page cache, and later lookups fault in
+// the few they read. Callers that looked up many addresses at once call
+// it after.
+func (b *Binary) DropPages() { dropPages(b.data) }
+
 // HasDWARF reports whether the file carries DWARF debug info.
 func (b *Binary) HasDWARF() bool {
 	for _, name := range [...]string{".debug_info", ".zdebug_info"} {
@@ -215,16 +301,22 @@ func (b *Binary) DWARFErr() error {
 	return b.dwarfErr
 }
 
-// MemSize estimates the heap held by the parsed tables, for caches bounded
-// by size. Tables not parsed yet count as zero.
+// MemSize estimates the heap held by the Binary itself: headers, notes,
+// the open file, and the name index of LookupFunction once built. The
+// symbol tables are held in the process's table cache (TableStats).
 func (b *Binary) MemSize() int64 {
-	// Headers, notes and the open file.
-	return 4<<10 + b.parsedSize.Load()
+	return 4<<10 + int64(len(b.elf.Sections))*int64(unsafe.Sizeof(elf.Section{})) + b.parsedSize.Load()
 }
 
 // FunctionStart returns the start (ELF virtual address) and end of the
 // function containing vaddr.
 func (b *Binary) FunctionStart(vaddr uint64) (start, end uint64, ok bool) {
+	defer guardFaults()()
+	defer func() {
+		if r := recover(); r != nil {
+			start, end, ok = 0, 0, false
+		}
+	}()
 	b.loadSymbols()
 	if b.goSyms != nil {
 		if start, end, ok := b.goSyms.functionRange(vaddr); ok {

@@ -8,11 +8,11 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"runtime"
 	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"unsafe"
 )
 
 // dwarfTable answers lookups from DWARF: the function, file:line and the
@@ -128,10 +128,17 @@ func (n *dwarfNames) resolve(e *dwarf.Entry, depth int) dieNames {
 // dwarfSources is what newDWARFTable reads: the parsed DWARF and the raw
 // .debug_info, whose unit headers say where each compile unit starts.
 type dwarfSources struct {
+	// data is the whole DWARF, set only for object files (relocated by
+	// debug/elf); otherwise fullData builds it when a unit needs it.
 	data   *dwarf.Data
+	sects  [len(dwarfSectionNames)][]byte
 	info   []byte
 	ranges []byte // .debug_ranges (DWARF 2 to 4)
+	abbrev []byte // .debug_abbrev, whose size says what debug/dwarf parses
 	order  binary.ByteOrder
+	// heapBytes is what the sections take on the heap: decompressed ones;
+	// the others are the mapped file.
+	heapBytes int64
 }
 
 // dwarfSectionNames are the sections a lookup needs. Location lists, call
@@ -139,9 +146,15 @@ type dwarfSources struct {
 // binaries they are much of the DWARF, and decompressing them is wasted.
 var dwarfSectionNames = [...]string{"abbrev", "info", "str", "line", "ranges", "addr", "line_str", "rnglists", "str_offsets"}
 
-// loadDWARFSources decompresses (zlib, zstd, .zdebug) the sections lookups
-// need, in parallel.
+// loadDWARFSources reads the sections lookups need from f.
 func loadDWARFSources(f *elf.File) (dwarfSources, error) {
+	return loadDWARFImage(elfImage{f: f})
+}
+
+// loadDWARFImage takes the sections lookups need from the mapped file, and
+// decompresses (zlib, zstd, .zdebug) those stored compressed, in parallel.
+func loadDWARFImage(img elfImage) (dwarfSources, error) {
+	f := img.f
 	if f.Type == elf.ET_REL {
 		// Object files need relocations applied; debug/elf does that.
 		d, err := f.DWARF()
@@ -152,7 +165,14 @@ func loadDWARFSources(f *elf.File) (dwarfSources, error) {
 		if s := f.Section(".debug_info"); s != nil {
 			info, _ = s.Data()
 		}
-		return dwarfSources{data: d, info: info, order: f.ByteOrder}, nil // ranges through debug/dwarf
+		// Relocated copies of every section: count them all twice over.
+		var heap int64
+		for _, s := range f.Sections {
+			if strings.HasPrefix(s.Name, ".debug_") {
+				heap += 2 * int64(s.Size)
+			}
+		}
+		return dwarfSources{data: d, info: info, order: f.ByteOrder, heapBytes: heap}, nil // ranges through debug/dwarf
 	}
 	var sects [len(dwarfSectionNames)]*elf.Section
 	for _, s := range f.Sections {
@@ -170,41 +190,171 @@ func loadDWARFSources(f *elf.File) (dwarfSources, error) {
 		data [len(dwarfSectionNames)][]byte
 		errs [len(dwarfSectionNames)]error
 		wg   sync.WaitGroup
+		// heapBytes counts decompressed sections, which the heap holds.
+		heapBytes atomic.Int64
 	)
 	for i, s := range sects {
 		if s == nil {
 			continue
 		}
 		wg.Go(func() {
-			b, err := s.Data()
+			b, heap, err := img.section(s)
 			if err != nil && uint64(len(b)) < s.Size {
 				errs[i] = fmt.Errorf("reading %s: %w", s.Name, err)
 			}
 			data[i] = b
+			if heap {
+				heapBytes.Add(int64(cap(b)))
+			}
 		})
 	}
 	wg.Wait()
 	if err := errors.Join(errs[:]...); err != nil {
 		return dwarfSources{}, err
 	}
-	d, err := dwarf.New(data[0], nil, nil, data[1], data[3], nil, data[4], data[2])
-	if err != nil {
-		return dwarfSources{}, err
+	src := dwarfSources{sects: data, info: data[1], ranges: data[4], abbrev: data[0], order: f.ByteOrder, heapBytes: heapBytes.Load()}
+	if len(src.info) == 0 {
+		return dwarfSources{}, errors.New("empty .debug_info")
 	}
-	for i := 5; i < len(data); i++ {
-		if data[i] != nil {
-			if err := d.AddSection(".debug_"+dwarfSectionNames[i], data[i]); err != nil {
-				return dwarfSources{}, err
+	return src, nil
+}
+
+// newData returns a debug/dwarf reader of the sections with info as
+// .debug_info. debug/dwarf reads every unit header and parses every unit's
+// abbreviation table up front, and keeps them.
+func (src *dwarfSources) newData(info []byte) (*dwarf.Data, error) {
+	d := src.sects
+	dd, err := dwarf.New(d[0], nil, nil, info, d[3], nil, d[4], d[2])
+	if err != nil {
+		return nil, err
+	}
+	for i := 5; i < len(d); i++ {
+		if d[i] != nil {
+			if err := dd.AddSection(".debug_"+dwarfSectionNames[i], d[i]); err != nil {
+				return nil, err
 			}
 		}
 	}
-	return dwarfSources{data: d, info: data[1], ranges: data[4], order: f.ByteOrder}, nil
+	return dd, nil
 }
 
-// unitStart is where a unit's first DIE is, and its DWARF version.
+// fullData returns a reader of the whole DWARF.
+func (src *dwarfSources) fullData() (*dwarf.Data, error) {
+	if src.data != nil {
+		return src.data, nil
+	}
+	return src.newData(src.info)
+}
+
+// cost is the heap the sections hold: the decompressed ones, and for an
+// object file the whole relocated DWARF with its reader.
+func (src *dwarfSources) cost(units int) int64 {
+	c := src.heapBytes + int64(unsafe.Sizeof(*src))
+	if src.data != nil {
+		c += src.fullDataCost(units)
+	}
+	return c
+}
+
+// fullDataCost is the heap fullData's reader holds for units units,
+// beyond the sections.
+func (src *dwarfSources) fullDataCost(units int) int64 {
+	return int64(units)*dwarfUnitOverhead + abbrevHeapFactor*int64(len(src.abbrev))
+}
+
+// unitData returns a reader that holds unit u alone, at its offset in
+// .debug_info, so that debug/dwarf parses one abbreviation table instead
+// of every unit's. The bytes before u are one placeholder unit of zero
+// pages (mapped, never touched); u is copied after it. ok is false when u
+// cannot be read alone: it refers to DIEs of other units (DW_FORM_ref_addr,
+// as Go and LTO builds do), or its header is not one we can place. release
+// frees the copy; nothing read from the reader may be used after it.
+func (src *dwarfSources) unitData(u unitStart) (d *dwarf.Data, release func(), ok bool) {
+	if src.data != nil || u.hdr < 11 || u.is64 || u.hdr-4 >= 0xfffffff0 || u.addrSize == 0 ||
+		refersToOtherUnits(src.abbrev, u.abbrevOff) {
+		return nil, nil, false
+	}
+	buf, err := anonMap(u.end)
+	if err != nil {
+		return nil, nil, false
+	}
+	release = func() { anonUnmap(buf) }
+	// A DWARF 4 header covering [0, hdr): length, version, abbreviation
+	// offset (u's, so one table is parsed), address size.
+	src.order.PutUint32(buf, uint32(u.hdr-4))
+	src.order.PutUint16(buf[4:], 4)
+	src.order.PutUint32(buf[6:], uint32(u.abbrevOff))
+	buf[10] = u.addrSize
+	copy(buf[u.hdr:u.end], src.info[u.hdr:u.end])
+	d, err = src.newData(buf[:u.end])
+	if err != nil {
+		release()
+		return nil, nil, false
+	}
+	return d, release, true
+}
+
+// refersToOtherUnits reports whether the abbreviation table at off uses a
+// form that refers outside its unit, or cannot be read.
+func refersToOtherUnits(abbrev []byte, off uint64) bool {
+	if off >= uint64(len(abbrev)) {
+		return true
+	}
+	b := abbrev[off:]
+	uleb := func() (uint64, bool) {
+		v, n := binary.Uvarint(b)
+		if n <= 0 {
+			return 0, false
+		}
+		b = b[n:]
+		return v, true
+	}
+	for range 1 << 16 {
+		code, ok := uleb()
+		if !ok {
+			return true
+		}
+		if code == 0 {
+			return false
+		}
+		if _, ok := uleb(); !ok || len(b) == 0 { // tag, then children
+			return true
+		}
+		b = b[1:]
+		for {
+			attr, ok1 := uleb()
+			form, ok2 := uleb()
+			if !ok1 || !ok2 {
+				return true
+			}
+			if attr == 0 && form == 0 {
+				break
+			}
+			switch form {
+			case 0x10, 0x1c, 0x24, 0x1f20, 0x1f21: // ref_addr, ref_sup4, ref_sup8, GNU_ref_alt, GNU_strp_alt
+				return true
+			case 0x21: // implicit_const: a SLEB128 value follows
+				if _, n := binary.Varint(b); n <= 0 {
+					return true
+				} else {
+					b = b[n:]
+				}
+			}
+		}
+	}
+	return true
+}
+
+// unitStart is where a unit's first DIE is, its DWARF version, and what
+// unitData needs: where its header starts, where it ends, its abbreviation
+// table and address size.
 type unitStart struct {
-	off  dwarf.Offset
-	vers uint16
+	off       dwarf.Offset
+	vers      uint16
+	hdr, end  int
+	is64      bool
+	abbrevOff uint64
+	addrSize  uint8
 }
 
 // unitDIEOffsets returns the offset of each unit's first DIE in .debug_info,
@@ -241,10 +391,22 @@ func unitDIEOffsets(info []byte, order binary.ByteOrder) []unitStart {
 		}
 		hdr := 2
 		vers := order.Uint16(info[off:])
+		u := unitStart{vers: vers, is64: is64, end: end}
+		u.hdr = off - 4
+		if is64 {
+			u.hdr -= 8
+		}
+		readWord := func(at int) uint64 {
+			if is64 {
+				return order.Uint64(info[at:])
+			}
+			return uint64(order.Uint32(info[at:]))
+		}
 		if vers >= 5 {
-			if end-off < 3 {
+			if end-off < 4+word {
 				return offs
 			}
+			u.addrSize, u.abbrevOff = info[off+3], readWord(off+4)
 			hdr += 2 + word
 			switch info[off+2] { // unit type
 			case 4, 5: // skeleton, split compile: unit ID
@@ -253,10 +415,15 @@ func unitDIEOffsets(info []byte, order binary.ByteOrder) []unitStart {
 				hdr += 8 + word
 			}
 		} else {
+			if end-off < 3+word {
+				return offs
+			}
+			u.abbrevOff, u.addrSize = readWord(off+2), info[off+2+word]
 			hdr += word + 1
 		}
 		if hdr < end-off {
-			offs = append(offs, unitStart{dwarf.Offset(off + hdr), vers})
+			u.off = dwarf.Offset(off + hdr)
+			offs = append(offs, u)
 		}
 		off = end
 	}
@@ -282,50 +449,6 @@ type childOf struct {
 
 // maxUnits bounds the compile units read from one (possibly hostile) file.
 const maxUnits = 1 << 20
-
-// newDWARFTable reads every compile unit's line table and function tree,
-// spreading the units over a few goroutines.
-func newDWARFTable(src dwarfSources) (*dwarfTable, error) {
-	units := unitDIEOffsets(src.info, src.order)
-	if len(units) > maxUnits {
-		return nil, fmt.Errorf("decoding DWARF: %d units, more than %d", len(units), maxUnits)
-	}
-	// debug/dwarf decodes a DWARF 5 unit's base offsets on its first Seek
-	// and stores them in the shared Data: do that here, before the
-	// goroutines share it.
-	warm := src.data.Reader()
-	for _, u := range units {
-		if u.vers >= 5 {
-			warm.Seek(u.off)
-		}
-	}
-	res := make([]unitTables, len(units))
-	workers := min(runtime.GOMAXPROCS(0), 4, len(units))
-	var next atomic.Int64
-	var wg sync.WaitGroup
-	for range workers {
-		wg.Go(func() {
-			w := &unitReader{d: src.data, rangesData: src.ranges, order: src.order}
-			w.names = &dwarfNames{d: src.data, r: src.data.Reader(), cache: map[dwarf.Offset]dieNames{}}
-			w.r = src.data.Reader()
-			for {
-				i := next.Add(1) - 1
-				if i >= int64(len(units)) {
-					return
-				}
-				res[i] = w.read(units[i])
-				if res[i].err != nil {
-					// One bad unit spoils the table, as a sequential
-					// reader would stop there.
-					next.Store(int64(len(units)))
-					return
-				}
-			}
-		})
-	}
-	wg.Wait()
-	return mergeUnits(res)
-}
 
 // unitReader reads compile units one at a time; one per goroutine.
 type unitReader struct {
@@ -561,11 +684,26 @@ func mergeUnits(res []unitTables) (*dwarfTable, error) {
 		}
 		slices.SortStableFunc(t.lines, compareRows)
 	}
-	t.size = int64(len(t.lines))*16 + int64(len(t.funcs)+len(inlined))*24 + int64(len(t.scopes))*64 + int64(len(t.files))*16
+	t.size = t.heapSize()
 	if len(t.funcs) == 0 && len(t.lines) == 0 {
 		return nil, errors.New("decoding DWARF: no functions and no lines")
 	}
 	return t, nil
+}
+
+// heapSize is what t holds on the heap: its slices, and its strings,
+// counted once per reference (shared ones count more than once).
+func (t *dwarfTable) heapSize() int64 {
+	const stringHeader, sliceHeader = 16, 24
+	n := int64(cap(t.lines))*16 + int64(cap(t.funcs))*24 + int64(cap(t.scopes))*int64(unsafe.Sizeof(dwarfScope{})) + int64(cap(t.files))*stringHeader + 4*sliceHeader
+	for i := range t.scopes {
+		s := &t.scopes[i]
+		n += int64(len(s.name)+len(s.callFile)) + int64(cap(s.children))*24
+	}
+	for _, f := range t.files {
+		n += int64(len(f))
+	}
+	return n
 }
 
 // compareRows orders rows by address; a sequence ending where the next

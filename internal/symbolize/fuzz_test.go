@@ -63,15 +63,16 @@ func FuzzDWARF(f *testing.F) {
 		if err != nil {
 			return
 		}
-		tab, err := newDWARFTable(src)
+		units, err := newDWARFUnits(src)
 		if err != nil {
 			return
 		}
+		tab := &dwarfIndex{tables: newTableCache(1 << 20), load: func() (dwarfSources, error) { return src, nil }}
 		for _, a := range fuzzAddresses {
 			tab.lookup(a)
 		}
-		for _, l := range tab.lines[:min(len(tab.lines), 64)] {
-			tab.lookup(l.addr)
+		for _, r := range units.ranges[:min(len(units.ranges), 64)] {
+			tab.lookup(r.lo)
 		}
 	})
 }

@@ -1,29 +1,19 @@
 package symbolize
 
 import (
-	"bytes"
 	"debug/elf"
-	"debug/gosym"
-	"encoding/binary"
 	"io"
 )
 
 // goInlineTree expands a Go frame into its inlined calls through the
 // function's _FUNCDATA_InlTree and _PCDATA_InlTreeIndex (Go 1.20+ tables,
-// runtime/symtabinl.go). It reads the same .gopclntab as debug/gosym plus
-// the inline tree entries, which live in go:func.* in .rodata, so it works
-// on stripped binaries.
+// runtime/symtabinl.go). It reads the same .gopclntab as the function
+// table plus the inline tree entries, which live in go:func.* in .rodata,
+// so it works on stripped binaries.
 type goInlineTree struct {
-	order       binary.ByteOrder
-	quantum     uint64
-	textStart   uint64
-	funcnametab []byte
-	pctab       []byte
-	pclntable   []byte
-	ftab        []byte // nfunc+1 (entryoff, funcoff) pairs
-	nfunc       int
-	gofunc      uint64
-	mem         io.ReaderAt // the file's memory image, at virtual addresses
+	p      *goPclntab
+	gofunc uint64
+	mem    io.ReaderAt // the file's memory image, at virtual addresses
 }
 
 // Go's ABI constants (internal/abi/symtab.go) and record sizes.
@@ -32,7 +22,6 @@ const (
 	goFuncDataInlTree    = 3
 	goFuncHeaderSize     = 44 // runtime._func up to and including nfuncdata
 	goInlinedCallSize    = 16 // runtime.inlinedCall
-	goMagic120           = 0xfffffff1
 	// maxInlineDepth bounds a chain walk in a corrupt tree.
 	maxInlineDepth = 64
 	// moduledataGofuncWord is the index of moduledata.gofunc in pointer
@@ -45,136 +34,37 @@ const (
 // newGoInlineTree reads the pcHeader of data (the .gopclntab contents) and
 // returns nil when the format or the go:func.* base is unknown.
 func newGoInlineTree(data []byte, textStart, gofunc uint64, mem io.ReaderAt) *goInlineTree {
-	if len(data) < 8 || gofunc == 0 || mem == nil {
+	if gofunc == 0 || mem == nil {
 		return nil
 	}
-	order := binary.ByteOrder(binary.LittleEndian)
-	if binary.LittleEndian.Uint32(data) != goMagic120 {
-		if binary.BigEndian.Uint32(data) != goMagic120 {
-			return nil
-		}
-		order = binary.BigEndian
-	}
-	ptr := int(data[7])
-	if ptr != 8 && ptr != 4 || len(data) < 8+8*ptr {
+	p, ok := newGoPclntab(data, textStart)
+	if !ok || !p.ver120 || p.nfunc == 0 {
 		return nil
 	}
-	word := func(i int) uint64 {
-		if ptr == 8 {
-			return order.Uint64(data[8+i*8:])
-		}
-		return uint64(order.Uint32(data[8+i*4:]))
-	}
-	part := func(i int) []byte {
-		off := word(i)
-		if off > uint64(len(data)) {
-			return nil
-		}
-		return data[off:]
-	}
-	t := &goInlineTree{
-		order:       order,
-		quantum:     uint64(max(data[6], 1)),
-		textStart:   textStart,
-		funcnametab: part(3),
-		pctab:       part(6),
-		pclntable:   part(7),
-		gofunc:      gofunc,
-		mem:         mem,
-	}
-	nfunc := word(0)
-	if t.funcnametab == nil || t.pctab == nil || t.pclntable == nil || nfunc == 0 || nfunc > uint64(len(t.pclntable))/8-1 {
-		return nil
-	}
-	t.nfunc = int(nfunc)
-	t.ftab = t.pclntable[:(t.nfunc+1)*8]
-	return t
-}
-
-// funcAt returns the _func record of the function at entry.
-func (t *goInlineTree) funcAt(entry uint64) []byte {
-	if entry < t.textStart {
-		return nil
-	}
-	off := entry - t.textStart
-	lo, hi := 0, t.nfunc
-	for lo < hi {
-		m := int(uint(lo+hi) >> 1)
-		if uint64(t.order.Uint32(t.ftab[m*8:])) > off {
-			hi = m
-		} else {
-			lo = m + 1
-		}
-	}
-	if lo == 0 || uint64(t.order.Uint32(t.ftab[(lo-1)*8:])) != off {
-		return nil
-	}
-	funcOff := uint64(t.order.Uint32(t.ftab[(lo-1)*8+4:]))
-	if funcOff+goFuncHeaderSize > uint64(len(t.pclntable)) {
-		return nil
-	}
-	return t.pclntable[funcOff:]
-}
-
-// pcValue decodes the pc-value table at off for the function at entry and
-// returns the value at pc (runtime.pcvalue), ok false when pc is outside.
-func (t *goInlineTree) pcValue(off uint32, entry, pc uint64) (int32, bool) {
-	if off == 0 || uint64(off) >= uint64(len(t.pctab)) {
-		return 0, false
-	}
-	p := t.pctab[off:]
-	val, cur := int32(-1), entry
-	for {
-		uv, n := binary.Uvarint(p)
-		if n <= 0 || uv > 0xffffffff || (uv == 0 && cur != entry) {
-			return 0, false
-		}
-		p = p[n:]
-		val += int32(-(uint32(uv) & 1) ^ (uint32(uv) >> 1))
-		pcDelta, n := binary.Uvarint(p)
-		if n <= 0 || pcDelta > 0xffffffff {
-			return 0, false
-		}
-		p = p[n:]
-		cur += pcDelta * t.quantum
-		if pc < cur {
-			return val, true
-		}
-	}
-}
-
-// name reads a NUL-terminated function name at off in funcnametab.
-func (t *goInlineTree) name(off int32) string {
-	if off < 0 || int64(off) >= int64(len(t.funcnametab)) {
-		return ""
-	}
-	s := t.funcnametab[off:]
-	if i := bytes.IndexByte(s, 0); i >= 0 {
-		return string(s[:i])
-	}
-	return ""
+	return &goInlineTree{p: p, gofunc: gofunc, mem: mem}
 }
 
 // expand returns the frames at pc in fn, inlined calls first and fn last.
-// leaf is the innermost position at pc; positionAt gives it elsewhere.
-// ok is false when fn has no inlined call at pc.
-func (t *goInlineTree) expand(fn *gosym.Func, pc uint64, leaf Frame, positionAt func(uint64) (string, int)) ([]Frame, bool) {
-	rec := t.funcAt(fn.Entry)
-	if rec == nil {
+// leaf is the innermost position at pc. ok is false when fn has no inlined
+// call at pc.
+func (t *goInlineTree) expand(fn goFunc, pc uint64, leaf Frame) ([]Frame, bool) {
+	p := t.p
+	rec, ok := p.funcByEntry(fn.entry)
+	if !ok {
 		return nil, false
 	}
-	npcdata := uint64(t.order.Uint32(rec[28:]))
-	nfuncdata := uint64(rec[43])
+	npcdata := uint64(p.field(rec, 28))
+	nfuncdata := uint64(rec.rec[43])
 	if npcdata <= goPCDataInlTreeIndex || nfuncdata <= goFuncDataInlTree ||
-		goFuncHeaderSize+4*(npcdata+nfuncdata) > uint64(len(rec)) {
+		goFuncHeaderSize+4*(npcdata+nfuncdata) > uint64(len(rec.rec)) {
 		return nil, false
 	}
-	idxTable := t.order.Uint32(rec[goFuncHeaderSize+4*goPCDataInlTreeIndex:])
-	treeOff := t.order.Uint32(rec[goFuncHeaderSize+4*(npcdata+goFuncDataInlTree):])
+	idxTable := p.order.Uint32(rec.rec[goFuncHeaderSize+4*goPCDataInlTreeIndex:])
+	treeOff := p.order.Uint32(rec.rec[goFuncHeaderSize+4*(npcdata+goFuncDataInlTree):])
 	if treeOff == ^uint32(0) {
 		return nil, false
 	}
-	ix, ok := t.pcValue(idxTable, fn.Entry, pc)
+	ix, ok := p.pcValue(idxTable, fn.entry, pc)
 	if !ok || ix < 0 {
 		return nil, false
 	}
@@ -188,28 +78,31 @@ func (t *goInlineTree) expand(fn *gosym.Func, pc uint64, leaf Frame, positionAt 
 		if _, err := t.mem.ReadAt(call[:], int64(addr)); err != nil || int64(addr) < 0 {
 			return nil, false
 		}
-		frames[len(frames)-1].Function = t.name(int32(t.order.Uint32(call[4:])))
-		parentPC := fn.Entry + uint64(int64(int32(t.order.Uint32(call[8:]))))
-		if parentPC < fn.Entry || parentPC >= fn.End {
+		frames[len(frames)-1].Function = string(p.nameAt(int32(p.order.Uint32(call[4:]))))
+		parentPC := fn.entry + uint64(int64(int32(p.order.Uint32(call[8:]))))
+		if parentPC < fn.entry || parentPC >= fn.end {
 			return nil, false
 		}
-		file, line := positionAt(parentPC)
+		file, line := p.position(fn, parentPC)
 		frames = append(frames, Frame{File: file, Line: int64(max(line, 0))})
-		if ix, ok = t.pcValue(idxTable, fn.Entry, parentPC); !ok {
+		if ix, ok = p.pcValue(idxTable, fn.entry, parentPC); !ok {
 			return nil, false
 		}
 	}
-	frames[len(frames)-1].Function = fn.Name
+	frames[len(frames)-1].Function = p.funcName(fn)
 	return frames, true
 }
 
 // elfMemory reads an ELF file's allocated sections at their virtual
 // addresses.
-type elfMemory struct{ sects []*elf.Section }
+type elfMemory struct {
+	img   elfImage
+	sects []*elf.Section
+}
 
-func newELFMemory(f *elf.File) *elfMemory {
-	m := &elfMemory{}
-	for _, s := range f.Sections {
+func newELFMemory(img elfImage) *elfMemory {
+	m := &elfMemory{img: img}
+	for _, s := range img.f.Sections {
 		if s.Flags&elf.SHF_ALLOC != 0 && s.Type != elf.SHT_NOBITS && s.Flags&elf.SHF_COMPRESSED == 0 {
 			m.sects = append(m.sects, s)
 		}
@@ -221,6 +114,9 @@ func (m *elfMemory) ReadAt(p []byte, addr int64) (int, error) {
 	a := uint64(addr)
 	for _, s := range m.sects {
 		if a >= s.Addr && a-s.Addr < s.Size && uint64(len(p)) <= s.Size-(a-s.Addr) {
+			if d := m.img.data; d != nil && s.Offset <= uint64(len(d)) && s.Offset+a-s.Addr+uint64(len(p)) <= uint64(len(d)) {
+				return copy(p, d[s.Offset+a-s.Addr:]), nil
+			}
 			return s.ReadAt(p, int64(a-s.Addr))
 		}
 	}
@@ -230,17 +126,18 @@ func (m *elfMemory) ReadAt(p []byte, addr int64) (int, error) {
 // goFuncBase finds go:func.*, the base of funcdata offsets: from the symbol
 // table when there is one, else from runtime.firstmoduledata, found as the
 // word pointing at .gopclntab (through a relocation in PIE files).
-func goFuncBase(f *elf.File, symtab []elf.Symbol, mem io.ReaderAt) uint64 {
-	for i := range symtab {
-		if (symtab[i].Name == "go:func.*" || symtab[i].Name == "go.func.*") && symtab[i].Section != elf.SHN_UNDEF {
-			return symtab[i].Value
+func goFuncBase(img elfImage, mem io.ReaderAt) uint64 {
+	for _, name := range [...]string{"go:func.*", "go.func.*"} {
+		if v, ok := img.symbolValue(name); ok {
+			return v
 		}
 	}
+	f := img.f
 	pcln := goPclntabSection(f)
 	if pcln == nil || f.Class != elf.ELFCLASS64 {
 		return 0
 	}
-	if v, ok := goModuledataWordFromRelocations(f, pcln.Addr, moduledataGofuncWord); ok {
+	if v, ok := goModuledataWordFromRelocations(img, pcln.Addr, moduledataGofuncWord); ok {
 		return v
 	}
 	// Non-PIE: the words are in the file.
@@ -251,7 +148,7 @@ func goFuncBase(f *elf.File, symtab []elf.Symbol, mem io.ReaderAt) uint64 {
 		if s == nil || s.Type == elf.SHT_NOBITS || s.Size > 64<<20 {
 			continue
 		}
-		data, err := s.Data()
+		data, _, err := img.section(s)
 		if err != nil {
 			continue
 		}
@@ -273,7 +170,8 @@ func goFuncBase(f *elf.File, symtab []elf.Symbol, mem io.ReaderAt) uint64 {
 // goModuledataWordFromRelocations returns, in a PIE Go binary, the value
 // the dynamic linker stores in word index of runtime.firstmoduledata: the
 // addend of the R_*_RELATIVE relocation there.
-func goModuledataWordFromRelocations(f *elf.File, pclntabAddr uint64, index uint64) (uint64, bool) {
+func goModuledataWordFromRelocations(img elfImage, pclntabAddr uint64, index uint64) (uint64, bool) {
+	f := img.f
 	var relative uint32
 	switch f.Machine {
 	case elf.EM_X86_64:
@@ -288,7 +186,7 @@ func goModuledataWordFromRelocations(f *elf.File, pclntabAddr uint64, index uint
 		if rs.Type != elf.SHT_RELA || rs.Entsize != 24 || rs.Size > 256<<20 {
 			continue
 		}
-		if data, err := rs.Data(); err == nil {
+		if data, _, err := img.section(rs); err == nil {
 			relas = append(relas, data)
 		}
 	}

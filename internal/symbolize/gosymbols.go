@@ -6,10 +6,14 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"sort"
 )
 
-// goSymbolTable answers lookups from a Go binary's .gopclntab.
+// goSymbolTable answers lookups from a Go binary's .gopclntab. Tables of Go
+// 1.18 and later are read in place (pcln); older ones through debug/gosym,
+// which materializes every function.
 type goSymbolTable struct {
+	pcln  *goPclntab
 	table *gosym.Table
 	// inline expands inlined calls; nil when the tree cannot be read.
 	inline *goInlineTree
@@ -31,27 +35,26 @@ func goPclntabSection(f *elf.File) *elf.Section {
 // memory for one binary.
 const maxPclntabSize = 512 << 20
 
-// newGoSymbolTable parses the .gopclntab of f. symtab may be nil (stripped
-// binary); it is only used to find runtime.text.
-func newGoSymbolTable(f *elf.File, symtab []elf.Symbol) (t *goSymbolTable, err error) {
-	sect := goPclntabSection(f)
+// newGoSymbolTable reads the .gopclntab of img.
+func newGoSymbolTable(img elfImage) (t *goSymbolTable, err error) {
+	sect := goPclntabSection(img.f)
 	if sect == nil {
 		return nil, errors.New("no .gopclntab section")
 	}
 	if sect.Size > maxPclntabSize {
 		return nil, fmt.Errorf(".gopclntab is %d bytes, more than the %d limit", sect.Size, maxPclntabSize)
 	}
-	data, err := sect.Data()
+	data, _, err := img.section(sect)
 	if err != nil {
 		return nil, fmt.Errorf("reading .gopclntab: %w", err)
 	}
-	text := goTextStart(f, symtab, data)
+	text := goTextStart(img, data)
 	t, err = parseGoPclntab(data, text)
 	if err != nil {
 		return nil, err
 	}
-	mem := newELFMemory(f)
-	t.inline = newGoInlineTree(data, text, goFuncBase(f, symtab, mem), mem)
+	mem := newELFMemory(img)
+	t.inline = newGoInlineTree(data, text, goFuncBase(img, mem), mem)
 	return t, nil
 }
 
@@ -60,6 +63,12 @@ func newGoSymbolTable(f *elf.File, symtab []elf.Symbol) (t *goSymbolTable, err e
 func parseGoPclntab(data []byte, textStart uint64) (t *goSymbolTable, err error) {
 	if err := checkPclntabHeader(data); err != nil {
 		return nil, err
+	}
+	if p, ok := newGoPclntab(data, textStart); ok {
+		if p.nfunc == 0 {
+			return nil, errors.New("decoding .gopclntab: no functions")
+		}
+		return &goSymbolTable{pcln: p}, nil
 	}
 	// debug/gosym indexes slices with values read from the file; a corrupt
 	// table must not take the profiler down.
@@ -122,12 +131,11 @@ func checkPclntabHeader(data []byte) error {
 // goTextStart finds the value of runtime.text, the base that .gopclntab's
 // function offsets are relative to. It can differ from the .text section
 // start when cgo puts C code first.
-func goTextStart(f *elf.File, symtab []elf.Symbol, pclntab []byte) uint64 {
-	for i := range symtab {
-		if symtab[i].Name == "runtime.text" && symtab[i].Section != elf.SHN_UNDEF {
-			return symtab[i].Value
-		}
+func goTextStart(img elfImage, pclntab []byte) uint64 {
+	if v, ok := img.symbolValue("runtime.text"); ok {
+		return v
 	}
+	f := img.f
 	text := f.Section(".text")
 	// Stripped binary: since Go 1.18 the pcHeader stores runtime.text after
 	// magic, padding, quantum, ptrSize, nfunc and nfiles. In PIE files the
@@ -150,7 +158,7 @@ func goTextStart(f *elf.File, symtab []elf.Symbol, pclntab []byte) uint64 {
 	}
 	// PIE: the linker leaves that word zero and only runtime.firstmoduledata
 	// carries runtime.text, through dynamic relocations.
-	if v, ok := goTextStartFromRelocations(f, pclntab); ok && text != nil && v >= text.Addr && v < text.Addr+text.Size {
+	if v, ok := goTextStartFromRelocations(img, pclntab); ok && text != nil && v >= text.Addr && v < text.Addr+text.Size {
 		return v
 	}
 	if text != nil {
@@ -168,15 +176,15 @@ const moduledataTextWord = 1 + 3*6 + 1 + 2
 // R_*_RELATIVE relocation whose addend is the .gopclntab address fills
 // moduledata.pcHeader, and the one moduledataTextWord words later fills
 // moduledata.text.
-func goTextStartFromRelocations(f *elf.File, pclntab []byte) (uint64, bool) {
-	if f.Class != elf.ELFCLASS64 || len(pclntab) < 8 || pclntab[7] != 8 {
+func goTextStartFromRelocations(img elfImage, pclntab []byte) (uint64, bool) {
+	if img.f.Class != elf.ELFCLASS64 || len(pclntab) < 8 || pclntab[7] != 8 {
 		return 0, false
 	}
-	sect := goPclntabSection(f)
+	sect := goPclntabSection(img.f)
 	if sect == nil {
 		return 0, false
 	}
-	return goModuledataWordFromRelocations(f, sect.Addr, moduledataTextWord)
+	return goModuledataWordFromRelocations(img, sect.Addr, moduledataTextWord)
 }
 
 // lookup returns the frames for pc, leaf first: each inlined call, with
@@ -187,22 +195,26 @@ func (t *goSymbolTable) lookup(pc uint64) (frames []Frame, ok bool) {
 			frames, ok = nil, false
 		}
 	}()
+	if t.pcln != nil {
+		fn, ok := t.pcln.findFunc(pc)
+		if !ok {
+			return nil, false
+		}
+		file, line := t.pcln.position(fn, pc)
+		leaf := Frame{Function: t.pcln.funcName(fn), File: file, Line: int64(max(line, 0))}
+		if t.inline != nil {
+			if frames, ok := t.inline.expand(fn, pc, leaf); ok {
+				return frames, true
+			}
+		}
+		return []Frame{leaf}, true
+	}
 	file, line, fn := t.table.PCToLine(pc)
 	if fn == nil || pc < fn.Entry || pc >= fn.End {
 		return nil, false
 	}
 	// debug/gosym reports an unknown line as -1; Frame uses 0.
-	leaf := Frame{Function: fn.Name, File: file, Line: int64(max(line, 0))}
-	if t.inline != nil {
-		positionAt := func(pc uint64) (string, int) {
-			file, line, _ := t.table.PCToLine(pc)
-			return file, line
-		}
-		if frames, ok := t.inline.expand(fn, pc, leaf, positionAt); ok {
-			return frames, true
-		}
-	}
-	return []Frame{leaf}, true
+	return []Frame{{Function: fn.Name, File: file, Line: int64(max(line, 0))}}, true
 }
 
 // functionRange returns the entry and end of the function containing pc.
@@ -212,9 +224,231 @@ func (t *goSymbolTable) functionRange(pc uint64) (start, end uint64, ok bool) {
 			start, end, ok = 0, 0, false
 		}
 	}()
+	if t.pcln != nil {
+		fn, ok := t.pcln.findFunc(pc)
+		if !ok {
+			return 0, 0, false
+		}
+		return fn.entry, fn.end, true
+	}
 	fn := t.table.PCToFunc(pc)
 	if fn == nil {
 		return 0, 0, false
 	}
 	return fn.Entry, fn.End, true
+}
+
+// lookupFunc returns the entry and end of the function called name.
+func (t *goSymbolTable) lookupFunc(name string) (start, end uint64, ok bool) {
+	if t.pcln != nil {
+		return t.pcln.lookupName(name)
+	}
+	if fn := t.table.LookupFunc(name); fn != nil {
+		return fn.Entry, fn.End, true
+	}
+	return 0, 0, false
+}
+
+// goPclntab reads a Go 1.18+ .gopclntab in place (runtime/symtab.go's
+// pcHeader, functab and _func): a lookup is a binary search of the
+// function table and the decoding of two pc-value tables.
+type goPclntab struct {
+	order       binary.ByteOrder
+	quantum     uint64
+	textStart   uint64
+	funcnametab []byte
+	cutab       []byte
+	filetab     []byte
+	pctab       []byte
+	pclntable   []byte
+	ftab        []byte // nfunc+1 (entryoff, funcoff) pairs
+	nfunc       int
+	headerSize  int // of _func, up to and including nfuncdata
+	ver120      bool
+}
+
+// Magic numbers of the pcHeader (internal/abi/symtab.go).
+const (
+	goMagic118 = 0xfffffff0
+	goMagic120 = 0xfffffff1
+)
+
+// newGoPclntab reads the pcHeader of data; ok is false for formats other
+// than Go 1.18's and 1.20's (which later releases keep), or a header that
+// does not fit.
+func newGoPclntab(data []byte, textStart uint64) (*goPclntab, bool) {
+	if len(data) < 8 || data[4] != 0 || data[5] != 0 {
+		return nil, false
+	}
+	p := &goPclntab{order: binary.LittleEndian}
+	magic := binary.LittleEndian.Uint32(data)
+	if magic != goMagic118 && magic != goMagic120 {
+		p.order = binary.BigEndian
+		if magic = binary.BigEndian.Uint32(data); magic != goMagic118 && magic != goMagic120 {
+			return nil, false
+		}
+	}
+	ptr := int(data[7])
+	if ptr != 8 && ptr != 4 || len(data) < 8+8*ptr {
+		return nil, false
+	}
+	word := func(i int) uint64 {
+		if ptr == 8 {
+			return p.order.Uint64(data[8+i*8:])
+		}
+		return uint64(p.order.Uint32(data[8+i*4:]))
+	}
+	part := func(i int) []byte {
+		off := word(i)
+		if off > uint64(len(data)) {
+			return nil
+		}
+		return data[off:]
+	}
+	p.quantum = uint64(max(data[6], 1))
+	p.textStart = textStart
+	p.funcnametab, p.cutab, p.filetab, p.pctab, p.pclntable = part(3), part(4), part(5), part(6), part(7)
+	p.ver120 = magic == goMagic120
+	p.headerSize = 40
+	if p.ver120 {
+		p.headerSize = goFuncHeaderSize
+	}
+	nfunc := word(0)
+	if p.funcnametab == nil || p.cutab == nil || p.filetab == nil || p.pctab == nil || p.pclntable == nil ||
+		nfunc > uint64(len(p.pclntable))/8-1 || len(p.pclntable) < 8 {
+		return nil, false
+	}
+	p.nfunc = int(nfunc)
+	p.ftab = p.pclntable[:(p.nfunc+1)*8]
+	return p, true
+}
+
+// goFunc is one function of the table: its bounds and its _func record.
+type goFunc struct {
+	entry, end uint64
+	rec        []byte
+}
+
+func (p *goPclntab) entryOff(i int) uint64 { return uint64(p.order.Uint32(p.ftab[i*8:])) }
+
+// funcAtIndex returns function i, ok false when its record is outside the
+// table.
+func (p *goPclntab) funcAtIndex(i int) (goFunc, bool) {
+	funcOff := uint64(p.order.Uint32(p.ftab[i*8+4:]))
+	if funcOff > uint64(len(p.pclntable)) || uint64(len(p.pclntable))-funcOff < uint64(p.headerSize) {
+		return goFunc{}, false
+	}
+	return goFunc{
+		entry: p.textStart + p.entryOff(i),
+		end:   p.textStart + p.entryOff(i+1),
+		rec:   p.pclntable[funcOff:],
+	}, true
+}
+
+// findFunc returns the function containing pc.
+func (p *goPclntab) findFunc(pc uint64) (goFunc, bool) {
+	if pc < p.textStart || p.nfunc == 0 {
+		return goFunc{}, false
+	}
+	off := pc - p.textStart
+	if off < p.entryOff(0) || off >= p.entryOff(p.nfunc) {
+		return goFunc{}, false
+	}
+	i := sort.Search(p.nfunc, func(i int) bool { return p.entryOff(i) > off }) - 1
+	if i < 0 {
+		return goFunc{}, false
+	}
+	fn, ok := p.funcAtIndex(i)
+	if !ok || pc >= fn.end {
+		return goFunc{}, false
+	}
+	return fn, true
+}
+
+// funcByEntry returns the function starting at entry.
+func (p *goPclntab) funcByEntry(entry uint64) (goFunc, bool) {
+	fn, ok := p.findFunc(entry)
+	if !ok || fn.entry != entry {
+		return goFunc{}, false
+	}
+	return fn, true
+}
+
+func (p *goPclntab) field(fn goFunc, off int) uint32 { return p.order.Uint32(fn.rec[off:]) }
+
+// funcName returns the name of fn.
+func (p *goPclntab) funcName(fn goFunc) string {
+	return string(p.nameAt(int32(p.field(fn, 4))))
+}
+
+// nameAt reads a NUL-terminated function name at off in funcnametab.
+func (p *goPclntab) nameAt(off int32) []byte {
+	if off < 0 {
+		return nil
+	}
+	return cstring(p.funcnametab, uint32(off))
+}
+
+// position returns the file and line at pc in fn; line is -1 when unknown.
+func (p *goPclntab) position(fn goFunc, pc uint64) (string, int) {
+	line, ok := p.pcValue(p.field(fn, 24), fn.entry, pc)
+	if !ok {
+		line = -1
+	}
+	return p.fileAt(fn, pc), int(line)
+}
+
+// fileAt returns the source file at pc in fn, "" when unknown.
+func (p *goPclntab) fileAt(fn goFunc, pc uint64) string {
+	fileno, ok := p.pcValue(p.field(fn, 20), fn.entry, pc)
+	if !ok || fileno < 0 {
+		return ""
+	}
+	i := uint64(p.field(fn, 32)) + uint64(fileno)
+	if i >= uint64(len(p.cutab))/4 {
+		return ""
+	}
+	off := p.order.Uint32(p.cutab[i*4:])
+	if off == ^uint32(0) {
+		return ""
+	}
+	return string(cstring(p.filetab, off))
+}
+
+// pcValue decodes the pc-value table at off for the function at entry and
+// returns the value at pc (runtime.pcvalue), ok false when pc is outside.
+func (p *goPclntab) pcValue(off uint32, entry, pc uint64) (int32, bool) {
+	if off == 0 || uint64(off) >= uint64(len(p.pctab)) {
+		return 0, false
+	}
+	b := p.pctab[off:]
+	val, cur := int32(-1), entry
+	for {
+		uv, n := binary.Uvarint(b)
+		if n <= 0 || uv > 0xffffffff || (uv == 0 && cur != entry) {
+			return 0, false
+		}
+		b = b[n:]
+		val += int32(-(uint32(uv) & 1) ^ (uint32(uv) >> 1))
+		pcDelta, n := binary.Uvarint(b)
+		if n <= 0 || pcDelta > 0xffffffff {
+			return 0, false
+		}
+		b = b[n:]
+		cur += pcDelta * p.quantum
+		if pc < cur {
+			return val, true
+		}
+	}
+}
+
+// lookupName finds the function called name, scanning the table in place.
+func (p *goPclntab) lookupName(name string) (start, end uint64, ok bool) {
+	for i := range p.nfunc {
+		fn, ok := p.funcAtIndex(i)
+		if ok && string(p.nameAt(int32(p.field(fn, 4)))) == name {
+			return fn.entry, fn.end, true
+		}
+	}
+	return 0, 0, false
 }

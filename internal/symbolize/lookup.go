@@ -54,7 +54,14 @@ func (b *Binary) ELF() *elf.File { return b.elf }
 // Then demangled C++ and Rust names, with or without parameters. Among
 // matches, the default version beats hidden ones, then global beats weak
 // beats local; several addresses at the best rank are an error.
-func (b *Binary) LookupFunction(name, version string) (FunctionSymbol, error) {
+func (b *Binary) LookupFunction(name, version string) (fs FunctionSymbol, err error) {
+	defer guardFaults()()
+	defer func() {
+		// A fault reading the mapped file (truncated meanwhile).
+		if r := recover(); r != nil {
+			fs, err = FunctionSymbol{}, fmt.Errorf("looking up %s: reading %s: %v", name, b.file.Name(), r)
+		}
+	}()
 	if name == "" {
 		return FunctionSymbol{}, errors.New("looking up a function: empty name")
 	}
@@ -64,8 +71,8 @@ func (b *Binary) LookupFunction(name, version string) (FunctionSymbol, error) {
 			// go tool nm shows assembly and cgo wrappers with their ABI
 			// suffix, which .gopclntab does not carry.
 			for _, n := range []string{name, strings.TrimSuffix(name, ".abi0")} {
-				if fn := b.goSyms.table.LookupFunc(n); fn != nil {
-					return FunctionSymbol{Name: fn.Name, Start: fn.Entry, End: fn.End, Go: true}, nil
+				if start, end, ok := b.goSyms.lookupFunc(n); ok {
+					return FunctionSymbol{Name: n, Start: start, End: end, Go: true}, nil
 				}
 			}
 		}

@@ -72,8 +72,9 @@ type SymbolizerConfig struct {
 	// Debuginfod configures fetching. Zero fields come from the
 	// DEBUGINFOD_* environment.
 	Debuginfod debuginfod.Config
-	// MaxTableBytes bounds the parsed debug tables kept in memory;
-	// default 512 MiB.
+	// MaxTableBytes bounds the parsed symbol tables kept in memory by the
+	// whole process (one cache, shared by every binary and debug file);
+	// default DefaultMaxTableBytes.
 	MaxTableBytes int64
 	// NegativeTTL is how long failed fetches, bad debug files and
 	// binaries with nothing to symbolize are remembered; default 10 min.
@@ -85,10 +86,14 @@ type SymbolizerConfig struct {
 // Defaults of SymbolizerConfig.
 const (
 	DefaultCacheMaxSize  = 2 << 30
-	DefaultMaxTableBytes = 512 << 20
+	DefaultMaxTableBytes = 16 << 20
 	DefaultNegativeTTL   = 10 * time.Minute
 	// maxNegativeEntries bounds each negative cache.
 	maxNegativeEntries = 4096
+	// maxDebugFileBytes bounds the debug files held open by their own
+	// heap (headers, Binary.MemSize), a few hundred files; their parsed
+	// tables are in the table cache.
+	maxDebugFileBytes = 2 << 20
 	// maxClassified bounds the per-binary classification memo.
 	maxClassified = 4096
 )
@@ -112,14 +117,16 @@ type SymbolizerStats struct {
 	Pending int64
 	// Unmapped counts file offsets outside every executable segment.
 	Unmapped int64
-	// Tables and TableBytes describe the parsed debug files held.
+	// Tables counts the debug files held open; TableBytes is the heap
+	// held by the process's parsed symbol tables (TableStats).
 	Tables, TableBytes int64
 }
 
 // CacheStats are the size, hits and evictions of each of a Symbolizer's
 // in-memory caches, for publishing as metrics.
 type CacheStats struct {
-	// Tables holds parsed debug files; its cost is in bytes.
+	// Tables holds the process's parsed symbol tables; its cost is in
+	// bytes.
 	Tables lru.Stats
 	// Classified holds the mode chosen per binary.
 	Classified lru.Stats
@@ -190,6 +197,9 @@ func NewSymbolizer(cfg SymbolizerConfig) (*Symbolizer, error) {
 	if cfg.MaxTableBytes <= 0 {
 		cfg.MaxTableBytes = DefaultMaxTableBytes
 	}
+	if cfg.MaxTableBytes != sharedTables.max.Load() {
+		SetMaxTableBytes(cfg.MaxTableBytes)
+	}
 	if cfg.NegativeTTL <= 0 {
 		cfg.NegativeTTL = DefaultNegativeTTL
 	}
@@ -204,7 +214,7 @@ func NewSymbolizer(cfg SymbolizerConfig) (*Symbolizer, error) {
 		nothing:     negcache.NewFiles(cfg.NegativeTTL, maxNegativeEntries),
 		badDebug:    negcache.NewFiles(cfg.NegativeTTL, maxNegativeEntries),
 		failedFetch: negcache.NewKeys[string](cfg.NegativeTTL, maxNegativeEntries),
-		tables:      newDebugTables(cfg.MaxTableBytes),
+		tables:      newDebugTables(maxDebugFileBytes),
 		pending:     map[string]bool{},
 	}
 	if cfg.CacheDir != "" {
@@ -249,14 +259,14 @@ func (s *Symbolizer) Stats() SymbolizerStats {
 		Pending:       s.stats.pending.Load(),
 		Unmapped:      s.stats.unmapped.Load(),
 		Tables:        int64(tables.Len),
-		TableBytes:    tables.Cost,
+		TableBytes:    TableStats().Cost,
 	}
 }
 
 // CacheStats returns the size, hits and evictions of the in-memory caches.
 func (s *Symbolizer) CacheStats() CacheStats {
 	return CacheStats{
-		Tables:             s.tables.stats(),
+		Tables:             TableStats(),
 		Classified:         s.classified.Stats(),
 		NothingToSymbolize: s.nothing.Stats(),
 		BadDebugFiles:      s.badDebug.Stats(),

@@ -7,6 +7,7 @@ import (
 	"os"
 	"sync/atomic"
 	"time"
+	"unsafe"
 
 	"github.com/bpfcol/bpfcol/internal/frame"
 	"github.com/bpfcol/bpfcol/internal/lru"
@@ -18,9 +19,20 @@ import (
 	"github.com/bpfcol/bpfcol/receiver/ebpfprofreceiver/internal/profilebuilder"
 )
 
-// maxCachedNames bounds the cache of named user addresses kept across
-// batches, least recently used out first.
-const maxCachedNames = 1 << 16
+// maxCachedNameBytes bounds the heap of the named user addresses kept
+// across batches, least recently used out first: each distinct (file,
+// address) is named once, and again only after eviction.
+const maxCachedNameBytes = 8 << 20
+
+// namedCost is the heap an entry of the name cache holds: the key, the
+// record and its lines with their strings.
+func namedCost(_ nameKey, n named) int64 {
+	c := int64(unsafe.Sizeof(nameKey{})+unsafe.Sizeof(named{})) + 64 // map and list overhead
+	for _, l := range n.lines {
+		c += int64(unsafe.Sizeof(l)) + int64(len(l.Name)+len(l.SystemName)+len(l.File))
+	}
+	return c
+}
 
 // Bounds on the perf maps read to name JIT frames: the processes held, and
 // how often one file is read again for appended lines.
@@ -119,7 +131,7 @@ func New(binaries *symbolize.BinaryCache, kernel KernelSymbolizer, opts ...Optio
 	r := &Resolver{
 		binaries: binaries,
 		kernel:   kernel,
-		names:    lru.New[nameKey, named](maxCachedNames, nil),
+		names:    lru.New(maxCachedNameBytes, namedCost),
 		jit:      perfmap.New(maxJITProcesses, jitRefreshInterval),
 	}
 	for _, o := range opts {
@@ -167,6 +179,9 @@ func (r *Resolver) Resolve(b *aggregate.Batch) []profilebuilder.Process {
 	defer func() {
 		for _, bin := range st.binaries {
 			if bin != nil {
+				// The names are in the name cache now: the pages of
+				// the file read for them need not stay resident.
+				bin.DropPages()
 				bin.Release()
 			}
 		}

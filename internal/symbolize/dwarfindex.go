@@ -1,0 +1,340 @@
+package symbolize
+
+import (
+	"cmp"
+	"debug/dwarf"
+	"errors"
+	"fmt"
+	"slices"
+	"sync/atomic"
+	"unsafe"
+)
+
+// dwarfIndex answers lookups from a binary's DWARF one compile unit at a
+// time: the units are indexed by address range, and only the unit an
+// address falls in is parsed. The sections with that index, and each
+// parsed unit, are entries of the table cache, parsed again from the
+// mapped file when evicted.
+type dwarfIndex struct {
+	id     uint64
+	tables *tableCache
+	data   []byte // the mapped file, nil if none
+	load   func() (dwarfSources, error)
+}
+
+// dwarfUnits is the DWARF of a binary with its units indexed by address.
+type dwarfUnits struct {
+	// src is the sections the index was built from, handed to the table
+	// cache as an entry of their own (kindSections) after: decompressed
+	// sections can be evicted and decompressed again while the index
+	// stays.
+	src    atomic.Pointer[dwarfSources]
+	rel    bool // an object file: src.data is the whole DWARF, relocated
+	units  []unitStart
+	ranges []unitRange // sorted by lo
+	// reach[i] is the largest hi of ranges[:i+1], so a backward scan for
+	// ranges covering an address stops early.
+	reach []uint64
+	// alone[i] says unit i is read by a reader of its own (unitData);
+	// the others need the reader of the whole DWARF, which then holds
+	// the sections (kindFull instead of kindSections).
+	alone     []bool
+	needsFull bool
+	cost      int64
+	// full is the whole-DWARF reader the indexing built, handed to the
+	// table cache after.
+	full atomic.Pointer[dwarf.Data]
+}
+
+// unitRange is one address range of a compile unit.
+type unitRange struct {
+	lo, hi uint64
+	unit   int32
+}
+
+// newDWARFUnits indexes the units of src by the ranges of their unit DIE
+// (DW_AT_low_pc/high_pc or DW_AT_ranges). A unit without them is parsed
+// once and indexed by the ranges of its functions and line sequences.
+// Each unit is read alone when it can be, so debug/dwarf never holds
+// every unit's abbreviations at once.
+func newDWARFUnits(src dwarfSources) (_ *dwarfUnits, err error) {
+	defer func() {
+		// debug/dwarf reports most corruption as errors, but a hostile
+		// file must never take the profiler down.
+		if r := recover(); r != nil {
+			err = fmt.Errorf("decoding DWARF: %v", r)
+		}
+	}()
+	units := unitDIEOffsets(src.info, src.order)
+	if len(units) > maxUnits {
+		return nil, fmt.Errorf("decoding DWARF: %d units, more than %d", len(units), maxUnits)
+	}
+	if len(units) == 0 {
+		return nil, errors.New("decoding DWARF: no compile units")
+	}
+	u := &dwarfUnits{units: units, alone: make([]bool, len(units)), rel: src.data != nil}
+	u.src.Store(&src)
+	var full *dwarf.Data
+	for i, start := range units {
+		d, release, alone := src.unitData(start)
+		if !alone {
+			if full == nil {
+				if full, err = src.fullData(); err != nil {
+					return nil, err
+				}
+			}
+			d, release = full, func() {}
+		}
+		u.alone[i] = alone
+		rs, err := unitRanges(d, &src, start)
+		release()
+		if err != nil {
+			return nil, err
+		}
+		for _, rg := range rs {
+			if rg[1] > rg[0] {
+				u.ranges = append(u.ranges, unitRange{lo: rg[0], hi: rg[1], unit: int32(i)})
+			}
+		}
+	}
+	u.needsFull = full != nil
+	if full != nil && src.data == nil {
+		u.full.Store(full)
+	}
+	slices.SortStableFunc(u.ranges, func(a, b unitRange) int { return cmp.Compare(a.lo, b.lo) })
+	u.reach = make([]uint64, len(u.ranges))
+	for i, rg := range u.ranges {
+		u.reach[i] = rg.hi
+		if i > 0 {
+			u.reach[i] = max(rg.hi, u.reach[i-1])
+		}
+	}
+	u.cost = int64(cap(u.units))*int64(unsafe.Sizeof(unitStart{})) +
+		int64(cap(u.ranges))*int64(unsafe.Sizeof(unitRange{})) + int64(cap(u.reach))*8 + int64(cap(u.alone))
+	return u, nil
+}
+
+// unitRanges returns the address ranges of the unit at start, read
+// through d: its unit DIE's, else those of what it contains.
+func unitRanges(d *dwarf.Data, src *dwarfSources, start unitStart) ([][2]uint64, error) {
+	// This also has debug/dwarf decode a DWARF 5 unit's base offsets
+	// here, once, before lookups share a whole-DWARF reader.
+	r := d.Reader()
+	r.Seek(start.off)
+	cu, err := r.Next()
+	if err != nil || cu == nil {
+		return nil, nil
+	}
+	if cu.Tag != dwarf.TagCompileUnit && cu.Tag != tagPartialUnit && cu.Tag != tagSkeletonUnit {
+		return nil, nil
+	}
+	if rs, err := d.Ranges(cu); err == nil && len(rs) > 0 {
+		return rs, nil
+	}
+	t, err := newUnitReader(d, src).table(start)
+	if err != nil {
+		return nil, err
+	}
+	return t.extent(), nil
+}
+
+// dwarfUnitOverhead is what debug/dwarf holds per unit beyond its
+// abbreviations: the unit record and the map of its abbreviation table.
+const dwarfUnitOverhead = 512
+
+// abbrevHeapFactor is the heap debug/dwarf takes per byte of
+// .debug_abbrev: an attribute spec of two or three bytes becomes a 32-byte
+// record, an abbreviation of a few bytes a map entry with a slice header.
+const abbrevHeapFactor = 16
+
+// covering returns the units whose ranges cover pc, in unit order.
+func (u *dwarfUnits) covering(pc uint64, into []int32) []int32 {
+	lo, hi := 0, len(u.ranges)
+	for lo < hi {
+		m := int(uint(lo+hi) >> 1)
+		if u.ranges[m].lo > pc {
+			hi = m
+		} else {
+			lo = m + 1
+		}
+	}
+	for j := lo - 1; j >= 0 && u.reach[j] > pc; j-- {
+		if pc < u.ranges[j].hi && !slices.Contains(into, u.ranges[j].unit) {
+			into = append(into, u.ranges[j].unit)
+		}
+	}
+	slices.Sort(into)
+	return into
+}
+
+// newUnitReader returns a reader of units through d.
+func newUnitReader(d *dwarf.Data, src *dwarfSources) *unitReader {
+	w := &unitReader{d: d, rangesData: src.ranges, order: src.order, r: d.Reader()}
+	w.names = &dwarfNames{d: d, r: d.Reader(), cache: map[dwarf.Offset]dieNames{}}
+	return w
+}
+
+// table parses one unit into a table of its own.
+func (w *unitReader) table(start unitStart) (*dwarfTable, error) {
+	clear(w.names.cache)
+	u := w.read(start)
+	if u.err != nil {
+		return nil, u.err
+	}
+	t, err := mergeUnits([]unitTables{u})
+	if err != nil {
+		// A unit with no code (types only): nothing to find in it.
+		return &dwarfTable{size: 64}, nil
+	}
+	return t, nil
+}
+
+// extent returns the address ranges the table covers.
+func (t *dwarfTable) extent() [][2]uint64 {
+	var rs [][2]uint64
+	for _, f := range t.funcs {
+		rs = append(rs, [2]uint64{f.lo, f.hi})
+	}
+	start := -1
+	for i, row := range t.lines {
+		switch {
+		case row.end() && start >= 0:
+			rs = append(rs, [2]uint64{t.lines[start].addr, row.addr})
+			start = -1
+		case !row.end() && start < 0:
+			start = i
+		}
+	}
+	return rs
+}
+
+// units returns the indexed units, parsing them on first use or after
+// eviction.
+func (x *dwarfIndex) units() (*dwarfUnits, error) {
+	type result struct {
+		u   *dwarfUnits
+		err error
+	}
+	v := x.tables.get(tableKey{binary: x.id, kind: kindDWARF}, x.data, func() (any, int64) {
+		src, err := x.load()
+		if err != nil {
+			return result{err: err}, minTableCost
+		}
+		u, err := newDWARFUnits(src)
+		if err != nil {
+			return result{err: err}, minTableCost
+		}
+		return result{u: u}, u.cost
+	}).(result)
+	if v.u != nil {
+		if src := v.u.src.Swap(nil); src != nil {
+			if full := v.u.full.Swap(nil); full != nil {
+				f := &fullDWARF{data: full, src: src}
+				x.tables.add(tableKey{binary: x.id, kind: kindFull}, f, f.cost(len(v.u.units)))
+			} else if !v.u.needsFull {
+				x.tables.add(tableKey{binary: x.id, kind: kindSections}, src, src.cost(len(v.u.units)))
+			}
+		}
+	}
+	return v.u, v.err
+}
+
+// fullDWARF is the reader of the whole DWARF with the sections it reads.
+type fullDWARF struct {
+	data *dwarf.Data
+	src  *dwarfSources
+}
+
+func (f *fullDWARF) cost(units int) int64 { return f.src.cost(units) + f.src.fullDataCost(units) }
+
+// full returns the whole-DWARF reader and its sections, building them
+// again after eviction; nil when they cannot be read.
+func (x *dwarfIndex) full(u *dwarfUnits) *fullDWARF {
+	return x.tables.get(tableKey{binary: x.id, kind: kindFull}, x.data, func() (any, int64) {
+		src, err := x.load()
+		if err != nil {
+			return (*fullDWARF)(nil), minTableCost
+		}
+		d, err := src.fullData()
+		if err != nil {
+			return (*fullDWARF)(nil), minTableCost
+		}
+		f := &fullDWARF{data: d, src: &src}
+		return f, f.cost(len(u.units))
+	}).(*fullDWARF)
+}
+
+// sources returns the DWARF sections, loading (decompressing) them again
+// after eviction; nil when they cannot be read.
+func (x *dwarfIndex) sources(u *dwarfUnits) *dwarfSources {
+	if u.needsFull {
+		if f := x.full(u); f != nil {
+			return f.src
+		}
+		return nil
+	}
+	return x.tables.get(tableKey{binary: x.id, kind: kindSections}, x.data, func() (any, int64) {
+		src, err := x.load()
+		if err != nil {
+			return (*dwarfSources)(nil), minTableCost
+		}
+		return &src, src.cost(len(u.units))
+	}).(*dwarfSources)
+}
+
+// unit returns the parsed table of unit i.
+func (x *dwarfIndex) unit(u *dwarfUnits, i int32) *dwarfTable {
+	src := x.sources(u)
+	if src == nil {
+		return nil
+	}
+	var full *dwarf.Data
+	if !u.alone[i] {
+		if f := x.full(u); f != nil {
+			full = f.data
+		} else {
+			return nil
+		}
+	}
+	v := x.tables.get(tableKey{binary: x.id, kind: kindUnit, unit: i}, x.data, func() (any, int64) {
+		d, release := full, func() {}
+		if d == nil {
+			var ok bool
+			if d, release, ok = src.unitData(u.units[i]); !ok {
+				return (*dwarfTable)(nil), minTableCost
+			}
+		}
+		defer release()
+		t, err := newUnitReader(d, src).table(u.units[i])
+		if err != nil {
+			return (*dwarfTable)(nil), minTableCost
+		}
+		return t, t.size
+	})
+	return v.(*dwarfTable)
+}
+
+// lookup returns the frames at pc from the first unit covering it that
+// names it.
+func (x *dwarfIndex) lookup(pc uint64) (frames []Frame, ok bool) {
+	defer func() {
+		// debug/dwarf reports most corruption as errors, but a hostile
+		// file must never take the profiler down.
+		if r := recover(); r != nil {
+			frames, ok = nil, false
+		}
+	}()
+	u, err := x.units()
+	if err != nil {
+		return nil, false
+	}
+	var buf [4]int32
+	for _, i := range u.covering(pc, buf[:0]) {
+		if t := x.unit(u, i); t != nil {
+			if frames, ok := t.lookup(pc); ok {
+				return frames, true
+			}
+		}
+	}
+	return nil, false
+}

@@ -1,0 +1,58 @@
+//go:build unix
+
+package symbolize
+
+import (
+	"fmt"
+	"os"
+	"syscall"
+)
+
+// mapFile maps f read-only and private. Symbol tables are read from the
+// mapping in place: only the pages a lookup touches are read, and they stay
+// in the page cache rather than the Go heap. An empty file maps to nil.
+func mapFile(f *os.File) ([]byte, error) {
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, fmt.Errorf("mapping %s: %w", f.Name(), err)
+	}
+	size := fi.Size()
+	if size == 0 || !fi.Mode().IsRegular() {
+		return nil, nil
+	}
+	if size < 0 || size > maxMappedFile || int64(int(size)) != size {
+		return nil, fmt.Errorf("mapping %s: %d bytes, more than %d", f.Name(), size, int64(maxMappedFile))
+	}
+	data, err := syscall.Mmap(int(f.Fd()), 0, int(size), syscall.PROT_READ, syscall.MAP_PRIVATE)
+	if err != nil {
+		return nil, fmt.Errorf("mapping %s: %w", f.Name(), err)
+	}
+	return data, nil
+}
+
+// maxMappedFile bounds the size of a file mapped.
+const maxMappedFile = 1 << 40
+
+func unmapFile(data []byte) error {
+	if data == nil {
+		return nil
+	}
+	return syscall.Munmap(data)
+}
+
+// dropPages gives the pages of a mapping read so far back to the page
+// cache: they stop counting in the process's RSS, and a later read faults
+// them in again from the cache.
+func dropPages(data []byte) {
+	if len(data) > 0 {
+		_ = syscall.Madvise(data, syscall.MADV_DONTNEED)
+	}
+}
+
+// anonMap returns n bytes of zero pages, which take no memory until
+// written.
+func anonMap(n int) ([]byte, error) {
+	return syscall.Mmap(-1, 0, n, syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_PRIVATE|syscall.MAP_ANON)
+}
+
+func anonUnmap(b []byte) { _ = syscall.Munmap(b) }

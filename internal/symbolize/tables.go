@@ -1,0 +1,161 @@
+package symbolize
+
+import (
+	"sync"
+	"sync/atomic"
+
+	"github.com/bpfcol/bpfcol/internal/lru"
+)
+
+// tableKind says which parsed table of a binary an entry of the table
+// cache holds.
+type tableKind uint8
+
+const (
+	// kindSymtab: the sorted index of .symtab (or .dynsym) functions.
+	kindSymtab tableKind = iota
+	// kindDWARF: the index of compile units by address.
+	kindDWARF
+	// kindSections: the DWARF sections, decompressed when stored
+	// compressed.
+	kindSections
+	// kindUnit: the line table and function tree of one compile unit.
+	kindUnit
+	// kindFull: debug/dwarf's reader of the whole DWARF, for units that
+	// refer to others (Go, LTO).
+	kindFull
+)
+
+// tableKey names one parsed table: the binary (by a number unique in the
+// process, since a Binary's file can be replaced), what table, and for a
+// compile unit its index.
+type tableKey struct {
+	binary uint64
+	kind   tableKind
+	unit   int32
+}
+
+// parsedTable is a value of the table cache with the heap it holds.
+type parsedTable struct {
+	value any
+	cost  int64
+}
+
+// tableCache is the one byte-bounded cache of parsed symbol tables shared by
+// every Binary of the process. Tables are parsed again from the mapped file
+// when asked for after eviction, so the bound holds however many binaries
+// are open. A table larger than half the bound is still kept, counted as
+// half: parsing it again for every lookup would cost more than the memory,
+// and the other half leaves room for the compile units parsed through it
+// (a binary's DWARF index and its units must fit together, or each would
+// evict the other). Such a table is the one way the heap held exceeds the
+// bound; Stats.Cost then reads low by what it holds beyond half.
+type tableCache struct {
+	mu      sync.Mutex
+	lru     *lru.Cache[tableKey, *parsedTable]
+	parsing map[tableKey]chan struct{} // closed once the key's parse ended
+	max     atomic.Int64
+}
+
+func newTableCache(maxBytes int64) *tableCache {
+	c := &tableCache{parsing: map[tableKey]chan struct{}{}}
+	c.setMax(maxBytes)
+	return c
+}
+
+// setMax replaces the bound, dropping what was held.
+func (c *tableCache) setMax(maxBytes int64) {
+	maxBytes = max(maxBytes, 1)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.max.Store(maxBytes)
+	c.lru = lru.New(maxBytes, func(_ tableKey, t *parsedTable) int64 { return min(t.cost, max(maxBytes/2, 1)) })
+}
+
+// get returns the table under key, calling parse on a miss. A nil value
+// from parse (nothing usable) is cached like any other, at its cost. The
+// pages of drop, the mapped file parse read, leave the RSS after a parse.
+//
+// Each key is parsed by one caller at a time, without holding the cache:
+// lookups of other tables go on meanwhile, and those of the same key wait
+// for its parse.
+func (c *tableCache) get(key tableKey, drop []byte, parse func() (any, int64)) any {
+	c.mu.Lock()
+	for {
+		if t, ok := c.lru.Get(key); ok {
+			c.mu.Unlock()
+			return t.value
+		}
+		wait, busy := c.parsing[key]
+		if !busy {
+			break
+		}
+		c.mu.Unlock()
+		<-wait
+		c.mu.Lock()
+	}
+	done := make(chan struct{})
+	c.parsing[key] = done
+	c.mu.Unlock()
+
+	var v any
+	cost := int64(minTableCost)
+	defer func() {
+		// Also when parse panics: waiters then parse themselves.
+		c.mu.Lock()
+		delete(c.parsing, key)
+		close(done)
+		c.mu.Unlock()
+	}()
+	v, cost = parse()
+	if drop != nil {
+		// Parsing read much of the file: what lookups read again is a
+		// few pages.
+		dropPages(drop)
+	}
+	c.mu.Lock()
+	c.lru.Add(key, &parsedTable{value: v, cost: max(cost, minTableCost)})
+	c.mu.Unlock()
+	return v
+}
+
+// add stores a table parsed elsewhere, unless one is held under key.
+func (c *tableCache) add(key tableKey, v any, cost int64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if _, ok := c.lru.Peek(key); !ok {
+		c.lru.Add(key, &parsedTable{value: v, cost: max(cost, minTableCost)})
+	}
+}
+
+// minTableCost is the least an entry costs: its key, record and list
+// element.
+const minTableCost = 128
+
+// dropBinary removes every table of the binary numbered id.
+func (c *tableCache) dropBinary(id uint64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.lru.RemoveFunc(func(k tableKey, _ *parsedTable) bool { return k.binary == id })
+}
+
+func (c *tableCache) stats() lru.Stats {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.lru.Stats()
+}
+
+// sharedTables holds the parsed tables of every Binary not given its own
+// cache.
+var sharedTables = newTableCache(DefaultMaxTableBytes)
+
+// binaryIDs numbers Binaries for table keys.
+var binaryIDs atomic.Uint64
+
+// SetMaxTableBytes bounds the parsed symbol tables held in memory by the
+// whole process (default DefaultMaxTableBytes). Tables held are dropped.
+func SetMaxTableBytes(n int64) { sharedTables.setMax(n) }
+
+// TableStats returns the size, hits and evictions of the process's cache of
+// parsed symbol tables; its cost is in bytes of heap.
+func TableStats() lru.Stats { return sharedTables.stats() }
