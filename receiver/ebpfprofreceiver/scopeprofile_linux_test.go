@@ -385,3 +385,48 @@ func TestScopeProfilesGo(t *testing.T) {
 		}
 	}
 }
+
+// TestScopeMapOnlyWithBoth checks that either receiver alone starts without
+// the shared map of open scopes: the sampler then loads no scope lookup and
+// the probes write no scope.
+func TestScopeMapOnlyWithBoth(t *testing.T) {
+	testenv.RequireBPF(t)
+	if scopes.Declared(scopes.Writer) || scopes.Declared(scopes.Reader) {
+		t.Fatal("a receiver of an earlier test was never shut down: its role is still declared")
+	}
+	cfg := createDefaultConfig().(*Config)
+	prof, err := newProfilesReceiver(receivertest.NewNopSettings(metadata.Type), cfg, new(gatedSink))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := prof.Start(context.Background(), componenttest.NewNopHost()); err != nil {
+		t.Fatal(err)
+	}
+	if scopes.Open() {
+		t.Error("ebpfprof receiver alone created the shared map")
+	}
+	if err := prof.Shutdown(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+
+	bin := testworkload.BuildC(t, "scopeburn.c", "-O1", "-g")
+	f := uproberecv.NewFactory()
+	ucfg := f.CreateDefaultConfig().(*uproberecv.Config)
+	ucfg.Probes = []uproberecv.ProbeConfig{{ID: "scoped", Binary: bin, Entry: "scoped_call", Exit: "return"}}
+	logs, err := f.CreateLogs(context.Background(), receivertest.NewNopSettings(f.Type()), ucfg, new(consumertest.LogsSink))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := logs.Start(context.Background(), componenttest.NewNopHost()); err != nil {
+		t.Fatal(err)
+	}
+	if scopes.Open() {
+		t.Error("uprobe receiver alone created the shared map")
+	}
+	if err := logs.Shutdown(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if scopes.Declared(scopes.Writer) || scopes.Declared(scopes.Reader) {
+		t.Error("a role is still declared after both receivers shut down")
+	}
+}
