@@ -15,7 +15,7 @@ import (
 
 // scopeProfilesConfig runs both receivers in one collector, each signal to
 // its own OTLP/gRPC server.
-func scopeProfilesConfig(bin, profilesAddr, logsAddr string) string {
+func scopeProfilesConfig(bin, profilesAddr, logsAddr, pprofDir string) string {
 	return fmt.Sprintf(`
 receivers:
   ebpfprof:
@@ -39,6 +39,9 @@ exporters:
     endpoint: %s
     tls:
       insecure: true
+  pprof:
+    directory: %s
+    max_files: 100
 service:
   telemetry:
     metrics:
@@ -46,24 +49,26 @@ service:
   pipelines:
     profiles:
       receivers: [ebpfprof]
-      exporters: [otlp_grpc/profiles]
+      exporters: [otlp_grpc/profiles, pprof]
     logs:
       receivers: [uprobe]
       exporters: [otlp_grpc/logs]
-`, bin, profilesAddr, logsAddr)
+`, bin, profilesAddr, logsAddr, pprofDir)
 }
 
 // TestCollectorScopeProfiles runs bin/bpfcol with both receivers on a C
 // workload whose probed function burns CPU and sleeps, and checks that the
 // span id of every log record that arrives is the link of profile samples
 // that arrive, on-CPU and off-CPU, and that every linked sample names a
-// record that arrived.
+// record that arrived. In the pprof files the collector writes, `go tool
+// pprof -tagfocus=span_id=...` keeps the samples of that one call.
 func TestCollectorScopeProfiles(t *testing.T) {
 	testenv.RequireBPF(t)
 	const calls = 10
 	bin := testworkload.BuildC(t, "scopeburn.c", "-O1", "-g", "-fno-omit-frame-pointer")
 	profiles, logs := startProfilesServer(t), startLogsServer(t)
-	col := startCollector(t, scopeProfilesConfig(bin, profiles.addr, logs.addr))
+	pprofDir := t.TempDir()
+	col := startCollector(t, scopeProfilesConfig(bin, profiles.addr, logs.addr, pprofDir))
 	deadline := time.Now().Add(60 * time.Second)
 	for !strings.Contains(col.output.String(), "uprobe receiver started") || !strings.Contains(col.output.String(), "ebpfprof receiver started") {
 		if done, err := col.exited(); done {
@@ -137,5 +142,37 @@ func TestCollectorScopeProfiles(t *testing.T) {
 	}
 	if len(unknown) > 0 {
 		t.Errorf("samples linked to spans of no log record that arrived: %v", unknown)
+	}
+
+	// One call's samples in pprof: every trace -tagfocus keeps is in the
+	// probed function and carries the call's span id.
+	var span string
+	for sp := range spans {
+		span = sp
+		break
+	}
+	files, err := filepath.Glob(filepath.Join(pprofDir, "profile-*.pb.gz"))
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no pprof files in %s: %v", pprofDir, err)
+	}
+	var traces int
+	for _, f := range files {
+		out, err := goPprof(t, "-traces", "-sample_index=samples", "-tagfocus=span_id="+span, f)
+		if err != nil {
+			continue // no sample of the call in this file
+		}
+		for _, tr := range strings.Split(out, "-----------+-------------------------------------------------------")[1:] {
+			if strings.TrimSpace(tr) == "" {
+				continue
+			}
+			traces++
+			if !strings.Contains(tr, "scoped_call") || !strings.Contains(tr, span) {
+				t.Errorf("-tagfocus=span_id=%s kept a trace of another call or of none:\n%s", span, tr)
+			}
+		}
+	}
+	t.Logf("span %s: %d pprof traces in %d files", span, traces, len(files))
+	if traces == 0 {
+		t.Errorf("-tagfocus=span_id=%s kept no on-CPU sample in %d pprof files", span, len(files))
 	}
 }
