@@ -80,3 +80,11 @@ const (
 	OffCPUReasonBlocked   = "blocked"   // it waited for something
 	OffCPUReasonPreempted = "preempted" // it could have run on
 )
+
+// Labels of a pprof sample taken inside a probe scope: the ids of the
+// scope's log record (its TraceId and SpanId, in hex), which pprof, having
+// no links, carries as labels.
+const (
+	LabelTraceID = "trace_id"
+	LabelSpanID  = "span_id"
+)

@@ -24,6 +24,11 @@ type Sample struct {
 	SampleType string
 	// Labels are the sample's string attributes.
 	Labels map[string]string
+	// TraceID and SpanID are the ids of the sample's link, in hex; empty
+	// for a sample without one.
+	TraceID, SpanID string
+	// Timestamps are the sample's times, unix nanoseconds.
+	Timestamps []uint64
 }
 
 // Samples flattens every sample of every process in p.
@@ -43,6 +48,11 @@ func Samples(p pprofile.Profiles) []Sample {
 				for s := 0; s < samples.Len(); s++ {
 					smp := samples.At(s)
 					ss := Sample{PID: pidVal.Int(), Count: smp.Values().At(0), SampleType: sampleType, Labels: map[string]string{}}
+					ss.Timestamps = smp.TimestampsUnixNano().AsRaw()
+					if li := smp.LinkIndex(); li > 0 && int(li) < d.LinkTable().Len() {
+						l := d.LinkTable().At(int(li))
+						ss.TraceID, ss.SpanID = l.TraceID().String(), l.SpanID().String()
+					}
 					for _, ai := range smp.AttributeIndices().AsRaw() {
 						a := d.AttributeTable().At(int(ai))
 						switch key := str(a.KeyStrindex()); {

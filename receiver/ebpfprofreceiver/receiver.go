@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/cilium/ebpf"
 	"go.opentelemetry.io/collector/component"
 	"go.opentelemetry.io/collector/consumer/xconsumer"
 	"go.opentelemetry.io/collector/receiver"
@@ -15,6 +16,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/bpfcol/bpfcol/internal/bpf/profiler"
+	"github.com/bpfcol/bpfcol/internal/bpf/scopes"
 	"github.com/bpfcol/bpfcol/internal/process"
 	"github.com/bpfcol/bpfcol/internal/symbolize"
 	"github.com/bpfcol/bpfcol/internal/symbolize/kernelsym"
@@ -59,6 +61,11 @@ type profilesReceiver struct {
 	symbolizer   *symbolize.Symbolizer
 	telemetry    *metadata.TelemetryBuilder
 	wg           sync.WaitGroup
+
+	// scopes is the shared map of open probe scopes, when a uprobe
+	// receiver writes it; undeclare withdraws the scopes.Reader role.
+	scopes    *scopes.Map
+	undeclare func()
 
 	aggregator *aggregate.Aggregator
 	resolver   *resolve.Resolver
@@ -144,7 +151,9 @@ func newProfilesReceiver(set receiver.Settings, cfg *Config, next xconsumer.Prof
 	if err != nil {
 		return nil, fmt.Errorf("creating obsreport: %w", err)
 	}
-	r := &profilesReceiver{set: set, cfg: cfg, next: next, obsrecv: obsrecv}
+	// Declared at creation: the collector creates every component before
+	// it starts any, so a uprobe receiver starting first knows of this one.
+	r := &profilesReceiver{set: set, cfg: cfg, next: next, obsrecv: obsrecv, undeclare: scopes.Declare(scopes.Reader)}
 	r.samplePool.New = func() any { return new(profiler.Sample) }
 	return r, nil
 }
@@ -158,13 +167,25 @@ func (r *profilesReceiver) Start(ctx context.Context, host component.Host) error
 
 func (r *profilesReceiver) start(_ context.Context, _ component.Host) error {
 	r.startedAt = time.Now()
+	// Samples are linked to open probe scopes only when a uprobe receiver
+	// runs in this collector: alone, the sampler pays no lookup.
+	var shared *ebpf.Map
+	if scopes.Declared(scopes.Writer) {
+		m, err := scopes.Acquire()
+		if err != nil {
+			return fmt.Errorf("starting ebpfprof receiver: %w", err)
+		}
+		r.scopes, shared = m, m.Map()
+	}
 	sampler, err := profiler.New(profiler.Options{
 		Frequency:       r.cfg.SamplingFrequency,
 		RingBufferBytes: r.hooks.ringBufferBytes,
 		UnwindRows:      int(r.cfg.UnwindTableBytes / profiler.UnwindRowBytes),
 		OffCPU:          r.cfg.OffCPU.samplerOptions(),
+		Scopes:          shared,
 	})
 	if err != nil {
+		r.releaseScopes()
 		return fmt.Errorf("starting ebpfprof receiver: %w", err)
 	}
 	// Kernel frames are named in BPF; without CAP_PERFMON (or on an old
@@ -172,6 +193,7 @@ func (r *profilesReceiver) start(_ context.Context, _ component.Host) error {
 	kernelSyms, err := kernelsym.New(kernelsym.Options{Logger: r.set.Logger})
 	if err != nil {
 		sampler.Close()
+		r.releaseScopes()
 		return fmt.Errorf("starting kernel symbolizer: %w", err)
 	}
 	// From here on Shutdown owns what Start created.
@@ -356,6 +378,7 @@ func (r *profilesReceiver) export() {
 // by then is counted as dropped. It is safe to call without Start and more
 // than once.
 func (r *profilesReceiver) Shutdown(ctx context.Context) error {
+	r.undeclare()
 	if r.sampler == nil {
 		return nil
 	}
@@ -396,7 +419,18 @@ func (r *profilesReceiver) Shutdown(ctx context.Context) error {
 	if r.symbolizer != nil {
 		err = errors.Join(err, r.symbolizer.Close())
 	}
-	err = errors.Join(err, r.binaries.Close(), r.kernelSyms.Close())
+	err = errors.Join(err, r.binaries.Close(), r.kernelSyms.Close(), r.releaseScopes())
 	r.sampler = nil
+	return err
+}
+
+// releaseScopes drops the receiver's reference to the shared map of open
+// scopes, if it took one.
+func (r *profilesReceiver) releaseScopes() error {
+	if r.scopes == nil {
+		return nil
+	}
+	err := r.scopes.Release()
+	r.scopes = nil
 	return err
 }

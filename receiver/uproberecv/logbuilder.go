@@ -69,6 +69,9 @@ func (b *logBuilder) add(r *scopeprobe.Record, observed pcommon.Timestamp) {
 	lr.Body().SetStr(id)
 	lr.SetTimestamp(pcommon.Timestamp(end))
 	lr.SetObservedTimestamp(observed)
+	// The ids the profile samples taken inside the scope link to.
+	lr.SetTraceID(pcommon.TraceID(r.TraceID))
+	lr.SetSpanID(pcommon.SpanID(r.SpanID))
 	attrs := lr.Attributes()
 	attrs.EnsureCapacity(recordAttributeCount)
 	attrs.PutStr(conventions.ProbeID, id)

@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/cilium/ebpf"
 	"go.opentelemetry.io/collector/component"
 	"go.opentelemetry.io/collector/consumer"
 	"go.opentelemetry.io/collector/pdata/pcommon"
@@ -17,6 +18,7 @@ import (
 
 	"github.com/bpfcol/bpfcol/internal/bpf/procwatch"
 	"github.com/bpfcol/bpfcol/internal/bpf/scopeprobe"
+	"github.com/bpfcol/bpfcol/internal/bpf/scopes"
 	"github.com/bpfcol/bpfcol/internal/ktime"
 	"github.com/bpfcol/bpfcol/internal/negcache"
 	"github.com/bpfcol/bpfcol/internal/process"
@@ -57,11 +59,16 @@ type logsReceiver struct {
 	next    consumer.Logs
 	obsrecv *receiverhelper.ObsReport
 
-	probes  *scopeprobe.Probes
-	watcher *procwatch.Watcher
-	tracker *tracker
-	clock   *ktime.Clock
-	infos   *process.InfoCache
+	probes *scopeprobe.Probes
+	scopes *scopes.Map // the shared map of open scopes, when a sampler reads it
+	// unregisterProbes frees the probe names registered with scopes.
+	unregisterProbes func()
+	// undeclare withdraws the receiver's scopes.Writer role.
+	undeclare func()
+	watcher   *procwatch.Watcher
+	tracker   *tracker
+	clock     *ktime.Clock
+	infos     *process.InfoCache
 
 	wg        sync.WaitGroup
 	stop      chan struct{}
@@ -86,7 +93,9 @@ func newLogsReceiver(set receiver.Settings, cfg *Config, next consumer.Logs) (*l
 	if err != nil {
 		return nil, fmt.Errorf("creating obsreport: %w", err)
 	}
-	return &logsReceiver{set: set, cfg: cfg, next: next, obsrecv: obsrecv}, nil
+	// Declared at creation: the collector creates every component before
+	// it starts any, so an ebpfprof receiver starting first knows of this one.
+	return &logsReceiver{set: set, cfg: cfg, next: next, obsrecv: obsrecv, undeclare: scopes.Declare(scopes.Writer)}, nil
 }
 
 // Start loads the scope probes and the process watcher, scans /proc and
@@ -118,11 +127,24 @@ func (r *logsReceiver) start(_ context.Context, _ component.Host) (err error) {
 			settings[i].PIDs = append(settings[i].PIDs, uint32(pid))
 		}
 	}
+	// Scopes are written where the sampler can link samples to them only
+	// when an ebpfprof receiver runs in this collector.
+	var shared *ebpf.Map
+	var base uint32
+	if scopes.Declared(scopes.Reader) {
+		if r.scopes, err = scopes.Acquire(); err != nil {
+			return fmt.Errorf("starting uprobe receiver: %w", err)
+		}
+		shared = r.scopes.Map()
+		base, r.unregisterProbes = scopes.RegisterProbes(ids)
+	}
 	r.probes, err = scopeprobe.New(scopeprobe.Options{
 		Settings:        settings,
 		RingBufferBytes: ringBufferBytes,
 		WakeupBytes:     wakeupBytes,
 		LoadFiller:      r.opts.loadFiller,
+		Scopes:          shared,
+		ScopeProbeBase:  base,
 	})
 	if err != nil {
 		return fmt.Errorf("starting uprobe receiver: %w", err)
@@ -293,6 +315,7 @@ func (r *logsReceiver) flush(b *logBuilder, last bool) {
 // Shutdown detaches every uprobe, hands on the records already in the
 // ringbuf, and frees every kernel object. It is safe to call without Start.
 func (r *logsReceiver) Shutdown(ctx context.Context) error {
+	r.undeclare()
 	if r.probes == nil {
 		return nil
 	}
@@ -340,7 +363,20 @@ func (r *logsReceiver) Shutdown(ctx context.Context) error {
 		zap.Duration("clock_offset_uncertainty", r.clock.Uncertainty()),
 		zap.Duration("clock_offset_max_step", r.clock.MaxStep()))
 	r.probes = nil
+	errs = append(errs, r.releaseScopes())
 	return errors.Join(errs...)
+}
+
+// releaseScopes drops the receiver's reference to the shared map of open
+// scopes, if it took one.
+func (r *logsReceiver) releaseScopes() error {
+	if r.scopes == nil {
+		return nil
+	}
+	r.unregisterProbes()
+	err := r.scopes.Release()
+	r.scopes = nil
+	return err
 }
 
 // anyFileMatch reports whether a probe matches binaries by regex: only
@@ -384,4 +420,5 @@ func (r *logsReceiver) closeAll() {
 	}
 	r.wg.Wait()
 	r.probes = nil
+	r.releaseScopes()
 }

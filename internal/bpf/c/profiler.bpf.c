@@ -14,6 +14,7 @@
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_core_read.h>
 #include "bpfcol_unwind.h"
+#include "bpfcol_scopes.h"
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";
 
@@ -50,6 +51,7 @@ struct sample {
 	u64 user_bp;
 	u64 sp_words[2];
 	u64 off_cpu_ns; // SAMPLE_OFF_CPU: time from switch-out to switch-in
+	struct scope_link link; // SAMPLE_SCOPE: the probe scope open at the sample
 	char comm[16];
 	u64 kernel[MAX_STACK_DEPTH];
 	u64 user[MAX_STACK_DEPTH];
@@ -66,6 +68,7 @@ enum sample_flag {
 	SAMPLE_LEAF_FP = 1U << 6,         // the CFI walk left the leaf by its frame pointer
 	SAMPLE_OFF_CPU = 1U << 7,         // an off-CPU event: stacks at switch-out, weighted by off_cpu_ns
 	SAMPLE_PREEMPTED = 1U << 12,      // off-CPU while still runnable (preempted or yielded), not blocked
+	SAMPLE_SCOPE = 1U << 13,          // link holds the probe scope open on the thread or goroutine
 };
 #define SAMPLE_STOP_SHIFT 8 // bits 8-11: enum unwind_stop of a CFI walk
 
@@ -366,6 +369,24 @@ static __always_inline void submit(struct sample *s)
 	bpf_ringbuf_submit(s, wakeup);
 }
 
+// link_scope links s to the probe scope open on its thread, or else on the
+// goroutine running on it: Go code keeps the g pointer in R14, the key the
+// scope programs use for Go scopes.
+static __always_inline void link_scope(struct sample *s, struct pt_regs *regs)
+{
+	struct open_scope_key k = { .pid = s->pid, .kind = SCOPE_KIND_THREAD, .id = s->tid };
+	struct scope_link *l = bpf_map_lookup_elem(&open_scopes, &k);
+	if (!l) {
+		k.kind = SCOPE_KIND_GOROUTINE;
+		k.id = regs->r14;
+		l = bpf_map_lookup_elem(&open_scopes, &k);
+		if (!l)
+			return;
+	}
+	s->link = *l;
+	s->flags |= SAMPLE_SCOPE;
+}
+
 // fill_sample fills s with the current task's identity and stacks: the
 // kernel stack from here, the user stack by CFI when the process's tables
 // are loaded, else by frame pointers. The on-CPU sampler and the off-CPU
@@ -403,6 +424,9 @@ static __always_inline void fill_sample(void *ctx, struct sample *s, u64 pid_tgi
 		s->user_ip = regs->ip;
 		s->user_sp = regs->sp;
 		s->user_bp = regs->bp;
+		// Off-CPU events link here too: the scope the thread blocked in.
+		if (scope_links)
+			link_scope(s, regs);
 		if (bpf_probe_read_user(s->sp_words, sizeof(s->sp_words), (void *)s->user_sp) == 0)
 			s->flags |= SAMPLE_SP_WORDS_VALID;
 		else
@@ -518,8 +542,6 @@ static __always_inline void off_cpu_begin(void *ctx, struct task_struct *prev, b
 	fill_sample(ctx, s, bpf_get_current_pid_tgid(), false);
 	s->flags |= SAMPLE_OFF_CPU | (preempted ? SAMPLE_PREEMPTED : 0);
 	s->off_cpu_ns = 0;
-	// A per-thread scope lookup (the open probe scope's link) belongs
-	// here, with the stacks: it is the scope the thread blocked in.
 	slot->held = 1;
 }
 

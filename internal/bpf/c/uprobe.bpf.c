@@ -11,10 +11,16 @@
 // Thread scopes live in slots of task storage, reused call after call, so
 // the common pair costs two task storage lookups and a clock read; scopes
 // by goroutine (and thread scopes beyond the slots) live in an LRU hash.
+//
+// Each outermost scope gets a fresh trace id and span id at entry, which its
+// record carries. When the sampler runs in the same collector, the scope is
+// also written to open_scopes (bpfcol_scopes.h) while it is open, so every
+// sample of its thread or goroutine links to it.
 
 #include "bpfcol_types.h"
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_core_read.h>
+#include "bpfcol_scopes.h"
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";
 
@@ -61,6 +67,9 @@ struct scope {
 	u64 start_ns;
 	u32 depth;
 	u32 nested;   // inner scopes absorbed by the outermost one
+	u32 linked;   // the scope is in open_scopes
+	u32 pad;
+	struct scope_link ids;
 };
 
 struct probe_setting {
@@ -84,6 +93,8 @@ struct scope_record {
 	u32 flags;     // enum record_flag
 	u32 pad;
 	char comm[16]; // name of the thread that closed the scope
+	u8 trace_id[16];
+	u8 span_id[8];
 };
 
 // The arguments of a fill_records run (benchmarks only).
@@ -112,7 +123,8 @@ struct thread_scope {
 	u32 probe_id;
 	u32 depth;    // 0: the slot is free
 	u32 nested;
-	u32 pad;
+	u32 linked;   // the scope is in open_scopes
+	struct scope_link ids;
 };
 
 struct thread_scopes {
@@ -196,16 +208,73 @@ static __always_inline bool filtered(const struct probe_setting *set, u64 pid_tg
 	return false;
 }
 
+// Set by the loader: where this receiver's probe ids start among those of
+// every uprobe receiver writing open_scopes, so a sample names its probe.
+const volatile u32 probe_id_base = 0;
+
+// new_ids gives an outermost scope its trace and span ids: random, and
+// never all zero, which OTLP reads as no id.
+static __always_inline void new_ids(struct scope_link *ids, u32 probe_id)
+{
+	u32 *w = (u32 *)ids->trace_id;
+#pragma unroll
+	for (int i = 0; i < 6; i++)
+		w[i] = bpf_get_prandom_u32();
+	w[0] |= 1;
+	w[4] |= 1;
+	ids->probe_id = probe_id_base + probe_id;
+	ids->pad = 0;
+}
+
+// link_open writes an outermost scope to open_scopes, unless another scope
+// of the thread or goroutine is there already: samples link to the
+// outermost open scope. It returns whether it wrote.
+static __always_inline u32 link_open(u64 pid_tgid, bool by_g, u64 id, struct scope_link *ids)
+{
+	if (!scope_links)
+		return 0;
+	struct open_scope_key k = {
+		.pid = pid_tgid >> 32,
+		.kind = by_g ? SCOPE_KIND_GOROUTINE : SCOPE_KIND_THREAD,
+		.id = id,
+	};
+	return bpf_map_update_elem(&open_scopes, &k, ids, BPF_NOEXIST) == 0;
+}
+
+static __always_inline void link_close(u64 pid_tgid, bool by_g, u64 id)
+{
+	if (!scope_links)
+		return;
+	struct open_scope_key k = {
+		.pid = pid_tgid >> 32,
+		.kind = by_g ? SCOPE_KIND_GOROUTINE : SCOPE_KIND_THREAD,
+		.id = id,
+	};
+	bpf_map_delete_elem(&open_scopes, &k);
+}
+
 // open_in_map opens a scope in the scopes map; it returns whether it did.
-static __always_inline bool open_in_map(struct scope_key *key)
+static __always_inline bool open_in_map(struct scope_key *key, u64 cookie, u64 pid_tgid)
 {
 	struct scope fresh = { .start_ns = bpf_ktime_get_ns(), .depth = 1, .nested = 0 };
+	new_ids(&fresh.ids, key->probe_id);
+	fresh.linked = link_open(pid_tgid, cookie & COOKIE_SCOPE_BY_G, key->scope, &fresh.ids);
 	if (bpf_map_update_elem(&scopes, key, &fresh, BPF_ANY)) {
+		if (fresh.linked)
+			link_close(pid_tgid, cookie & COOKIE_SCOPE_BY_G, key->scope);
 		count(COUNTER_SCOPE_FULL);
 		return false;
 	}
 	return true;
 }
+
+// An outermost scope that closed.
+struct closed_scope {
+	u64 start_ns;
+	u32 nested;
+	u32 linked;
+	struct scope_link ids;
+};
 
 // What close_in_map found.
 enum closed {
@@ -214,7 +283,7 @@ enum closed {
 	CLOSED_OUTER,  // the outermost scope closed
 };
 
-static __always_inline enum closed close_in_map(struct scope_key *key, u64 *start, u32 *nested)
+static __always_inline enum closed close_in_map(struct scope_key *key, struct closed_scope *out)
 {
 	struct scope *s = bpf_map_lookup_elem(&scopes, key);
 	if (!s)
@@ -223,8 +292,10 @@ static __always_inline enum closed close_in_map(struct scope_key *key, u64 *star
 		s->depth--;
 		return CLOSED_INNER;
 	}
-	*start = s->start_ns;
-	*nested = s->nested;
+	out->start_ns = s->start_ns;
+	out->nested = s->nested;
+	out->linked = s->linked;
+	out->ids = s->ids;
 	bpf_map_delete_elem(&scopes, key);
 	return CLOSED_OUTER;
 }
@@ -258,7 +329,7 @@ static __always_inline void entry_in_map(struct pt_regs *ctx, u64 cookie, u64 pi
 		count(COUNTER_FILTERED);
 		return;
 	}
-	open_in_map(&key);
+	open_in_map(&key, cookie, pid_tgid);
 }
 
 // pid_tgid_of is bpf_get_current_pid_tgid() from a task pointer already at
@@ -322,13 +393,15 @@ static __always_inline void entry_in_thread(struct pt_regs *ctx, u64 cookie)
 	if (free) {
 		free->probe_id = id;
 		free->nested = 0;
+		new_ids(&free->ids, id);
+		free->linked = link_open(pid_tgid, false, (u32)pid_tgid, &free->ids);
 		free->start_ns = bpf_ktime_get_ns();
 		free->depth = 1;
 		return;
 	}
 	// More scopes open on this thread than it has slots.
 	key_of(&key, cookie, pid_tgid, ctx);
-	if (open_in_map(&key))
+	if (open_in_map(&key, cookie, pid_tgid))
 		ts->in_hash++;
 }
 
@@ -355,7 +428,7 @@ static __always_inline void exit_without_entry(u64 pid_tgid, u32 id)
 
 // close_in_thread closes or makes shallower the thread scope of the probe.
 static __always_inline enum closed close_in_thread(struct pt_regs *ctx, struct task_struct *task, u64 cookie,
-						    u64 pid_tgid, u64 *start, u32 *nested)
+						    u64 pid_tgid, struct closed_scope *out)
 {
 	u32 id = (u32)cookie;
 	struct thread_scopes *ts = bpf_task_storage_get(&thread_scopes, task, 0, 0);
@@ -369,8 +442,10 @@ static __always_inline enum closed close_in_thread(struct pt_regs *ctx, struct t
 				sl->depth--;
 				return CLOSED_INNER;
 			}
-			*start = sl->start_ns;
-			*nested = sl->nested;
+			out->start_ns = sl->start_ns;
+			out->nested = sl->nested;
+			out->linked = sl->linked;
+			out->ids = sl->ids;
 			sl->depth = 0;
 			return CLOSED_OUTER;
 		}
@@ -379,7 +454,7 @@ static __always_inline enum closed close_in_thread(struct pt_regs *ctx, struct t
 		return CLOSED_NONE;
 	struct scope_key key = {};
 	key_of(&key, cookie, pid_tgid, ctx);
-	enum closed c = close_in_map(&key, start, nested);
+	enum closed c = close_in_map(&key, out);
 	if (c == CLOSED_OUTER)
 		ts->in_hash--;
 	return c;
@@ -392,18 +467,17 @@ int scope_exit(struct pt_regs *ctx)
 	u64 cookie = cookie_of(ctx);
 	u32 id = (u32)cookie;
 	u64 pid_tgid;
-	u64 start = 0;
-	u32 nested = 0;
+	struct closed_scope cs = {};
 	enum closed c;
 	if (thread_storage && !(cookie & COOKIE_SCOPE_BY_G)) {
 		struct task_struct *task = bpf_get_current_task_btf();
 		pid_tgid = pid_tgid_of(task);
-		c = close_in_thread(ctx, task, cookie, pid_tgid, &start, &nested);
+		c = close_in_thread(ctx, task, cookie, pid_tgid, &cs);
 	} else {
 		pid_tgid = bpf_get_current_pid_tgid();
 		struct scope_key key = {};
 		key_of(&key, cookie, pid_tgid, ctx);
-		c = close_in_map(&key, &start, &nested);
+		c = close_in_map(&key, &cs);
 	}
 	if (c == CLOSED_NONE) {
 		exit_without_entry(pid_tgid, id);
@@ -411,6 +485,11 @@ int scope_exit(struct pt_regs *ctx)
 	}
 	if (c == CLOSED_INNER)
 		return 0;
+	if (cs.linked) {
+		bool by_g = cookie & COOKIE_SCOPE_BY_G;
+		link_close(pid_tgid, by_g, by_g ? ctx->r14 : (u32)pid_tgid);
+	}
+	u64 start = cs.start_ns;
 
 	struct probe_setting *set = bpf_map_lookup_elem(&settings, &id);
 	if (!set)
@@ -431,10 +510,12 @@ int scope_exit(struct pt_regs *ctx)
 	r->pid = pid;
 	r->tid = (u32)pid_tgid;
 	r->probe_id = id;
-	r->nested = nested;
+	r->nested = cs.nested;
 	r->flags = (u32)pid_tgid == pid ? RECORD_MAIN_THREAD : 0;
 	r->pad = 0;
 	bpf_get_current_comm(r->comm, sizeof(r->comm));
+	__builtin_memcpy(r->trace_id, cs.ids.trace_id, sizeof(r->trace_id));
+	__builtin_memcpy(r->span_id, cs.ids.span_id, sizeof(r->span_id));
 	u64 flags = 0;
 	if (wakeup_bytes)
 		flags = bpf_ringbuf_query(&records, BPF_RB_AVAIL_DATA) >= wakeup_bytes ? BPF_RB_FORCE_WAKEUP : BPF_RB_NO_WAKEUP;
@@ -465,6 +546,10 @@ static long fill_one(u32 i, void *data)
 	r->flags = 0;
 	r->pad = 0;
 	bpf_get_current_comm(r->comm, sizeof(r->comm));
+	struct scope_link ids;
+	new_ids(&ids, args->probe_id);
+	__builtin_memcpy(r->trace_id, ids.trace_id, sizeof(r->trace_id));
+	__builtin_memcpy(r->span_id, ids.span_id, sizeof(r->span_id));
 	bpf_ringbuf_submit(r, 0);
 	count(COUNTER_RECORDS);
 	return 0;

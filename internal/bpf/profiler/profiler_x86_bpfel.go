@@ -36,6 +36,13 @@ type profilerOffCpuSlot struct {
 	Rec  profilerSample
 }
 
+type profilerOpenScopeKey struct {
+	_    structs.HostLayout
+	Pid  uint32
+	Kind uint32
+	Id   uint64
+}
+
 type profilerSample struct {
 	_           structs.HostLayout
 	KtimeNs     uint64
@@ -50,6 +57,7 @@ type profilerSample struct {
 	UserBp      uint64
 	SpWords     [2]uint64
 	OffCpuNs    uint64
+	Link        profilerScopeLink
 	Comm        [16]int8
 	Kernel      [127]uint64
 	User        [127]uint64
@@ -67,7 +75,16 @@ const (
 	profilerSampleFlagSAMPLE_LEAF_FP         profilerSampleFlag = 64
 	profilerSampleFlagSAMPLE_OFF_CPU         profilerSampleFlag = 128
 	profilerSampleFlagSAMPLE_PREEMPTED       profilerSampleFlag = 4096
+	profilerSampleFlagSAMPLE_SCOPE           profilerSampleFlag = 8192
 )
+
+type profilerScopeLink struct {
+	_       structs.HostLayout
+	TraceId [16]uint8
+	SpanId  [8]uint8
+	ProbeId uint32
+	Pad     uint32
+}
 
 type profilerUnwindMapping struct {
 	_         structs.HostLayout
@@ -99,21 +116,26 @@ type profilerUnwindRow struct {
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	profilerMapCounters         = "counters"
-	profilerMapOffCpuSlots      = "off_cpu_slots"
-	profilerMapSamples          = "samples"
-	profilerMapUnwindProcs      = "unwind_procs"
-	profilerMapUnwindRows       = "unwind_rows"
-	profilerProgOffCpuExit      = "off_cpu_exit"
-	profilerProgOffCpuSwitch    = "off_cpu_switch"
-	profilerProgSampleStack     = "sample_stack"
-	profilerVarOffCpuMaxThreads = "off_cpu_max_threads"
-	profilerVarOffCpuMinNs      = "off_cpu_min_ns"
-	profilerVarOffCpuSlotCount  = "off_cpu_slot_count"
-	profilerVarOffCpuThreshold  = "off_cpu_threshold"
-	profilerVarUnusedCounter    = "unused_counter"
-	profilerVarUnusedSample     = "unused_sample"
-	profilerVarUnusedSampleFlag = "unused_sample_flag"
+	profilerMapCounters           = "counters"
+	profilerMapOffCpuSlots        = "off_cpu_slots"
+	profilerMapOpenScopes         = "open_scopes"
+	profilerMapSamples            = "samples"
+	profilerMapUnwindProcs        = "unwind_procs"
+	profilerMapUnwindRows         = "unwind_rows"
+	profilerProgOffCpuExit        = "off_cpu_exit"
+	profilerProgOffCpuSwitch      = "off_cpu_switch"
+	profilerProgSampleStack       = "sample_stack"
+	profilerVarOffCpuMaxThreads   = "off_cpu_max_threads"
+	profilerVarOffCpuMinNs        = "off_cpu_min_ns"
+	profilerVarOffCpuSlotCount    = "off_cpu_slot_count"
+	profilerVarOffCpuThreshold    = "off_cpu_threshold"
+	profilerVarScopeLinks         = "scope_links"
+	profilerVarUnusedCounter      = "unused_counter"
+	profilerVarUnusedOpenScopeKey = "unused_open_scope_key"
+	profilerVarUnusedSample       = "unused_sample"
+	profilerVarUnusedSampleFlag   = "unused_sample_flag"
+	profilerVarUnusedScopeKind    = "unused_scope_kind"
+	profilerVarUnusedScopeLink    = "unused_scope_link"
 )
 
 // loadProfiler returns the embedded CollectionSpec for profiler.
@@ -169,6 +191,7 @@ type profilerProgramSpecs struct {
 type profilerMapSpecs struct {
 	Counters    *ebpf.MapSpec `ebpf:"counters"`
 	OffCpuSlots *ebpf.MapSpec `ebpf:"off_cpu_slots"`
+	OpenScopes  *ebpf.MapSpec `ebpf:"open_scopes"`
 	Samples     *ebpf.MapSpec `ebpf:"samples"`
 	UnwindProcs *ebpf.MapSpec `ebpf:"unwind_procs"`
 	UnwindRows  *ebpf.MapSpec `ebpf:"unwind_rows"`
@@ -178,13 +201,17 @@ type profilerMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type profilerVariableSpecs struct {
-	OffCpuMaxThreads *ebpf.VariableSpec `ebpf:"off_cpu_max_threads"`
-	OffCpuMinNs      *ebpf.VariableSpec `ebpf:"off_cpu_min_ns"`
-	OffCpuSlotCount  *ebpf.VariableSpec `ebpf:"off_cpu_slot_count"`
-	OffCpuThreshold  *ebpf.VariableSpec `ebpf:"off_cpu_threshold"`
-	UnusedCounter    *ebpf.VariableSpec `ebpf:"unused_counter"`
-	UnusedSample     *ebpf.VariableSpec `ebpf:"unused_sample"`
-	UnusedSampleFlag *ebpf.VariableSpec `ebpf:"unused_sample_flag"`
+	OffCpuMaxThreads   *ebpf.VariableSpec `ebpf:"off_cpu_max_threads"`
+	OffCpuMinNs        *ebpf.VariableSpec `ebpf:"off_cpu_min_ns"`
+	OffCpuSlotCount    *ebpf.VariableSpec `ebpf:"off_cpu_slot_count"`
+	OffCpuThreshold    *ebpf.VariableSpec `ebpf:"off_cpu_threshold"`
+	ScopeLinks         *ebpf.VariableSpec `ebpf:"scope_links"`
+	UnusedCounter      *ebpf.VariableSpec `ebpf:"unused_counter"`
+	UnusedOpenScopeKey *ebpf.VariableSpec `ebpf:"unused_open_scope_key"`
+	UnusedSample       *ebpf.VariableSpec `ebpf:"unused_sample"`
+	UnusedSampleFlag   *ebpf.VariableSpec `ebpf:"unused_sample_flag"`
+	UnusedScopeKind    *ebpf.VariableSpec `ebpf:"unused_scope_kind"`
+	UnusedScopeLink    *ebpf.VariableSpec `ebpf:"unused_scope_link"`
 }
 
 // profilerObjects contains all objects after they have been loaded into the kernel.
@@ -209,6 +236,7 @@ func (o *profilerObjects) Close() error {
 type profilerMaps struct {
 	Counters    *ebpf.Map `ebpf:"counters"`
 	OffCpuSlots *ebpf.Map `ebpf:"off_cpu_slots"`
+	OpenScopes  *ebpf.Map `ebpf:"open_scopes"`
 	Samples     *ebpf.Map `ebpf:"samples"`
 	UnwindProcs *ebpf.Map `ebpf:"unwind_procs"`
 	UnwindRows  *ebpf.Map `ebpf:"unwind_rows"`
@@ -218,6 +246,7 @@ func (m *profilerMaps) Close() error {
 	return _ProfilerClose(
 		m.Counters,
 		m.OffCpuSlots,
+		m.OpenScopes,
 		m.Samples,
 		m.UnwindProcs,
 		m.UnwindRows,
@@ -228,13 +257,17 @@ func (m *profilerMaps) Close() error {
 //
 // It can be passed to loadProfilerObjects or ebpf.CollectionSpec.LoadAndAssign.
 type profilerVariables struct {
-	OffCpuMaxThreads *ebpf.Variable `ebpf:"off_cpu_max_threads"`
-	OffCpuMinNs      *ebpf.Variable `ebpf:"off_cpu_min_ns"`
-	OffCpuSlotCount  *ebpf.Variable `ebpf:"off_cpu_slot_count"`
-	OffCpuThreshold  *ebpf.Variable `ebpf:"off_cpu_threshold"`
-	UnusedCounter    *ebpf.Variable `ebpf:"unused_counter"`
-	UnusedSample     *ebpf.Variable `ebpf:"unused_sample"`
-	UnusedSampleFlag *ebpf.Variable `ebpf:"unused_sample_flag"`
+	OffCpuMaxThreads   *ebpf.Variable `ebpf:"off_cpu_max_threads"`
+	OffCpuMinNs        *ebpf.Variable `ebpf:"off_cpu_min_ns"`
+	OffCpuSlotCount    *ebpf.Variable `ebpf:"off_cpu_slot_count"`
+	OffCpuThreshold    *ebpf.Variable `ebpf:"off_cpu_threshold"`
+	ScopeLinks         *ebpf.Variable `ebpf:"scope_links"`
+	UnusedCounter      *ebpf.Variable `ebpf:"unused_counter"`
+	UnusedOpenScopeKey *ebpf.Variable `ebpf:"unused_open_scope_key"`
+	UnusedSample       *ebpf.Variable `ebpf:"unused_sample"`
+	UnusedSampleFlag   *ebpf.Variable `ebpf:"unused_sample_flag"`
+	UnusedScopeKind    *ebpf.Variable `ebpf:"unused_scope_kind"`
+	UnusedScopeLink    *ebpf.Variable `ebpf:"unused_scope_link"`
 }
 
 // profilerPrograms contains all programs after they have been loaded into the kernel.

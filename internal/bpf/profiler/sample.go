@@ -3,7 +3,10 @@ package profiler
 import (
 	"time"
 
+	"github.com/cilium/ebpf"
+
 	"github.com/bpfcol/bpfcol/internal/bpf/ringrec"
+	"github.com/bpfcol/bpfcol/internal/bpf/scopes"
 )
 
 // ErrClosed is returned by Read once the Sampler is closed.
@@ -69,6 +72,11 @@ type Sample struct {
 	// Preempted is set on an off-CPU event of a thread that was still
 	// runnable (preempted, or yielded); unset, it blocked.
 	Preempted bool
+	// InScope is set when a probe scope was open on the thread, or on the
+	// goroutine it ran, at the sample (at the switch-out for an off-CPU
+	// event); Scope is that scope.
+	InScope bool
+	Scope   scopes.Link
 }
 
 // IsPC reports whether User[i] is a PC to name as is: the leaf, or a frame
@@ -121,6 +129,10 @@ type Options struct {
 	// OffCPU configures off-CPU events; unless enabled, their program is
 	// neither loaded nor attached.
 	OffCPU OffCPUOptions
+	// Scopes, when set, is the shared map of open probe scopes
+	// (scopes.Acquire): each sample looks up the scope open on its thread
+	// or goroutine. Unset, samples carry no scope and pay no lookup.
+	Scopes *ebpf.Map
 	// PID, when not zero, samples only that process (its threads as they
 	// exist at New) instead of every CPU: for benchmarks that must see the
 	// program's cost on one workload alone.

@@ -16,6 +16,7 @@ import (
 
 	"github.com/bpfcol/bpfcol/internal/bpf/counters"
 	"github.com/bpfcol/bpfcol/internal/bpf/ringrec"
+	"github.com/bpfcol/bpfcol/internal/bpf/scopes"
 )
 
 // Flags of a record beyond profilerSampleFlag, mirrored from profiler.bpf.c.
@@ -61,6 +62,10 @@ func New(opts Options) (_ *Sampler, err error) {
 	if err := configureOffCPU(spec, opts.OffCPU); err != nil {
 		return nil, err
 	}
+	loadOpts, err := configureScopes(spec, opts.Scopes)
+	if err != nil {
+		return nil, err
+	}
 
 	s := &Sampler{ncpu: len(cpus), rows: spec.Maps[profilerMapUnwindRows].MaxEntries}
 	defer func() {
@@ -68,7 +73,7 @@ func New(opts Options) (_ *Sampler, err error) {
 			s.Close()
 		}
 	}()
-	if err := s.load(spec, opts.OffCPU.Enabled); err != nil {
+	if err := s.load(spec, opts.OffCPU.Enabled, loadOpts); err != nil {
 		return nil, fmt.Errorf("loading sampler: %w", explainPermission(err))
 	}
 	if s.reader, err = ringrec.NewReader[profilerSample](s.objs.Samples, "sample"); err != nil {
@@ -117,16 +122,16 @@ func New(opts Options) (_ *Sampler, err error) {
 
 // load loads the maps and the programs in use: the off-CPU program only
 // when enabled, so a sampler without it pays no verification for it.
-func (s *Sampler) load(spec *ebpf.CollectionSpec, offCPU bool) error {
+func (s *Sampler) load(spec *ebpf.CollectionSpec, offCPU bool, opts *ebpf.CollectionOptions) error {
 	if offCPU {
-		return spec.LoadAndAssign(&s.objs, nil)
+		return spec.LoadAndAssign(&s.objs, opts)
 	}
 	var onCPU struct {
 		profilerMaps
 		profilerVariables
 		SampleStack *ebpf.Program `ebpf:"sample_stack"`
 	}
-	if err := spec.LoadAndAssign(&onCPU, nil); err != nil {
+	if err := spec.LoadAndAssign(&onCPU, opts); err != nil {
 		return err
 	}
 	s.objs.profilerMaps, s.objs.profilerVariables = onCPU.profilerMaps, onCPU.profilerVariables
@@ -161,6 +166,20 @@ func configureOffCPU(spec *ebpf.CollectionSpec, o OffCPUOptions) error {
 		}
 	}
 	return nil
+}
+
+// configureScopes makes the programs link samples to open probe scopes in
+// the shared map m; without it they keep their placeholder map and skip
+// the lookups.
+func configureScopes(spec *ebpf.CollectionSpec, m *ebpf.Map) (*ebpf.CollectionOptions, error) {
+	if m == nil {
+		return nil, nil
+	}
+	spec.Maps[profilerMapOpenScopes].MaxEntries = m.MaxEntries()
+	if err := spec.Variables[profilerVarScopeLinks].Set(true); err != nil {
+		return nil, fmt.Errorf("enabling scope links: %w", err)
+	}
+	return &ebpf.CollectionOptions{MapReplacements: map[string]*ebpf.Map{profilerMapOpenScopes: m}}, nil
 }
 
 // offCPUEventsPerSecond is the rate of off-CPU events per CPU the default
@@ -242,6 +261,11 @@ func decode(rec *profilerSample, dst *Sample) {
 	dst.OffCPU = rec.Flags&uint32(profilerSampleFlagSAMPLE_OFF_CPU) != 0
 	dst.OffCPUNs = rec.OffCpuNs
 	dst.Preempted = rec.Flags&uint32(profilerSampleFlagSAMPLE_PREEMPTED) != 0
+	dst.InScope = rec.Flags&uint32(profilerSampleFlagSAMPLE_SCOPE) != 0
+	dst.Scope = scopes.Link{}
+	if dst.InScope {
+		dst.Scope = scopes.Link{TraceID: rec.Link.TraceId, SpanID: rec.Link.SpanId, ProbeID: rec.Link.ProbeId}
+	}
 }
 
 func appendFrames(dst, frames []uint64, nbytes int32) []uint64 {

@@ -98,6 +98,17 @@ func (p *Probes) load(spec *ebpf.CollectionSpec, opts Options) error {
 			return fmt.Errorf("enabling thread scopes in task storage: %w", err)
 		}
 	}
+	var replace map[string]*ebpf.Map
+	if opts.Scopes != nil {
+		spec.Maps[uprobeMapOpenScopes].MaxEntries = opts.Scopes.MaxEntries()
+		if err := spec.Variables[uprobeVarScopeLinks].Set(true); err != nil {
+			return fmt.Errorf("enabling scope links: %w", err)
+		}
+		if err := spec.Variables[uprobeVarProbeIdBase].Set(opts.ScopeProbeBase); err != nil {
+			return fmt.Errorf("setting scope probe id base: %w", err)
+		}
+		replace = map[string]*ebpf.Map{uprobeMapOpenScopes: opts.Scopes}
+	}
 	if opts.WakeupBytes > 0 {
 		if err := spec.Variables[uprobeVarWakeupBytes].Set(uint64(opts.WakeupBytes)); err != nil {
 			return fmt.Errorf("setting ringbuf wakeup threshold: %w", err)
@@ -114,7 +125,7 @@ func (p *Probes) load(spec *ebpf.CollectionSpec, opts Options) error {
 			p.copySpec.Programs[name] = spec.Programs[name].Copy()
 		}
 	}
-	coll, err := ebpf.NewCollection(spec)
+	coll, err := ebpf.NewCollectionWithOptions(spec, ebpf.CollectionOptions{MapReplacements: replace})
 	if err != nil {
 		return fmt.Errorf("loading scope probes: %w", explainPermission(err))
 	}
@@ -124,12 +135,14 @@ func (p *Probes) load(spec *ebpf.CollectionSpec, opts Options) error {
 	for name, dst := range map[string]**ebpf.Map{
 		uprobeMapCounters: &o.Counters, uprobeMapPidFilter: &o.PidFilter, uprobeMapRecords: &o.Records,
 		uprobeMapScopes: &o.Scopes, uprobeMapSettings: &o.Settings, uprobeMapThreadScopes: &o.ThreadScopes,
+		uprobeMapOpenScopes: &o.OpenScopes,
 	} {
 		*dst = coll.DetachMap(name)
 	}
 	p.sharedMaps = map[string]*ebpf.Map{
 		uprobeMapCounters: o.Counters, uprobeMapPidFilter: o.PidFilter, uprobeMapRecords: o.Records,
 		uprobeMapScopes: o.Scopes, uprobeMapSettings: o.Settings, uprobeMapThreadScopes: o.ThreadScopes,
+		uprobeMapOpenScopes: o.OpenScopes,
 	}
 	for name, dst := range map[string]**ebpf.Program{
 		uprobeProgScopeEntry: &o.ScopeEntry, uprobeProgScopeExit: &o.ScopeExit, uprobeProgFillRecords: &o.FillRecords,

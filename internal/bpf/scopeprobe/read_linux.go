@@ -25,5 +25,6 @@ func (p *Probes) Read(dst *Record) error {
 	dst.PID, dst.TID, dst.ProbeID, dst.Nested = r.Pid, r.Tid, r.ProbeId, r.Nested
 	dst.MainThread = r.Flags&uint32(uprobeRecordFlagRECORD_MAIN_THREAD) != 0
 	dst.Comm = ringrec.Comm(&r.Comm, dst.Comm)
+	dst.TraceID, dst.SpanID = r.TraceId, r.SpanId
 	return nil
 }

@@ -1,6 +1,10 @@
 package scopeprobe
 
-import "time"
+import (
+	"time"
+
+	"github.com/cilium/ebpf"
+)
 
 // Setting is what the BPF programs enforce for one probe.
 type Setting struct {
@@ -75,6 +79,10 @@ type Record struct {
 	MainThread bool
 	// Comm is the name of the thread TID.
 	Comm string
+	// TraceID and SpanID are the scope's fresh ids, drawn at its outermost
+	// entry: the ids samples taken inside it link to.
+	TraceID [16]byte
+	SpanID  [8]byte
 }
 
 // Counters are the BPF side's own counts since load.
@@ -114,6 +122,13 @@ type Options struct {
 	// wakes Read for every record that finds it caught up, which costs the
 	// probed thread a wakeup per record at low rates.
 	WakeupBytes int
+	// Scopes, when set, is the shared map of open scopes (scopes.Acquire):
+	// each outermost scope is written to it while open, for the sampler to
+	// link its samples to. Unset, no scope is written.
+	Scopes *ebpf.Map
+	// ScopeProbeBase is added to a probe's id in the shared map, so the
+	// ids of several receivers do not collide (scopes.RegisterProbes).
+	ScopeProbeBase uint32
 	// EmptyPrograms loads programs that do nothing in place of the scope
 	// programs, so benchmarks can measure the kernel's own cost of the same
 	// sites (the floor under the scope programs).

@@ -38,6 +38,13 @@ type uprobeFillArgs struct {
 	ProbeId uint32
 }
 
+type uprobeOpenScopeKey struct {
+	_    structs.HostLayout
+	Pid  uint32
+	Kind uint32
+	Id   uint64
+}
+
 type uprobePidFilterKey struct {
 	_       structs.HostLayout
 	ProbeId uint32
@@ -62,6 +69,9 @@ type uprobeScope struct {
 	StartNs uint64
 	Depth   uint32
 	Nested  uint32
+	Linked  uint32
+	Pad     uint32
+	Ids     uprobeScopeLink
 }
 
 type uprobeScopeKey struct {
@@ -69,6 +79,21 @@ type uprobeScopeKey struct {
 	Pid     uint32
 	ProbeId uint32
 	Scope   uint64
+}
+
+type uprobeScopeKind uint32
+
+const (
+	uprobeScopeKindSCOPE_KIND_THREAD    uprobeScopeKind = 0
+	uprobeScopeKindSCOPE_KIND_GOROUTINE uprobeScopeKind = 1
+)
+
+type uprobeScopeLink struct {
+	_       structs.HostLayout
+	TraceId [16]uint8
+	SpanId  [8]uint8
+	ProbeId uint32
+	Pad     uint32
 }
 
 type uprobeScopeRecord struct {
@@ -82,6 +107,8 @@ type uprobeScopeRecord struct {
 	Flags   uint32
 	Pad     uint32
 	Comm    [16]int8
+	TraceId [16]uint8
+	SpanId  [8]uint8
 }
 
 type uprobeSettingFlag uint32
@@ -101,7 +128,8 @@ type uprobeThreadScopes struct {
 		ProbeId uint32
 		Depth   uint32
 		Nested  uint32
-		Pad     uint32
+		Linked  uint32
+		Ids     uprobeScopeLink
 	}
 }
 
@@ -110,6 +138,7 @@ type uprobeThreadScopes struct {
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
 	uprobeMapCounters           = "counters"
+	uprobeMapOpenScopes         = "open_scopes"
 	uprobeMapPidFilter          = "pid_filter"
 	uprobeMapRecords            = "records"
 	uprobeMapScopes             = "scopes"
@@ -119,13 +148,18 @@ const (
 	uprobeProgScopeEntry        = "scope_entry"
 	uprobeProgScopeExit         = "scope_exit"
 	uprobeVarFixedCookie        = "fixed_cookie"
+	uprobeVarProbeIdBase        = "probe_id_base"
+	uprobeVarScopeLinks         = "scope_links"
 	uprobeVarThreadStorage      = "thread_storage"
 	uprobeVarUnusedCookieBit    = "unused_cookie_bit"
 	uprobeVarUnusedCounter      = "unused_counter"
 	uprobeVarUnusedFillArgs     = "unused_fill_args"
+	uprobeVarUnusedOpenScopeKey = "unused_open_scope_key"
 	uprobeVarUnusedPidFilterKey = "unused_pid_filter_key"
 	uprobeVarUnusedProbeSetting = "unused_probe_setting"
 	uprobeVarUnusedRecordFlag   = "unused_record_flag"
+	uprobeVarUnusedScopeKind    = "unused_scope_kind"
+	uprobeVarUnusedScopeLink    = "unused_scope_link"
 	uprobeVarUnusedScopeRecord  = "unused_scope_record"
 	uprobeVarUnusedSettingFlag  = "unused_setting_flag"
 	uprobeVarWakeupBytes        = "wakeup_bytes"
@@ -183,6 +217,7 @@ type uprobeProgramSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type uprobeMapSpecs struct {
 	Counters     *ebpf.MapSpec `ebpf:"counters"`
+	OpenScopes   *ebpf.MapSpec `ebpf:"open_scopes"`
 	PidFilter    *ebpf.MapSpec `ebpf:"pid_filter"`
 	Records      *ebpf.MapSpec `ebpf:"records"`
 	Scopes       *ebpf.MapSpec `ebpf:"scopes"`
@@ -195,13 +230,18 @@ type uprobeMapSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type uprobeVariableSpecs struct {
 	FixedCookie        *ebpf.VariableSpec `ebpf:"fixed_cookie"`
+	ProbeIdBase        *ebpf.VariableSpec `ebpf:"probe_id_base"`
+	ScopeLinks         *ebpf.VariableSpec `ebpf:"scope_links"`
 	ThreadStorage      *ebpf.VariableSpec `ebpf:"thread_storage"`
 	UnusedCookieBit    *ebpf.VariableSpec `ebpf:"unused_cookie_bit"`
 	UnusedCounter      *ebpf.VariableSpec `ebpf:"unused_counter"`
 	UnusedFillArgs     *ebpf.VariableSpec `ebpf:"unused_fill_args"`
+	UnusedOpenScopeKey *ebpf.VariableSpec `ebpf:"unused_open_scope_key"`
 	UnusedPidFilterKey *ebpf.VariableSpec `ebpf:"unused_pid_filter_key"`
 	UnusedProbeSetting *ebpf.VariableSpec `ebpf:"unused_probe_setting"`
 	UnusedRecordFlag   *ebpf.VariableSpec `ebpf:"unused_record_flag"`
+	UnusedScopeKind    *ebpf.VariableSpec `ebpf:"unused_scope_kind"`
+	UnusedScopeLink    *ebpf.VariableSpec `ebpf:"unused_scope_link"`
 	UnusedScopeRecord  *ebpf.VariableSpec `ebpf:"unused_scope_record"`
 	UnusedSettingFlag  *ebpf.VariableSpec `ebpf:"unused_setting_flag"`
 	WakeupBytes        *ebpf.VariableSpec `ebpf:"wakeup_bytes"`
@@ -228,6 +268,7 @@ func (o *uprobeObjects) Close() error {
 // It can be passed to loadUprobeObjects or ebpf.CollectionSpec.LoadAndAssign.
 type uprobeMaps struct {
 	Counters     *ebpf.Map `ebpf:"counters"`
+	OpenScopes   *ebpf.Map `ebpf:"open_scopes"`
 	PidFilter    *ebpf.Map `ebpf:"pid_filter"`
 	Records      *ebpf.Map `ebpf:"records"`
 	Scopes       *ebpf.Map `ebpf:"scopes"`
@@ -238,6 +279,7 @@ type uprobeMaps struct {
 func (m *uprobeMaps) Close() error {
 	return _UprobeClose(
 		m.Counters,
+		m.OpenScopes,
 		m.PidFilter,
 		m.Records,
 		m.Scopes,
@@ -251,13 +293,18 @@ func (m *uprobeMaps) Close() error {
 // It can be passed to loadUprobeObjects or ebpf.CollectionSpec.LoadAndAssign.
 type uprobeVariables struct {
 	FixedCookie        *ebpf.Variable `ebpf:"fixed_cookie"`
+	ProbeIdBase        *ebpf.Variable `ebpf:"probe_id_base"`
+	ScopeLinks         *ebpf.Variable `ebpf:"scope_links"`
 	ThreadStorage      *ebpf.Variable `ebpf:"thread_storage"`
 	UnusedCookieBit    *ebpf.Variable `ebpf:"unused_cookie_bit"`
 	UnusedCounter      *ebpf.Variable `ebpf:"unused_counter"`
 	UnusedFillArgs     *ebpf.Variable `ebpf:"unused_fill_args"`
+	UnusedOpenScopeKey *ebpf.Variable `ebpf:"unused_open_scope_key"`
 	UnusedPidFilterKey *ebpf.Variable `ebpf:"unused_pid_filter_key"`
 	UnusedProbeSetting *ebpf.Variable `ebpf:"unused_probe_setting"`
 	UnusedRecordFlag   *ebpf.Variable `ebpf:"unused_record_flag"`
+	UnusedScopeKind    *ebpf.Variable `ebpf:"unused_scope_kind"`
+	UnusedScopeLink    *ebpf.Variable `ebpf:"unused_scope_link"`
 	UnusedScopeRecord  *ebpf.Variable `ebpf:"unused_scope_record"`
 	UnusedSettingFlag  *ebpf.Variable `ebpf:"unused_setting_flag"`
 	WakeupBytes        *ebpf.Variable `ebpf:"wakeup_bytes"`

@@ -212,6 +212,17 @@ func (c *converter) sample(s pprofile.Sample, valueIndex int, res labels) (*prof
 		}
 		lbl.put(key, a.Value())
 	}
+	// pprof has no links: the linked scope's ids become labels, so
+	// -tagfocus span_id=... keeps the samples of one call.
+	if li := s.LinkIndex(); li != 0 {
+		links := c.dict.LinkTable()
+		if li < 0 || int(li) >= links.Len() {
+			return nil, fmt.Errorf("link index %d outside the table of %d", li, links.Len())
+		}
+		l := links.At(int(li))
+		lbl.str[conventions.LabelTraceID] = l.TraceID().String()
+		lbl.str[conventions.LabelSpanID] = l.SpanID().String()
+	}
 	for k, x := range lbl.str {
 		if out.Label == nil {
 			out.Label = map[string][]string{}

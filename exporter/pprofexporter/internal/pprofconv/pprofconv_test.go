@@ -4,7 +4,10 @@ import (
 	"strings"
 	"testing"
 
+	"go.opentelemetry.io/collector/pdata/pcommon"
 	"go.opentelemetry.io/collector/pdata/pprofile"
+
+	"github.com/bpfcol/bpfcol/internal/conventions"
 )
 
 // oneSample returns a profile with one sample on stack 1, which holds one
@@ -63,5 +66,34 @@ func TestConvertRejectsBadIndices(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), what) {
 			t.Errorf("%s out of range: Convert() = %v, want an error naming it", what, err)
 		}
+	}
+}
+
+// TestConvertLinkLabels checks that a linked sample gets its scope's ids as
+// span_id and trace_id labels, in the hex a log record shows them in, and
+// that a link index outside the table is an error.
+func TestConvertLinkLabels(t *testing.T) {
+	p := oneSample(func(p pprofile.Profiles) {
+		d := p.Dictionary()
+		d.LinkTable().AppendEmpty()
+		l := d.LinkTable().AppendEmpty()
+		l.SetTraceID(pcommon.TraceID{0xab, 1})
+		l.SetSpanID(pcommon.SpanID{0xcd, 2, 0, 0, 0, 0, 0, 3})
+		p.ResourceProfiles().At(0).ScopeProfiles().At(0).Profiles().At(0).Samples().At(0).SetLinkIndex(1)
+	})
+	out, err := Convert(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lbl := out.Sample[0].Label
+	if got := lbl[conventions.LabelSpanID]; len(got) != 1 || got[0] != "cd02000000000003" {
+		t.Errorf("span_id label = %v", got)
+	}
+	if got := lbl[conventions.LabelTraceID]; len(got) != 1 || got[0] != "ab010000000000000000000000000000" {
+		t.Errorf("trace_id label = %v", got)
+	}
+	p.ResourceProfiles().At(0).ScopeProfiles().At(0).Profiles().At(0).Samples().At(0).SetLinkIndex(7)
+	if _, err := Convert(p); err == nil || !strings.Contains(err.Error(), "link index") {
+		t.Errorf("link index outside the table: err = %v", err)
 	}
 }

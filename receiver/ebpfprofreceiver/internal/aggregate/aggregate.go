@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/bpfcol/bpfcol/internal/bpf/profiler"
+	"github.com/bpfcol/bpfcol/internal/bpf/scopes"
 	"github.com/bpfcol/bpfcol/internal/frame"
 	"github.com/bpfcol/bpfcol/internal/ktime"
 	"github.com/bpfcol/bpfcol/internal/lru"
@@ -75,11 +76,13 @@ type Stack struct {
 	// OffCPU marks a stack of off-CPU events: Count of them, the thread's
 	// stacks at switch-out, Timestamps the switch-outs, OffCPUNs their
 	// total time off CPU. Preempted says the thread was still runnable
-	// rather than blocked. What else tells off-CPU events apart (the scope
-	// a thread blocked in) belongs with these, and in stackKey.
+	// rather than blocked.
 	OffCPU    bool
 	Preempted bool
 	OffCPUNs  int64
+	// Scope is the probe scope open when the samples were taken (or the
+	// thread blocked); nil outside any.
+	Scope *scopes.Link
 }
 
 // Stats counts what happened to the samples of one interval.
@@ -182,6 +185,10 @@ func (a *Aggregator) Add(s *profiler.Sample) {
 			// Only off-CPU events say how the thread left the CPU.
 			Preempted: s.OffCPU && s.Preempted,
 		}
+		if s.InScope {
+			scope := s.Scope
+			st.Scope = &scope
+		}
 		a.stacks[string(key)] = st
 		a.order = append(a.order, st)
 	}
@@ -273,6 +280,16 @@ func (a *Aggregator) stackKey(s *profiler.Sample, frames []frame.Frame) []byte {
 		}
 	}
 	k = append(k, kind)
+	// Samples of different scopes are different samples: each links to
+	// its own scope.
+	if s.InScope {
+		k = append(k, 1)
+		k = append(k, s.Scope.TraceID[:]...)
+		k = append(k, s.Scope.SpanID[:]...)
+		k = binary.LittleEndian.AppendUint32(k, s.Scope.ProbeID)
+	} else {
+		k = append(k, 0)
+	}
 	for _, f := range frames {
 		k = binary.LittleEndian.AppendUint64(k, f.Address)
 	}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/bpfcol/bpfcol/internal/bpf/profiler"
+	"github.com/bpfcol/bpfcol/internal/bpf/scopes"
 	"github.com/bpfcol/bpfcol/internal/frame"
 	"github.com/bpfcol/bpfcol/internal/process"
 )
@@ -117,5 +118,35 @@ func TestAggregateOffCPU(t *testing.T) {
 	}
 	if !preempted.OffCPU || !preempted.Preempted || preempted.Count != 1 || preempted.OffCPUNs != 7_000_000 {
 		t.Errorf("preempted stack %+v", preempted)
+	}
+}
+
+// TestAggregateScopes checks that samples of one stack taken in different
+// probe scopes, or outside any, are counted apart, each keeping its scope.
+func TestAggregateScopes(t *testing.T) {
+	a := New(Config{ProcessInfo: func(pid int) (*Process, error) {
+		return &Process{PID: pid, Mappings: []frame.Mapping{{Mapping: process.Mapping{Start: 0, End: 0x1000, Perms: "r-xp"}}}}, nil
+	}})
+	x := scopes.Link{TraceID: [16]byte{1}, SpanID: [8]byte{2}, ProbeID: 3}
+	y := scopes.Link{TraceID: [16]byte{1}, SpanID: [8]byte{4}, ProbeID: 3}
+	sample := func(in bool, l scopes.Link) *profiler.Sample {
+		return &profiler.Sample{PID: uint32(os.Getpid()), TID: 1, Comm: "t", KtimeNs: 1, User: []uint64{0x10, 0x20}, InScope: in, Scope: l}
+	}
+	a.Add(sample(true, x))
+	a.Add(sample(true, y))
+	a.Add(sample(true, x))
+	a.Add(sample(false, scopes.Link{}))
+	b := a.Flush(time.Now())
+	if len(b.Stacks) != 3 {
+		t.Fatalf("%d stacks, want one per scope and one outside", len(b.Stacks))
+	}
+	if s := b.Stacks[0]; s.Scope == nil || *s.Scope != x || s.Count != 2 {
+		t.Errorf("first scope's stack: %+v", s)
+	}
+	if s := b.Stacks[1]; s.Scope == nil || *s.Scope != y || s.Count != 1 {
+		t.Errorf("second scope's stack: %+v", s)
+	}
+	if s := b.Stacks[2]; s.Scope != nil || s.Count != 1 {
+		t.Errorf("stack outside scopes: %+v", s)
 	}
 }

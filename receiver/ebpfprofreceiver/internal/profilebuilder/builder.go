@@ -3,11 +3,13 @@
 package profilebuilder
 
 import (
+	"strconv"
 	"time"
 
 	"go.opentelemetry.io/collector/pdata/pcommon"
 	"go.opentelemetry.io/collector/pdata/pprofile"
 
+	"github.com/bpfcol/bpfcol/internal/bpf/scopes"
 	"github.com/bpfcol/bpfcol/internal/conventions"
 	"github.com/bpfcol/bpfcol/internal/frame"
 )
@@ -24,6 +26,9 @@ type Sample struct {
 	OffCPUNs int64
 	// Preempted marks off-CPU time of a thread that could have run on.
 	Preempted bool
+	// Scope is the probe scope the sample was taken in: the sample links
+	// to it and names its probe. Nil outside any.
+	Scope *scopes.Link
 }
 
 // Process is one process's samples.
@@ -128,5 +133,18 @@ func addSample(prof pprofile.Profile, d *dictionary, s *Sample) pprofile.Sample 
 		d.attrInt(conventions.ThreadID, s.ThreadID),
 		d.attrStr(conventions.ThreadName, s.ThreadName),
 	)
+	if s.Scope != nil {
+		ps.SetLinkIndex(d.link(s.Scope))
+		ps.AttributeIndices().Append(d.attrStr(conventions.ProbeID, probeName(s.Scope.ProbeID)))
+	}
 	return ps
+}
+
+// probeName names a scope's probe as its log records do; a probe whose
+// receiver has stopped since is named by its number.
+func probeName(id uint32) string {
+	if name, ok := scopes.ProbeName(id); ok {
+		return name
+	}
+	return strconv.FormatUint(uint64(id), 10)
 }

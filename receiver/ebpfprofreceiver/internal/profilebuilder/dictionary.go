@@ -4,8 +4,10 @@ import (
 	"strconv"
 	"strings"
 
+	"go.opentelemetry.io/collector/pdata/pcommon"
 	"go.opentelemetry.io/collector/pdata/pprofile"
 
+	"github.com/bpfcol/bpfcol/internal/bpf/scopes"
 	"github.com/bpfcol/bpfcol/internal/conventions"
 	"github.com/bpfcol/bpfcol/internal/frame"
 )
@@ -20,6 +22,7 @@ type dictionary struct {
 	mappings  map[frame.Mapping]int32
 	locations map[string]int32
 	stacks    map[string]int32
+	links     map[scopes.Link]int32
 	scratch   strings.Builder
 }
 
@@ -51,7 +54,22 @@ func newDictionary(d pprofile.ProfilesDictionary) *dictionary {
 		mappings:  map[frame.Mapping]int32{},
 		locations: map[string]int32{},
 		stacks:    map[string]int32{},
+		links:     map[scopes.Link]int32{},
 	}
+}
+
+// link returns the index of the link to scope l: its trace and span ids.
+func (t *dictionary) link(l *scopes.Link) int32 {
+	key := scopes.Link{TraceID: l.TraceID, SpanID: l.SpanID}
+	if idx, ok := t.links[key]; ok {
+		return idx
+	}
+	idx := int32(t.d.LinkTable().Len())
+	pl := t.d.LinkTable().AppendEmpty()
+	pl.SetTraceID(pcommon.TraceID(l.TraceID))
+	pl.SetSpanID(pcommon.SpanID(l.SpanID))
+	t.links[key] = idx
+	return idx
 }
 
 func (t *dictionary) str(s string) int32 {

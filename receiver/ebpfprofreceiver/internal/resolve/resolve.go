@@ -215,6 +215,7 @@ func (r *Resolver) Resolve(b *aggregate.Batch) []profilebuilder.Process {
 			Timestamps: s.Timestamps,
 			ThreadID:   int64(s.TID),
 			ThreadName: s.Comm,
+			Scope:      s.Scope,
 		}
 		if s.OffCPU {
 			sample.OffCPUNs, sample.Preempted = s.OffCPUNs, s.Preempted

@@ -1,0 +1,66 @@
+package profilebuilder
+
+import (
+	"testing"
+
+	"go.opentelemetry.io/collector/pdata/pprofile"
+
+	"github.com/bpfcol/bpfcol/internal/bpf/scopes"
+	"github.com/bpfcol/bpfcol/internal/conventions"
+	"github.com/bpfcol/bpfcol/internal/frame"
+)
+
+// TestBuildScopeLinks checks that samples taken inside a probe scope link to
+// its trace and span ids through the dictionary's link table (one entry per
+// scope, shared by on-CPU and off-CPU samples), carry the probe's name as
+// probe.id, and that samples outside any scope carry neither.
+func TestBuildScopeLinks(t *testing.T) {
+	base, unregister := scopes.RegisterProbes([]string{"parse", "work"})
+	defer unregister()
+	a := &scopes.Link{TraceID: [16]byte{1, 2, 3}, SpanID: [8]byte{4, 5}, ProbeID: base + 1}
+	b := &scopes.Link{TraceID: [16]byte{9}, SpanID: [8]byte{8}, ProbeID: base}
+	procs, meta := testInput()
+	procs[0].Samples[0].Scope = a
+	procs[0].Samples[1].Scope = b
+	kernel := frame.Frame{Address: 0xffffffff81000000, Type: frame.Kernel, Lines: []frame.Line{{Name: "schedule"}}}
+	procs[0].OffCPUSamples = []Sample{{Frames: []frame.Frame{kernel}, Count: 1, ThreadID: 11, OffCPUNs: 5, Scope: a}}
+	p := roundTrip(t, Build(procs, meta))
+	d := p.Dictionary()
+	probe := func(s pprofile.Sample) string {
+		for _, i := range s.AttributeIndices().All() {
+			at := d.AttributeTable().At(int(i))
+			if d.StringTable().At(int(at.KeyStrindex())) == conventions.ProbeID {
+				return at.Value().Str()
+			}
+		}
+		return ""
+	}
+	if n := d.LinkTable().Len(); n != 3 {
+		t.Fatalf("link table has %d entries, want 3 (the empty one and two scopes)", n)
+	}
+	profs := p.ResourceProfiles().At(0).ScopeProfiles().At(0).Profiles()
+	on, off := profs.At(0).Samples(), profs.At(1).Samples()
+	for _, c := range []struct {
+		s     pprofile.Sample
+		want  *scopes.Link
+		probe string
+	}{{on.At(0), a, "work"}, {on.At(1), b, "parse"}, {on.At(2), nil, ""}, {off.At(0), a, "work"}} {
+		li := c.s.LinkIndex()
+		if c.want == nil {
+			if li != 0 || probe(c.s) != "" {
+				t.Errorf("sample outside a scope: link %d, probe.id %q", li, probe(c.s))
+			}
+			continue
+		}
+		l := d.LinkTable().At(int(li))
+		if li == 0 || [16]byte(l.TraceID()) != c.want.TraceID || [8]byte(l.SpanID()) != c.want.SpanID {
+			t.Errorf("link %d = %v/%v, want %x/%x", li, l.TraceID(), l.SpanID(), c.want.TraceID, c.want.SpanID)
+		}
+		if got := probe(c.s); got != c.probe {
+			t.Errorf("probe.id = %q, want %q", got, c.probe)
+		}
+	}
+	if on.At(0).LinkIndex() != off.At(0).LinkIndex() {
+		t.Errorf("one scope has two links: %d and %d", on.At(0).LinkIndex(), off.At(0).LinkIndex())
+	}
+}
