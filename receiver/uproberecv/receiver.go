@@ -39,6 +39,14 @@ const (
 	// before its poll: an eighth leaves room for a poll interval at the
 	// throughput goal.
 	wakeupBytes = ringBufferBytes / 8
+	// warmPeriod is how often the warmer writes: well inside the shortest
+	// RCU grace period (a few 4 ms jiffies at HZ=250), which is how long
+	// the kernel keeps uprobe registration fast after one. Attaches stayed
+	// fast with 8 ms too.
+	warmPeriod = 4 * time.Millisecond
+	// warmClosers bounds the warmer's unregistrations waiting in the
+	// kernel (40-200 ms each): about 25 at a time.
+	warmClosers = 64
 )
 
 // options are knobs tests and benchmarks turn; users do not.
@@ -47,6 +55,9 @@ type options struct {
 	noNegativeCache bool
 	// loadFiller loads the record filler program, for benchmarks.
 	loadFiller bool
+	// noWarmer lets attaches wait for the kernel's grace period, to
+	// measure the warmer.
+	noWarmer bool
 }
 
 // logsReceiver turns scope records into log records.
@@ -58,6 +69,7 @@ type logsReceiver struct {
 	obsrecv *receiverhelper.ObsReport
 
 	probes  *scopeprobe.Probes
+	warmer  *scopeprobe.Warmer // nil without file_match probes or uprobe_multi
 	watcher *procwatch.Watcher
 	tracker *tracker
 	clock   *ktime.Clock
@@ -135,6 +147,14 @@ func (r *logsReceiver) start(_ context.Context, _ component.Host) (err error) {
 			if err := r.probes.Prepare(uint32(i), false); err != nil {
 				return fmt.Errorf("starting uprobe receiver: %w", err)
 			}
+		}
+	}
+	if r.anyFileMatch() && !r.opts.noWarmer {
+		// A binary found by file_match is attached after its exec: keep
+		// that attach from waiting for an RCU grace period in the kernel.
+		if r.warmer, err = r.probes.StartWarmer(warmPeriod, warmClosers); err != nil {
+			r.set.Logger.Info("uprobe attach after exec may wait for an RCU grace period (4-25 ms)", zap.Error(err))
+			r.warmer, err = nil, nil
 		}
 	}
 	r.clock = ktime.New()
@@ -314,6 +334,11 @@ func (r *logsReceiver) Shutdown(ctx context.Context) error {
 	case <-ctx.Done():
 		errs = append(errs, fmt.Errorf("waiting for the uprobe receiver to stop: %w", ctx.Err()))
 	}
+	var warm scopeprobe.WarmerStats
+	if r.warmer != nil {
+		errs = append(errs, r.warmer.Close())
+		warm = r.warmer.Stats()
+	}
 	counters, _ := r.probes.Counters()
 	errs = append(errs, r.probes.Close())
 	st := &r.tracker.stats
@@ -337,6 +362,9 @@ func (r *logsReceiver) Shutdown(ctx context.Context) error {
 		zap.Duration("symbol_lookup_cpu", time.Duration(st.lookupCPUNanos.Load())),
 		latencyField(r.tracker.latency, triggerExec),
 		latencyField(r.tracker.latency, triggerMapping),
+		zap.Uint64("uprobe_warmer_writes", warm.Writes),
+		zap.Uint64("uprobe_warmer_skipped", warm.Skipped),
+		zap.Uint64("uprobe_warmer_errors", warm.Errors),
 		zap.Duration("clock_offset_uncertainty", r.clock.Uncertainty()),
 		zap.Duration("clock_offset_max_step", r.clock.MaxStep()))
 	r.probes = nil
@@ -377,6 +405,9 @@ func (r *logsReceiver) closeAll() {
 	}
 	if r.stop != nil {
 		close(r.stop)
+	}
+	if r.warmer != nil {
+		r.warmer.Close()
 	}
 	if r.probes != nil {
 		r.probes.Flush()
