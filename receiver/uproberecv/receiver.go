@@ -40,14 +40,14 @@ const (
 	// before its poll: an eighth leaves room for a poll interval at the
 	// throughput goal.
 	wakeupBytes = ringBufferBytes / 8
-	// warmPeriod is how often the warmer writes: well inside the shortest
-	// RCU grace period (a few 4 ms jiffies at HZ=250), which is how long
-	// the kernel keeps uprobe registration fast after one. Attaches stayed
-	// fast with 8 ms too.
-	warmPeriod = 4 * time.Millisecond
+	// warmPeriod is how often the warmer registers a uprobe and
+	// unregisters the previous one: the kernel stays in its fast mode about
+	// a grace period after the last (16-24 ms here). Measured on quiet
+	// attaches: 8 ms left none slow of 60, 16 ms one, 24 ms a tenth.
+	warmPeriod = 8 * time.Millisecond
 	// warmClosers bounds the warmer's unregistrations waiting in the
-	// kernel (40-200 ms each): about 25 at a time.
-	warmClosers = 64
+	// kernel (40-200 ms each, one every warmPeriod).
+	warmClosers = 32
 	// watchNice is the nice value of the thread reading process events
 	// and attaching: ahead of normal tasks, behind none of the system's.
 	watchNice = -10
