@@ -206,7 +206,6 @@ func BenchmarkAttachLatency(b *testing.B) {
 		{"dlopen", triggerMapping, "lib_call", options{}},
 		{"exec/no_warmer", triggerExec, "short_call", options{noWarmer: true}},
 		{"dlopen/no_warmer", triggerMapping, "lib_call", options{noWarmer: true}},
-		{"exec/normal_priority", triggerExec, "short_call", options{normalPriority: true}},
 	} {
 		b.Run(mode.name, func(b *testing.B) {
 			dir := b.TempDir()

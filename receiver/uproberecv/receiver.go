@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -48,9 +47,6 @@ const (
 	// warmClosers bounds the warmer's unregistrations waiting in the
 	// kernel (40-200 ms each, one every warmPeriod).
 	warmClosers = 32
-	// watchNice is the nice value of the thread reading process events
-	// and attaching: ahead of normal tasks, behind none of the system's.
-	watchNice = -10
 )
 
 // options are knobs tests and benchmarks turn; users do not.
@@ -59,9 +55,6 @@ type options struct {
 	noNegativeCache bool
 	// loadFiller loads the record filler program, for benchmarks.
 	loadFiller bool
-	// normalPriority reads process events at normal priority, to measure
-	// what the raised one saves.
-	normalPriority bool
 	// noWarmer lets attaches wait for the kernel's grace period, to
 	// measure the warmer.
 	noWarmer bool
@@ -214,20 +207,9 @@ func (r *logsReceiver) start(_ context.Context, _ component.Host) (err error) {
 	return nil
 }
 
-// watchProcesses feeds exec and exit events to the tracker, on a thread
-// of its own at a higher priority (when allowed): an exec's attach races the
-// process's first calls, and under CPU load a reader at normal priority
-// waited for a CPU longer than the attach takes.
+// watchProcesses feeds exec and exit events to the tracker.
 func (r *logsReceiver) watchProcesses() {
 	defer r.wg.Done()
-	if !r.opts.normalPriority {
-		// Never unlocked: the thread ends with the goroutine, its priority
-		// with it.
-		runtime.LockOSThread()
-		if err := raiseThreadPriority(watchNice); err != nil {
-			r.set.Logger.Debug("process events read at normal priority", zap.Error(err))
-		}
-	}
 	var ev procwatch.Event
 	for {
 		if err := r.watcher.Read(&ev); err != nil {
