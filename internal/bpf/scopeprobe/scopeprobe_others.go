@@ -53,3 +53,18 @@ func (*Attachment) Multi() bool { return false }
 
 // Close does nothing.
 func (*Attachment) Close() error { return nil }
+
+// Warmer keeps uprobe registration fast. It exists only on linux.
+type Warmer struct{}
+
+// WarmerStats count what a Warmer did.
+type WarmerStats struct{ Writes, Skipped, Errors uint64 }
+
+// StartWarmer fails: uprobes need linux.
+func (*Probes) StartWarmer(time.Duration, int) (*Warmer, error) { return nil, errNotLinux }
+
+// Stats is zero.
+func (*Warmer) Stats() WarmerStats { return WarmerStats{} }
+
+// Close does nothing.
+func (*Warmer) Close() error { return nil }
