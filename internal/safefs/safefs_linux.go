@@ -133,15 +133,13 @@ func (d *Dir) openat(rel string, flags int, mode uint32) (int, error) {
 				continue
 			case errors.Is(err, unix.ENOSYS):
 				noOpenat2.Store(true)
-			case errors.Is(err, unix.ELOOP) || errors.Is(err, unix.EXDEV):
-				return -1, fmt.Errorf("opening %s beneath %s: %w (%w)", rel, d.name, ErrSymlink, err)
 			default:
-				return -1, fmt.Errorf("opening %s beneath %s: %w", rel, d.name, err)
+				return -1, d.openError(rel, errors.Is(err, unix.ELOOP) || errors.Is(err, unix.EXDEV), err)
 			}
 			break
 		}
 		if !noOpenat2.Load() {
-			return -1, fmt.Errorf("opening %s beneath %s: %w", rel, d.name, unix.EAGAIN)
+			return -1, d.openError(rel, false, unix.EAGAIN)
 		}
 	}
 	// No openat2: one component at a time, none of them a link. Stricter
@@ -155,10 +153,7 @@ func (d *Dir) openat(rel string, flags int, mode uint32) (int, error) {
 			unix.Close(cur)
 		}
 		if err != nil {
-			if link {
-				return -1, fmt.Errorf("opening %s beneath %s: %w (%w)", rel, d.name, ErrSymlink, err)
-			}
-			return -1, fmt.Errorf("opening %s beneath %s: %w", rel, d.name, err)
+			return -1, d.openError(rel, link, err)
 		}
 		cur = next
 	}
@@ -174,12 +169,18 @@ func (d *Dir) openat(rel string, flags int, mode uint32) (int, error) {
 		unix.Close(cur)
 	}
 	if err != nil {
-		if link {
-			return -1, fmt.Errorf("opening %s beneath %s: %w (%w)", rel, d.name, ErrSymlink, err)
-		}
-		return -1, fmt.Errorf("opening %s beneath %s: %w", rel, d.name, err)
+		return -1, d.openError(rel, link, err)
 	}
 	return fd, nil
+}
+
+// openError describes a failed open of rel; link says a symlink was in
+// the way, which callers tell apart with errors.Is(err, ErrSymlink).
+func (d *Dir) openError(rel string, link bool, err error) error {
+	if link {
+		return fmt.Errorf("opening %s beneath %s: %w (%w)", rel, d.name, ErrSymlink, err)
+	}
+	return fmt.Errorf("opening %s beneath %s: %w", rel, d.name, err)
 }
 
 // isLinkAt reports whether name in the directory dirfd is a symlink.

@@ -2,6 +2,7 @@ package symbolize
 
 import (
 	"bufio"
+	"cmp"
 	"errors"
 	"fmt"
 	"io"
@@ -120,15 +121,7 @@ func (k *KernelSymbols) Len() int { return len(k.syms) }
 
 // Lookup returns the text symbol covering addr and addr's offset in it.
 func (k *KernelSymbols) Lookup(addr uint64) (sym KernelSymbol, offset uint64, ok bool) {
-	i, found := slices.BinarySearchFunc(k.syms, addr, func(s KernelSymbol, a uint64) int {
-		switch {
-		case s.Addr < a:
-			return -1
-		case s.Addr > a:
-			return 1
-		}
-		return 0
-	})
+	i, found := slices.BinarySearchFunc(k.syms, addr, func(s KernelSymbol, a uint64) int { return cmp.Compare(s.Addr, a) })
 	if !found {
 		i--
 	}

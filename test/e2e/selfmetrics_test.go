@@ -27,6 +27,26 @@ func freePort(t testing.TB) int {
 
 // scrape fetches the collector's Prometheus endpoint and returns each
 // series (name with labels) and its value.
+// withPrometheus turns on the collector's detailed self-metrics in cfg (a
+// config from profilesConfig) on a Prometheus endpoint, and returns the
+// config and the endpoint's URL.
+func withPrometheus(t testing.TB, cfg string) (string, string) {
+	t.Helper()
+	port := freePort(t)
+	cfg = strings.Replace(cfg, `  telemetry:
+    metrics:
+      level: none`, fmt.Sprintf(`  telemetry:
+    metrics:
+      level: detailed
+      readers:
+        - pull:
+            exporter:
+              prometheus:
+                host: 127.0.0.1
+                port: %d`, port), 1)
+	return cfg, fmt.Sprintf("http://127.0.0.1:%d/metrics", port)
+}
+
 func scrape(t testing.TB, url string) (map[string]float64, error) {
 	t.Helper()
 	resp, err := http.Get(url)
@@ -84,20 +104,8 @@ func TestSelfMetricsOnPrometheusEndpoint(t *testing.T) {
 	hog := testworkload.BuildC(t, "cpuhog.c", "-O2", "-fno-omit-frame-pointer")
 	testworkload.Start(t, hog)
 	server := startProfilesServer(t)
-	port := freePort(t)
-	cfg := strings.Replace(profilesConfig(server.addr), `  telemetry:
-    metrics:
-      level: none`, fmt.Sprintf(`  telemetry:
-    metrics:
-      level: detailed
-      readers:
-        - pull:
-            exporter:
-              prometheus:
-                host: 127.0.0.1
-                port: %d`, port), 1)
+	cfg, url := withPrometheus(t, profilesConfig(server.addr))
 	col := startCollector(t, cfg)
-	url := fmt.Sprintf("http://127.0.0.1:%d/metrics", port)
 
 	deadline := time.Now().Add(40 * time.Second)
 	for {

@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"encoding/json"
-	"fmt"
 	"strings"
 	"syscall"
 	"testing"
@@ -23,21 +22,9 @@ func TestShutdownLogMatchesRingbufDropMetric(t *testing.T) {
 	testworkload.Start(t, hog)
 	testworkload.Start(t, hog)
 	server := startProfilesServer(t)
-	port := freePort(t)
 	cfg := strings.Replace(profilesConfig(server.addr), "sampling_frequency: 99", "sampling_frequency: 1000", 1)
-	cfg = strings.Replace(cfg, `  telemetry:
-    metrics:
-      level: none`, fmt.Sprintf(`  telemetry:
-    metrics:
-      level: detailed
-      readers:
-        - pull:
-            exporter:
-              prometheus:
-                host: 127.0.0.1
-                port: %d`, port), 1)
+	cfg, url := withPrometheus(t, cfg)
 	col := startCollector(t, cfg)
-	url := fmt.Sprintf("http://127.0.0.1:%d/metrics", port)
 
 	const taken = `otelcol_ebpfprof_samples_taken(_total)?`
 	const ringbufDrops = `otelcol_ebpfprof_samples_dropped(_total)?`

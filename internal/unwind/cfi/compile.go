@@ -1,6 +1,7 @@
 package cfi
 
 import (
+	"cmp"
 	"slices"
 )
 
@@ -118,15 +119,7 @@ func appendRow(rows []Row, r Row) []Row {
 
 // Lookup returns the row in force at pc; ok is false before the first row.
 func (t *Table) Lookup(pc uint64) (Row, bool) {
-	i, found := slices.BinarySearchFunc(t.Rows, pc, func(r Row, pc uint64) int {
-		switch {
-		case r.PC < pc:
-			return -1
-		case r.PC > pc:
-			return 1
-		}
-		return 0
-	})
+	i, found := slices.BinarySearchFunc(t.Rows, pc, func(r Row, pc uint64) int { return cmp.Compare(r.PC, pc) })
 	if !found {
 		if i == 0 {
 			return Row{PC: pc}, false
