@@ -30,7 +30,10 @@ enum counter {
 	COUNTER_IDLE,              // sample on the idle task: not recorded
 	COUNTER_OFF_CPU_EVENTS,    // off-CPU events recorded
 	COUNTER_OFF_CPU_SHORT,     // sampled switch-outs back on CPU within min_duration: dropped
-	COUNTER_OFF_CPU_FULL,      // sampled switch-outs not held: off_cpu_starts full
+	COUNTER_OFF_CPU_FULL,      // sampled switch-outs not held: off_cpu_max_threads reached
+	COUNTER_OFF_CPU_BUSY,      // kept waits dropped: the thread's previous one still waits for its walk
+	COUNTER_OFF_CPU_SCHED_ERR, // kept waits dropped: the task work walking the stack was refused
+	COUNTER_OFF_CPU_GONE,      // kept waits dropped: the thread exited or exec'd before its walk
 	COUNTER_UNWIND_STOP,       // first of UNWIND_STOP_MAX counters, by enum unwind_stop
 	COUNTER_MAX = COUNTER_UNWIND_STOP + UNWIND_STOP_MAX,
 };
@@ -390,8 +393,9 @@ static __always_inline void link_scope(struct sample *s, struct pt_regs *regs)
 // fill_sample fills s with the current task's identity and stacks: the
 // kernel stack from here, the user stack by CFI when the process's tables
 // are loaded, else by frame pointers. The on-CPU sampler and the off-CPU
-// switch-out share it, so both walk alike. Without with_kernel the kernel
-// stack is left empty, for the caller to take.
+// event share it, so both walk alike. Without with_kernel the kernel
+// stack is left empty, for the caller to take. ctx is NULL in a task work
+// callback, which runs in the task's own context but has none.
 static __always_inline void fill_sample(void *ctx, struct sample *s, u64 pid_tgid, bool with_kernel)
 {
 	s->ktime_ns = bpf_ktime_get_ns();
@@ -440,7 +444,12 @@ static __always_inline void fill_sample(void *ctx, struct sample *s, u64 pid_tgi
 			} else {
 				count(COUNTER_UNWIND_STOP + UNWIND_STOP_OUTSIDE_MAPPINGS);
 			}
-			s->user_bytes = bpf_get_stack(ctx, s->user, sizeof(s->user), BPF_F_USER_STACK);
+			// Without a context (the off-CPU task work) the task's
+			// own saved registers start the walk, as ctx's would.
+			if (ctx)
+				s->user_bytes = bpf_get_stack(ctx, s->user, sizeof(s->user), BPF_F_USER_STACK);
+			else
+				s->user_bytes = bpf_get_task_stack(task, s->user, sizeof(s->user), BPF_F_USER_STACK);
 			if (s->user_bytes < 0)
 				count(COUNTER_USER_STACK_ERR);
 		}
@@ -470,13 +479,23 @@ int sample_stack(void *ctx)
 	return 0;
 }
 
-// Off-CPU profiling. At a sampled share of switch-outs the thread's user
-// stack is taken (fill_sample, the same walk as on-CPU samples) and held by
-// thread; when the thread is switched back in, one record weighted by the
-// time in between goes out, with the kernel stack it waited in, if that
-// time reaches off_cpu_min_ns. sched_switch runs in prev's context, so the
-// user stack read there is prev's, and next's off-CPU time ends there: no
-// kprobe is needed.
+// Off-CPU profiling, on tp_btf/sched_switch. sched_switch runs in prev's
+// context, so prev's off-CPU time starts there, and next's ends there: no
+// kprobe is needed. A sampled share of switch-outs is followed; when the
+// thread is switched back in after at least off_cpu_min_ns, one record
+// weighted by the time in between goes out.
+//
+// The user stack is the costly part: a CFI walk reads the thread's memory
+// frame by frame. Walking it in sched_switch, on every sampled switch-out,
+// costs every context switch of the host even when the wait turns out too
+// short to keep. So, where the kernel has task work kfuncs (6.18), a sampled
+// switch-out only notes the time; at a switch-in that keeps the wait, the
+// kernel stack is taken (next is still switched out, its saved stack is the
+// one it waited in) and a task work is scheduled on next: it runs in the
+// thread's own context on its next return to user space, where the user
+// registers are still those it blocked with, since no user code ran in
+// between. The walk and the record happen there, for kept waits only.
+// Kernels without it walk at the switch-out (off_cpu_switch_walk).
 
 // Set by the loader: a switch-out is sampled when bpf_get_prandom_u32() is
 // below off_cpu_threshold (probability * 2^32; 2^32 samples all).
@@ -486,16 +505,32 @@ const volatile u64 off_cpu_min_ns = 0;
 // Set by the loader: at most this many threads hold a record slot.
 const volatile u64 off_cpu_max_threads = 4096;
 
-// A thread's record slot, in its task storage: found at every switch-in
-// without a hash, and filled in place at each sampled switch-out. A slot
-// stays with its thread, so sampling allocates nothing after the first
-// time; it goes when the thread exits (off_cpu_exit), or, once more than
-// half of off_cpu_max_threads are taken, at the thread's switch-in: a host
-// with more threads than the bound still has every thread sampled.
+// Slots allocated now, against off_cpu_max_threads.
+u64 off_cpu_slot_count = 0;
+
+// Time spent in off_cpu_walk and its runs: a task work callback is no
+// program of its own, so the kernel's run-time statistics miss it.
+u64 off_cpu_walk_ns = 0;
+u64 off_cpu_walks = 0;
+
+// A thread's slot, in its task storage: found at every switch-in without a
+// hash. A slot stays with its thread, so sampling allocates nothing after
+// the first time; it goes when the thread exits (off_cpu_exit), or, once
+// more than half of off_cpu_max_threads are taken, when its wait was dealt
+// with: a host with more threads than the bound still has every thread
+// sampled.
 struct off_cpu_slot {
-	u32 held; // rec is a switch-out waiting for the thread's switch-in
-	u32 pad;
-	struct sample rec;
+	u64 out_ns;    // a sampled switch-out's time; 0: none
+	u32 out_flags; // its SAMPLE_PREEMPTED
+	// Set from a kept wait's switch-in until its task work has run: the
+	// fields below belong to that wait.
+	u32 pending;
+	u64 start_ns;
+	u64 off_ns;
+	u64 mm; // the address space (mm_struct) the user stack is in
+	u32 flags;
+	s32 kernel_bytes;
+	u64 kernel[MAX_STACK_DEPTH];
 };
 
 struct {
@@ -505,39 +540,246 @@ struct {
 	__type(value, struct off_cpu_slot);
 } off_cpu_slots SEC(".maps");
 
-// Slots allocated now, against off_cpu_max_threads.
-u64 off_cpu_slot_count = 0;
+// The task work of a kept wait, by thread id, from its scheduling to the
+// end of its callback. The kernel takes task work handles in hash, LRU
+// hash and array values, not in task storage.
+struct off_cpu_work {
+	struct bpf_task_work tw;
+};
 
-// off_cpu_begin samples the switch-out of the current task, prev. Kernel
-// threads are left out: they belong to no process's profile of waits.
-static __always_inline void off_cpu_begin(void *ctx, struct task_struct *prev, bool preempted)
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__uint(max_entries, 4096); // off_cpu_max_threads, set by the loader
+	__type(key, u32);
+	__type(value, struct off_cpu_work);
+} off_cpu_works SEC(".maps");
+
+// The loader checks this declaration against the kernel's, kind by kind:
+// struct bpf_map must be a struct there, not a forward declaration.
+struct bpf_map {
+	int opaque;
+};
+
+typedef int (*bpf_task_work_callback_t)(struct bpf_map *map, void *key, void *value);
+
+extern int bpf_task_work_schedule_resume_impl(struct task_struct *task, struct bpf_task_work *tw,
+					      void *map__map, bpf_task_work_callback_t callback,
+					      void *aux__prog) __ksym;
+
+// slot_get returns task's slot, allocating one under off_cpu_max_threads.
+static __always_inline void *slot_get(void *map, struct task_struct *task)
+{
+	void *slot = bpf_task_storage_get(map, task, 0, 0);
+	if (slot)
+		return slot;
+	// Take a place under the bound first: CPUs race for the last.
+	if (__sync_fetch_and_add(&off_cpu_slot_count, 1) >= off_cpu_max_threads) {
+		__sync_fetch_and_sub(&off_cpu_slot_count, 1);
+		count(COUNTER_OFF_CPU_FULL);
+		return 0;
+	}
+	slot = bpf_task_storage_get(map, task, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
+	if (!slot) {
+		__sync_fetch_and_sub(&off_cpu_slot_count, 1);
+		count(COUNTER_OFF_CPU_FULL);
+	}
+	return slot;
+}
+
+// slot_release hands task's slot back once more than half of the bound is
+// taken.
+static __always_inline void slot_release(void *map, struct task_struct *task)
+{
+	if (off_cpu_slot_count > off_cpu_max_threads / 2 && bpf_task_storage_delete(map, task) == 0)
+		__sync_fetch_and_sub(&off_cpu_slot_count, 1);
+}
+
+// followed says whether a switch-out of task can be followed. Kernel
+// threads and user workers (io_uring, vhost) never return to user space:
+// they belong to no process's profile of waits, and a task work would never
+// run on them. An exiting thread has passed off_cpu_exit: a slot made now
+// would never be counted back.
+static __always_inline bool followed(struct task_struct *task)
+{
+	return task->pid != 0 && !(task->flags & (PF_KTHREAD | PF_EXITING | PF_IO_WORKER | PF_USER_WORKER));
+}
+
+// off_cpu_walk is the task work of a kept wait: it runs in the thread's
+// context on its return to user space, walks the user stack it blocked
+// with, and sends the record with the kernel stack held in the slot.
+static int off_cpu_walk(struct bpf_map *map, void *key, void *value)
+{
+	u64 t0 = bpf_ktime_get_ns();
+	struct task_struct *task = bpf_get_current_task_btf();
+	struct off_cpu_slot *slot = bpf_task_storage_get(&off_cpu_slots, task, 0, 0);
+	if (!slot || !slot->pending) {
+		count(COUNTER_OFF_CPU_GONE);
+		goto done;
+	}
+	// Run from the exit path, or after an exec: the user stack is not the
+	// one the thread waited with any more.
+	if ((task->flags & PF_EXITING) || (u64)task->mm != slot->mm) {
+		count(COUNTER_OFF_CPU_GONE);
+		goto release;
+	}
+	struct sample *s = bpf_ringbuf_reserve(&samples, sizeof(*s), 0);
+	if (!s) {
+		count(COUNTER_DROPPED_RINGBUF);
+		goto release;
+	}
+	fill_sample(0, s, bpf_get_current_pid_tgid(), false);
+	s->ktime_ns = slot->start_ns;
+	s->flags |= SAMPLE_OFF_CPU | (slot->flags & SAMPLE_PREEMPTED);
+	s->off_cpu_ns = slot->off_ns;
+	s->kernel_bytes = slot->kernel_bytes;
+	if (s->kernel_bytes > 0 && bpf_probe_read_kernel(s->kernel, sizeof(s->kernel), slot->kernel))
+		s->kernel_bytes = -14; // EFAULT
+	count(COUNTER_OFF_CPU_EVENTS);
+	submit(s);
+release:
+	// The work is done with: its entry goes (the kernel keeps the running
+	// work's own state until the callback returns), then the slot.
+	bpf_map_delete_elem(&off_cpu_works, key);
+	slot->pending = 0;
+	slot_release(&off_cpu_slots, task);
+done:
+	__sync_fetch_and_add(&off_cpu_walk_ns, bpf_ktime_get_ns() - t0);
+	__sync_fetch_and_add(&off_cpu_walks, 1);
+	return 0;
+}
+
+// off_cpu_begin notes a sampled switch-out of prev: its time only.
+static __always_inline void off_cpu_begin(struct task_struct *prev, bool preempted)
 {
 	// The common case, not sampled, costs one random number.
 	if ((u64)bpf_get_prandom_u32() >= off_cpu_threshold)
 		return;
-	// An exiting thread has passed off_cpu_exit: a slot made now would
-	// never be counted back.
-	if (prev->pid == 0 || (prev->flags & (PF_KTHREAD | PF_EXITING)))
+	if (!followed(prev))
 		return;
-	struct off_cpu_slot *slot = bpf_task_storage_get(&off_cpu_slots, prev, 0, 0);
-	if (!slot) {
-		// Take a place under the bound first: CPUs race for the last.
-		if (__sync_fetch_and_add(&off_cpu_slot_count, 1) >= off_cpu_max_threads) {
-			__sync_fetch_and_sub(&off_cpu_slot_count, 1);
+	struct off_cpu_slot *slot = slot_get(&off_cpu_slots, prev);
+	if (!slot)
+		return;
+	slot->out_ns = bpf_ktime_get_ns();
+	slot->out_flags = preempted ? SAMPLE_PREEMPTED : 0;
+}
+
+// off_cpu_end ends next's followed wait, if any: a kept one gets its kernel
+// stack and its task work.
+static __always_inline void off_cpu_end(struct task_struct *next)
+{
+	if (next->pid == 0)
+		return;
+	struct off_cpu_slot *slot = bpf_task_storage_get(&off_cpu_slots, next, 0, 0);
+	if (!slot || !slot->out_ns)
+		return;
+	u64 start = slot->out_ns;
+	slot->out_ns = 0;
+	u64 off = bpf_ktime_get_ns() - start;
+	if (off < off_cpu_min_ns) {
+		count(COUNTER_OFF_CPU_SHORT);
+		goto out;
+	}
+	// The thread went off CPU again before returning to user space,
+	// where the previous wait's walk runs.
+	if (slot->pending) {
+		count(COUNTER_OFF_CPU_BUSY);
+		return;
+	}
+	u32 tid = next->pid;
+	struct off_cpu_work *w = bpf_map_lookup_elem(&off_cpu_works, &tid);
+	if (!w) {
+		struct off_cpu_work empty = {};
+		bpf_map_update_elem(&off_cpu_works, &tid, &empty, BPF_NOEXIST);
+		w = bpf_map_lookup_elem(&off_cpu_works, &tid);
+		if (!w) {
 			count(COUNTER_OFF_CPU_FULL);
-			return;
-		}
-		slot = bpf_task_storage_get(&off_cpu_slots, prev, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
-		if (!slot) {
-			__sync_fetch_and_sub(&off_cpu_slot_count, 1);
-			count(COUNTER_OFF_CPU_FULL);
-			return;
+			goto out;
 		}
 	}
+	slot->start_ns = start;
+	slot->off_ns = off;
+	slot->flags = slot->out_flags;
+	slot->mm = (u64)next->mm;
+	// next is still switched out: its saved kernel stack is the one it
+	// waited in, from the scheduler down.
+	slot->kernel_bytes = bpf_get_task_stack(next, slot->kernel, sizeof(slot->kernel), 0);
+	if (slot->kernel_bytes < 0)
+		count(COUNTER_KERNEL_STACK_ERR);
+	slot->pending = 1;
+	if (bpf_task_work_schedule_resume_impl(next, &w->tw, &off_cpu_works, off_cpu_walk, 0)) {
+		slot->pending = 0;
+		count(COUNTER_OFF_CPU_SCHED_ERR);
+		bpf_map_delete_elem(&off_cpu_works, &tid);
+		goto out;
+	}
+	return;
+out:
+	slot_release(&off_cpu_slots, next);
+}
+
+// off_cpu_exit frees an exiting thread's slot, which the kernel would free
+// with the task anyway, to keep off_cpu_slot_count exact; a wait still
+// waiting for its walk is lost, and its work cancelled.
+SEC("tp_btf/sched_process_exit")
+int off_cpu_exit(u64 *ctx)
+{
+	struct task_struct *task = (struct task_struct *)ctx[0];
+	struct off_cpu_slot *slot = bpf_task_storage_get(&off_cpu_slots, task, 0, 0);
+	if (!slot)
+		return 0;
+	if (slot->pending) {
+		u32 tid = task->pid;
+		bpf_map_delete_elem(&off_cpu_works, &tid);
+		count(COUNTER_OFF_CPU_GONE);
+	}
+	if (bpf_task_storage_delete(&off_cpu_slots, task) == 0)
+		__sync_fetch_and_sub(&off_cpu_slot_count, 1);
+	return 0;
+}
+
+// sched_switch(bool preempt, struct task_struct *prev, struct task_struct
+// *next, unsigned int prev_state): prev_state is an argument since 5.18.
+SEC("tp_btf/sched_switch")
+int off_cpu_switch(u64 *ctx)
+{
+	struct task_struct *prev = (struct task_struct *)ctx[1];
+	struct task_struct *next = (struct task_struct *)ctx[2];
+
+	off_cpu_end(next);
+	// TASK_RUNNING (0) at switch-out: the thread could have run on.
+	off_cpu_begin(prev, (bool)ctx[0] || (unsigned int)ctx[3] == 0);
+	return 0;
+}
+
+// Without task work kfuncs (before 6.18), the user stack is walked at the
+// sampled switch-out itself, in sched_switch, and the whole record is held
+// in the thread's slot until its switch-in.
+struct off_cpu_held {
+	u32 held; // rec is a switch-out waiting for the thread's switch-in
+	u32 pad;
+	struct sample rec;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_TASK_STORAGE);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, int);
+	__type(value, struct off_cpu_held);
+} off_cpu_held_slots SEC(".maps");
+
+static __always_inline void off_cpu_begin_walk(void *ctx, struct task_struct *prev, bool preempted)
+{
+	if ((u64)bpf_get_prandom_u32() >= off_cpu_threshold)
+		return;
+	if (!followed(prev))
+		return;
+	struct off_cpu_held *slot = slot_get(&off_cpu_held_slots, prev);
+	if (!slot)
+		return;
 	// The user stack can only be read now, in the thread's own address
 	// space; its kernel stack waits where it is until the thread runs
-	// again, so it is taken then, and only for waits that are kept: it is
-	// the costlier of the two.
+	// again, so it is taken then, and only for waits that are kept.
 	struct sample *s = &slot->rec;
 	fill_sample(ctx, s, bpf_get_current_pid_tgid(), false);
 	s->flags |= SAMPLE_OFF_CPU | (preempted ? SAMPLE_PREEMPTED : 0);
@@ -545,13 +787,11 @@ static __always_inline void off_cpu_begin(void *ctx, struct task_struct *prev, b
 	slot->held = 1;
 }
 
-// off_cpu_end emits next's held record, if any, weighted by its time off
-// CPU.
-static __always_inline void off_cpu_end(struct task_struct *next)
+static __always_inline void off_cpu_end_walk(struct task_struct *next)
 {
 	if (next->pid == 0)
 		return;
-	struct off_cpu_slot *slot = bpf_task_storage_get(&off_cpu_slots, next, 0, 0);
+	struct off_cpu_held *slot = bpf_task_storage_get(&off_cpu_held_slots, next, 0, 0);
 	if (!slot || !slot->held)
 		return;
 	slot->held = 0;
@@ -570,43 +810,32 @@ static __always_inline void off_cpu_end(struct task_struct *next)
 		goto out;
 	}
 	s->off_cpu_ns = off;
-	// next is still switched out: its saved kernel stack is the one it
-	// blocked in, from the scheduler down.
 	s->kernel_bytes = bpf_get_task_stack(next, s->kernel, sizeof(s->kernel), 0);
 	if (s->kernel_bytes < 0)
 		count(COUNTER_KERNEL_STACK_ERR);
 	count(COUNTER_OFF_CPU_EVENTS);
 	submit(s);
 out:
-	if (off_cpu_slot_count > off_cpu_max_threads / 2 &&
-	    bpf_task_storage_delete(&off_cpu_slots, next) == 0)
-		__sync_fetch_and_sub(&off_cpu_slot_count, 1);
+	slot_release(&off_cpu_held_slots, next);
 }
 
-// off_cpu_exit frees an exiting thread's slot, which the kernel would free
-// with the task anyway, to keep off_cpu_slot_count exact.
 SEC("tp_btf/sched_process_exit")
-int off_cpu_exit(u64 *ctx)
+int off_cpu_exit_walk(u64 *ctx)
 {
 	struct task_struct *task = (struct task_struct *)ctx[0];
-	if (bpf_task_storage_get(&off_cpu_slots, task, 0, 0) &&
-	    bpf_task_storage_delete(&off_cpu_slots, task) == 0)
+	if (bpf_task_storage_get(&off_cpu_held_slots, task, 0, 0) &&
+	    bpf_task_storage_delete(&off_cpu_held_slots, task) == 0)
 		__sync_fetch_and_sub(&off_cpu_slot_count, 1);
 	return 0;
 }
 
-// sched_switch(bool preempt, struct task_struct *prev, struct task_struct
-// *next, unsigned int prev_state): prev_state is an argument since 5.18.
 SEC("tp_btf/sched_switch")
-int off_cpu_switch(u64 *ctx)
+int off_cpu_switch_walk(u64 *ctx)
 {
-	bool preempt = (bool)ctx[0];
 	struct task_struct *prev = (struct task_struct *)ctx[1];
 	struct task_struct *next = (struct task_struct *)ctx[2];
-	unsigned int prev_state = (unsigned int)ctx[3];
 
-	off_cpu_end(next);
-	// TASK_RUNNING (0) at switch-out: the thread could have run on.
-	off_cpu_begin(ctx, prev, preempt || prev_state == 0);
+	off_cpu_end_walk(next);
+	off_cpu_begin_walk(ctx, prev, (bool)ctx[0] || (unsigned int)ctx[3] == 0);
 	return 0;
 }

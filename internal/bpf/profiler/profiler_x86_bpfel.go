@@ -16,24 +16,48 @@ import (
 type profilerCounter uint32
 
 const (
-	profilerCounterCOUNTER_SAMPLES          profilerCounter = 0
-	profilerCounterCOUNTER_DROPPED_RINGBUF  profilerCounter = 1
-	profilerCounterCOUNTER_USER_STACK_ERR   profilerCounter = 2
-	profilerCounterCOUNTER_KERNEL_STACK_ERR profilerCounter = 3
-	profilerCounterCOUNTER_SP_READ_ERR      profilerCounter = 4
-	profilerCounterCOUNTER_IDLE             profilerCounter = 5
-	profilerCounterCOUNTER_OFF_CPU_EVENTS   profilerCounter = 6
-	profilerCounterCOUNTER_OFF_CPU_SHORT    profilerCounter = 7
-	profilerCounterCOUNTER_OFF_CPU_FULL     profilerCounter = 8
-	profilerCounterCOUNTER_UNWIND_STOP      profilerCounter = 9
-	profilerCounterCOUNTER_MAX              profilerCounter = 18
+	profilerCounterCOUNTER_SAMPLES           profilerCounter = 0
+	profilerCounterCOUNTER_DROPPED_RINGBUF   profilerCounter = 1
+	profilerCounterCOUNTER_USER_STACK_ERR    profilerCounter = 2
+	profilerCounterCOUNTER_KERNEL_STACK_ERR  profilerCounter = 3
+	profilerCounterCOUNTER_SP_READ_ERR       profilerCounter = 4
+	profilerCounterCOUNTER_IDLE              profilerCounter = 5
+	profilerCounterCOUNTER_OFF_CPU_EVENTS    profilerCounter = 6
+	profilerCounterCOUNTER_OFF_CPU_SHORT     profilerCounter = 7
+	profilerCounterCOUNTER_OFF_CPU_FULL      profilerCounter = 8
+	profilerCounterCOUNTER_OFF_CPU_BUSY      profilerCounter = 9
+	profilerCounterCOUNTER_OFF_CPU_SCHED_ERR profilerCounter = 10
+	profilerCounterCOUNTER_OFF_CPU_GONE      profilerCounter = 11
+	profilerCounterCOUNTER_UNWIND_STOP       profilerCounter = 12
+	profilerCounterCOUNTER_MAX               profilerCounter = 21
 )
 
-type profilerOffCpuSlot struct {
+type profilerOffCpuHeld struct {
 	_    structs.HostLayout
 	Held uint32
 	Pad  uint32
 	Rec  profilerSample
+}
+
+type profilerOffCpuSlot struct {
+	_           structs.HostLayout
+	OutNs       uint64
+	OutFlags    uint32
+	Pending     uint32
+	StartNs     uint64
+	OffNs       uint64
+	Mm          uint64
+	Flags       uint32
+	KernelBytes int32
+	Kernel      [127]uint64
+}
+
+type profilerOffCpuWork struct {
+	_  structs.HostLayout
+	Tw struct {
+		_      structs.HostLayout
+		Opaque uint64
+	}
 }
 
 type profilerOpenScopeKey struct {
@@ -117,18 +141,24 @@ type profilerUnwindRow struct {
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
 	profilerMapCounters           = "counters"
+	profilerMapOffCpuHeldSlots    = "off_cpu_held_slots"
 	profilerMapOffCpuSlots        = "off_cpu_slots"
+	profilerMapOffCpuWorks        = "off_cpu_works"
 	profilerMapOpenScopes         = "open_scopes"
 	profilerMapSamples            = "samples"
 	profilerMapUnwindProcs        = "unwind_procs"
 	profilerMapUnwindRows         = "unwind_rows"
 	profilerProgOffCpuExit        = "off_cpu_exit"
+	profilerProgOffCpuExitWalk    = "off_cpu_exit_walk"
 	profilerProgOffCpuSwitch      = "off_cpu_switch"
+	profilerProgOffCpuSwitchWalk  = "off_cpu_switch_walk"
 	profilerProgSampleStack       = "sample_stack"
 	profilerVarOffCpuMaxThreads   = "off_cpu_max_threads"
 	profilerVarOffCpuMinNs        = "off_cpu_min_ns"
 	profilerVarOffCpuSlotCount    = "off_cpu_slot_count"
 	profilerVarOffCpuThreshold    = "off_cpu_threshold"
+	profilerVarOffCpuWalkNs       = "off_cpu_walk_ns"
+	profilerVarOffCpuWalks        = "off_cpu_walks"
 	profilerVarScopeLinks         = "scope_links"
 	profilerVarUnusedCounter      = "unused_counter"
 	profilerVarUnusedOpenScopeKey = "unused_open_scope_key"
@@ -180,21 +210,25 @@ type profilerSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type profilerProgramSpecs struct {
-	OffCpuExit   *ebpf.ProgramSpec `ebpf:"off_cpu_exit"`
-	OffCpuSwitch *ebpf.ProgramSpec `ebpf:"off_cpu_switch"`
-	SampleStack  *ebpf.ProgramSpec `ebpf:"sample_stack"`
+	OffCpuExit       *ebpf.ProgramSpec `ebpf:"off_cpu_exit"`
+	OffCpuExitWalk   *ebpf.ProgramSpec `ebpf:"off_cpu_exit_walk"`
+	OffCpuSwitch     *ebpf.ProgramSpec `ebpf:"off_cpu_switch"`
+	OffCpuSwitchWalk *ebpf.ProgramSpec `ebpf:"off_cpu_switch_walk"`
+	SampleStack      *ebpf.ProgramSpec `ebpf:"sample_stack"`
 }
 
 // profilerMapSpecs contains maps before they are loaded into the kernel.
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type profilerMapSpecs struct {
-	Counters    *ebpf.MapSpec `ebpf:"counters"`
-	OffCpuSlots *ebpf.MapSpec `ebpf:"off_cpu_slots"`
-	OpenScopes  *ebpf.MapSpec `ebpf:"open_scopes"`
-	Samples     *ebpf.MapSpec `ebpf:"samples"`
-	UnwindProcs *ebpf.MapSpec `ebpf:"unwind_procs"`
-	UnwindRows  *ebpf.MapSpec `ebpf:"unwind_rows"`
+	Counters        *ebpf.MapSpec `ebpf:"counters"`
+	OffCpuHeldSlots *ebpf.MapSpec `ebpf:"off_cpu_held_slots"`
+	OffCpuSlots     *ebpf.MapSpec `ebpf:"off_cpu_slots"`
+	OffCpuWorks     *ebpf.MapSpec `ebpf:"off_cpu_works"`
+	OpenScopes      *ebpf.MapSpec `ebpf:"open_scopes"`
+	Samples         *ebpf.MapSpec `ebpf:"samples"`
+	UnwindProcs     *ebpf.MapSpec `ebpf:"unwind_procs"`
+	UnwindRows      *ebpf.MapSpec `ebpf:"unwind_rows"`
 }
 
 // profilerVariableSpecs contains global variables before they are loaded into the kernel.
@@ -205,6 +239,8 @@ type profilerVariableSpecs struct {
 	OffCpuMinNs        *ebpf.VariableSpec `ebpf:"off_cpu_min_ns"`
 	OffCpuSlotCount    *ebpf.VariableSpec `ebpf:"off_cpu_slot_count"`
 	OffCpuThreshold    *ebpf.VariableSpec `ebpf:"off_cpu_threshold"`
+	OffCpuWalkNs       *ebpf.VariableSpec `ebpf:"off_cpu_walk_ns"`
+	OffCpuWalks        *ebpf.VariableSpec `ebpf:"off_cpu_walks"`
 	ScopeLinks         *ebpf.VariableSpec `ebpf:"scope_links"`
 	UnusedCounter      *ebpf.VariableSpec `ebpf:"unused_counter"`
 	UnusedOpenScopeKey *ebpf.VariableSpec `ebpf:"unused_open_scope_key"`
@@ -234,18 +270,22 @@ func (o *profilerObjects) Close() error {
 //
 // It can be passed to loadProfilerObjects or ebpf.CollectionSpec.LoadAndAssign.
 type profilerMaps struct {
-	Counters    *ebpf.Map `ebpf:"counters"`
-	OffCpuSlots *ebpf.Map `ebpf:"off_cpu_slots"`
-	OpenScopes  *ebpf.Map `ebpf:"open_scopes"`
-	Samples     *ebpf.Map `ebpf:"samples"`
-	UnwindProcs *ebpf.Map `ebpf:"unwind_procs"`
-	UnwindRows  *ebpf.Map `ebpf:"unwind_rows"`
+	Counters        *ebpf.Map `ebpf:"counters"`
+	OffCpuHeldSlots *ebpf.Map `ebpf:"off_cpu_held_slots"`
+	OffCpuSlots     *ebpf.Map `ebpf:"off_cpu_slots"`
+	OffCpuWorks     *ebpf.Map `ebpf:"off_cpu_works"`
+	OpenScopes      *ebpf.Map `ebpf:"open_scopes"`
+	Samples         *ebpf.Map `ebpf:"samples"`
+	UnwindProcs     *ebpf.Map `ebpf:"unwind_procs"`
+	UnwindRows      *ebpf.Map `ebpf:"unwind_rows"`
 }
 
 func (m *profilerMaps) Close() error {
 	return _ProfilerClose(
 		m.Counters,
+		m.OffCpuHeldSlots,
 		m.OffCpuSlots,
+		m.OffCpuWorks,
 		m.OpenScopes,
 		m.Samples,
 		m.UnwindProcs,
@@ -261,6 +301,8 @@ type profilerVariables struct {
 	OffCpuMinNs        *ebpf.Variable `ebpf:"off_cpu_min_ns"`
 	OffCpuSlotCount    *ebpf.Variable `ebpf:"off_cpu_slot_count"`
 	OffCpuThreshold    *ebpf.Variable `ebpf:"off_cpu_threshold"`
+	OffCpuWalkNs       *ebpf.Variable `ebpf:"off_cpu_walk_ns"`
+	OffCpuWalks        *ebpf.Variable `ebpf:"off_cpu_walks"`
 	ScopeLinks         *ebpf.Variable `ebpf:"scope_links"`
 	UnusedCounter      *ebpf.Variable `ebpf:"unused_counter"`
 	UnusedOpenScopeKey *ebpf.Variable `ebpf:"unused_open_scope_key"`
@@ -274,15 +316,19 @@ type profilerVariables struct {
 //
 // It can be passed to loadProfilerObjects or ebpf.CollectionSpec.LoadAndAssign.
 type profilerPrograms struct {
-	OffCpuExit   *ebpf.Program `ebpf:"off_cpu_exit"`
-	OffCpuSwitch *ebpf.Program `ebpf:"off_cpu_switch"`
-	SampleStack  *ebpf.Program `ebpf:"sample_stack"`
+	OffCpuExit       *ebpf.Program `ebpf:"off_cpu_exit"`
+	OffCpuExitWalk   *ebpf.Program `ebpf:"off_cpu_exit_walk"`
+	OffCpuSwitch     *ebpf.Program `ebpf:"off_cpu_switch"`
+	OffCpuSwitchWalk *ebpf.Program `ebpf:"off_cpu_switch_walk"`
+	SampleStack      *ebpf.Program `ebpf:"sample_stack"`
 }
 
 func (p *profilerPrograms) Close() error {
 	return _ProfilerClose(
 		p.OffCpuExit,
+		p.OffCpuExitWalk,
 		p.OffCpuSwitch,
+		p.OffCpuSwitchWalk,
 		p.SampleStack,
 	)
 }

@@ -110,6 +110,16 @@ type Counters struct {
 	// OffCPU.MaxThreads threads already had a slot (or none could be
 	// allocated).
 	OffCPUFull uint64
+	// OffCPUBusy counts waits long enough to keep but dropped because the
+	// thread's previous one was still waiting for its user stack walk (it
+	// went off CPU again before returning to user space).
+	OffCPUBusy uint64
+	// OffCPUTaskWorkRefused counts kept waits dropped because the kernel
+	// refused the task work that walks their user stack.
+	OffCPUTaskWorkRefused uint64
+	// OffCPUGone counts kept waits dropped because the thread exited or
+	// replaced its program (exec) before its user stack was walked.
+	OffCPUGone uint64
 }
 
 // Options configures a Sampler.

@@ -28,7 +28,11 @@ const (
 
 // Sampler is a loaded and attached stack sampler.
 type Sampler struct {
-	objs   profilerObjects
+	objs profilerObjects
+	// The off-CPU programs loaded, nil when off-CPU events are disabled:
+	// off_cpu_switch with task work, else off_cpu_switch_walk.
+	offCPUSwitch, offCPUExit *ebpf.Program
+	offCPUTaskWork           bool
 	links  []link.Link
 	events []int
 	reader *ringrec.Reader[profilerSample]
@@ -103,13 +107,13 @@ func New(opts Options) (_ *Sampler, err error) {
 			return nil, fmt.Errorf("enabling cpu-clock event on cpu %d: %w", cpu, err)
 		}
 	}
-	if s.objs.OffCpuSwitch != nil {
+	if s.offCPUSwitch != nil {
 		// Exits first: a thread given a slot by the switch program
 		// always has its exit seen.
 		for _, p := range []struct {
 			prog *ebpf.Program
 			tp   string
-		}{{s.objs.OffCpuExit, "sched_process_exit"}, {s.objs.OffCpuSwitch, "sched_switch"}} {
+		}{{s.offCPUExit, "sched_process_exit"}, {s.offCPUSwitch, "sched_switch"}} {
 			l, err := link.AttachTracing(link.TracingOptions{Program: p.prog})
 			if err != nil {
 				return nil, fmt.Errorf("attaching off-CPU program to tp_btf/%s: %w", p.tp, err)
@@ -120,24 +124,59 @@ func New(opts Options) (_ *Sampler, err error) {
 	return s, nil
 }
 
-// load loads the maps and the programs in use: the off-CPU program only
-// when enabled, so a sampler without it pays no verification for it.
+// onCPUObjects are what every sampler loads.
+type onCPUObjects struct {
+	profilerMaps
+	profilerVariables
+	SampleStack *ebpf.Program `ebpf:"sample_stack"`
+}
+
+// load loads the maps and the programs in use: the off-CPU programs only
+// when enabled, so a sampler without them pays no verification for them,
+// and of those the pair the kernel can run: with task work, the user stack
+// is walked on the thread's return to user space, else in sched_switch.
 func (s *Sampler) load(spec *ebpf.CollectionSpec, offCPU bool, opts *ebpf.CollectionOptions) error {
-	if offCPU {
-		return spec.LoadAndAssign(&s.objs, opts)
+	var on *onCPUObjects
+	switch {
+	case !offCPU:
+		on = new(onCPUObjects)
+		if err := spec.LoadAndAssign(on, opts); err != nil {
+			return err
+		}
+	case offCPUTaskWork() == nil:
+		var objs struct {
+			onCPUObjects
+			Switch *ebpf.Program `ebpf:"off_cpu_switch"`
+			Exit   *ebpf.Program `ebpf:"off_cpu_exit"`
+		}
+		if err := spec.LoadAndAssign(&objs, opts); err != nil {
+			return err
+		}
+		on = &objs.onCPUObjects
+		s.objs.OffCpuSwitch, s.objs.OffCpuExit = objs.Switch, objs.Exit
+		s.offCPUSwitch, s.offCPUExit, s.offCPUTaskWork = objs.Switch, objs.Exit, true
+	default:
+		var objs struct {
+			onCPUObjects
+			Switch *ebpf.Program `ebpf:"off_cpu_switch_walk"`
+			Exit   *ebpf.Program `ebpf:"off_cpu_exit_walk"`
+		}
+		if err := spec.LoadAndAssign(&objs, opts); err != nil {
+			return err
+		}
+		on = &objs.onCPUObjects
+		s.objs.OffCpuSwitchWalk, s.objs.OffCpuExitWalk = objs.Switch, objs.Exit
+		s.offCPUSwitch, s.offCPUExit = objs.Switch, objs.Exit
 	}
-	var onCPU struct {
-		profilerMaps
-		profilerVariables
-		SampleStack *ebpf.Program `ebpf:"sample_stack"`
-	}
-	if err := spec.LoadAndAssign(&onCPU, opts); err != nil {
-		return err
-	}
-	s.objs.profilerMaps, s.objs.profilerVariables = onCPU.profilerMaps, onCPU.profilerVariables
-	s.objs.SampleStack = onCPU.SampleStack
+	s.objs.profilerMaps, s.objs.profilerVariables = on.profilerMaps, on.profilerVariables
+	s.objs.SampleStack = on.SampleStack
 	return nil
 }
+
+// OffCPUTaskWork says whether off-CPU user stacks are walked on the
+// thread's return to user space (kernel 6.18 task work), not in
+// sched_switch.
+func (s *Sampler) OffCPUTaskWork() bool { return s.offCPUTaskWork }
 
 // configureOffCPU sets the off-CPU program's constants and bounds.
 func configureOffCPU(spec *ebpf.CollectionSpec, o OffCPUOptions) error {
@@ -164,6 +203,8 @@ func configureOffCPU(spec *ebpf.CollectionSpec, o OffCPUOptions) error {
 		if err := spec.Variables[profilerVarOffCpuMaxThreads].Set(uint64(o.MaxThreads)); err != nil {
 			return fmt.Errorf("setting off-CPU thread bound: %w", err)
 		}
+		// A thread holds a task work only while it holds a slot.
+		spec.Maps[profilerMapOffCpuWorks].MaxEntries = uint32(o.MaxThreads)
 	}
 	return nil
 }
@@ -294,6 +335,9 @@ func (s *Sampler) Counters() (Counters, error) {
 	c.OffCPUEvents = v[profilerCounterCOUNTER_OFF_CPU_EVENTS]
 	c.OffCPUShort = v[profilerCounterCOUNTER_OFF_CPU_SHORT]
 	c.OffCPUFull = v[profilerCounterCOUNTER_OFF_CPU_FULL]
+	c.OffCPUBusy = v[profilerCounterCOUNTER_OFF_CPU_BUSY]
+	c.OffCPUTaskWorkRefused = v[profilerCounterCOUNTER_OFF_CPU_SCHED_ERR]
+	c.OffCPUGone = v[profilerCounterCOUNTER_OFF_CPU_GONE]
 	return c, nil
 }
 

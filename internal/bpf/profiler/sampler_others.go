@@ -58,3 +58,9 @@ func (*Sampler) RunStats() (time.Duration, uint64, error) { return 0, 0, errNotL
 
 // OffCPURunStats fails: sampling needs linux.
 func (*Sampler) OffCPURunStats() (time.Duration, uint64, error) { return 0, 0, errNotLinux }
+
+// OffCPUWalkStats fails: sampling needs linux.
+func (*Sampler) OffCPUWalkStats() (time.Duration, uint64, error) { return 0, 0, errNotLinux }
+
+// OffCPUTaskWork is false: sampling needs linux.
+func (*Sampler) OffCPUTaskWork() bool { return false }

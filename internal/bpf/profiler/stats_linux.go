@@ -48,12 +48,31 @@ func (s *Sampler) RunStats() (time.Duration, uint64, error) {
 // OffCPURunStats is RunStats for the off-CPU program: divided, the BPF time
 // per context switch.
 func (s *Sampler) OffCPURunStats() (time.Duration, uint64, error) {
-	if s.objs.OffCpuSwitch == nil {
+	if s.offCPUSwitch == nil {
 		return 0, 0, errors.New("reading off-CPU program stats: off-CPU events are not enabled")
 	}
-	st, err := s.objs.OffCpuSwitch.Stats()
+	st, err := s.offCPUSwitch.Stats()
 	if err != nil {
 		return 0, 0, fmt.Errorf("reading off-CPU program stats: %w", err)
 	}
 	return st.Runtime, st.RunCount, nil
+}
+
+// OffCPUWalkStats returns how long the task work that walks off-CPU user
+// stacks ran in total and how often. A task work callback is no program of
+// its own, so the kernel's statistics miss it: the callback times itself,
+// always. Both are zero where the walk runs in sched_switch (OffCPUTaskWork
+// false), inside OffCPURunStats.
+func (s *Sampler) OffCPUWalkStats() (time.Duration, uint64, error) {
+	if s.offCPUSwitch == nil {
+		return 0, 0, errors.New("reading off-CPU walk stats: off-CPU events are not enabled")
+	}
+	var ns, n uint64
+	if err := s.objs.OffCpuWalkNs.Get(&ns); err != nil {
+		return 0, 0, fmt.Errorf("reading off-CPU walk time: %w", err)
+	}
+	if err := s.objs.OffCpuWalks.Get(&n); err != nil {
+		return 0, 0, fmt.Errorf("reading off-CPU walk count: %w", err)
+	}
+	return time.Duration(ns), n, nil
 }

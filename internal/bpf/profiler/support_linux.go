@@ -33,4 +33,18 @@ func CheckOffCPUSupport() error {
 	)
 }
 
+// CheckOffCPUTaskWork reports whether the kernel can defer the user stack
+// walk of an off-CPU event to the thread's return to user space, out of
+// sched_switch: the task work kfuncs (kernel 6.18). Without them off-CPU
+// events still work, at a higher cost per sampled context switch.
+func CheckOffCPUTaskWork() error {
+	return support.Check(
+		support.Kfunc("kfunc bpf_task_work_schedule_resume_impl (kernel 6.18)", "bpf_task_work_schedule_resume_impl"),
+	)
+}
+
+// offCPUTaskWork is CheckOffCPUTaskWork, replaced in tests to load the
+// walk-in-switch programs on a kernel that has task work.
+var offCPUTaskWork = CheckOffCPUTaskWork
+
 var explainPermission = support.ExplainPermission

@@ -107,8 +107,11 @@ struct signal_struct {
 	atomic_t live;
 } __attribute__((preserve_access_index));
 
+struct mm_struct;
+
 struct task_struct {
 	unsigned int flags;
+	struct mm_struct *mm;
 	int pid;
 	int tgid;
 	struct task_struct *group_leader;
@@ -118,6 +121,14 @@ struct task_struct {
 
 /* include/linux/sched.h */
 #define PF_EXITING 0x00000004
+#define PF_IO_WORKER 0x00000010
+#define PF_USER_WORKER 0x00004000
 #define PF_KTHREAD 0x00200000
+
+/* include/uapi/linux/bpf.h (6.18): embedded in a map value, the kernel's
+ * handle of a task work scheduled with bpf_task_work_schedule_*. */
+struct bpf_task_work {
+	__u64 __opaque;
+} __attribute__((aligned(8)));
 
 #endif /* BPFCOL_TYPES_H */
