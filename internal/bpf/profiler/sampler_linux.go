@@ -33,11 +33,11 @@ type Sampler struct {
 	// off_cpu_switch with task work, else off_cpu_switch_walk.
 	offCPUSwitch, offCPUExit *ebpf.Program
 	offCPUTaskWork           bool
-	links  []link.Link
-	events []int
-	reader *ringrec.Reader[profilerSample]
-	ncpu   int
-	rows   uint32
+	links                    []link.Link
+	events                   []int
+	reader                   *ringrec.Reader[profilerSample]
+	ncpu                     int
+	rows                     uint32
 }
 
 // New checks that the kernel and the process's capabilities allow sampling,
