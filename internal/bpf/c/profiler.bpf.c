@@ -516,21 +516,13 @@ u64 off_cpu_walks = 0;
 // A thread's slot, in its task storage: found at every switch-in without a
 // hash. A slot stays with its thread, so sampling allocates nothing after
 // the first time; it goes when the thread exits (off_cpu_exit), or, once
-// more than half of off_cpu_max_threads are taken, when its wait was dealt
-// with: a host with more threads than the bound still has every thread
-// sampled.
+// more than half of off_cpu_max_threads are taken, at the thread's
+// switch-in: a host with more threads than the bound still has every
+// thread sampled.
 struct off_cpu_slot {
-	u64 out_ns;    // a sampled switch-out's time; 0: none
-	u32 out_flags; // its SAMPLE_PREEMPTED
-	// Set from a kept wait's switch-in until its task work has run: the
-	// fields below belong to that wait.
-	u32 pending;
-	u64 start_ns;
-	u64 off_ns;
-	u64 mm; // the address space (mm_struct) the user stack is in
-	u32 flags;
-	s32 kernel_bytes;
-	u64 kernel[MAX_STACK_DEPTH];
+	u64 out_ns; // a sampled switch-out's time; 0: none
+	u32 flags;  // its SAMPLE_PREEMPTED
+	u32 pad;
 };
 
 struct {
@@ -540,11 +532,19 @@ struct {
 	__type(value, struct off_cpu_slot);
 } off_cpu_slots SEC(".maps");
 
-// The task work of a kept wait, by thread id, from its scheduling to the
-// end of its callback. The kernel takes task work handles in hash, LRU
-// hash and array values, not in task storage.
+// A kept wait, by thread id, from its switch-in to the end of its task
+// work: what the walk adds the user stack to. The kernel takes task work
+// handles in hash, LRU hash and array values, not in task storage. A
+// thread has one at a time: a second kept wait before the first one's walk
+// is dropped.
 struct off_cpu_work {
 	struct bpf_task_work tw;
+	u64 start_ns;
+	u64 off_ns;
+	u64 mm; // the address space (mm_struct) the user stack is in
+	u32 flags;
+	s32 kernel_bytes;
+	u64 kernel[MAX_STACK_DEPTH];
 };
 
 struct {
@@ -554,6 +554,20 @@ struct {
 	__type(key, u32);
 	__type(value, struct off_cpu_work);
 } off_cpu_works SEC(".maps");
+
+// What a work entry is created from, zeroes: too large for the BPF stack,
+// and kept out of .bss, which user space maps and so may not hold a task
+// work handle.
+struct off_cpu_work_bytes {
+	u8 b[sizeof(struct off_cpu_work)];
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, u32);
+	__type(value, struct off_cpu_work_bytes);
+} off_cpu_empty_work SEC(".maps");
 
 // The loader checks this declaration against the kernel's, kind by kind:
 // struct bpf_map must be a struct there, not a forward declaration.
@@ -607,43 +621,36 @@ static __always_inline bool followed(struct task_struct *task)
 
 // off_cpu_walk is the task work of a kept wait: it runs in the thread's
 // context on its return to user space, walks the user stack it blocked
-// with, and sends the record with the kernel stack held in the slot.
+// with, and sends the record with the wait's kernel stack.
 static int off_cpu_walk(struct bpf_map *map, void *key, void *value)
 {
 	u64 t0 = bpf_ktime_get_ns();
+	struct off_cpu_work *w = value;
 	struct task_struct *task = bpf_get_current_task_btf();
-	struct off_cpu_slot *slot = bpf_task_storage_get(&off_cpu_slots, task, 0, 0);
-	if (!slot || !slot->pending) {
-		count(COUNTER_OFF_CPU_GONE);
-		goto done;
-	}
 	// Run from the exit path, or after an exec: the user stack is not the
 	// one the thread waited with any more.
-	if ((task->flags & PF_EXITING) || (u64)task->mm != slot->mm) {
+	if ((task->flags & PF_EXITING) || (u64)task->mm != w->mm) {
 		count(COUNTER_OFF_CPU_GONE);
-		goto release;
+		goto done;
 	}
 	struct sample *s = bpf_ringbuf_reserve(&samples, sizeof(*s), 0);
 	if (!s) {
 		count(COUNTER_DROPPED_RINGBUF);
-		goto release;
+		goto done;
 	}
 	fill_sample(0, s, bpf_get_current_pid_tgid(), false);
-	s->ktime_ns = slot->start_ns;
-	s->flags |= SAMPLE_OFF_CPU | (slot->flags & SAMPLE_PREEMPTED);
-	s->off_cpu_ns = slot->off_ns;
-	s->kernel_bytes = slot->kernel_bytes;
-	if (s->kernel_bytes > 0 && bpf_probe_read_kernel(s->kernel, sizeof(s->kernel), slot->kernel))
+	s->ktime_ns = w->start_ns;
+	s->flags |= SAMPLE_OFF_CPU | (w->flags & SAMPLE_PREEMPTED);
+	s->off_cpu_ns = w->off_ns;
+	s->kernel_bytes = w->kernel_bytes;
+	if (s->kernel_bytes > 0 && bpf_probe_read_kernel(s->kernel, sizeof(s->kernel), w->kernel))
 		s->kernel_bytes = -14; // EFAULT
 	count(COUNTER_OFF_CPU_EVENTS);
 	submit(s);
-release:
-	// The work is done with: its entry goes (the kernel keeps the running
-	// work's own state until the callback returns), then the slot.
-	bpf_map_delete_elem(&off_cpu_works, key);
-	slot->pending = 0;
-	slot_release(&off_cpu_slots, task);
 done:
+	// The wait is dealt with: its entry goes (the kernel keeps the running
+	// work's own state until the callback returns).
+	bpf_map_delete_elem(&off_cpu_works, key);
 	__sync_fetch_and_add(&off_cpu_walk_ns, bpf_ktime_get_ns() - t0);
 	__sync_fetch_and_add(&off_cpu_walks, 1);
 	return 0;
@@ -661,11 +668,46 @@ static __always_inline void off_cpu_begin(struct task_struct *prev, bool preempt
 	if (!slot)
 		return;
 	slot->out_ns = bpf_ktime_get_ns();
-	slot->out_flags = preempted ? SAMPLE_PREEMPTED : 0;
+	slot->flags = preempted ? SAMPLE_PREEMPTED : 0;
 }
 
-// off_cpu_end ends next's followed wait, if any: a kept one gets its kernel
-// stack and its task work.
+// keep_wait takes a kept wait's kernel stack and schedules the task work
+// that adds its user stack.
+static __always_inline void keep_wait(struct task_struct *next, u64 start, u64 off, u32 flags)
+{
+	u32 zero = 0;
+	struct off_cpu_work_bytes *empty = bpf_map_lookup_elem(&off_cpu_empty_work, &zero);
+	if (!empty)
+		return;
+	u32 tid = next->pid;
+	long err = bpf_map_update_elem(&off_cpu_works, &tid, empty, BPF_NOEXIST);
+	if (err) {
+		// The thread went off CPU again before returning to user
+		// space, where the previous wait's walk runs.
+		count(err == -17 /* EEXIST */ ? COUNTER_OFF_CPU_BUSY : COUNTER_OFF_CPU_FULL);
+		return;
+	}
+	struct off_cpu_work *w = bpf_map_lookup_elem(&off_cpu_works, &tid);
+	if (!w) {
+		count(COUNTER_OFF_CPU_FULL);
+		return;
+	}
+	w->start_ns = start;
+	w->off_ns = off;
+	w->flags = flags;
+	w->mm = (u64)next->mm;
+	// next is still switched out: its saved kernel stack is the one it
+	// waited in, from the scheduler down.
+	w->kernel_bytes = bpf_get_task_stack(next, w->kernel, sizeof(w->kernel), 0);
+	if (w->kernel_bytes < 0)
+		count(COUNTER_KERNEL_STACK_ERR);
+	if (bpf_task_work_schedule_resume_impl(next, &w->tw, &off_cpu_works, off_cpu_walk, 0)) {
+		count(COUNTER_OFF_CPU_SCHED_ERR);
+		bpf_map_delete_elem(&off_cpu_works, &tid);
+	}
+}
+
+// off_cpu_end ends next's followed wait, if any.
 static __always_inline void off_cpu_end(struct task_struct *next)
 {
 	if (next->pid == 0)
@@ -676,64 +718,25 @@ static __always_inline void off_cpu_end(struct task_struct *next)
 	u64 start = slot->out_ns;
 	slot->out_ns = 0;
 	u64 off = bpf_ktime_get_ns() - start;
-	if (off < off_cpu_min_ns) {
+	if (off < off_cpu_min_ns)
 		count(COUNTER_OFF_CPU_SHORT);
-		goto out;
-	}
-	// The thread went off CPU again before returning to user space,
-	// where the previous wait's walk runs.
-	if (slot->pending) {
-		count(COUNTER_OFF_CPU_BUSY);
-		return;
-	}
-	u32 tid = next->pid;
-	struct off_cpu_work *w = bpf_map_lookup_elem(&off_cpu_works, &tid);
-	if (!w) {
-		struct off_cpu_work empty = {};
-		bpf_map_update_elem(&off_cpu_works, &tid, &empty, BPF_NOEXIST);
-		w = bpf_map_lookup_elem(&off_cpu_works, &tid);
-		if (!w) {
-			count(COUNTER_OFF_CPU_FULL);
-			goto out;
-		}
-	}
-	slot->start_ns = start;
-	slot->off_ns = off;
-	slot->flags = slot->out_flags;
-	slot->mm = (u64)next->mm;
-	// next is still switched out: its saved kernel stack is the one it
-	// waited in, from the scheduler down.
-	slot->kernel_bytes = bpf_get_task_stack(next, slot->kernel, sizeof(slot->kernel), 0);
-	if (slot->kernel_bytes < 0)
-		count(COUNTER_KERNEL_STACK_ERR);
-	slot->pending = 1;
-	if (bpf_task_work_schedule_resume_impl(next, &w->tw, &off_cpu_works, off_cpu_walk, 0)) {
-		slot->pending = 0;
-		count(COUNTER_OFF_CPU_SCHED_ERR);
-		bpf_map_delete_elem(&off_cpu_works, &tid);
-		goto out;
-	}
-	return;
-out:
+	else
+		keep_wait(next, start, off, slot->flags);
 	slot_release(&off_cpu_slots, next);
 }
 
 // off_cpu_exit frees an exiting thread's slot, which the kernel would free
-// with the task anyway, to keep off_cpu_slot_count exact; a wait still
-// waiting for its walk is lost, and its work cancelled.
+// with the task anyway, to keep off_cpu_slot_count exact; a kept wait still
+// waiting for its walk is lost, and its work cancelled with its entry.
 SEC("tp_btf/sched_process_exit")
 int off_cpu_exit(u64 *ctx)
 {
 	struct task_struct *task = (struct task_struct *)ctx[0];
-	struct off_cpu_slot *slot = bpf_task_storage_get(&off_cpu_slots, task, 0, 0);
-	if (!slot)
-		return 0;
-	if (slot->pending) {
-		u32 tid = task->pid;
-		bpf_map_delete_elem(&off_cpu_works, &tid);
+	u32 tid = task->pid;
+	if (bpf_map_delete_elem(&off_cpu_works, &tid) == 0)
 		count(COUNTER_OFF_CPU_GONE);
-	}
-	if (bpf_task_storage_delete(&off_cpu_slots, task) == 0)
+	if (bpf_task_storage_get(&off_cpu_slots, task, 0, 0) &&
+	    bpf_task_storage_delete(&off_cpu_slots, task) == 0)
 		__sync_fetch_and_sub(&off_cpu_slot_count, 1);
 	return 0;
 }

@@ -1,6 +1,7 @@
 package profiler
 
 import (
+	"errors"
 	"runtime"
 	"slices"
 	"sync"
@@ -16,13 +17,31 @@ import (
 // verifier checks the sched_switch program and the CFI walk it shares) and
 // sleeps on one locked thread: every sleep comes back as one event of that
 // thread, blocked, weighted by about the time slept, with a kernel stack.
+// Where the kernel has task work, the user stacks are walked there.
 func TestOffCPULoadsAndWeighsSleeps(t *testing.T) {
 	testenv.RequireBPF(t)
+	testOffCPUSleeps(t, CheckOffCPUTaskWork() == nil)
+}
+
+// TestOffCPUWalkInSwitch is TestOffCPULoadsAndWeighsSleeps with the
+// programs of kernels without task work, which walk the user stack in
+// sched_switch.
+func TestOffCPUWalkInSwitch(t *testing.T) {
+	testenv.RequireBPF(t)
+	offCPUTaskWork = func() error { return errors.New("task work disabled by the test") }
+	defer func() { offCPUTaskWork = CheckOffCPUTaskWork }()
+	testOffCPUSleeps(t, false)
+}
+
+func testOffCPUSleeps(t *testing.T, taskWork bool) {
 	s, err := New(Options{Frequency: 1, OffCPU: OffCPUOptions{Enabled: true, MinDuration: time.Millisecond, Probability: 1}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer s.Close()
+	if s.OffCPUTaskWork() != taskWork {
+		t.Fatalf("user stacks walked by task work: %v, want %v", s.OffCPUTaskWork(), taskWork)
+	}
 
 	const sleeps, sleep = 10, 20 * time.Millisecond
 	monotonic := func() uint64 {
@@ -68,6 +87,9 @@ func TestOffCPULoadsAndWeighsSleeps(t *testing.T) {
 		if len(smp.Kernel) == 0 {
 			t.Errorf("event without a kernel stack")
 		}
+		if len(smp.User) == 0 {
+			t.Errorf("event without a user stack")
+		}
 		// Besides the sleep, the thread may be preempted on its way out
 		// of it (on a busy machine, for a millisecond or more).
 		d := time.Duration(smp.OffCPUNs)
@@ -100,7 +122,18 @@ func TestOffCPULoadsAndWeighsSleeps(t *testing.T) {
 	if c.OffCPUEvents < sleeps {
 		t.Fatalf("counters %+v: fewer events than read", c)
 	}
-	t.Logf("%v off CPU in %d sleeps; counters: events %d, short %d, full %d", total, sleeps, c.OffCPUEvents, c.OffCPUShort, c.OffCPUFull)
+	walkTime, walks, err := s.OffCPUWalkStats()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if taskWork && walks < sleeps {
+		t.Fatalf("%d task work walks for %d sleeps", walks, sleeps)
+	}
+	if !taskWork && walks != 0 {
+		t.Fatalf("%d task work walks without task work", walks)
+	}
+	t.Logf("%v off CPU in %d sleeps; counters: events %d, short %d, full %d, busy %d, refused %d, gone %d; %d walks in task work, %v",
+		total, sleeps, c.OffCPUEvents, c.OffCPUShort, c.OffCPUFull, c.OffCPUBusy, c.OffCPUTaskWorkRefused, c.OffCPUGone, walks, walkTime)
 }
 
 // TestOffCPUDisabledLoadsNoProgram checks that a sampler without off-CPU
@@ -112,7 +145,7 @@ func TestOffCPUDisabledLoadsNoProgram(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	if s.objs.OffCpuSwitch != nil {
+	if s.objs.OffCpuSwitch != nil || s.objs.OffCpuSwitchWalk != nil || s.offCPUSwitch != nil {
 		t.Fatal("off-CPU program loaded while disabled")
 	}
 	if _, _, err := s.OffCPURunStats(); err == nil {

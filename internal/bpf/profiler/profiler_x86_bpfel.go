@@ -40,16 +40,10 @@ type profilerOffCpuHeld struct {
 }
 
 type profilerOffCpuSlot struct {
-	_           structs.HostLayout
-	OutNs       uint64
-	OutFlags    uint32
-	Pending     uint32
-	StartNs     uint64
-	OffNs       uint64
-	Mm          uint64
-	Flags       uint32
-	KernelBytes int32
-	Kernel      [127]uint64
+	_     structs.HostLayout
+	OutNs uint64
+	Flags uint32
+	Pad   uint32
 }
 
 type profilerOffCpuWork struct {
@@ -58,6 +52,17 @@ type profilerOffCpuWork struct {
 		_      structs.HostLayout
 		Opaque uint64
 	}
+	StartNs     uint64
+	OffNs       uint64
+	Mm          uint64
+	Flags       uint32
+	KernelBytes int32
+	Kernel      [127]uint64
+}
+
+type profilerOffCpuWorkBytes struct {
+	_ structs.HostLayout
+	B [1056]uint8
 }
 
 type profilerOpenScopeKey struct {
@@ -141,6 +146,7 @@ type profilerUnwindRow struct {
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
 	profilerMapCounters           = "counters"
+	profilerMapOffCpuEmptyWork    = "off_cpu_empty_work"
 	profilerMapOffCpuHeldSlots    = "off_cpu_held_slots"
 	profilerMapOffCpuSlots        = "off_cpu_slots"
 	profilerMapOffCpuWorks        = "off_cpu_works"
@@ -222,6 +228,7 @@ type profilerProgramSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type profilerMapSpecs struct {
 	Counters        *ebpf.MapSpec `ebpf:"counters"`
+	OffCpuEmptyWork *ebpf.MapSpec `ebpf:"off_cpu_empty_work"`
 	OffCpuHeldSlots *ebpf.MapSpec `ebpf:"off_cpu_held_slots"`
 	OffCpuSlots     *ebpf.MapSpec `ebpf:"off_cpu_slots"`
 	OffCpuWorks     *ebpf.MapSpec `ebpf:"off_cpu_works"`
@@ -271,6 +278,7 @@ func (o *profilerObjects) Close() error {
 // It can be passed to loadProfilerObjects or ebpf.CollectionSpec.LoadAndAssign.
 type profilerMaps struct {
 	Counters        *ebpf.Map `ebpf:"counters"`
+	OffCpuEmptyWork *ebpf.Map `ebpf:"off_cpu_empty_work"`
 	OffCpuHeldSlots *ebpf.Map `ebpf:"off_cpu_held_slots"`
 	OffCpuSlots     *ebpf.Map `ebpf:"off_cpu_slots"`
 	OffCpuWorks     *ebpf.Map `ebpf:"off_cpu_works"`
@@ -283,6 +291,7 @@ type profilerMaps struct {
 func (m *profilerMaps) Close() error {
 	return _ProfilerClose(
 		m.Counters,
+		m.OffCpuEmptyWork,
 		m.OffCpuHeldSlots,
 		m.OffCpuSlots,
 		m.OffCpuWorks,
