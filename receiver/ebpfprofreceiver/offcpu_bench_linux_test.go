@@ -2,10 +2,13 @@ package ebpfprofreceiver
 
 import (
 	"context"
+	"os"
 	"os/exec"
 	"regexp"
+	"runtime"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -37,7 +40,11 @@ var perfTotalTime = regexp.MustCompile(`Total time:\s+([0-9.]+) \[sec\]`)
 // per context switch (kernel BPF statistics, every switch on the host while
 // it was enabled), and that time as a share of a round trip without
 // off-CPU profiling (two switches each): the slowdown it accounts for,
-// which a loaded machine's noise does not blur.
+// which a loaded machine's noise does not blur. Where user stacks are
+// walked in task work (kernel 6.18), the walk's own time per kept wait is
+// reported too: a thread sleeping 2 ms at a time, in every round, gives it
+// waits to keep (the pipe's waits are all shorter than min_duration). The
+// benchmark fails if a program did not run, and logs the load average.
 func BenchmarkOffCPUOverhead(b *testing.B) {
 	testenv.RequireBPF(b)
 	perf := testenv.LookPath(b, "perf")
@@ -49,8 +56,9 @@ func BenchmarkOffCPUOverhead(b *testing.B) {
 
 	var slowdowns []float64
 	var offTotal time.Duration
-	var bpfTime time.Duration
-	var switches uint64
+	var bpfTime, walkTime time.Duration
+	var switches, walks uint64
+	taskWork := false
 	// round runs the pipe benchmark under a receiver and returns its time.
 	round := func(offCPU bool) time.Duration {
 		cfg := createDefaultConfig().(*Config)
@@ -68,14 +76,37 @@ func BenchmarkOffCPUOverhead(b *testing.B) {
 			}
 		}()
 		time.Sleep(500 * time.Millisecond) // past start-up work
-		var rt0 time.Duration
-		var n0 uint64
+		var rt0, wt0 time.Duration
+		var n0, w0 uint64
 		if offCPU {
 			if rt0, n0, err = r.sampler.OffCPURunStats(); err != nil {
 				b.Fatal(err)
 			}
+			if wt0, w0, err = r.sampler.OffCPUWalkStats(); err != nil {
+				b.Fatal(err)
+			}
+			taskWork = r.sampler.OffCPUTaskWork()
 		}
+		stop := make(chan struct{})
+		slept := make(chan struct{})
+		go func() {
+			defer close(slept)
+			runtime.LockOSThread()
+			defer runtime.UnlockOSThread()
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				ts := unix.NsecToTimespec(int64(2 * time.Millisecond))
+				for unix.Nanosleep(&ts, &ts) == unix.EINTR {
+				}
+			}
+		}()
 		out, err := exec.Command(perf, "bench", "sched", "pipe", "-l", strconv.Itoa(pipeLoops)).CombinedOutput()
+		close(stop)
+		<-slept
 		if err != nil {
 			b.Fatalf("perf bench sched pipe: %v\n%s", err, out)
 		}
@@ -94,10 +125,17 @@ func BenchmarkOffCPUOverhead(b *testing.B) {
 			}
 			bpfTime += rt - rt0
 			switches += n - n0
+			wt, w, err := r.sampler.OffCPUWalkStats()
+			if err != nil {
+				b.Fatal(err)
+			}
+			walkTime += wt - wt0
+			walks += w - w0
 		}
 		return time.Duration(secs * float64(time.Second))
 	}
 
+	load0 := loadAverage(b)
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		for pair := 0; pair < offCPUBenchPairs; pair++ {
@@ -113,16 +151,39 @@ func BenchmarkOffCPUOverhead(b *testing.B) {
 		}
 	}
 	b.StopTimer()
+	if switches == 0 {
+		b.Fatal("the off-CPU sched_switch program never ran")
+	}
+	if taskWork && walks == 0 {
+		b.Fatal("the off-CPU task work never ran: no user stack walked")
+	}
 	slices.Sort(slowdowns)
 	b.ReportMetric(slowdowns[len(slowdowns)/2], "%slowdown")
-	if switches > 0 {
-		perSwitch := float64(bpfTime.Nanoseconds()) / float64(switches)
-		b.ReportMetric(perSwitch, "bpf-ns/switch")
-		// A round trip of the pipe benchmark is two context switches: the
-		// slowdown the BPF time alone adds, free of the machine's noise.
-		perLoop := float64(offTotal.Nanoseconds()) / float64(len(slowdowns)*pipeLoops)
-		b.ReportMetric(perLoop, "ns/roundtrip")
-		b.ReportMetric(100*2*perSwitch/perLoop, "%bpf-of-roundtrip")
+	perSwitch := float64(bpfTime.Nanoseconds()) / float64(switches)
+	b.ReportMetric(perSwitch, "bpf-ns/switch")
+	// A round trip of the pipe benchmark is two context switches: the
+	// slowdown the BPF time alone adds, free of the machine's noise.
+	perLoop := float64(offTotal.Nanoseconds()) / float64(len(slowdowns)*pipeLoops)
+	b.ReportMetric(perLoop, "ns/roundtrip")
+	b.ReportMetric(100*2*perSwitch/perLoop, "%bpf-of-roundtrip")
+	if walks > 0 {
+		b.ReportMetric(float64(walkTime.Nanoseconds())/float64(walks), "walk-ns/kept-wait")
+		// The walks' time spread over every switch: what they add to it.
+		b.ReportMetric(float64(walkTime.Nanoseconds())/float64(switches), "walk-ns/switch")
 	}
-	b.Logf("slowdowns of %d pairs (%%): %.2f", len(slowdowns), slowdowns)
+	b.Logf("slowdowns of %d pairs (%%): %.2f; user stacks walked in task work: %v (%d walks); load average %s before, %s after",
+		len(slowdowns), slowdowns, taskWork, walks, load0, loadAverage(b))
+}
+
+// loadAverage is /proc/loadavg's 1, 5 and 15 minute averages.
+func loadAverage(b *testing.B) string {
+	data, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		b.Fatalf("reading load average: %v", err)
+	}
+	f := strings.Fields(string(data))
+	if len(f) < 3 {
+		b.Fatalf("load average %q: fewer than 3 fields", data)
+	}
+	return strings.Join(f[:3], " ")
 }

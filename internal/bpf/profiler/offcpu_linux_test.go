@@ -122,6 +122,17 @@ func testOffCPUSleeps(t *testing.T, taskWork bool) {
 	if c.OffCPUEvents < sleeps {
 		t.Fatalf("counters %+v: fewer events than read", c)
 	}
+	// The open-wait buckets count up and down in pairs: none went below
+	// zero.
+	var open [4096]uint32
+	if err := s.objs.OffCpuOpen.Get(&open); err != nil {
+		t.Fatal(err)
+	}
+	for i, n := range open {
+		if n >= 1<<31 {
+			t.Fatalf("open-wait bucket %d: %d, below zero", i, int32(n))
+		}
+	}
 	walkTime, walks, err := s.OffCPUWalkStats()
 	if err != nil {
 		t.Fatal(err)

@@ -39,6 +39,12 @@ type profilerOffCpuHeld struct {
 	Rec  profilerSample
 }
 
+type profilerOffCpuRng struct {
+	_     structs.HostLayout
+	State uint64
+	Pad   [7]uint64
+}
+
 type profilerOffCpuSlot struct {
 	_     structs.HostLayout
 	OutNs uint64
@@ -161,6 +167,8 @@ const (
 	profilerProgSampleStack       = "sample_stack"
 	profilerVarOffCpuMaxThreads   = "off_cpu_max_threads"
 	profilerVarOffCpuMinNs        = "off_cpu_min_ns"
+	profilerVarOffCpuOpen         = "off_cpu_open"
+	profilerVarOffCpuRngs         = "off_cpu_rngs"
 	profilerVarOffCpuSlotCount    = "off_cpu_slot_count"
 	profilerVarOffCpuThreshold    = "off_cpu_threshold"
 	profilerVarOffCpuWalkNs       = "off_cpu_walk_ns"
@@ -244,6 +252,8 @@ type profilerMapSpecs struct {
 type profilerVariableSpecs struct {
 	OffCpuMaxThreads   *ebpf.VariableSpec `ebpf:"off_cpu_max_threads"`
 	OffCpuMinNs        *ebpf.VariableSpec `ebpf:"off_cpu_min_ns"`
+	OffCpuOpen         *ebpf.VariableSpec `ebpf:"off_cpu_open"`
+	OffCpuRngs         *ebpf.VariableSpec `ebpf:"off_cpu_rngs"`
 	OffCpuSlotCount    *ebpf.VariableSpec `ebpf:"off_cpu_slot_count"`
 	OffCpuThreshold    *ebpf.VariableSpec `ebpf:"off_cpu_threshold"`
 	OffCpuWalkNs       *ebpf.VariableSpec `ebpf:"off_cpu_walk_ns"`
@@ -308,6 +318,8 @@ func (m *profilerMaps) Close() error {
 type profilerVariables struct {
 	OffCpuMaxThreads   *ebpf.Variable `ebpf:"off_cpu_max_threads"`
 	OffCpuMinNs        *ebpf.Variable `ebpf:"off_cpu_min_ns"`
+	OffCpuOpen         *ebpf.Variable `ebpf:"off_cpu_open"`
+	OffCpuRngs         *ebpf.Variable `ebpf:"off_cpu_rngs"`
 	OffCpuSlotCount    *ebpf.Variable `ebpf:"off_cpu_slot_count"`
 	OffCpuThreshold    *ebpf.Variable `ebpf:"off_cpu_threshold"`
 	OffCpuWalkNs       *ebpf.Variable `ebpf:"off_cpu_walk_ns"`
