@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/asm"
+	"github.com/cilium/ebpf/link"
 	"go.opentelemetry.io/collector/component/componenttest"
 	"go.opentelemetry.io/collector/consumer/consumertest"
 	"go.opentelemetry.io/collector/receiver/receivertest"
@@ -22,10 +24,10 @@ import (
 	"github.com/bpfcol/bpfcol/receiver/ebpfprofreceiver/internal/metadata"
 )
 
-// Shape of BenchmarkOffCPUOverhead's iterations: pairs of rounds, each one
+// Shape of BenchmarkOffCPUOverhead's iterations: sets of rounds, each one
 // `perf bench sched pipe` of pipeLoops round trips.
 const (
-	offCPUBenchPairs = 5
+	offCPUBenchPairs = 7
 	pipeLoops        = 100_000
 )
 
@@ -45,6 +47,10 @@ var perfTotalTime = regexp.MustCompile(`Total time:\s+([0-9.]+) \[sec\]`)
 // reported too: a thread sleeping 2 ms at a time, in every round, gives it
 // waits to keep (the pipe's waits are all shorter than min_duration). The
 // benchmark fails if a program did not run, and logs the load average.
+//
+// A third round in each set runs an empty tp_btf/sched_switch program
+// instead: the floor any such program costs, in wall-clock slowdown and in
+// the kernel's statistics, whose own clock reads fall inside every run.
 func BenchmarkOffCPUOverhead(b *testing.B) {
 	testenv.RequireBPF(b)
 	perf := testenv.LookPath(b, "perf")
@@ -53,14 +59,29 @@ func BenchmarkOffCPUOverhead(b *testing.B) {
 		b.Fatalf("enabling BPF run-time statistics: %v", err)
 	}
 	defer stats.Close()
+	empty, err := ebpf.NewProgram(&ebpf.ProgramSpec{
+		Type:         ebpf.Tracing,
+		AttachType:   ebpf.AttachTraceRawTp,
+		AttachTo:     "sched_switch",
+		Instructions: asm.Instructions{asm.Mov.Imm(asm.R0, 0), asm.Return()},
+		License:      "GPL",
+	})
+	if err != nil {
+		b.Fatalf("loading an empty sched_switch program: %v", err)
+	}
+	defer empty.Close()
+	var emptySlowdowns []float64
+	var emptyTime time.Duration
+	var emptySwitches uint64
 
 	var slowdowns []float64
 	var offTotal time.Duration
 	var bpfTime, walkTime time.Duration
 	var switches, walks uint64
 	taskWork := false
-	// round runs the pipe benchmark under a receiver and returns its time.
-	round := func(offCPU bool) time.Duration {
+	// round runs the pipe benchmark under a receiver and returns its time;
+	// withEmpty attaches the empty program for it.
+	round := func(offCPU, withEmpty bool) time.Duration {
 		cfg := createDefaultConfig().(*Config)
 		cfg.OffCPU.Enabled = offCPU
 		r, err := newProfilesReceiver(receivertest.NewNopSettings(metadata.Type), cfg, consumertest.NewNop())
@@ -75,7 +96,18 @@ func BenchmarkOffCPUOverhead(b *testing.B) {
 				b.Error(err)
 			}
 		}()
+		if withEmpty {
+			l, err := link.AttachTracing(link.TracingOptions{Program: empty})
+			if err != nil {
+				b.Fatalf("attaching the empty program: %v", err)
+			}
+			defer l.Close()
+		}
 		time.Sleep(500 * time.Millisecond) // past start-up work
+		st0, err := empty.Stats()
+		if err != nil {
+			b.Fatal(err)
+		}
 		var rt0, wt0 time.Duration
 		var n0, w0 uint64
 		if offCPU {
@@ -132,6 +164,12 @@ func BenchmarkOffCPUOverhead(b *testing.B) {
 			walkTime += wt - wt0
 			walks += w - w0
 		}
+		st, err := empty.Stats()
+		if err != nil {
+			b.Fatal(err)
+		}
+		emptyTime += st.Runtime - st0.Runtime
+		emptySwitches += st.RunCount - st0.RunCount
 		return time.Duration(secs * float64(time.Second))
 	}
 
@@ -139,14 +177,16 @@ func BenchmarkOffCPUOverhead(b *testing.B) {
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		for pair := 0; pair < offCPUBenchPairs; pair++ {
-			// Alternate which mode goes first.
-			var off, on time.Duration
+			// Alternate which mode goes first; the empty program's
+			// round goes in between.
+			var off, on, bare time.Duration
 			if pair%2 == 0 {
-				off, on = round(false), round(true)
+				off, bare, on = round(false, false), round(false, true), round(true, false)
 			} else {
-				on, off = round(true), round(false)
+				on, bare, off = round(true, false), round(false, true), round(false, false)
 			}
 			slowdowns = append(slowdowns, 100*(on.Seconds()/off.Seconds()-1))
+			emptySlowdowns = append(emptySlowdowns, 100*(bare.Seconds()/off.Seconds()-1))
 			offTotal += off
 		}
 	}
@@ -157,8 +197,14 @@ func BenchmarkOffCPUOverhead(b *testing.B) {
 	if taskWork && walks == 0 {
 		b.Fatal("the off-CPU task work never ran: no user stack walked")
 	}
+	if emptySwitches == 0 {
+		b.Fatal("the empty sched_switch program never ran")
+	}
 	slices.Sort(slowdowns)
+	slices.Sort(emptySlowdowns)
 	b.ReportMetric(slowdowns[len(slowdowns)/2], "%slowdown")
+	b.ReportMetric(emptySlowdowns[len(emptySlowdowns)/2], "%slowdown-empty-prog")
+	b.ReportMetric(float64(emptyTime.Nanoseconds())/float64(emptySwitches), "empty-prog-ns/switch")
 	perSwitch := float64(bpfTime.Nanoseconds()) / float64(switches)
 	b.ReportMetric(perSwitch, "bpf-ns/switch")
 	// A round trip of the pipe benchmark is two context switches: the
@@ -171,8 +217,8 @@ func BenchmarkOffCPUOverhead(b *testing.B) {
 		// The walks' time spread over every switch: what they add to it.
 		b.ReportMetric(float64(walkTime.Nanoseconds())/float64(switches), "walk-ns/switch")
 	}
-	b.Logf("slowdowns of %d pairs (%%): %.2f; user stacks walked in task work: %v (%d walks); load average %s before, %s after",
-		len(slowdowns), slowdowns, taskWork, walks, load0, loadAverage(b))
+	b.Logf("slowdowns of %d sets (%%): off-CPU %.2f, empty program %.2f; user stacks walked in task work: %v (%d walks); load average %s before, %s after",
+		len(slowdowns), slowdowns, emptySlowdowns, taskWork, walks, load0, loadAverage(b))
 }
 
 // loadAverage is /proc/loadavg's 1, 5 and 15 minute averages.
