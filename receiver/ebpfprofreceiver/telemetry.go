@@ -61,7 +61,8 @@ func (r *profilesReceiver) registerTelemetry() error {
 			observe(o, int64(c.OffCPUEvents), "outcome", "recorded")
 			observe(o, int64(c.OffCPUShort), "outcome", "shorter_than_min_duration")
 			observe(o, int64(c.OffCPUFull), "outcome", "threads_full")
-			observe(o, int64(c.OffCPUBusy), "outcome", "walk_pending")
+			observe(o, int64(c.OffCPUMerged), "outcome", "merged")
+			observe(o, int64(c.OffCPUBusy), "outcome", "walk_busy")
 			observe(o, int64(c.OffCPUTaskWorkRefused), "outcome", "task_work_refused")
 			observe(o, int64(c.OffCPUGone), "outcome", "thread_gone")
 			return nil

@@ -31,7 +31,8 @@ enum counter {
 	COUNTER_OFF_CPU_EVENTS,    // off-CPU events recorded
 	COUNTER_OFF_CPU_SHORT,     // sampled switch-outs back on CPU within min_duration: dropped
 	COUNTER_OFF_CPU_FULL,      // sampled switch-outs not held: off_cpu_max_threads reached
-	COUNTER_OFF_CPU_BUSY,      // kept waits dropped: the thread's previous one still waits for its walk
+	COUNTER_OFF_CPU_MERGED,    // kept waits added to the thread's previous one, whose walk has not started
+	COUNTER_OFF_CPU_BUSY,      // kept waits dropped: the thread's previous one is being walked
 	COUNTER_OFF_CPU_SCHED_ERR, // kept waits dropped: the task work walking the stack was refused
 	COUNTER_OFF_CPU_GONE,      // kept waits dropped: the thread exited or exec'd before its walk
 	COUNTER_UNWIND_STOP,       // first of UNWIND_STOP_MAX counters, by enum unwind_stop
@@ -592,15 +593,19 @@ struct {
 // A kept wait, by thread id, from its switch-in to the end of its task
 // work: what the walk adds the user stack to. The kernel takes task work
 // handles in hash, LRU hash and array values, not in task storage. A
-// thread has one at a time: a second kept wait before the first one's walk
-// is dropped.
+// thread has one at a time. A syscall may wait several times before it
+// returns to user space (a large pipe write, a read of many pages): the
+// waits after the first have the same user stack, so their time is added
+// to the first's, whose kernel stack stands for them all.
 struct off_cpu_work {
 	struct bpf_task_work tw;
 	u64 start_ns;
 	u64 off_ns;
 	u64 mm; // the address space (mm_struct) the user stack is in
 	u32 flags;
+	u32 taken; // the walk has started: off_ns is read
 	s32 kernel_bytes;
+	u32 pad;
 	u64 kernel[MAX_STACK_DEPTH];
 };
 
@@ -683,6 +688,9 @@ static int off_cpu_walk(struct bpf_map *map, void *key, void *value)
 {
 	u64 t0 = bpf_ktime_get_ns();
 	struct off_cpu_work *w = value;
+	// Set before anything is read: a switch-in adds no more time from
+	// here (the callback can be preempted).
+	w->taken = 1;
 	struct task_struct *task = bpf_get_current_task_btf();
 	// Run from the exit path, or after an exec: the user stack is not the
 	// one the thread waited with any more.
@@ -737,14 +745,19 @@ static __always_inline void keep_wait(struct task_struct *next, u64 start, u64 o
 		return;
 	u32 tid = next->pid;
 	long err = bpf_map_update_elem(&off_cpu_works, &tid, empty, BPF_NOEXIST);
-	if (err) {
+	struct off_cpu_work *w = bpf_map_lookup_elem(&off_cpu_works, &tid);
+	if (err == -17 /* EEXIST */ && w) {
 		// The thread went off CPU again before returning to user
 		// space, where the previous wait's walk runs.
-		count(err == -17 /* EEXIST */ ? COUNTER_OFF_CPU_BUSY : COUNTER_OFF_CPU_FULL);
+		if (w->taken) {
+			count(COUNTER_OFF_CPU_BUSY);
+		} else {
+			__sync_fetch_and_add(&w->off_ns, off);
+			count(COUNTER_OFF_CPU_MERGED);
+		}
 		return;
 	}
-	struct off_cpu_work *w = bpf_map_lookup_elem(&off_cpu_works, &tid);
-	if (!w) {
+	if (err || !w) {
 		count(COUNTER_OFF_CPU_FULL);
 		return;
 	}

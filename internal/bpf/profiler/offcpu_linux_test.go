@@ -253,3 +253,112 @@ func TestOffCPUThreadBound(t *testing.T) {
 		t.Errorf("%d of %d threads never sampled: slots stayed with the first threads", unsampled, threads)
 	}
 }
+
+// TestOffCPUWaitsOfOneSyscall writes 1 MiB into a pipe in one write(2)
+// while a reader drains 64 KiB every 5 ms: the write waits about 16 times
+// before it returns. Each wait is weighed: their total is the time the
+// write took, less its few copies. With task work, the user stack of all
+// of them is walked once, on the return, and the later waits' time is
+// merged into the first's event.
+func TestOffCPUWaitsOfOneSyscall(t *testing.T) {
+	testenv.RequireBPF(t)
+	testOffCPUOneSyscall(t, CheckOffCPUTaskWork() == nil)
+}
+
+// TestOffCPUWaitsOfOneSyscallWalkInSwitch is TestOffCPUWaitsOfOneSyscall
+// with the walk in sched_switch: one event per wait.
+func TestOffCPUWaitsOfOneSyscallWalkInSwitch(t *testing.T) {
+	testenv.RequireBPF(t)
+	offCPUTaskWork = func() error { return errors.New("task work disabled by the test") }
+	defer func() { offCPUTaskWork = CheckOffCPUTaskWork }()
+	testOffCPUOneSyscall(t, false)
+}
+
+func testOffCPUOneSyscall(t *testing.T, taskWork bool) {
+	s, err := New(Options{Frequency: 1, OffCPU: OffCPUOptions{Enabled: true, MinDuration: time.Millisecond, Probability: 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+
+	var fds [2]int
+	if err := unix.Pipe2(fds[:], unix.O_CLOEXEC); err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(fds[0])
+	const chunk, total = 64 << 10, 1 << 20
+	read := make(chan error, 1)
+	go func() {
+		lockOSThread()
+		buf := make([]byte, chunk)
+		for got := 0; got < total; {
+			ts := unix.NsecToTimespec(int64(5 * time.Millisecond))
+			for unix.Nanosleep(&ts, &ts) == unix.EINTR {
+			}
+			n, err := unix.Read(fds[0], buf)
+			if err != nil {
+				read <- err
+				return
+			}
+			got += n
+		}
+		read <- nil
+	}()
+	var tid int
+	var start, end uint64
+	monotonic := func() uint64 {
+		var ts unix.Timespec
+		_ = unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts)
+		return uint64(ts.Nano())
+	}
+	done := make(chan error, 1)
+	go func() {
+		lockOSThread()
+		tid = unix.Gettid()
+		data := make([]byte, total)
+		start = monotonic()
+		n, err := unix.Write(fds[1], data)
+		end = monotonic()
+		if err == nil && n != total {
+			err = errors.New("short write")
+		}
+		done <- err
+	}()
+	if err := <-done; err != nil {
+		t.Fatalf("writing the pipe: %v", err)
+	}
+	unix.Close(fds[1])
+	if err := <-read; err != nil {
+		t.Fatalf("reading the pipe: %v", err)
+	}
+	s.SetDeadline(time.Now().Add(500 * time.Millisecond))
+	var weight time.Duration
+	var events int
+	var smp Sample
+	for s.Read(&smp) == nil {
+		if smp.TID != uint32(tid) || !smp.OffCPU || smp.KtimeNs < start || smp.KtimeNs > end {
+			continue
+		}
+		events++
+		weight += time.Duration(smp.OffCPUNs)
+		if len(smp.User) == 0 || len(smp.Kernel) == 0 {
+			t.Errorf("event without both stacks: %d user, %d kernel frames", len(smp.User), len(smp.Kernel))
+		}
+	}
+	c, err := s.Counters()
+	if err != nil {
+		t.Fatal(err)
+	}
+	took := time.Duration(end - start)
+	t.Logf("write took %v, %d events weigh %v; counters: events %d, merged %d, busy %d, short %d",
+		took, events, weight, c.OffCPUEvents, c.OffCPUMerged, c.OffCPUBusy, c.OffCPUShort)
+	if weight < took*90/100 || weight > took {
+		t.Fatalf("waits of the write weigh %v, the write took %v", weight, took)
+	}
+	if taskWork && (events == 0 || c.OffCPUMerged < 8) {
+		t.Fatalf("%d events, %d waits merged, for the about 16 waits of one write", events, c.OffCPUMerged)
+	}
+	if !taskWork && (events < 8 || c.OffCPUMerged != 0) {
+		t.Fatalf("%d events, %d waits merged, for the about 16 waits of one write", events, c.OffCPUMerged)
+	}
+}

@@ -25,11 +25,12 @@ const (
 	profilerCounterCOUNTER_OFF_CPU_EVENTS    profilerCounter = 6
 	profilerCounterCOUNTER_OFF_CPU_SHORT     profilerCounter = 7
 	profilerCounterCOUNTER_OFF_CPU_FULL      profilerCounter = 8
-	profilerCounterCOUNTER_OFF_CPU_BUSY      profilerCounter = 9
-	profilerCounterCOUNTER_OFF_CPU_SCHED_ERR profilerCounter = 10
-	profilerCounterCOUNTER_OFF_CPU_GONE      profilerCounter = 11
-	profilerCounterCOUNTER_UNWIND_STOP       profilerCounter = 12
-	profilerCounterCOUNTER_MAX               profilerCounter = 21
+	profilerCounterCOUNTER_OFF_CPU_MERGED    profilerCounter = 9
+	profilerCounterCOUNTER_OFF_CPU_BUSY      profilerCounter = 10
+	profilerCounterCOUNTER_OFF_CPU_SCHED_ERR profilerCounter = 11
+	profilerCounterCOUNTER_OFF_CPU_GONE      profilerCounter = 12
+	profilerCounterCOUNTER_UNWIND_STOP       profilerCounter = 13
+	profilerCounterCOUNTER_MAX               profilerCounter = 22
 )
 
 type profilerOffCpuHeld struct {
@@ -62,13 +63,15 @@ type profilerOffCpuWork struct {
 	OffNs       uint64
 	Mm          uint64
 	Flags       uint32
+	Taken       uint32
 	KernelBytes int32
+	Pad         uint32
 	Kernel      [127]uint64
 }
 
 type profilerOffCpuWorkBytes struct {
 	_ structs.HostLayout
-	B [1056]uint8
+	B [1064]uint8
 }
 
 type profilerOpenScopeKey struct {

@@ -110,9 +110,13 @@ type Counters struct {
 	// OffCPU.MaxThreads threads already had a slot (or none could be
 	// allocated).
 	OffCPUFull uint64
+	// OffCPUMerged counts waits long enough to keep that came before the
+	// thread returned to user space from its previous kept wait, in the
+	// same syscall: their time was added to that wait's, whose kernel
+	// stack stands for them.
+	OffCPUMerged uint64
 	// OffCPUBusy counts waits long enough to keep but dropped because the
-	// thread's previous one was still waiting for its user stack walk (it
-	// went off CPU again before returning to user space).
+	// thread's previous one was being walked (the walk was preempted).
 	OffCPUBusy uint64
 	// OffCPUTaskWorkRefused counts kept waits dropped because the kernel
 	// refused the task work that walks their user stack.

@@ -335,6 +335,7 @@ func (s *Sampler) Counters() (Counters, error) {
 	c.OffCPUEvents = v[profilerCounterCOUNTER_OFF_CPU_EVENTS]
 	c.OffCPUShort = v[profilerCounterCOUNTER_OFF_CPU_SHORT]
 	c.OffCPUFull = v[profilerCounterCOUNTER_OFF_CPU_FULL]
+	c.OffCPUMerged = v[profilerCounterCOUNTER_OFF_CPU_MERGED]
 	c.OffCPUBusy = v[profilerCounterCOUNTER_OFF_CPU_BUSY]
 	c.OffCPUTaskWorkRefused = v[profilerCounterCOUNTER_OFF_CPU_SCHED_ERR]
 	c.OffCPUGone = v[profilerCounterCOUNTER_OFF_CPU_GONE]
