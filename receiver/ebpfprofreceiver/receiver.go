@@ -227,6 +227,10 @@ func (r *profilesReceiver) start(_ context.Context, _ component.Host) error {
 	go r.aggregate()
 	go r.export()
 
+	if r.cfg.OffCPU.Enabled && !sampler.OffCPUTaskWork() {
+		r.set.Logger.Warn("off-CPU user stacks are walked in sched_switch, at a higher cost per sampled context switch",
+			zap.NamedError("reason", profiler.CheckOffCPUTaskWork()))
+	}
 	r.set.Logger.Info("ebpfprof receiver started",
 		zap.Int("cpus", sampler.CPUs()),
 		zap.Int("sampling_frequency_hz", r.cfg.SamplingFrequency),

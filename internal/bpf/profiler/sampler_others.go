@@ -64,3 +64,6 @@ func (*Sampler) OffCPUWalkStats() (time.Duration, uint64, error) { return 0, 0, 
 
 // OffCPUTaskWork is false: sampling needs linux.
 func (*Sampler) OffCPUTaskWork() bool { return false }
+
+// CheckOffCPUTaskWork fails: sampling needs linux.
+func CheckOffCPUTaskWork() error { return errNotLinux }
