@@ -99,8 +99,11 @@ struct {
 	__type(value, struct unwind_proc);
 } unwind_procs SEC(".maps");
 
+// Mappable: user space writes rows through a shared mapping, a memory
+// copy, instead of one map update per row.
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(map_flags, BPF_F_MMAPABLE);
 	__uint(max_entries, 1 << 20); // resized by the loader
 	__type(key, u32);
 	__type(value, struct unwind_row);
