@@ -475,6 +475,11 @@ static __always_inline void fill_sample(void *ctx, struct sample *s, u64 pid_tgi
 	}
 }
 
+// Set until a sampler's first sample: that one wakes the reader, which
+// otherwise drains on a timer, so sampling is seen to start at once. Two
+// CPUs racing for it only wake the reader twice.
+u32 first_sample_pending = 1;
+
 SEC("perf_event")
 int sample_stack(void *ctx)
 {
@@ -494,6 +499,11 @@ int sample_stack(void *ctx)
 	fill_sample(ctx, s, pid_tgid, true);
 
 	count(COUNTER_SAMPLES);
+	if (first_sample_pending) {
+		first_sample_pending = 0;
+		bpf_ringbuf_submit(s, BPF_RB_FORCE_WAKEUP);
+		return 0;
+	}
 	submit(s);
 	return 0;
 }

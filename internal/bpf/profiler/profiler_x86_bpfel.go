@@ -125,6 +125,7 @@ const (
 	profilerProgOffCpuExit        = "off_cpu_exit"
 	profilerProgOffCpuSwitch      = "off_cpu_switch"
 	profilerProgSampleStack       = "sample_stack"
+	profilerVarFirstSamplePending = "first_sample_pending"
 	profilerVarOffCpuMaxThreads   = "off_cpu_max_threads"
 	profilerVarOffCpuMinNs        = "off_cpu_min_ns"
 	profilerVarOffCpuSlotCount    = "off_cpu_slot_count"
@@ -201,6 +202,7 @@ type profilerMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type profilerVariableSpecs struct {
+	FirstSamplePending *ebpf.VariableSpec `ebpf:"first_sample_pending"`
 	OffCpuMaxThreads   *ebpf.VariableSpec `ebpf:"off_cpu_max_threads"`
 	OffCpuMinNs        *ebpf.VariableSpec `ebpf:"off_cpu_min_ns"`
 	OffCpuSlotCount    *ebpf.VariableSpec `ebpf:"off_cpu_slot_count"`
@@ -257,6 +259,7 @@ func (m *profilerMaps) Close() error {
 //
 // It can be passed to loadProfilerObjects or ebpf.CollectionSpec.LoadAndAssign.
 type profilerVariables struct {
+	FirstSamplePending *ebpf.Variable `ebpf:"first_sample_pending"`
 	OffCpuMaxThreads   *ebpf.Variable `ebpf:"off_cpu_max_threads"`
 	OffCpuMinNs        *ebpf.Variable `ebpf:"off_cpu_min_ns"`
 	OffCpuSlotCount    *ebpf.Variable `ebpf:"off_cpu_slot_count"`
