@@ -17,6 +17,7 @@ import (
 
 	"github.com/bpfcol/bpfcol/internal/bpf/profiler"
 	"github.com/bpfcol/bpfcol/internal/bpf/scopes"
+	"github.com/bpfcol/bpfcol/internal/bpf/support"
 	"github.com/bpfcol/bpfcol/internal/process"
 	"github.com/bpfcol/bpfcol/internal/symbolize"
 	"github.com/bpfcol/bpfcol/internal/symbolize/kernelsym"
@@ -167,6 +168,9 @@ func (r *profilesReceiver) Start(ctx context.Context, host component.Host) error
 
 func (r *profilesReceiver) start(_ context.Context, _ component.Host) error {
 	r.startedAt = time.Now()
+	// The sampler and the kernel symbolizer share one parse of the
+	// kernel's BTF, dropped once both are loaded.
+	defer support.ReleaseKernelTypes()
 	// Samples are linked to open probe scopes only when a uprobe receiver
 	// runs in this collector: alone, the sampler pays no lookup.
 	var shared *ebpf.Map

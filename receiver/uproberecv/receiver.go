@@ -19,6 +19,7 @@ import (
 	"github.com/bpfcol/bpfcol/internal/bpf/procwatch"
 	"github.com/bpfcol/bpfcol/internal/bpf/scopeprobe"
 	"github.com/bpfcol/bpfcol/internal/bpf/scopes"
+	"github.com/bpfcol/bpfcol/internal/bpf/support"
 	"github.com/bpfcol/bpfcol/internal/ktime"
 	"github.com/bpfcol/bpfcol/internal/negcache"
 	"github.com/bpfcol/bpfcol/internal/process"
@@ -122,6 +123,9 @@ func (r *logsReceiver) Start(ctx context.Context, host component.Host) error {
 
 func (r *logsReceiver) start(_ context.Context, _ component.Host) (err error) {
 	r.startedAt = time.Now()
+	// The probes and the process watcher share one parse of the kernel's
+	// BTF, dropped once both are loaded.
+	defer support.ReleaseKernelTypes()
 	if len(r.cfg.Probes) == 0 {
 		r.set.Logger.Warn("uprobe receiver has no probes: nothing to do")
 		return nil

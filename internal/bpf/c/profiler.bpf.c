@@ -103,17 +103,22 @@ struct {
 	__type(value, struct unwind_proc);
 } unwind_procs SEC(".maps");
 
+// Mappable: user space writes rows through a shared mapping, a memory
+// copy, instead of one map update per row.
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(map_flags, BPF_F_MMAPABLE);
 	__uint(max_entries, 1 << 20); // resized by the loader
 	__type(key, u32);
 	__type(value, struct unwind_row);
 } unwind_rows SEC(".maps");
 
-// State of one CFI walk, shared with the bpf_loop callback.
-struct walk {
-	struct sample *s;
-	struct unwind_proc *proc;
+// Registers and outcome of one CFI walk. unwind_frame, a global function,
+// reads and writes it: the verifier checks that function once for any
+// contents, so the bpf_loop callback's state is the same at every
+// iteration and converges at once, instead of being walked once per
+// frame count and register range.
+struct walk_regs {
 	u64 pc, sp, bp;
 	u32 n;          // frames written to s->user
 	u32 stop;       // enum unwind_stop, valid once stopped
@@ -121,6 +126,16 @@ struct walk {
 	u8 exact_pc;    // pc is an interrupted PC, not a return address
 	u8 bp_known;    // bp holds this frame's RBP
 	u8 leaf_fp;     // the leaf was left by its frame pointer: its caller may be lost
+	u32 pad;
+};
+
+// State of one CFI walk, shared with the bpf_loop callback. The pointers
+// stay out of regs: a global function's memory argument comes back to
+// the caller as unknown scalars.
+struct walk {
+	struct sample *s;
+	struct unwind_proc *proc;
+	struct walk_regs regs;
 };
 
 // Anchor the record and flag types in BTF so bpf2go can mirror them in Go;
@@ -192,7 +207,7 @@ __noinline s64 find_row(struct unwind_mapping *m, u64 addr)
 	return key;
 }
 
-static __always_inline long stop(struct walk *w, u32 reason)
+static __always_inline long stop(struct walk_regs *w, u32 reason)
 {
 	w->stop = reason;
 	w->stopped = 1;
@@ -201,7 +216,7 @@ static __always_inline long stop(struct walk *w, u32 reason)
 
 // step_fp unwinds one frame by its frame pointer: the caller's RBP at [RBP],
 // the return address at [RBP+8].
-static __always_inline long step_fp(struct walk *w, u32 reason)
+static __always_inline long step_fp(struct walk_regs *w, u32 reason)
 {
 	if (w->n == 1)
 		w->leaf_fp = 1;
@@ -227,26 +242,30 @@ static __always_inline long step_fp(struct walk *w, u32 reason)
 #define UC_RSP (40 + 15 * 8)
 #define UC_RIP (40 + 16 * 8)
 
-static long unwind_step(u64 i, struct walk *w)
+// unwind_frame records the frame at w->pc in s->user and steps w to its
+// caller. It returns 1 once the walk stopped (w->stop says why), else 0.
+__noinline long unwind_frame(struct walk_regs *w, struct sample *s, struct unwind_proc *proc)
 {
+	if (!w || !s || !proc)
+		return 1;
 	u64 pc = w->pc;
 	if (pc == 0 || pc > MAX_USER_ADDR)
 		return stop(w, UNWIND_STOP_OUTSIDE_MAPPINGS);
 	// A return address follows the call: the call itself is at pc-1, which
 	// is also what keeps a noreturn call at a function's end in its FDE.
 	u64 lookup = w->exact_pc ? pc : pc - 1;
-	int mi = find_mapping(w->proc, lookup);
+	int mi = find_mapping(proc, lookup);
 	if (mi < 0) {
-		w->s->flags |= SAMPLE_UNKNOWN_MAPPING;
+		s->flags |= SAMPLE_UNKNOWN_MAPPING;
 		return stop(w, UNWIND_STOP_OUTSIDE_MAPPINGS);
 	}
 	u32 n = w->n;
 	if (n >= MAX_STACK_DEPTH)
 		return stop(w, UNWIND_STOP_DEPTH_LIMIT);
-	w->s->user[n] = pc | (w->exact_pc && n > 0 ? FRAME_PC_EXACT : 0);
+	s->user[n] = pc | (w->exact_pc && n > 0 ? FRAME_PC_EXACT : 0);
 	w->n = n + 1;
 
-	struct unwind_mapping *m = &w->proc->mappings[mi & (UNWIND_MAX_MAPPINGS - 1)];
+	struct unwind_mapping *m = &proc->mappings[mi & (UNWIND_MAX_MAPPINGS - 1)];
 	if (m->kind == UNWIND_MAPPING_PENDING)
 		return step_fp(w, UNWIND_STOP_NO_TABLE);
 	if (m->kind != UNWIND_MAPPING_CFI)
@@ -275,7 +294,7 @@ static long unwind_step(u64 i, struct walk *w)
 		break;
 	case UNWIND_CFA_SIGNAL: {
 		if (n > 0)
-			w->s->user[n] = pc | FRAME_PC_EXACT;
+			s->user[n] = pc | FRAME_PC_EXACT;
 		// rbp, then rsp and rip: read the span in one go.
 		u64 span[(UC_RIP - UC_RBP) / 8 + 1];
 		if (bpf_probe_read_user(span, sizeof(span), (void *)(w->sp + UC_RBP)))
@@ -328,6 +347,12 @@ static long unwind_step(u64 i, struct walk *w)
 	return 0;
 }
 
+// unwind_step is the bpf_loop callback: one frame per iteration.
+static long unwind_step(u64 i, struct walk *w)
+{
+	return unwind_frame(&w->regs, w->s, w->proc) ? 1 : 0;
+}
+
 // unwind_cfi walks the user stack of a loaded process into s->user. It
 // returns false when the interrupted PC is in none of the process's known
 // mappings, so the caller falls back to frame pointers.
@@ -336,28 +361,31 @@ static __always_inline bool unwind_cfi(struct sample *s, struct unwind_proc *pro
 	struct walk w = {
 		.s = s,
 		.proc = proc,
-		.pc = s->user_ip,
-		.sp = s->user_sp,
-		.bp = s->user_bp,
-		.exact_pc = 1,
-		.bp_known = 1,
+		.regs = {
+			.pc = s->user_ip,
+			.sp = s->user_sp,
+			.bp = s->user_bp,
+			.exact_pc = 1,
+			.bp_known = 1,
+		},
 	};
 	bpf_loop(MAX_STACK_DEPTH, unwind_step, &w, 0);
-	if (w.n == 0) {
+	struct walk_regs *r = &w.regs;
+	if (r->n == 0) {
 		// The leaf is not in a loaded mapping (a new library or JIT
 		// region): frame pointers for now, the mappings re-read.
 		s->flags |= SAMPLE_UNKNOWN_MAPPING;
 		return false;
 	}
-	if (!w.stopped)
-		w.stop = UNWIND_STOP_DEPTH_LIMIT;
-	s->flags |= SAMPLE_CFI | ((w.stop & 0xf) << SAMPLE_STOP_SHIFT);
-	if (w.leaf_fp)
+	if (!r->stopped)
+		r->stop = UNWIND_STOP_DEPTH_LIMIT;
+	s->flags |= SAMPLE_CFI | ((r->stop & 0xf) << SAMPLE_STOP_SHIFT);
+	if (r->leaf_fp)
 		s->flags |= SAMPLE_LEAF_FP;
-	if (w.stop == UNWIND_STOP_COMPLETE || w.stop == UNWIND_STOP_FP_END)
+	if (r->stop == UNWIND_STOP_COMPLETE || r->stop == UNWIND_STOP_FP_END)
 		s->flags |= SAMPLE_COMPLETE;
-	s->user_bytes = w.n * sizeof(u64);
-	count(COUNTER_UNWIND_STOP + w.stop);
+	s->user_bytes = r->n * sizeof(u64);
+	count(COUNTER_UNWIND_STOP + r->stop);
 	return true;
 }
 
@@ -457,6 +485,11 @@ static __always_inline void fill_sample(void *ctx, struct sample *s, u64 pid_tgi
 	}
 }
 
+// Set until a sampler's first sample: that one wakes the reader, which
+// otherwise drains on a timer, so sampling is seen to start at once. Two
+// CPUs racing for it only wake the reader twice.
+u32 first_sample_pending = 1;
+
 SEC("perf_event")
 int sample_stack(void *ctx)
 {
@@ -476,6 +509,11 @@ int sample_stack(void *ctx)
 	fill_sample(ctx, s, pid_tgid, true);
 
 	count(COUNTER_SAMPLES);
+	if (first_sample_pending) {
+		first_sample_pending = 0;
+		bpf_ringbuf_submit(s, BPF_RB_FORCE_WAKEUP);
+		return 0;
+	}
 	submit(s);
 	return 0;
 }

@@ -7,6 +7,8 @@ import (
 	"unsafe"
 
 	"github.com/cilium/ebpf"
+
+	"github.com/bpfcol/bpfcol/internal/bpf/support"
 )
 
 const (
@@ -42,7 +44,7 @@ func Load() (_ *Formatter, err error) {
 			f.Close()
 		}
 	}()
-	if err := spec.LoadAndAssign(&f.objs, nil); err != nil {
+	if err := spec.LoadAndAssign(&f.objs, &ebpf.CollectionOptions{Cache: support.KernelTypes()}); err != nil {
 		var verr *ebpf.VerifierError
 		if errors.As(err, &verr) {
 			return nil, fmt.Errorf("loading kernel symbol formatter: %w", verr)

@@ -12,6 +12,7 @@ import (
 
 	"github.com/bpfcol/bpfcol/internal/bpf/counters"
 	"github.com/bpfcol/bpfcol/internal/bpf/ringrec"
+	"github.com/bpfcol/bpfcol/internal/bpf/support"
 	"github.com/bpfcol/bpfcol/internal/process"
 )
 
@@ -119,7 +120,7 @@ func load(spec *ebpf.CollectionSpec, source MappingSource) (_ *Watcher, err erro
 			delete(spec.Programs, name)
 		}
 	}
-	coll, err := ebpf.NewCollection(spec)
+	coll, err := ebpf.NewCollectionWithOptions(spec, ebpf.CollectionOptions{Cache: support.KernelTypes()})
 	if err != nil {
 		if progName != "" && errors.Is(err, unix.EPERM) {
 			return nil, fmt.Errorf("watching mappings with %s: the kernel refused the program (kernel lockdown or a security policy forbids this program type): %w", source, err)

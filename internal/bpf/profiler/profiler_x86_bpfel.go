@@ -168,6 +168,7 @@ const (
 	profilerProgOffCpuSwitch      = "off_cpu_switch"
 	profilerProgOffCpuSwitchWalk  = "off_cpu_switch_walk"
 	profilerProgSampleStack       = "sample_stack"
+	profilerVarFirstSamplePending = "first_sample_pending"
 	profilerVarOffCpuMaxThreads   = "off_cpu_max_threads"
 	profilerVarOffCpuMinNs        = "off_cpu_min_ns"
 	profilerVarOffCpuOpen         = "off_cpu_open"
@@ -253,6 +254,7 @@ type profilerMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type profilerVariableSpecs struct {
+	FirstSamplePending *ebpf.VariableSpec `ebpf:"first_sample_pending"`
 	OffCpuMaxThreads   *ebpf.VariableSpec `ebpf:"off_cpu_max_threads"`
 	OffCpuMinNs        *ebpf.VariableSpec `ebpf:"off_cpu_min_ns"`
 	OffCpuOpen         *ebpf.VariableSpec `ebpf:"off_cpu_open"`
@@ -319,6 +321,7 @@ func (m *profilerMaps) Close() error {
 //
 // It can be passed to loadProfilerObjects or ebpf.CollectionSpec.LoadAndAssign.
 type profilerVariables struct {
+	FirstSamplePending *ebpf.Variable `ebpf:"first_sample_pending"`
 	OffCpuMaxThreads   *ebpf.Variable `ebpf:"off_cpu_max_threads"`
 	OffCpuMinNs        *ebpf.Variable `ebpf:"off_cpu_min_ns"`
 	OffCpuOpen         *ebpf.Variable `ebpf:"off_cpu_open"`

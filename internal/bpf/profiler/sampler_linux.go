@@ -17,6 +17,7 @@ import (
 	"github.com/bpfcol/bpfcol/internal/bpf/counters"
 	"github.com/bpfcol/bpfcol/internal/bpf/ringrec"
 	"github.com/bpfcol/bpfcol/internal/bpf/scopes"
+	"github.com/bpfcol/bpfcol/internal/bpf/support"
 )
 
 // Flags of a record beyond profilerSampleFlag, mirrored from profiler.bpf.c.
@@ -70,6 +71,7 @@ func New(opts Options) (_ *Sampler, err error) {
 	if err != nil {
 		return nil, err
 	}
+	loadOpts.Cache = support.KernelTypes()
 
 	s := &Sampler{ncpu: len(cpus), rows: spec.Maps[profilerMapUnwindRows].MaxEntries}
 	defer func() {
@@ -214,7 +216,7 @@ func configureOffCPU(spec *ebpf.CollectionSpec, o OffCPUOptions) error {
 // the lookups.
 func configureScopes(spec *ebpf.CollectionSpec, m *ebpf.Map) (*ebpf.CollectionOptions, error) {
 	if m == nil {
-		return nil, nil
+		return &ebpf.CollectionOptions{}, nil
 	}
 	spec.Maps[profilerMapOpenScopes].MaxEntries = m.MaxEntries()
 	if err := spec.Variables[profilerVarScopeLinks].Set(true); err != nil {

@@ -171,3 +171,47 @@ func TestStopFlushReadsEverythingRecorded(t *testing.T) {
 		t.Errorf("read after Close: %v, want ErrClosed", err)
 	}
 }
+
+// TestFirstSampleWakesReader gives the sampler a ringbuf that a busy thread
+// at 20 Hz would take minutes to fill halfway, and a read deadline far
+// away: the reader, not woken for later samples, must still get the first
+// sample as soon as it is taken instead of at the deadline.
+func TestFirstSampleWakesReader(t *testing.T) {
+	testenv.RequireBPF(t)
+	s, err := New(Options{Frequency: 20, RingBufferBytes: 64 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+
+	stop := make(chan struct{})
+	defer close(stop)
+	go func() {
+		runtime.LockOSThread()
+		x := 0
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+				for i := 0; i < 1_000_000; i++ {
+					x += i
+				}
+			}
+		}
+	}()
+	// At the deadline Read returns what the ringbuf holds: only a read
+	// that returned before it was woken.
+	deadline := time.Now().Add(20 * time.Second)
+	s.SetDeadline(deadline)
+	var smp Sample
+	if err := s.Read(&smp); err != nil {
+		t.Fatalf("first read: %v, want the first sample before the deadline", err)
+	}
+	if !time.Now().Before(deadline) {
+		t.Fatal("the first sample was read at the deadline: it did not wake the reader")
+	}
+	if smp.TID == 0 {
+		t.Fatalf("first sample %+v: no thread", smp)
+	}
+}

@@ -3,15 +3,14 @@ package profiler
 import (
 	"errors"
 	"fmt"
+	"os"
 	"unsafe"
 
 	"github.com/cilium/ebpf"
+	"golang.org/x/sys/unix"
 
 	"github.com/bpfcol/bpfcol/internal/unwind/cfi"
 )
-
-// rowBatch bounds the rows written in one BPF_MAP_UPDATE_BATCH.
-const rowBatch = 1 << 14
 
 func init() {
 	// The Go mirror of struct unwind_row must stay the generated one.
@@ -41,24 +40,35 @@ func (s *Sampler) UnwindRowCapacity() uint32 { return s.rows }
 // WriteUnwindRows encodes rows, whose PCs are relative to base, into the
 // row store from index first on. The caller owns the store's layout and
 // must not point a process at rows it is rewriting.
-func (s *Sampler) WriteUnwindRows(first uint32, rows []cfi.Row, base uint64) error {
+//
+// The rows go through a shared mapping of the store's pages, held only
+// for the write: a batch update costs the kernel a copy and an update per
+// 8-byte row, which made loading the tables of a few processes take
+// 100 ms of CPU.
+func (s *Sampler) WriteUnwindRows(first uint32, rows []cfi.Row, base uint64) (err error) {
 	if uint64(first)+uint64(len(rows)) > uint64(s.rows) {
 		return fmt.Errorf("writing %d unwind rows at %d: the store holds %d", len(rows), first, s.rows)
 	}
-	keys := make([]uint32, 0, min(len(rows), rowBatch))
-	vals := make([]profilerUnwindRow, 0, min(len(rows), rowBatch))
-	for len(rows) > 0 {
-		n := min(len(rows), rowBatch)
-		keys, vals = keys[:0], vals[:0]
-		for i, r := range rows[:n] {
-			e := encodeRow(r, base)
-			keys = append(keys, first+uint32(i))
-			vals = append(vals, profilerUnwindRow{Pc: e.PC, CfaOff: e.CFAOff, Rules: e.Rules, RbpOff: e.RBPOff})
+	if len(rows) == 0 {
+		return nil
+	}
+	page := int64(os.Getpagesize())
+	from := int64(first) * UnwindRowBytes
+	off := from &^ (page - 1)
+	end := (from + int64(len(rows))*UnwindRowBytes + page - 1) &^ (page - 1)
+	mem, err := unix.Mmap(s.objs.UnwindRows.FD(), off, int(end-off), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	if err != nil {
+		return fmt.Errorf("mapping unwind rows %d-%d: %w", first, uint64(first)+uint64(len(rows)), err)
+	}
+	defer func() {
+		if uerr := unix.Munmap(mem); uerr != nil && err == nil {
+			err = fmt.Errorf("unmapping unwind rows: %w", uerr)
 		}
-		if _, err := s.objs.UnwindRows.BatchUpdate(keys, vals, nil); err != nil {
-			return fmt.Errorf("writing %d unwind rows at %d: %w", n, first, err)
-		}
-		rows, first = rows[n:], first+uint32(n)
+	}()
+	dst := unsafe.Slice((*profilerUnwindRow)(unsafe.Pointer(&mem[from-off])), len(rows))
+	for i, r := range rows {
+		e := encodeRow(r, base)
+		dst[i] = profilerUnwindRow{Pc: e.PC, CfaOff: e.CFAOff, Rules: e.Rules, RbpOff: e.RBPOff}
 	}
 	return nil
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/cilium/ebpf/features"
 
 	"github.com/bpfcol/bpfcol/internal/bpf/ringrec"
+	"github.com/bpfcol/bpfcol/internal/bpf/support"
 )
 
 const (
@@ -125,7 +126,7 @@ func (p *Probes) load(spec *ebpf.CollectionSpec, opts Options) error {
 			p.copySpec.Programs[name] = spec.Programs[name].Copy()
 		}
 	}
-	coll, err := ebpf.NewCollectionWithOptions(spec, ebpf.CollectionOptions{MapReplacements: replace})
+	coll, err := ebpf.NewCollectionWithOptions(spec, ebpf.CollectionOptions{MapReplacements: replace, Cache: support.KernelTypes()})
 	if err != nil {
 		return fmt.Errorf("loading scope probes: %w", explainPermission(err))
 	}

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/asm"
@@ -42,9 +43,38 @@ func Capabilities(why string, caps ...capability.Cap) Requirement {
 	}}
 }
 
+// kernelTypes is the kernel's BTF shared by the checks and the loads of a
+// start: parsing it costs about 10 ms of CPU, and without a shared cache
+// every check and every collection load parses it again.
+var kernelTypes struct {
+	sync.Mutex
+	cache *btf.Cache
+}
+
+// KernelTypes returns the cache of the kernel's BTF that the checks use and
+// that every load at start passes as ebpf.CollectionOptions.Cache, so the
+// kernel's BTF is parsed once for all of them.
+func KernelTypes() *btf.Cache {
+	kernelTypes.Lock()
+	defer kernelTypes.Unlock()
+	if kernelTypes.cache == nil {
+		kernelTypes.cache = btf.NewCache()
+	}
+	return kernelTypes.cache
+}
+
+// ReleaseKernelTypes drops the shared kernel BTF once a start has loaded
+// its objects, so its memory goes when the last load using it is done; a
+// later KernelTypes parses it anew.
+func ReleaseKernelTypes() {
+	kernelTypes.Lock()
+	kernelTypes.cache = nil
+	kernelTypes.Unlock()
+}
+
 // KernelBTF requires /sys/kernel/btf/vmlinux, which CO-RE relocates against.
 var KernelBTF = Requirement{Name: "kernel BTF", check: func(string) error {
-	if _, err := btf.LoadKernelSpec(); err != nil {
+	if _, err := KernelTypes().Kernel(); err != nil {
 		return fmt.Errorf("kernel BTF (/sys/kernel/btf/vmlinux, CONFIG_DEBUG_INFO_BTF) is not available: %w", err)
 	}
 	return nil

@@ -12,7 +12,7 @@ import (
 // arguments. The probe loads nothing, so it needs no capability.
 func BTFTracepoint(name, tp string, args int) Requirement {
 	return Requirement{Name: name, check: func(name string) error {
-		spec, err := btf.LoadKernelSpec()
+		spec, err := KernelTypes().Kernel()
 		if err != nil {
 			return fmt.Errorf("kernel feature missing: %s: reading kernel BTF: %w", name, err)
 		}

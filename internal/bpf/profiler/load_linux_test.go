@@ -1,0 +1,110 @@
+package profiler
+
+import (
+	"regexp"
+	"strconv"
+	"testing"
+
+	"github.com/cilium/ebpf"
+
+	"github.com/bpfcol/bpfcol/internal/bpf/support"
+	"github.com/bpfcol/bpfcol/internal/testenv"
+)
+
+var (
+	verifierInsns = regexp.MustCompile(`processed (\d+) insns`)
+	verifierTime  = regexp.MustCompile(`verification time (\d+) usec`)
+)
+
+// verifierStats loads progs as New does, with off-CPU or not, and returns
+// the instructions the verifier processed and its time in microseconds for
+// each. It fails unless every program loaded and the verifier reported
+// both figures.
+func verifierStats(tb testing.TB, offCPU bool, progs []string) (insns, usec map[string]int) {
+	tb.Helper()
+	spec, err := loadProfiler()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	spec.Maps[profilerMapSamples].MaxEntries = ringBufferSize(Options{Frequency: 20}, 2)
+	if err := configureOffCPU(spec, OffCPUOptions{Enabled: offCPU, Probability: 0.01}); err != nil {
+		tb.Fatal(err)
+	}
+	keep := map[string]bool{}
+	for _, p := range progs {
+		keep[p] = true
+	}
+	for name := range spec.Programs {
+		if !keep[name] {
+			delete(spec.Programs, name)
+		}
+	}
+	coll, err := ebpf.NewCollectionWithOptions(spec, ebpf.CollectionOptions{
+		Programs: ebpf.ProgramOptions{LogLevel: ebpf.LogLevelStats},
+		Cache:    support.KernelTypes(),
+	})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer coll.Close()
+	insns, usec = map[string]int{}, map[string]int{}
+	for _, p := range progs {
+		log := coll.Programs[p].VerifierLog
+		mi, mt := verifierInsns.FindStringSubmatch(log), verifierTime.FindStringSubmatch(log)
+		if mi == nil || mt == nil {
+			tb.Fatalf("%s: no verifier statistics in its log:\n%s", p, log)
+		}
+		insns[p], _ = strconv.Atoi(mi[1])
+		usec[p], _ = strconv.Atoi(mt[1])
+	}
+	return insns, usec
+}
+
+var (
+	onCPUPrograms  = []string{profilerProgSampleStack}
+	offCPUPrograms = []string{profilerProgSampleStack, profilerProgOffCpuSwitch, profilerProgOffCpuExit}
+)
+
+// TestSamplerVerifiedOnce checks that the verifier walks the CFI frame step
+// once, not once per frame of the bpf_loop: walked per iteration (127
+// frames), the programs took 150k and 300k instructions and most of the
+// collector's start-up CPU. The bound leaves room for other kernels'
+// verifiers and for the programs to grow.
+func TestSamplerVerifiedOnce(t *testing.T) {
+	testenv.RequireBPF(t)
+	const bound = 20_000
+	insns, _ := verifierStats(t, true, offCPUPrograms)
+	for _, p := range offCPUPrograms {
+		t.Logf("%s: %d instructions processed", p, insns[p])
+		if insns[p] > bound {
+			t.Errorf("%s: the verifier processed %d instructions, want at most %d", p, insns[p], bound)
+		}
+	}
+}
+
+// BenchmarkSamplerLoad loads the sampler's programs as New does, on-CPU
+// alone and with off-CPU, and reports what the verifier says it spent on
+// each: the instructions it processed and its time. These are most of the
+// sampler's start-up cost.
+func BenchmarkSamplerLoad(b *testing.B) {
+	testenv.RequireBPF(b)
+	for _, bc := range []struct {
+		name   string
+		offCPU bool
+		progs  []string
+	}{
+		{"on-cpu", false, onCPUPrograms},
+		{"off-cpu", true, offCPUPrograms},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			var insns, usec map[string]int
+			for b.Loop() {
+				insns, usec = verifierStats(b, bc.offCPU, bc.progs)
+			}
+			for _, p := range bc.progs {
+				b.ReportMetric(float64(insns[p]), p+"_insns")
+				b.ReportMetric(float64(usec[p])/1000, p+"_verify_ms")
+			}
+		})
+	}
+}
