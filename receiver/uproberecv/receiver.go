@@ -159,6 +159,9 @@ func (r *logsReceiver) start(_ context.Context, _ component.Host) (err error) {
 		LoadFiller:      r.opts.loadFiller,
 		Scopes:          shared,
 		ScopeProbeBase:  base,
+		// Only attaches after start wait for the kernel; binary: probes
+		// attach at start.
+		ExpediteAttach: r.cfg.ExpediteAttach && r.anyFileMatch(),
 	})
 	if err != nil {
 		return fmt.Errorf("starting uprobe receiver: %w", err)
@@ -365,6 +368,7 @@ func (r *logsReceiver) Shutdown(ctx context.Context) error {
 		warm = r.warmer.Stats()
 	}
 	counters, _ := r.probes.Counters()
+	expedite := r.probes.ExpediteStats()
 	errs = append(errs, r.probes.Close())
 	st := &r.tracker.stats
 	r.set.Logger.Info("uprobe receiver stopped",
@@ -390,6 +394,9 @@ func (r *logsReceiver) Shutdown(ctx context.Context) error {
 		zap.Uint64("uprobe_warmer_writes", warm.Writes),
 		zap.Uint64("uprobe_warmer_skipped", warm.Skipped),
 		zap.Uint64("uprobe_warmer_errors", warm.Errors),
+		zap.Uint64("rcu_expedited_raised", expedite.Raised),
+		zap.Uint64("rcu_expedited_already_set", expedite.AlreadySet),
+		zap.Uint64("rcu_expedited_errors", expedite.Errors),
 		zap.Duration("clock_offset_uncertainty", r.clock.Uncertainty()),
 		zap.Duration("clock_offset_max_step", r.clock.MaxStep()))
 	r.probes = nil

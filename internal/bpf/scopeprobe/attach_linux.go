@@ -41,10 +41,16 @@ func (p *Probes) Attach(path string, sites []Site) (_ *Attachment, err error) {
 			a.closeLinks()
 		}
 	}()
+	if p.expedite != nil {
+		p.expedite.begin()
+	}
 	if a.multi {
 		err = p.attachMulti(a, exe, path, sites)
 	} else {
 		err = p.attachEach(a, exe, path, sites)
+	}
+	if p.expedite != nil {
+		p.expedite.end()
 	}
 	if err != nil {
 		return nil, err
