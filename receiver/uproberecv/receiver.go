@@ -41,10 +41,11 @@ const (
 	// before its poll: an eighth leaves room for a poll interval at the
 	// throughput goal.
 	wakeupBytes = ringBufferBytes / 8
-	// warmPeriod is how often the warmer registers a uprobe and
+	// warmPeriod is how often the warmer registers a uprobe or
 	// unregisters the previous one: the kernel stays in its fast mode about
-	// a grace period after the last (16-24 ms here). Measured on quiet
-	// attaches: 8 ms left none slow of 60, 16 ms one, 24 ms a tenth.
+	// a grace period after the last writer. Measured on quiet attaches: 8
+	// ms left none slow of 60, 16 ms one, 24 ms a tenth; at load 12, 8 ms
+	// none of 15, 10-12 ms a fifth.
 	warmPeriod = 8 * time.Millisecond
 	// warmClosers bounds the warmer's unregistrations waiting in the
 	// kernel (40-200 ms each, one every warmPeriod).
