@@ -50,8 +50,8 @@ type Config struct {
 	// a file_match probe exists, so it is off by default.
 	WarmAttach bool `mapstructure:"warm_attach"`
 	// ExpediteAttach sets the kernel's global /sys/kernel/rcu_expedited
-	// for the fraction of a millisecond each attach registers its uprobes
-	// (when it was clear), so that a binary or library first seen after
+	// for the fraction of a millisecond an attach's first registration
+	// takes (when it was clear), so that a binary or library first seen after
 	// start is attached about 0.2 ms after its exec or mmap is handled
 	// instead of after a normal RCU grace period. It costs next to no CPU,
 	// but meanwhile every RCU grace period the host waits for is expedited,

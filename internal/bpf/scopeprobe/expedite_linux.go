@@ -14,8 +14,9 @@ import (
 // grace period (4–25 ms here). With /sys/kernel/rcu_expedited set, the same
 // wait is an expedited grace period (0.1–0.5 ms). The knob is global: while
 // it is set, every synchronize_rcu on the host is expedited (an IPI to each
-// CPU instead of waiting for their ticks), so it is set only around Attach's
-// registrations, and only when it was clear.
+// CPU instead of waiting for their ticks), so it is set only from the start
+// of an Attach to its first registration, and only when it was clear: a
+// writer right after another one does not wait.
 
 // rcuExpeditedPath is the kernel's global switch between normal and
 // expedited RCU grace periods.
