@@ -255,6 +255,11 @@ func BenchmarkAttachLatency(b *testing.B) {
 			_, c50, c99 := r.tracker.attachCalls.percentiles(attachCallKey)
 			b.ReportMetric(float64(c50)/float64(time.Millisecond), "call-p50-ms")
 			b.ReportMetric(float64(c99)/float64(time.Millisecond), "call-p99-ms")
+			if st := r.probes.ExpediteStats(); st.Raised > 0 {
+				// How long the whole host's grace periods were expedited
+				// on each attach's account.
+				b.ReportMetric(float64(st.SetFor)/float64(st.Raised)/float64(time.Millisecond), "expedited-ms/attach")
+			}
 		})
 	}
 }

@@ -398,6 +398,7 @@ func (r *logsReceiver) Shutdown(ctx context.Context) error {
 		zap.Uint64("rcu_expedited_raised", expedite.Raised),
 		zap.Uint64("rcu_expedited_already_set", expedite.AlreadySet),
 		zap.Uint64("rcu_expedited_errors", expedite.Errors),
+		zap.Duration("rcu_expedited_set_for", expedite.SetFor),
 		zap.Duration("clock_offset_uncertainty", r.clock.Uncertainty()),
 		zap.Duration("clock_offset_max_step", r.clock.MaxStep()))
 	r.probes = nil

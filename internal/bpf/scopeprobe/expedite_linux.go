@@ -7,6 +7,7 @@ import (
 	"os"
 	"sync"
 	"sync/atomic"
+	"time"
 )
 
 // Why expedite: a uprobe registration that is the kernel's first writer of
@@ -31,6 +32,9 @@ type ExpediteStats struct {
 	AlreadySet uint64
 	// Errors counts reads or writes of the knob that failed.
 	Errors uint64
+	// SetFor is how long the knob was set by us in all: the time the whole
+	// host's grace periods were expedited on our account.
+	SetFor time.Duration
 }
 
 // expediter sets rcu_expedited for the duration of registrations, counting
@@ -42,8 +46,11 @@ type expediter struct {
 	// raised is whether the knob was clear when the first of the active
 	// registrations began, so that we set it and must clear it.
 	raised bool
+	// since is when the knob was set, while raised.
+	since time.Time
 
 	nRaised, nAlready, nErrs atomic.Uint64
+	setFor                   atomic.Int64 // nanoseconds
 }
 
 // openExpediter opens the knob for reading and writing, or says why it
@@ -85,6 +92,7 @@ func (e *expediter) begin() {
 		return
 	}
 	e.raised = true
+	e.since = time.Now()
 	e.nRaised.Add(1)
 }
 
@@ -99,10 +107,12 @@ func (e *expediter) end() {
 	if _, err := e.knob.WriteAt([]byte("0"), 0); err != nil {
 		e.nErrs.Add(1)
 	}
+	e.setFor.Add(int64(time.Since(e.since)))
 }
 
 func (e *expediter) stats() ExpediteStats {
-	return ExpediteStats{Raised: e.nRaised.Load(), AlreadySet: e.nAlready.Load(), Errors: e.nErrs.Load()}
+	return ExpediteStats{Raised: e.nRaised.Load(), AlreadySet: e.nAlready.Load(), Errors: e.nErrs.Load(),
+		SetFor: time.Duration(e.setFor.Load())}
 }
 
 // close clears the knob if a registration left it set, and closes it.

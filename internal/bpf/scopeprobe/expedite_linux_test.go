@@ -51,4 +51,7 @@ func TestExpediterSetsKnobWhileActive(t *testing.T) {
 	if st.Errors != 0 {
 		t.Errorf("stats %+v: errors", st)
 	}
+	if (st.Raised > 0) != (st.SetFor > 0) {
+		t.Errorf("stats %+v: the time set must be counted exactly when we set it", st)
+	}
 }
