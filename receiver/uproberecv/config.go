@@ -51,11 +51,12 @@ type Config struct {
 	WarmAttach bool `mapstructure:"warm_attach"`
 	// ExpediteAttach sets the kernel's global /sys/kernel/rcu_expedited
 	// for the fraction of a millisecond an attach's first registration
-	// takes (when it was clear), so that a binary or library first seen after
-	// start is attached about 0.2 ms after its exec or mmap is handled
-	// instead of after a normal RCU grace period. It costs next to no CPU,
-	// but meanwhile every RCU grace period the host waits for is expedited,
-	// so it is off by default and needs root with a writable /sys.
+	// takes (when it was clear), so that attaching a binary or library
+	// first seen after start waits for an expedited RCU grace period
+	// (0.2-1 ms) instead of a normal one (4-25 ms). It costs next to no
+	// CPU, but meanwhile every RCU grace period the host waits for is
+	// expedited, so it is off by default; it needs root with a writable
+	// /sys.
 	ExpediteAttach bool `mapstructure:"expedite_attach"`
 
 	// prevent unkeyed literal initialization

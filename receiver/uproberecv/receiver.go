@@ -48,7 +48,7 @@ const (
 	// none of 15, 10-12 ms a fifth.
 	warmPeriod = 8 * time.Millisecond
 	// warmClosers bounds the warmer's unregistrations waiting in the
-	// kernel (40-200 ms each, one every warmPeriod).
+	// kernel (40-200 ms each, one every other warmPeriod).
 	warmClosers = 32
 )
 
