@@ -37,17 +37,29 @@ type ExpediteStats struct {
 	SetFor time.Duration
 }
 
-// expediter sets rcu_expedited for the duration of registrations, counting
-// overlapping ones so that the last to finish clears it.
-type expediter struct {
-	mu     sync.Mutex
-	knob   *os.File
+// rcuKnob is the process's one handle on the knob, shared by every Probes
+// that expedites: overlapping attaches of two receivers then set and clear
+// it once, and one's end never clears it under the other's registration.
+type rcuKnob struct {
+	mu    sync.Mutex
+	file  *os.File
+	users int
+	// active counts the registrations between begin and end.
 	active int
-	// raised is whether the knob was clear when the first of the active
-	// registrations began, so that we set it and must clear it.
-	raised bool
+	// raisedBy is the expediter that found the knob clear when the first
+	// of the active registrations began and set it, so it must be cleared;
+	// nil when not raised.
+	raisedBy *expediter
 	// since is when the knob was set, while raised.
 	since time.Time
+}
+
+var theKnob rcuKnob
+
+// expediter sets rcu_expedited for the duration of registrations, and
+// counts what it did for one Probes.
+type expediter struct {
+	knob *rcuKnob
 
 	nRaised, nAlready, nErrs atomic.Uint64
 	setFor                   atomic.Int64 // nanoseconds
@@ -56,28 +68,36 @@ type expediter struct {
 // openExpediter opens the knob for reading and writing, or says why it
 // cannot be used.
 func openExpediter() (*expediter, error) {
-	knob, err := os.OpenFile(rcuExpeditedPath, os.O_RDWR, 0)
-	if err != nil {
-		return nil, fmt.Errorf("opening %s to expedite uprobe registration (needs root and a writable /sys): %w", rcuExpeditedPath, err)
+	k := &theKnob
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.users == 0 {
+		file, err := os.OpenFile(rcuExpeditedPath, os.O_RDWR, 0)
+		if err != nil {
+			return nil, fmt.Errorf("opening %s to expedite uprobe registration (needs root and a writable /sys): %w", rcuExpeditedPath, err)
+		}
+		if normal, err := os.ReadFile("/sys/kernel/rcu_normal"); err == nil && bytes.HasPrefix(bytes.TrimSpace(normal), []byte("1")) {
+			file.Close()
+			return nil, errors.New("expediting uprobe registration: /sys/kernel/rcu_normal is set, which overrides rcu_expedited")
+		}
+		k.file = file
 	}
-	if normal, err := os.ReadFile("/sys/kernel/rcu_normal"); err == nil && bytes.HasPrefix(bytes.TrimSpace(normal), []byte("1")) {
-		knob.Close()
-		return nil, errors.New("expediting uprobe registration: /sys/kernel/rcu_normal is set, which overrides rcu_expedited")
-	}
-	return &expediter{knob: knob}, nil
+	k.users++
+	return &expediter{knob: k}, nil
 }
 
 // begin sets the knob unless it was set already or another registration
 // set it; end undoes begin.
 func (e *expediter) begin() {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	e.active++
-	if e.active > 1 {
+	k := e.knob
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.active++
+	if k.active > 1 {
 		return
 	}
 	var b [4]byte
-	n, err := e.knob.ReadAt(b[:], 0)
+	n, err := k.file.ReadAt(b[:], 0)
 	if n == 0 {
 		e.nErrs.Add(1)
 		return
@@ -87,27 +107,33 @@ func (e *expediter) begin() {
 		e.nAlready.Add(1)
 		return
 	}
-	if _, err := e.knob.WriteAt([]byte("1"), 0); err != nil {
+	if _, err := k.file.WriteAt([]byte("1"), 0); err != nil {
 		e.nErrs.Add(1)
 		return
 	}
-	e.raised = true
-	e.since = time.Now()
+	k.raisedBy, k.since = e, time.Now()
 	e.nRaised.Add(1)
 }
 
 func (e *expediter) end() {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	e.active--
-	if e.active > 0 || !e.raised {
-		return
+	k := e.knob
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.active--
+	if k.active == 0 && k.raisedBy != nil {
+		k.clear()
 	}
-	e.raised = false
-	if _, err := e.knob.WriteAt([]byte("0"), 0); err != nil {
-		e.nErrs.Add(1)
+}
+
+// clear puts the knob back to 0 and charges the time it was set to the
+// expediter that set it. k.mu is held.
+func (k *rcuKnob) clear() {
+	by := k.raisedBy
+	k.raisedBy = nil
+	if _, err := k.file.WriteAt([]byte("0"), 0); err != nil {
+		by.nErrs.Add(1)
 	}
-	e.setFor.Add(int64(time.Since(e.since)))
+	by.setFor.Add(int64(time.Since(k.since)))
 }
 
 func (e *expediter) stats() ExpediteStats {
@@ -115,13 +141,20 @@ func (e *expediter) stats() ExpediteStats {
 		SetFor: time.Duration(e.setFor.Load())}
 }
 
-// close clears the knob if a registration left it set, and closes it.
+// close drops this user of the knob; the last one clears the knob if a
+// registration left it set, and closes it.
 func (e *expediter) close() error {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if e.raised {
-		e.raised = false
-		e.knob.WriteAt([]byte("0"), 0)
+	k := e.knob
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.users--
+	if k.users > 0 {
+		return nil
 	}
-	return e.knob.Close()
+	if k.raisedBy != nil {
+		k.clear()
+	}
+	err := k.file.Close()
+	k.file = nil
+	return err
 }

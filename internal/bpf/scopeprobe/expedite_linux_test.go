@@ -55,3 +55,49 @@ func TestExpediterSetsKnobWhileActive(t *testing.T) {
 		t.Errorf("stats %+v: the time set must be counted exactly when we set it", st)
 	}
 }
+
+// TestExpediterSharedByProbes: two users (two receivers' probes) share the
+// knob, so one's end does not clear it under the other's registration, and
+// the knob stays open until both are closed.
+func TestExpediterSharedByProbes(t *testing.T) {
+	testenv.RequireBPF(t)
+	before := readRCUExpedited(t)
+	a, err := openExpediter()
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := openExpediter()
+	if err != nil {
+		a.close()
+		t.Fatal(err)
+	}
+	a.begin()
+	b.begin()
+	a.end()
+	if got := readRCUExpedited(t); got != "1" {
+		t.Errorf("knob %q while the other user's registration is active, want 1", got)
+	}
+	b.end()
+	if got := readRCUExpedited(t); got != before {
+		t.Errorf("knob %q after both registrations, want %q as before", got, before)
+	}
+	if err := a.close(); err != nil {
+		t.Fatal(err)
+	}
+	// b still works after a closed.
+	b.begin()
+	if got := readRCUExpedited(t); got != "1" {
+		t.Errorf("knob %q during a registration after the other user closed, want 1", got)
+	}
+	b.end()
+	if err := b.close(); err != nil {
+		t.Fatal(err)
+	}
+	if got := readRCUExpedited(t); got != before {
+		t.Errorf("knob %q after both closed, want %q as before", got, before)
+	}
+	sa, sb := a.stats(), b.stats()
+	if before == "0" && (sa.Raised != 1 || sb.Raised != 1 || sa.SetFor == 0 || sb.SetFor == 0) {
+		t.Errorf("stats %+v and %+v: want one raise each, with its time charged to it", sa, sb)
+	}
+}
