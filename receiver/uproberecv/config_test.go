@@ -46,6 +46,14 @@ func TestConfigLoads(t *testing.T) {
 	if q := cfg.Probes[1]; !q.MainThreadOnly || q.Binary != "/usr/bin/node" || q.exit() != "node::InternalCallbackScope::~InternalCallbackScope" {
 		t.Fatalf("probe 1: %+v", q)
 	}
+	if !cfg.WarmAttach || !cfg.ExpediteAttach {
+		t.Errorf("warm_attach %v, expedite_attach %v: want both set", cfg.WarmAttach, cfg.ExpediteAttach)
+	}
+	// Both cost something (CPU, a host-wide kernel setting): off unless
+	// asked for.
+	if def := createDefaultConfig().(*Config); def.WarmAttach || def.ExpediteAttach {
+		t.Errorf("default warm_attach %v, expedite_attach %v: want both off", def.WarmAttach, def.ExpediteAttach)
+	}
 }
 
 // TestConfigErrorsNameFields checks that every bad field is reported by

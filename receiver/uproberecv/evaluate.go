@@ -194,6 +194,7 @@ func (t *tracker) evaluate(pid int, tg *target, probes []*compiledProbe) (_ []at
 	defer done()
 	attachStart := time.Now()
 	a, err := t.attacher.Attach(attachPath, sites)
+	t.attachCalls.record(attachCallKey, time.Since(attachStart))
 	if err == nil {
 		ids := make([]string, len(ready))
 		for i, pl := range ready {
@@ -330,6 +331,9 @@ type latencies struct {
 }
 
 const maxLatencySamples = 4096
+
+// attachCallKey files the attach calls' durations in tracker.attachCalls.
+const attachCallKey = "attach_call"
 
 func newLatencies() *latencies {
 	return &latencies{samples: map[string][]time.Duration{}, next: map[string]int{}, total: map[string]int64{}}

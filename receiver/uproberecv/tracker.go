@@ -174,6 +174,10 @@ type tracker struct {
 	unmatched *negcache.Files
 	stats     trackerStats
 	latency   *latencies
+	// attachCalls keeps how long the attach calls themselves took (the
+	// kernel's registration, a grace period's wait included), apart from
+	// the wait for the event and the evaluation, for the benchmark.
+	attachCalls *latencies
 
 	// mu guards the maps below, never a file read, a parse or a syscall:
 	// binaries are evaluated and attached outside it (pending), and the
@@ -202,18 +206,19 @@ func newTracker(logger *zap.Logger, cfgs []ProbeConfig, a attacher, negative *ne
 		opts.now = time.Now
 	}
 	t := &tracker{
-		logger:   logger,
-		attacher: a,
-		opts:     opts,
-		negative: negative,
-		infos:    infos,
-		plans:    newPlanCache(maxPlans, opts.now),
-		latency:  newLatencies(),
-		binaries: map[process.FileKey]*attachedBinary{},
-		pending:  map[process.FileKey]*pendingBinary{},
-		held:     map[int]map[process.FileKey]struct{}{},
-		execGen:  map[int]uint64{},
-		timers:   map[*time.Timer]struct{}{},
+		logger:      logger,
+		attacher:    a,
+		opts:        opts,
+		negative:    negative,
+		infos:       infos,
+		plans:       newPlanCache(maxPlans, opts.now),
+		latency:     newLatencies(),
+		attachCalls: newLatencies(),
+		binaries:    map[process.FileKey]*attachedBinary{},
+		pending:     map[process.FileKey]*pendingBinary{},
+		held:        map[int]map[process.FileKey]struct{}{},
+		execGen:     map[int]uint64{},
+		timers:      map[*time.Timer]struct{}{},
 	}
 	if negative != nil {
 		t.quiet = negcache.NewFiles(negativeTTL, maxNegative)

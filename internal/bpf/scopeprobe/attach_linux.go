@@ -3,6 +3,7 @@ package scopeprobe
 import (
 	"errors"
 	"fmt"
+	"sync"
 
 	"github.com/cilium/ebpf/link"
 )
@@ -41,11 +42,20 @@ func (p *Probes) Attach(path string, sites []Site) (_ *Attachment, err error) {
 			a.closeLinks()
 		}
 	}()
-	if a.multi {
-		err = p.attachMulti(a, exe, path, sites)
-	} else {
-		err = p.attachEach(a, exe, path, sites)
+	// registered is called after each link: only the first registration
+	// can wait for a grace period, so the expedited window ends there.
+	registered := func() {}
+	if e := p.expedite; e != nil {
+		e.begin()
+		var once sync.Once
+		registered = func() { once.Do(e.end) }
 	}
+	if a.multi {
+		err = p.attachMulti(a, exe, path, sites, registered)
+	} else {
+		err = p.attachEach(a, exe, path, sites, registered)
+	}
+	registered()
 	if err != nil {
 		return nil, err
 	}

@@ -2,6 +2,7 @@ package scopeprobe_test
 
 import (
 	"debug/elf"
+	"os"
 	"testing"
 	"time"
 
@@ -118,5 +119,65 @@ func TestAttachModes(t *testing.T) {
 			t.Error(err)
 		}
 		p.Close()
+	}
+}
+
+// TestExpediteAttach attaches with ExpediteAttach from several goroutines
+// at once: every attach succeeds, rcu_expedited was raised, and it is back
+// to what it was once they are done and once the probes are closed.
+func TestExpediteAttach(t *testing.T) {
+	testenv.RequireBPF(t)
+	bin := testworkload.BuildC(t, "fastprobe.c", "-O2")
+	sites := sledSites(t, bin, 4)
+	before, err := os.ReadFile("/sys/kernel/rcu_expedited")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := scopeprobe.New(scopeprobe.Options{Settings: []scopeprobe.Setting{{}}, ExpediteAttach: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed := false
+	defer func() {
+		if !closed {
+			p.Close()
+		}
+	}()
+	errs := make(chan error, 8)
+	for range 8 {
+		go func() {
+			a, err := p.Attach(bin, sites)
+			if err == nil {
+				err = a.Close()
+			}
+			errs <- err
+		}()
+	}
+	for range 8 {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	after, err := os.ReadFile("/sys/kernel/rcu_expedited")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(after) != string(before) {
+		t.Errorf("rcu_expedited %q after the attaches, was %q", after, before)
+	}
+	st := p.ExpediteStats()
+	t.Logf("8 concurrent attaches: %+v", st)
+	if st.Errors != 0 || st.Raised+st.AlreadySet == 0 {
+		t.Errorf("stats %+v: want the knob raised (or found set) without errors", st)
+	}
+	if string(before) == "0\n" && st.Raised == 0 {
+		t.Errorf("stats %+v: knob was clear but never raised", st)
+	}
+	closed = true
+	if err := p.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if after, _ := os.ReadFile("/sys/kernel/rcu_expedited"); string(after) != string(before) {
+		t.Errorf("rcu_expedited %q after Close, was %q", after, before)
 	}
 }

@@ -9,7 +9,7 @@ import (
 // attachEach attaches every site as its own perf-event uprobe (or
 // uretprobe): one syscall and one link per site, on kernels without
 // uprobe_multi or when Options.PerfEventUprobes asks.
-func (p *Probes) attachEach(a *Attachment, exe *link.Executable, path string, sites []Site) error {
+func (p *Probes) attachEach(a *Attachment, exe *link.Executable, path string, sites []Site, registered func()) error {
 	for _, s := range sites {
 		cookie := cookieOf(s)
 		progs, err := p.programsFor(cookie, false)
@@ -34,6 +34,7 @@ func (p *Probes) attachEach(a *Attachment, exe *link.Executable, path string, si
 			return fmt.Errorf("attaching %s %s at file offset %#x of %s: %w", s.Kind, s.Symbol, s.Offset, path, explainPermission(err))
 		}
 		a.links = append(a.links, l)
+		registered()
 	}
 	return nil
 }

@@ -42,6 +42,10 @@ type Probes struct {
 	// fixed holds the program copies by cookie: at most two per probe.
 	fixed  map[uint64]scopePrograms
 	closed bool
+
+	// expedite, when set, sets rcu_expedited around Attach's
+	// registrations (Options.ExpediteAttach).
+	expedite *expediter
 }
 
 // New checks support, then loads the programs and fills the settings map.
@@ -83,6 +87,11 @@ func New(opts Options) (_ *Probes, err error) {
 	}
 	if p.reader, err = ringrec.NewReader[uprobeScopeRecord](p.objs.Records, "scope record"); err != nil {
 		return nil, err
+	}
+	if opts.ExpediteAttach {
+		if p.expedite, err = openExpediter(); err != nil {
+			return nil, err
+		}
 	}
 	return p, nil
 }
@@ -278,5 +287,17 @@ func (p *Probes) Close() error {
 	}
 	p.mu.Unlock()
 	errs = append(errs, p.objs.Close(), p.entryMulti.Close(), p.exitMulti.Close())
+	if p.expedite != nil {
+		errs = append(errs, p.expedite.close())
+	}
 	return errors.Join(errs...)
+}
+
+// ExpediteStats returns what expediting registrations did so far; zero
+// unless Options.ExpediteAttach.
+func (p *Probes) ExpediteStats() ExpediteStats {
+	if p.expedite == nil {
+		return ExpediteStats{}
+	}
+	return p.expedite.stats()
 }

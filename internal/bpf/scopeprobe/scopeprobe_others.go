@@ -68,3 +68,12 @@ func (*Warmer) Stats() WarmerStats { return WarmerStats{} }
 
 // Close does nothing.
 func (*Warmer) Close() error { return nil }
+
+// ExpediteStats count what expediting registrations did.
+type ExpediteStats struct {
+	Raised, AlreadySet, Errors uint64
+	SetFor                     time.Duration
+}
+
+// ExpediteStats returns zero: uprobes need linux.
+func (*Probes) ExpediteStats() ExpediteStats { return ExpediteStats{} }

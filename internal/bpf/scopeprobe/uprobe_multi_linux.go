@@ -33,7 +33,7 @@ type multiBatch struct {
 
 // attachMulti attaches the sites with one uprobe_multi link per cookie and
 // site kind.
-func (p *Probes) attachMulti(a *Attachment, exe *link.Executable, path string, sites []Site) error {
+func (p *Probes) attachMulti(a *Attachment, exe *link.Executable, path string, sites []Site, registered func()) error {
 	batches := map[uint64]*multiBatch{}
 	var cookies []uint64
 	for _, s := range sites {
@@ -82,6 +82,7 @@ func (p *Probes) attachMulti(a *Attachment, exe *link.Executable, path string, s
 					len(o.Addresses), SiteKind(kind), summarize(b.names[kind]), path, explainPermission(err))
 			}
 			a.links = append(a.links, l)
+			registered()
 		}
 	}
 	return nil

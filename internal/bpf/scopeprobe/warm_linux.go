@@ -52,13 +52,14 @@ type Warmer struct {
 	once    sync.Once
 }
 
-// StartWarmer registers one uprobe_multi uprobe every period on a file
-// nothing maps and unregisters the previous one, with at most maxClosing
-// unregistrations waiting in the kernel at a time, until Close. A period
-// shorter than the kernel's shortest grace period keeps every Attach from
-// waiting for one. The cost is CPU: 90 µs per registration and as much per
-// unregistration in the kernel, about 6% of one CPU at 8 ms here, Go's
-// scheduling included.
+// StartWarmer registers a uprobe_multi uprobe on a file nothing maps
+// every other period and unregisters it in the periods between, with at
+// most maxClosing unregistrations waiting in the kernel at a time, until
+// Close. A period shorter than the kernel's shortest grace period keeps
+// every Attach from waiting for one. The cost is CPU: a registration takes
+// about 10 µs, an unregistration 70–90 µs (its wait for RCU Tasks Trace and
+// SRCU grace periods is mostly context switches), and each period's wakeup
+// 40–50 µs on a loaded 2-vCPU VM.
 func (p *Probes) StartWarmer(period time.Duration, maxClosing int) (*Warmer, error) {
 	if period <= 0 || maxClosing <= 0 {
 		return nil, fmt.Errorf("starting uprobe warmer: period %s and closers %d must be positive", period, maxClosing)
@@ -122,9 +123,9 @@ func (w *Warmer) run(period time.Duration, held link.Link) {
 			return
 		case <-ticker.C:
 		}
-		// The previous registration's unregistration, then a new one: the
-		// second writer within a grace period keeps the kernel's fast mode
-		// for another one.
+		// One writer a period, registration and unregistration in turn:
+		// a writer within a grace period of the last keeps the kernel's
+		// fast mode for another one, and two at once buy no more than one.
 		if held != nil {
 			select {
 			case w.toClose <- held:
@@ -132,8 +133,8 @@ func (w *Warmer) run(period time.Duration, held link.Link) {
 				held = nil
 			default:
 				w.skipped.Add(1)
-				continue
 			}
+			continue
 		}
 		l, err := w.register()
 		if err != nil {
