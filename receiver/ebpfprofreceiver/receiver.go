@@ -363,13 +363,30 @@ func (r *profilesReceiver) export() {
 		r.obsrecv.EndProfilesOp(ctx, "pprofile", profiles.SampleCount(), err)
 		if err == nil {
 			r.counts.exported.Add(b.Samples())
-			r.profilesEmitted.Add(1)
+			if r.profilesEmitted.Add(1) == pageOutAfterReports && r.cfg.PageOutStartupImage {
+				r.pageOutImage()
+			}
 		} else {
 			// The pipeline refused: the batch is dropped, never retried
 			// here, so memory stays bounded.
 			r.counts.refused.Add(b.Samples())
 		}
 	}
+}
+
+// pageOutAfterReports is the report after which start-up is over: the
+// binaries sampled first have been named, and the exporters have sent.
+const pageOutAfterReports = 2
+
+// pageOutImage reclaims the pages of the collector's executable that
+// start-up read (see Config.PageOutStartupImage).
+func (r *profilesReceiver) pageOutImage() {
+	n, err := pageOutImage()
+	if err != nil {
+		r.set.Logger.Debug("start-up pages of the executable not paged out", zap.Error(err))
+		return
+	}
+	r.set.Logger.Debug("start-up pages of the executable paged out", zap.Int64("mapped_bytes", n))
 }
 
 // Shutdown stops sampling, reads what is left in the ringbuf, exports it
