@@ -77,8 +77,10 @@ type profilesReceiver struct {
 	callersRecovered atomic.Int64
 	unknownProcesses atomic.Int64
 	profilesEmitted  atomic.Int64
-	firstSample      atomic.Bool
-	startedAt        time.Time
+	// stopMemoryLimit gives up the Go memory limit (goMemoryLimiter).
+	stopMemoryLimit func()
+	firstSample     atomic.Bool
+	startedAt       time.Time
 
 	hooks testHooks
 }
@@ -167,6 +169,7 @@ func (r *profilesReceiver) Start(ctx context.Context, host component.Host) error
 
 func (r *profilesReceiver) start(_ context.Context, _ component.Host) error {
 	r.startedAt = time.Now()
+	r.stopMemoryLimit = startGoMemoryLimit(r.cfg.GoMemoryLimit)
 	// Samples are linked to open probe scopes only when a uprobe receiver
 	// runs in this collector: alone, the sampler pays no lookup.
 	var shared *ebpf.Map
@@ -396,6 +399,9 @@ func (r *profilesReceiver) pageOutImage() {
 // than once.
 func (r *profilesReceiver) Shutdown(ctx context.Context) error {
 	r.undeclare()
+	if r.stopMemoryLimit != nil {
+		defer r.stopMemoryLimit()
+	}
 	if r.sampler == nil {
 		return nil
 	}
