@@ -47,6 +47,10 @@ type Binary struct {
 	dwarf     *dwarfIndex // nil when there is no usable DWARF
 	dwarfErr  error
 
+	// spilled are the compressed sections decompressed to disk, mapped
+	// until the last reference is gone.
+	spilled spilledSections
+
 	byName nameIndex // functions by name, for LookupFunction
 
 	parsedSize atomic.Int64 // estimated heap of the parsed tables
@@ -110,6 +114,7 @@ func (b *Binary) release() error {
 	switch n := b.refs.Add(-1); {
 	case n == 0:
 		b.tables.dropBinary(b.id)
+		b.spilled.close()
 		return errors.Join(unmapFile(b.data), b.file.Close())
 	case n < 0:
 		return errors.New("releasing binary: more releases than references")
@@ -130,7 +135,7 @@ func (b *Binary) IsGo() bool { return b.isGo }
 func (b *Binary) Mapper() *AddressMapper { return b.mapper }
 
 // image is the file's headers and mapping.
-func (b *Binary) image() elfImage { return elfImage{f: b.elf, data: b.data} }
+func (b *Binary) image() elfImage { return elfImage{f: b.elf, data: b.data, spilled: &b.spilled} }
 
 // loadSymbols finds the usable symbol tables once. .gopclntab is read in
 // place; .symtab (else .dynsym) is indexed in the table cache.
@@ -208,7 +213,7 @@ func (b *Binary) loadDWARF() {
 			return
 		}
 		img := b.image()
-		x := &dwarfIndex{id: b.id, tables: b.tables, data: b.data, load: func() (dwarfSources, error) {
+		x := &dwarfIndex{id: b.id, tables: b.tables, data: b.data, spilled: &b.spilled, load: func() (dwarfSources, error) {
 			defer guardFaults()()
 			return loadDWARFImage(img)
 		}}
@@ -273,7 +278,10 @@ func (b *Binary) Symbolize(vaddr uint64) (frames []Frame, ok bool) {
 // process's RSS; they stay in the page cache, and later lookups fault in
 // the few they read. Callers that looked up many addresses at once call
 // it after.
-func (b *Binary) DropPages() { dropPages(b.data) }
+func (b *Binary) DropPages() {
+	dropPages(b.data)
+	b.spilled.dropPages()
+}
 
 // HasDWARF reports whether the file carries DWARF debug info.
 func (b *Binary) HasDWARF() bool {

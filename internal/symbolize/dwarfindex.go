@@ -19,7 +19,10 @@ type dwarfIndex struct {
 	id     uint64
 	tables *tableCache
 	data   []byte // the mapped file, nil if none
-	load   func() (dwarfSources, error)
+	// spilled are the sections decompressed to disk, whose pages a parse
+	// read leave the RSS after it, like data's.
+	spilled *spilledSections
+	load    func() (dwarfSources, error)
 }
 
 // dwarfUnits is the DWARF of a binary with its units indexed by address.
@@ -221,6 +224,7 @@ func (x *dwarfIndex) units() (*dwarfUnits, error) {
 			return result{err: err}, minTableCost
 		}
 		u, err := newDWARFUnits(src)
+		x.spilled.dropPages()
 		if err != nil {
 			return result{err: err}, minTableCost
 		}
@@ -306,6 +310,7 @@ func (x *dwarfIndex) unit(u *dwarfUnits, i int32) *dwarfTable {
 		}
 		defer release()
 		t, err := newUnitReader(d, src).table(u.units[i])
+		x.spilled.dropPages()
 		if err != nil {
 			return (*dwarfTable)(nil), minTableCost
 		}

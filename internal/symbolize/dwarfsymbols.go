@@ -270,8 +270,19 @@ func (src *dwarfSources) fullDataCost(units int) int64 {
 // as Go and LTO builds do), or its header is not one we can place. release
 // frees the copy; nothing read from the reader may be used after it.
 func (src *dwarfSources) unitData(u unitStart) (d *dwarf.Data, release func(), ok bool) {
-	if src.data != nil || u.hdr < 11 || u.is64 || u.hdr-4 >= 0xfffffff0 || u.addrSize == 0 ||
-		refersToOtherUnits(src.abbrev, u.abbrevOff) {
+	if src.data != nil || refersToOtherUnits(src.abbrev, u.abbrevOff) {
+		return nil, nil, false
+	}
+	if u.hdr == 0 && u.end <= len(src.info) {
+		// The first unit needs no placeholder: the sections up to its
+		// end hold it alone, read in place.
+		d, err := src.newData(src.info[:u.end:u.end])
+		if err != nil {
+			return nil, nil, false
+		}
+		return d, func() {}, true
+	}
+	if u.hdr < 11 || u.is64 || u.hdr-4 >= 0xfffffff0 || u.addrSize == 0 {
 		return nil, nil, false
 	}
 	buf, err := anonMap(u.end)

@@ -10,11 +10,15 @@ import (
 type elfImage struct {
 	f    *elf.File
 	data []byte // the mapped file; nil when not mapped
+	// spilled holds the compressed sections decompressed to disk and
+	// mapped (see sectionSpill); nil decompresses into the heap.
+	spilled *spilledSections
 }
 
 // section returns the content of s: a slice of the mapping when s is stored
-// uncompressed in the file, else a heap copy (decompressed). heap says
-// which.
+// uncompressed in the file, a mapping of it decompressed to disk when the
+// process spills sections, else a heap copy (decompressed). heap says
+// whether it is on the heap.
 func (img elfImage) section(s *elf.Section) (data []byte, heap bool, err error) {
 	if s.Type == elf.SHT_NOBITS {
 		return nil, false, nil
@@ -22,6 +26,13 @@ func (img elfImage) section(s *elf.Section) (data []byte, heap bool, err error) 
 	compressed := s.Flags&elf.SHF_COMPRESSED != 0 || strings.HasPrefix(s.Name, ".zdebug")
 	if img.data != nil && !compressed && s.Offset <= uint64(len(img.data)) && s.FileSize <= uint64(len(img.data))-s.Offset {
 		return img.data[s.Offset : s.Offset+s.FileSize : s.Offset+s.FileSize], false, nil
+	}
+	if compressed {
+		// A section that cannot be spilled (no room, a write error)
+		// is decompressed into the heap instead.
+		if d, ok, _ := img.spilled.get(s); ok {
+			return d, false, nil
+		}
 	}
 	b, err := s.Data()
 	return b, true, err

@@ -69,6 +69,11 @@ type SymbolizerConfig struct {
 	CacheDir string
 	// CacheMaxSize bounds CacheDir in bytes; default 2 GiB.
 	CacheMaxSize int64
+	// MaxSpillBytes bounds the disk under CacheDir that compressed debug
+	// sections take once decompressed, which are then mapped instead of
+	// held in the heap; default DefaultMaxSpillBytes, negative keeps them
+	// in the heap. Without CacheDir they are in the heap.
+	MaxSpillBytes int64
 	// Debuginfod configures fetching. Zero fields come from the
 	// DEBUGINFOD_* environment.
 	Debuginfod debuginfod.Config
@@ -220,6 +225,14 @@ func NewSymbolizer(cfg SymbolizerConfig) (*Symbolizer, error) {
 	if cfg.CacheDir != "" {
 		if s.cache, err = debugcache.Open(cfg.CacheDir, cfg.CacheMaxSize); err != nil {
 			return nil, err
+		}
+		if cfg.MaxSpillBytes == 0 {
+			cfg.MaxSpillBytes = DefaultMaxSpillBytes
+		}
+		if cfg.MaxSpillBytes > 0 {
+			if err := setSectionSpill(cfg.CacheDir, cfg.MaxSpillBytes); err != nil {
+				return nil, err
+			}
 		}
 	}
 	s.ctx, s.cancel = context.WithCancel(context.Background())

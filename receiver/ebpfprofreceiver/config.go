@@ -43,6 +43,15 @@ type Config struct {
 	ErrorMode errormode.Mode `mapstructure:"error_mode"`
 	// OffCPU configures off-CPU profiling, a second profile per process.
 	OffCPU OffCPUConfig `mapstructure:"off_cpu"`
+	// PageOutStartupImage has the kernel reclaim the collector's own code
+	// and read-only data pages once start-up is over (after the second
+	// report): those read only by start-up then leave the RSS.
+	PageOutStartupImage bool `mapstructure:"page_out_startup_image"`
+	// GoMemoryLimit is the floor of the soft memory limit the receiver
+	// gives the Go runtime while it runs, raised to twice the live heap
+	// when that is larger; 0 leaves the runtime alone, as does a
+	// GOMEMLIMIT set in the environment.
+	GoMemoryLimit int64 `mapstructure:"go_memory_limit"`
 
 	// prevent unkeyed literal initialization
 	_ struct{}
@@ -79,8 +88,11 @@ type DebuginfodConfig struct {
 // start, and the BPF binary search reaches profiler.MaxUnwindRows rows.
 const (
 	defaultUnwindTableBytes = 32 << 20
-	minUnwindTableBytes     = 1 << 20
-	maxUnwindTableBytes     = profiler.MaxUnwindRows * profiler.UnwindRowBytes
+	// defaultGoMemoryLimit: the floor of the Go runtime's soft limit.
+	defaultGoMemoryLimit = 24 << 20
+	minGoMemoryLimit     = 8 << 20
+	minUnwindTableBytes  = 1 << 20
+	maxUnwindTableBytes  = profiler.MaxUnwindRows * profiler.UnwindRowBytes
 )
 
 // Limits on the symbolizer settings.
@@ -169,6 +181,10 @@ func createDefaultConfig() component.Config {
 		UnwindTableBytes:  defaultUnwindTableBytes,
 		ErrorMode:         errormode.Propagate,
 		OffCPU:            defaultOffCPUConfig(),
+		// Start-up reads about 15 MB of bin/bpfcol that steady
+		// profiling never reads again.
+		PageOutStartupImage: true,
+		GoMemoryLimit:       defaultGoMemoryLimit,
 	}
 }
 
@@ -180,6 +196,9 @@ func (c *Config) Validate() error {
 	}
 	if c.ReportInterval < 100*time.Millisecond {
 		errs = append(errs, fmt.Errorf("report_interval: %s is shorter than 100ms", c.ReportInterval))
+	}
+	if c.GoMemoryLimit != 0 && c.GoMemoryLimit < minGoMemoryLimit {
+		errs = append(errs, fmt.Errorf("go_memory_limit: %d is below %d (0 turns it off)", c.GoMemoryLimit, minGoMemoryLimit))
 	}
 	if c.UnwindTableBytes < minUnwindTableBytes || c.UnwindTableBytes > maxUnwindTableBytes {
 		errs = append(errs, fmt.Errorf("unwind_table_bytes: %d is outside [%d, %d]", c.UnwindTableBytes, minUnwindTableBytes, maxUnwindTableBytes))

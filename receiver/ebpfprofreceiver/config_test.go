@@ -130,3 +130,21 @@ func TestUnwindTableBytesValidate(t *testing.T) {
 		}
 	}
 }
+
+func TestGoMemoryLimitValidate(t *testing.T) {
+	cfg := createDefaultConfig().(*Config)
+	for _, ok := range []int64{0, 8 << 20, 1 << 30} {
+		c := *cfg
+		c.GoMemoryLimit = ok
+		if err := c.Validate(); err != nil {
+			t.Errorf("go_memory_limit %d: Validate() = %v", ok, err)
+		}
+	}
+	for _, bad := range []int64{-1, 1 << 20} {
+		c := *cfg
+		c.GoMemoryLimit = bad
+		if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "go_memory_limit") {
+			t.Errorf("go_memory_limit %d: Validate() = %v, want an error naming the field", bad, err)
+		}
+	}
+}

@@ -78,8 +78,10 @@ type profilesReceiver struct {
 	callersRecovered atomic.Int64
 	unknownProcesses atomic.Int64
 	profilesEmitted  atomic.Int64
-	firstSample      atomic.Bool
-	startedAt        time.Time
+	// stopMemoryLimit gives up the Go memory limit (goMemoryLimiter).
+	stopMemoryLimit func()
+	firstSample     atomic.Bool
+	startedAt       time.Time
 
 	hooks testHooks
 }
@@ -171,6 +173,7 @@ func (r *profilesReceiver) start(_ context.Context, _ component.Host) error {
 	// The sampler and the kernel symbolizer share one parse of the
 	// kernel's BTF, dropped once both are loaded.
 	defer support.ReleaseKernelTypes()
+	r.stopMemoryLimit = startGoMemoryLimit(r.cfg.GoMemoryLimit)
 	// Samples are linked to open probe scopes only when a uprobe receiver
 	// runs in this collector: alone, the sampler pays no lookup.
 	var shared *ebpf.Map
@@ -371,13 +374,30 @@ func (r *profilesReceiver) export() {
 		r.obsrecv.EndProfilesOp(ctx, "pprofile", profiles.SampleCount(), err)
 		if err == nil {
 			r.counts.exported.Add(b.Samples())
-			r.profilesEmitted.Add(1)
+			if r.profilesEmitted.Add(1) == pageOutAfterReports && r.cfg.PageOutStartupImage {
+				r.pageOutImage()
+			}
 		} else {
 			// The pipeline refused: the batch is dropped, never retried
 			// here, so memory stays bounded.
 			r.counts.refused.Add(b.Samples())
 		}
 	}
+}
+
+// pageOutAfterReports is the report after which start-up is over: the
+// binaries sampled first have been named, and the exporters have sent.
+const pageOutAfterReports = 2
+
+// pageOutImage reclaims the pages of the collector's executable that
+// start-up read (see Config.PageOutStartupImage).
+func (r *profilesReceiver) pageOutImage() {
+	n, err := pageOutImage()
+	if err != nil {
+		r.set.Logger.Debug("start-up pages of the executable not paged out", zap.Error(err))
+		return
+	}
+	r.set.Logger.Debug("start-up pages of the executable paged out", zap.Int64("mapped_bytes", n))
 }
 
 // Shutdown stops sampling, reads what is left in the ringbuf, exports it
@@ -387,6 +407,9 @@ func (r *profilesReceiver) export() {
 // than once.
 func (r *profilesReceiver) Shutdown(ctx context.Context) error {
 	r.undeclare()
+	if r.stopMemoryLimit != nil {
+		defer r.stopMemoryLimit()
+	}
 	if r.sampler == nil {
 		return nil
 	}

@@ -290,6 +290,9 @@ func measureMemory(b *testing.B) {
 	logLargestMappings(b, pid)
 	if heapFile != "" {
 		fetchHeapProfile(b, "http://"+pprofAddr+"/debug/pprof/heap", heapFile)
+		// The runtime's own figures (heap in use, released, stacks, GC
+		// goal) come with the text form of the profile.
+		fetchHeapProfile(b, "http://"+pprofAddr+"/debug/pprof/heap?debug=1", heapFile+".txt")
 	}
 	load := loadAverage()
 	ran := time.Since(col.started)

@@ -23,9 +23,7 @@ func compile(fdes []fde, b *bases, keep func(begin, end uint64) bool, st *parseS
 	})
 	inits := make(map[*cie]*state)
 	m := &machine{b: b}
-	// Real sections hold 5-8 bytes of CFI per row; start near that to
-	// spare the regrowth of a large table.
-	rows := make([]Row, 0, min(len(fdes)*4, insnBytes(fdes)/4+2*len(fdes)))
+	var rows rowBuilder
 	var prevEnd uint64
 	have := false
 	for i := range fdes {
@@ -39,7 +37,7 @@ func compile(fdes []fde, b *bases, keep func(begin, end uint64) bool, st *parseS
 			continue
 		}
 		if have && f.begin > prevEnd {
-			rows = appendRow(rows, Row{PC: prevEnd})
+			rows.add(Row{PC: prevEnd})
 		}
 		have = true
 		prevEnd = f.end
@@ -59,7 +57,7 @@ func compile(fdes []fde, b *bases, keep func(begin, end uint64) bool, st *parseS
 		}
 		if init == nil {
 			st.badFDEs++
-			rows = appendRow(rows, Row{PC: f.begin, CFA: CFAUnsupported})
+			rows.add(Row{PC: f.begin, CFA: CFAUnsupported})
 			continue
 		}
 		m.initial, m.cur, m.loc = *init, *init, f.begin
@@ -70,30 +68,84 @@ func compile(fdes []fde, b *bases, keep func(begin, end uint64) bool, st *parseS
 			if loc >= end {
 				return false
 			}
-			rows = appendRow(rows, s.row(loc, signal))
+			rows.add(s.row(loc, signal))
 			return true
 		})
 		if err != nil {
 			st.badFDEs++
 			if m.loc < end {
-				rows = appendRow(rows, Row{PC: m.loc, CFA: CFAUnsupported})
+				rows.add(Row{PC: m.loc, CFA: CFAUnsupported})
 			}
 		}
 	}
 	if have {
-		rows = appendRow(rows, Row{PC: prevEnd})
+		rows.add(Row{PC: prevEnd})
 	}
-	// An exact copy, so that the table holds (and Size counts) no spare
-	// capacity.
-	return append([]Row(nil), rows...)
+	return rows.rows()
 }
 
-func insnBytes(fdes []fde) int {
-	n := 0
-	for i := range fdes {
-		n += len(fdes[i].insns)
+// rowChunk is the number of rows of a rowBuilder chunk (96 KiB).
+const rowChunk = 4096
+
+// rowBuilder collects a table's rows as appendRow does, in chunks of
+// rowChunk: a slice grown by append copies itself at each regrowth and
+// the old array stays until a GC, so a large table (libLLVM's: 950k rows,
+// 22 MB) took five times its size to build. In chunks it takes twice: the
+// chunks and the exact copy rows returns.
+type rowBuilder struct {
+	full [][]Row // chunks filled
+	cur  []Row   // the chunk being filled
+}
+
+// add appends r, keeping rows compact like appendRow.
+func (b *rowBuilder) add(r Row) {
+	if last, ok := b.last(); ok && last.PC == r.PC {
+		b.pop()
 	}
-	return n
+	if last, ok := b.last(); ok && sameRule(last, r) {
+		return
+	}
+	if _, ok := b.last(); !ok && r.CFA == CFANone {
+		return // nothing to end
+	}
+	if len(b.cur) == cap(b.cur) {
+		if b.cur != nil {
+			b.full = append(b.full, b.cur)
+		}
+		b.cur = make([]Row, 0, rowChunk)
+	}
+	b.cur = append(b.cur, r)
+}
+
+func (b *rowBuilder) last() (Row, bool) {
+	if len(b.cur) == 0 && len(b.full) > 0 {
+		// A pop emptied the chunk: the previous one ends the rows.
+		b.cur, b.full = b.full[len(b.full)-1], b.full[:len(b.full)-1]
+	}
+	if len(b.cur) == 0 {
+		return Row{}, false
+	}
+	return b.cur[len(b.cur)-1], true
+}
+
+func (b *rowBuilder) pop() { b.cur = b.cur[:len(b.cur)-1] }
+
+// rows returns the rows in one slice of exactly their number, so that the
+// table holds (and Size counts) no spare capacity.
+func (b *rowBuilder) rows() []Row {
+	n := len(b.cur)
+	for _, c := range b.full {
+		n += len(c)
+	}
+	if n == 0 {
+		return nil
+	}
+	out := make([]Row, 0, n)
+	for i, c := range b.full {
+		out = append(out, c...)
+		b.full[i] = nil // collectable while the rest is copied
+	}
+	return append(out, b.cur...)
 }
 
 // sameRule tells whether two rows hold the same unwind rule.

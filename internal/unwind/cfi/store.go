@@ -76,6 +76,8 @@ type StoreStats struct {
 	// requests refused because the queue was full.
 	Queued  int
 	Dropped uint64
+	// Released counts tables dropped by Release once copied elsewhere.
+	Released uint64
 }
 
 // failedCost is what a failed build costs in the store, so that a file
@@ -176,6 +178,26 @@ func (s *Store[K]) Request(key K, open func() (*os.File, error)) bool {
 	}
 }
 
+// Release drops e, the entry held for key, once its user has copied the
+// table elsewhere (the loader, into BPF maps): the Go copy then costs
+// nothing, and a later Request builds the table again. An entry other
+// than e (built again meanwhile) or one waiting for its debug file
+// (ErrPending, retried through Get) is kept. It reports whether e was
+// dropped.
+func (s *Store[K]) Release(key K, e *Entry) bool {
+	if e == nil || errors.Is(e.Err, ErrPending) {
+		return false
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if held, ok := s.cache.Peek(key); !ok || held != e {
+		return false
+	}
+	s.cache.Remove(key)
+	s.stats.Released++
+	return true
+}
+
 // Stats returns the store's counts.
 func (s *Store[K]) Stats() StoreStats {
 	c := s.cache.Stats()
@@ -215,8 +237,10 @@ func (s *Store[K]) work() {
 			if t != nil && s.cfg.Size(t) > s.cfg.MaxBytes {
 				e.Table, e.Err = nil, fmt.Errorf("holding %d bytes: %w", s.cfg.Size(t), ErrTooLarge)
 			}
-			s.cache.Add(r.key, e)
+			// Under mu, so that Release never drops an entry added
+			// between its check and its removal.
 			s.mu.Lock()
+			s.cache.Add(r.key, e)
 			delete(s.inflight, r.key)
 			s.stats.Builds++
 			s.stats.BuildTime += e.BuildTime

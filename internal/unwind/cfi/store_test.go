@@ -201,3 +201,49 @@ func TestStoreDebugFile(t *testing.T) {
 	require.EqualValues(t, 0, s2.Stats().Queued)
 	require.EqualValues(t, 1, s2.Stats().Builds)
 }
+
+// TestStoreRelease drops a table once copied elsewhere: counted, the bytes
+// freed, built again on the next request; an entry other than the one
+// released, or one waiting for its debug file, is kept.
+func TestStoreRelease(t *testing.T) {
+	onBuilt, built := waitBuilt()
+	s := NewStore[string](StoreConfig{MaxBytes: 64 << 20, QueueLen: 4}, onBuilt)
+	defer s.Close()
+	libc := opener("/lib/x86_64-linux-gnu/libc.so.6")
+
+	require.True(t, s.Request("libc", libc))
+	require.Equal(t, "libc", recvKey(t, built))
+	e, ok := s.Get("libc")
+	require.True(t, ok)
+	require.NotNil(t, e.Table)
+	require.Positive(t, s.Stats().Bytes)
+
+	require.False(t, s.Release("libc", &Entry{Table: e.Table}), "an entry not held is not released")
+	require.False(t, s.Release("libc", &Entry{Table: e.Table, Err: ErrPending}))
+	_, ok = s.Get("libc")
+	require.True(t, ok)
+
+	require.True(t, s.Release("libc", e))
+	_, ok = s.Get("libc")
+	require.False(t, ok, "a released table is no longer held")
+	st := s.Stats()
+	require.EqualValues(t, 1, st.Released)
+	require.Zero(t, st.Bytes)
+	require.Zero(t, st.Tables)
+	require.False(t, s.Release("libc", e), "released twice")
+
+	// Asked again, it is built again.
+	require.True(t, s.Request("libc", libc))
+	require.Equal(t, "libc", recvKey(t, built))
+	e2, ok := s.Get("libc")
+	require.True(t, ok)
+	require.Equal(t, e.Table.Rows, e2.Table.Rows)
+	require.EqualValues(t, 2, s.Stats().Builds)
+
+	// Waiting for a debug file: kept, so the retry finds it.
+	pending := &Entry{Table: e2.Table, Err: ErrPending}
+	s.cache.Add("pending", pending)
+	require.False(t, s.Release("pending", pending))
+	_, ok = s.Get("pending")
+	require.True(t, ok)
+}

@@ -63,6 +63,16 @@ type Config struct {
 	// SweepInterval is how often exited and exec'd processes are found.
 	// Zero means one second.
 	SweepInterval time.Duration
+	// ReleaseLoaded drops a table from Tables once its rows are in the
+	// row store (when Tables has a Release method, as *cfi.Store does),
+	// so Go holds only the tables not loaded yet. A table evicted from
+	// the row store, or moved by a compaction, is then built again.
+	ReleaseLoaded bool
+}
+
+// releaser is the optional method of Tables that ReleaseLoaded uses.
+type releaser interface {
+	Release(key process.FileKey, e *cfi.Entry) bool
 }
 
 // Stats are the loader's counts.
@@ -477,6 +487,9 @@ func (l *Loader) materialize(fe *fileEntry) {
 		return
 	}
 	fe.state, fe.first, fe.count, fe.base = fileRows, first, uint32(len(rows)), base
+	if r, ok := l.cfg.Tables.(releaser); ok && l.cfg.ReleaseLoaded {
+		r.Release(fe.key, e)
+	}
 	fe.lru = l.lru.PushFront(fe)
 	l.rowBytes.Store(int64(l.arena.used) * profiler.UnwindRowBytes)
 	l.nfiles.Store(int64(l.lru.Len()))

@@ -123,3 +123,47 @@ func itoa(n int) string {
 	}
 	return string(b)
 }
+
+// TestLoaderReleasesLoadedTables checks ReleaseLoaded: once a process's
+// tables are in the row store, the store holds none of them in Go, and a
+// process whose tables were evicted from the row store gets them back,
+// built again.
+func TestLoaderReleasesLoadedTables(t *testing.T) {
+	testenv.RequireBPF(t)
+	s, err := profiler.New(profiler.Options{Frequency: 1, UnwindRows: 110000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	store := newStore(t)
+	l := New(Config{Sink: s, Tables: store, ReleaseLoaded: true})
+
+	sq := startSleeper(t, "/usr/bin/sqlite3", ":memory:", "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x+1 FROM c) SELECT count(*) FROM c;")
+	loadAll(t, l, sq.Process.Pid)
+	st, ls := store.Stats(), l.Stats()
+	t.Logf("after sqlite3: store %+v, loader %+v", st, ls)
+	if ls.Files == 0 || st.Released < uint64(ls.Files) {
+		t.Fatalf("%d tables released for %d files loaded", st.Released, ls.Files)
+	}
+	// Failed builds (files without CFI) stay, at a small fixed cost each.
+	if st.Bytes > int64(st.Tables)*256 {
+		t.Fatalf("the store still holds %d bytes in %d entries after loading", st.Bytes, st.Tables)
+	}
+
+	// python3.11 evicts sqlite3's tables (see
+	// TestLoaderEvictsLeastRecentlyUsed); loading sqlite3 again builds
+	// them again.
+	py := startSleeper(t, "/usr/bin/python3.11", "-c", "import time; time.sleep(60)")
+	loadAll(t, l, py.Process.Pid)
+	if l.Stats().Evictions == 0 || l.Ready(uint32(sq.Process.Pid)) {
+		t.Fatalf("sqlite3's tables not evicted: %+v", l.Stats())
+	}
+	builds := store.Stats().Builds
+	l.mu.Lock()
+	delete(l.lastLoad, uint32(sq.Process.Pid))
+	l.mu.Unlock()
+	loadAll(t, l, sq.Process.Pid)
+	if store.Stats().Builds <= builds {
+		t.Fatalf("sqlite3 ready again without a build: %+v", store.Stats())
+	}
+}
