@@ -100,7 +100,10 @@ func NewReader[T any](m *ebpf.Map, what string) (*Reader[T], error) {
 // BPF_RB_NO_WAKEUP into an empty ringbuf, or with BPF_RB_FORCE_WAKEUP.
 func (r *Reader[T]) Read() (*T, error) {
 	for {
-		err := r.reader.ReadInto(&r.record)
+		err := os.ErrDeadlineExceeded
+		if !r.empty() {
+			err = r.reader.ReadInto(&r.record)
+		}
 		switch {
 		case err == nil:
 			return r.decode()
@@ -122,6 +125,16 @@ func (r *Reader[T]) Read() (*T, error) {
 			return nil, ErrClosed
 		}
 	}
+}
+
+// empty reports, without a system call, that there is nothing to read: no
+// record, no flush and not closed.
+func (r *Reader[T]) empty() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	// Close marks the Reader closed before it closes the ringbuf: open
+	// here, the ringbuf is still open while mu is held.
+	return !r.interrupted && !r.closed && r.reader.AvailableBytes() == 0
 }
 
 // wait parks the goroutine until the kernel wakes the ringbuf's readers,
