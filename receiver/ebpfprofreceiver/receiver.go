@@ -372,6 +372,7 @@ func (r *profilesReceiver) aggregate() {
 			agg.Add(s)
 			r.samplePool.Put(s)
 		}
+		r.unwind.Tick(time.Now())
 		if !d.report.IsZero() {
 			handOver(agg.Flush(d.report), false)
 		}
