@@ -36,8 +36,15 @@ const (
 	// maxDrainBatch bounds the samples handed over at once.
 	maxDrainBatch = 256
 	// drainInterval is how often the ringbuf is drained when it is less
-	// than half full; it bounds the delay before a sample is aggregated.
-	drainInterval = 100 * time.Millisecond
+	// than half full. Every wakeup costs the collector far more than the
+	// samples it reads, so it is long: the ringbuf holds about 2 s of
+	// samples (a quarter of it fills in this time), and each report
+	// interval ends with a drain of its own, so no sample waits for the
+	// next report.
+	drainInterval = 500 * time.Millisecond
+	// firstDrainInterval is the drain interval until the first sample is
+	// read, so that the start of sampling shows at once.
+	firstDrainInterval = 100 * time.Millisecond
 	// batchQueueSize bounds the intervals waiting for symbolization and
 	// export; when it is full an interval is dropped and counted.
 	batchQueueSize = 2
@@ -70,7 +77,7 @@ type profilesReceiver struct {
 
 	aggregator *aggregate.Aggregator
 	resolver   *resolve.Resolver
-	samples    chan []*profiler.Sample
+	samples    chan drained
 	batches    chan *aggregate.Batch
 	samplePool sync.Pool
 
@@ -210,7 +217,7 @@ func (r *profilesReceiver) start(_ context.Context, _ component.Host) error {
 		r.set.Logger.Warn("user frames named from the mapped binaries only", zap.Error(err))
 	}
 	r.startUnwind()
-	r.samples = make(chan []*profiler.Sample, sampleQueueSize/maxDrainBatch)
+	r.samples = make(chan drained, sampleQueueSize/maxDrainBatch)
 	r.batches = make(chan *aggregate.Batch, batchQueueSize)
 
 	// CFI tables are loaded on their own goroutine: sampling and
@@ -247,12 +254,23 @@ func (r *profilesReceiver) start(_ context.Context, _ component.Host) error {
 	return nil
 }
 
+// drained is what the drain hands the aggregator: samples, and when a
+// report interval ended after them, the time it ended.
+type drained struct {
+	samples []*profiler.Sample
+	// report, when not zero, ends the interval after these samples.
+	report time.Time
+}
+
 // drain moves samples from the ringbuf to the aggregator, in batches every
 // drainInterval (sooner when the ringbuf is half full): one wakeup per
-// batch instead of one per sample. It never blocks on the aggregator: when
-// the queue is full the batch is counted and dropped. At shutdown it reads
-// what is left in the ringbuf, up to ErrFlushed, and hands the last batch
-// over, waiting for the aggregator if it must.
+// batch instead of one per sample. It also keeps the report interval: at
+// its end it reads the ringbuf empty and tells the aggregator to flush, so
+// an interval holds every sample read up to its end. It never blocks on
+// the aggregator: when the queue is full the batch is counted and dropped
+// (an interval's end is handed over with the next batch). At shutdown it
+// reads what is left in the ringbuf, up to ErrFlushed, and hands the last
+// batch over, waiting for the aggregator if it must.
 //
 // It takes the sampler as an argument: Shutdown forgets r.sampler when it
 // gives up waiting for the pipeline, and the drain may still be reading.
@@ -263,12 +281,14 @@ func (r *profilesReceiver) drain(sampler *profiler.Sampler) {
 		<-r.hooks.drainStart
 	}
 	batch := make([]*profiler.Sample, 0, maxDrainBatch)
+	var reportDue time.Time // an interval's end not handed over yet
 	handOver := func() {
-		if len(batch) == 0 {
+		if len(batch) == 0 && reportDue.IsZero() {
 			return
 		}
 		select {
-		case r.samples <- batch:
+		case r.samples <- drained{samples: batch, report: reportDue}:
+			reportDue = time.Time{}
 		default:
 			r.counts.droppedQueue.Add(int64(len(batch)))
 			for _, s := range batch {
@@ -277,7 +297,16 @@ func (r *profilesReceiver) drain(sampler *profiler.Sampler) {
 		}
 		batch = make([]*profiler.Sample, 0, maxDrainBatch)
 	}
-	sampler.SetDeadline(time.Now().Add(drainInterval))
+	interval := firstDrainInterval
+	nextReport := time.Now().Add(r.cfg.ReportInterval)
+	setDeadline := func(now time.Time) {
+		d := now.Add(interval)
+		if nextReport.Before(d) {
+			d = nextReport
+		}
+		sampler.SetDeadline(d)
+	}
+	setDeadline(time.Now())
 	for {
 		s := r.samplePool.Get().(*profiler.Sample)
 		err := sampler.Read(s)
@@ -285,6 +314,7 @@ func (r *profilesReceiver) drain(sampler *profiler.Sampler) {
 		case err == nil:
 			if r.firstSample.CompareAndSwap(false, true) {
 				r.set.Logger.Info("first sample received", zap.Duration("since_start", time.Since(r.startedAt)))
+				interval = drainInterval
 			}
 			r.counts.read.Add(1)
 			if batch = append(batch, s); len(batch) == maxDrainBatch {
@@ -292,13 +322,24 @@ func (r *profilesReceiver) drain(sampler *profiler.Sampler) {
 			}
 		case errors.Is(err, profiler.ErrDeadline):
 			r.samplePool.Put(s)
+			// The ringbuf is empty: every sample taken so far is read.
+			now := time.Now()
+			if !now.Before(nextReport) {
+				reportDue = now
+				nextReport = nextReport.Add(r.cfg.ReportInterval)
+				if !now.Before(nextReport) {
+					// Late by a whole interval (a stalled host):
+					// start afresh rather than report in a burst.
+					nextReport = now.Add(r.cfg.ReportInterval)
+				}
+			}
 			handOver()
-			sampler.SetDeadline(time.Now().Add(drainInterval))
+			setDeadline(now)
 		case errors.Is(err, profiler.ErrFlushed):
 			// Sampling stopped and the ringbuf is empty: the last batch.
 			r.samplePool.Put(s)
-			if len(batch) > 0 {
-				r.samples <- batch
+			if len(batch) > 0 || !reportDue.IsZero() {
+				r.samples <- drained{samples: batch, report: reportDue}
 			}
 			return
 		default:
@@ -312,14 +353,13 @@ func (r *profilesReceiver) drain(sampler *profiler.Sampler) {
 }
 
 // aggregate counts samples and hands one batch per report interval to the
-// exporter. When the drain stops (at shutdown) the last, partial interval
-// is handed over too, waiting for the exporter if it must.
+// exporter, when the drain says the interval ended. When the drain stops
+// (at shutdown) the last, partial interval is handed over too, waiting for
+// the exporter if it must.
 func (r *profilesReceiver) aggregate() {
 	defer r.wg.Done()
 	defer close(r.batches)
 	agg := r.aggregator
-	ticker := time.NewTicker(r.cfg.ReportInterval)
-	defer ticker.Stop()
 	handOver := func(b *aggregate.Batch, last bool) {
 		r.counts.droppedStacks.Add(b.Stats.DroppedStacksFull)
 		r.callersRecovered.Add(b.Stats.CallersRecovered)
@@ -337,22 +377,18 @@ func (r *profilesReceiver) aggregate() {
 			r.counts.droppedBatch.Add(b.Samples())
 		}
 	}
-	for {
-		select {
-		case batch, ok := <-r.samples:
-			if !ok {
-				handOver(agg.Flush(time.Now()), true)
-				return
-			}
-			for _, s := range batch {
-				r.unwind.Observe(s)
-				agg.Add(s)
-				r.samplePool.Put(s)
-			}
-		case now := <-ticker.C:
-			handOver(agg.Flush(now), false)
+	for d := range r.samples {
+		for _, s := range d.samples {
+			r.unwind.Observe(s)
+			agg.Add(s)
+			r.samplePool.Put(s)
+		}
+		r.unwind.Tick(time.Now())
+		if !d.report.IsZero() {
+			handOver(agg.Flush(d.report), false)
 		}
 	}
+	handOver(agg.Flush(time.Now()), true)
 }
 
 // export names the frames of each batch, builds pdata and hands it on.

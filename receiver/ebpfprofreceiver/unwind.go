@@ -46,6 +46,9 @@ func (r *profilesReceiver) startUnwind() {
 		}
 	}
 	r.unwindTables = cfi.NewStore[process.FileKey](cfg, func(key process.FileKey, _ *cfi.Entry) { l.Built(key) })
-	l = loader.New(loader.Config{Sink: r.sampler, Tables: r.unwindTables, ReleaseLoaded: true})
+	// The loader sweeps when the aggregator ticks it, for every drained
+	// batch (every report interval at least, on an idle host): no wakeup
+	// of its own.
+	l = loader.New(loader.Config{Sink: r.sampler, Tables: r.unwindTables, SweepOnTick: true, ReleaseLoaded: true})
 	r.unwind = l
 }

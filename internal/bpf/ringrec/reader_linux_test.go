@@ -208,3 +208,66 @@ func TestSize(t *testing.T) {
 		}
 	}
 }
+
+// TestReadWakesOnRecord checks that a Read waiting without a deadline
+// wakes for a record the kernel wakes readers for (the first into an empty
+// ringbuf), and that Flush wakes a waiting Read.
+func TestReadWakesOnRecord(t *testing.T) {
+	w := newWriter(t, int(unsafe.Sizeof(testRecord{})))
+	r, err := NewReader[testRecord](w.ring, "test record")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	type result struct {
+		pid uint32
+		err error
+	}
+	read := func() <-chan result {
+		done := make(chan result, 1)
+		go func() {
+			got, err := r.Read()
+			if err != nil {
+				done <- result{err: err}
+				return
+			}
+			done <- result{pid: got.PID}
+		}()
+		return done
+	}
+	for i := range 3 {
+		done := read()
+		time.Sleep(20 * time.Millisecond)
+		w.write(t, testRecord{PID: uint32(100 + i)})
+		select {
+		case got := <-done:
+			if got.err != nil || got.pid != uint32(100+i) {
+				t.Fatalf("read %d: pid %d, %v; want pid %d", i, got.pid, got.err, 100+i)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatalf("read %d: a written record did not wake the waiting read", i)
+		}
+	}
+	done := read()
+	time.Sleep(20 * time.Millisecond)
+	if err := r.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case got := <-done:
+		if !errors.Is(got.err, ErrFlushed) {
+			t.Fatalf("waiting read after flush: %v, want ErrFlushed", got.err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("flush did not wake a waiting read")
+	}
+	// After the flush was read, Reads wait again, up to their deadline.
+	r.SetDeadline(time.Now().Add(50 * time.Millisecond))
+	start := time.Now()
+	if _, err := r.Read(); !errors.Is(err, ErrDeadline) {
+		t.Fatalf("read after the flush: %v, want ErrDeadline", err)
+	}
+	if waited := time.Since(start); waited < 40*time.Millisecond {
+		t.Fatalf("read after the flush returned after %s, before its deadline", waited)
+	}
+}

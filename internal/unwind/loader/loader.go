@@ -63,6 +63,10 @@ type Config struct {
 	// SweepInterval is how often exited and exec'd processes are found.
 	// Zero means one second.
 	SweepInterval time.Duration
+	// SweepOnTick makes Run sweep when Tick finds a sweep due, instead of
+	// on a timer of its own: a caller that wakes up regularly anyway
+	// saves the process a wakeup per sweep.
+	SweepOnTick bool
 	// ReleaseLoaded drops a table from Tables once its rows are in the
 	// row store (when Tables has a Release method, as *cfi.Store does),
 	// so Go holds only the tables not loaded yet. A table evicted from
@@ -138,6 +142,10 @@ type procEntry struct {
 type Loader struct {
 	cfg      Config
 	requests chan uint32
+	// sweepDue asks Run for a sweep (SweepOnTick); lastTick is when Tick
+	// last asked.
+	sweepDue chan struct{}
+	lastTick time.Time
 
 	built chan process.FileKey
 
@@ -179,6 +187,8 @@ func New(cfg Config) *Loader {
 	l := &Loader{
 		cfg:      cfg,
 		requests: make(chan uint32, cfg.QueueSize),
+		sweepDue: make(chan struct{}, 1),
+		lastTick: time.Now(),
 		built:    make(chan process.FileKey, cfg.QueueSize),
 		queued:   map[uint32]struct{}{},
 		lastLoad: map[uint32]time.Time{},
@@ -249,10 +259,27 @@ func (l *Loader) Stats() Stats {
 	}
 }
 
+// Tick asks Run for a sweep when SweepInterval passed since the last one
+// it asked for. It is for one goroutine, and never blocks.
+func (l *Loader) Tick(now time.Time) {
+	if now.Sub(l.lastTick) < l.cfg.SweepInterval {
+		return
+	}
+	l.lastTick = now
+	select {
+	case l.sweepDue <- struct{}{}:
+	default: // one is due already
+	}
+}
+
 // Run loads queued processes and drops exited ones until ctx is done.
 func (l *Loader) Run(ctx context.Context) {
-	sweep := time.NewTicker(l.cfg.SweepInterval)
-	defer sweep.Stop()
+	var ticker <-chan time.Time // nil, never ready, with SweepOnTick
+	if !l.cfg.SweepOnTick {
+		t := time.NewTicker(l.cfg.SweepInterval)
+		defer t.Stop()
+		ticker = t.C
+	}
 	for {
 		select {
 		case <-ctx.Done():
@@ -265,7 +292,9 @@ func (l *Loader) Run(ctx context.Context) {
 			l.Load(pid)
 		case key := <-l.built:
 			l.rebuilt(key)
-		case <-sweep.C:
+		case <-ticker:
+			l.sweep()
+		case <-l.sweepDue:
 			l.sweep()
 		}
 	}

@@ -1,6 +1,7 @@
 package loader
 
 import (
+	"context"
 	"os"
 	"os/exec"
 	"testing"
@@ -165,5 +166,41 @@ func TestLoaderReleasesLoadedTables(t *testing.T) {
 	loadAll(t, l, sq.Process.Pid)
 	if store.Stats().Builds <= builds {
 		t.Fatalf("sqlite3 ready again without a build: %+v", store.Stats())
+	}
+}
+
+// TestLoaderSweepsOnTick checks that with SweepOnTick, Run sweeps (and so
+// forgets an exited process) when Tick finds a sweep due, and not before.
+func TestLoaderSweepsOnTick(t *testing.T) {
+	testenv.RequireBPF(t)
+	s, err := profiler.New(profiler.Options{Frequency: 1, UnwindRows: 1 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	l := New(Config{Sink: s, Tables: newStore(t), SweepInterval: time.Hour, SweepOnTick: true})
+	cmd := startSleeper(t, "/usr/bin/python3.11", "-c", "import time; time.sleep(60)")
+	pid := cmd.Process.Pid
+	loadAll(t, l, pid)
+	cmd.Process.Kill()
+	cmd.Wait()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); l.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+
+	// Not due yet: the exited process stays.
+	l.Tick(time.Now())
+	time.Sleep(200 * time.Millisecond)
+	if got := l.Stats().Processes; got != 1 {
+		t.Fatalf("%d processes loaded after a tick with no sweep due, want 1", got)
+	}
+	l.Tick(time.Now().Add(time.Hour))
+	deadline := time.Now().Add(10 * time.Second)
+	for l.Stats().Processes != 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("exited process still loaded 10s after a tick with a sweep due: %+v", l.Stats())
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }

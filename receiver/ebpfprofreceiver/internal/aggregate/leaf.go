@@ -15,10 +15,24 @@ import (
 // recently used out first.
 const maxAnalyzedFunctions = 1 << 12
 
+// maxSlotPCs bounds the cache of answers per sampled PC, least recently
+// used out first.
+const maxSlotPCs = 1 << 12
+
 type functionKey struct {
 	file  process.FileKey
 	start uint64
 }
+
+// pcKey is a sampled PC: its file and file offset.
+type pcKey struct {
+	file   process.FileKey
+	offset uint64
+}
+
+// noSlot marks a PC whose return address is not at SP or SP+8, or whose
+// function could not be analysed.
+const noSlot = -1
 
 // leafAnalyzer finds the caller that frame-pointer walking skipped when the
 // sampled function had not pushed a frame: the return address is then at
@@ -26,10 +40,18 @@ type functionKey struct {
 type leafAnalyzer struct {
 	binaries  *symbolize.BinaryCache
 	functions *lru.Cache[functionKey, *unwind.Function] // nil value: not analysable
+	// slots remembers the answer for each PC: a busy thread is sampled at
+	// the same few PCs, and each answer otherwise costs a symbol lookup
+	// in its binary.
+	slots *lru.Cache[pcKey, int8]
 }
 
 func newLeafAnalyzer(binaries *symbolize.BinaryCache) *leafAnalyzer {
-	return &leafAnalyzer{binaries: binaries, functions: lru.New[functionKey, *unwind.Function](maxAnalyzedFunctions, nil)}
+	return &leafAnalyzer{
+		binaries:  binaries,
+		functions: lru.New[functionKey, *unwind.Function](maxAnalyzedFunctions, nil),
+		slots:     lru.New[pcKey, int8](maxSlotPCs, nil),
+	}
 }
 
 // lostCaller returns the return address into the leaf's caller when the
@@ -53,18 +75,37 @@ func (l *leafAnalyzer) lostCaller(proc *Process, leaf frame.Frame, s *profiler.S
 
 func (l *leafAnalyzer) slot(pid int, m *process.Mapping, addr uint64) (int, bool) {
 	file := process.FileKey{Dev: m.Dev, Ino: m.Inode}
+	key := pcKey{file, m.FileOffset(addr)}
+	if slot, ok := l.slots.Get(key); ok {
+		return int(slot), slot != noSlot
+	}
+	slot, ok, opened := l.analyzeSlot(pid, m, addr)
+	if !ok {
+		slot = noSlot
+	}
+	// A binary that could not be opened is tried again next time.
+	if opened {
+		l.slots.Add(key, int8(slot))
+	}
+	return slot, ok
+}
+
+// analyzeSlot finds where the return address is at the PC addr of m;
+// opened says whether m's binary could be read for the answer.
+func (l *leafAnalyzer) analyzeSlot(pid int, m *process.Mapping, addr uint64) (slot int, ok, opened bool) {
+	file := process.FileKey{Dev: m.Dev, Ino: m.Inode}
 	bin, err := l.binaries.Get(file, func() (*os.File, error) { return process.OpenMapping(pid, m) })
 	if err != nil {
-		return 0, false
+		return 0, false, false
 	}
 	defer bin.Release()
 	pc, ok := bin.Mapper().FileOffsetToVirtualAddress(m.FileOffset(addr))
 	if !ok {
-		return 0, false
+		return 0, false, true
 	}
 	start, end, ok := bin.FunctionStart(pc)
 	if !ok {
-		return 0, false
+		return 0, false, true
 	}
 	// Each function is decoded once; its answer for every PC is kept.
 	key := functionKey{file, start}
@@ -74,10 +115,10 @@ func (l *leafAnalyzer) slot(pid int, m *process.Mapping, addr uint64) (int, bool
 		l.functions.Add(key, fn)
 	}
 	if fn == nil {
-		return 0, false
+		return 0, false, true
 	}
-	slot, ok := fn.ReturnAddressSlot(pc)
-	return slot, ok && (slot == 0 || slot == 8)
+	slot, ok = fn.ReturnAddressSlot(pc)
+	return slot, ok && (slot == 0 || slot == 8), true
 }
 
 func analyze(bin *symbolize.Binary, start, end uint64) *unwind.Function {
