@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -11,6 +12,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -111,7 +113,8 @@ func (ch *churn) once(i int) error {
 	default:
 		cmd = exec.Command(ch.py, "-c", "import sys, time\nend = time.monotonic() + float(sys.argv[1])\nn = 0\nwhile time.monotonic() < end:\n    n += 1\n", secs)
 	}
-	if err := cmd.Start(); err != nil {
+	cmd, err := startRetryingBusy(cmd)
+	if err != nil {
 		return fmt.Errorf("starting %s: %w", cmd.Path, err)
 	}
 	ch.started.Add(1)
@@ -122,6 +125,20 @@ func (ch *churn) once(i int) error {
 		return fmt.Errorf("running %s: %w", cmd.Path, err)
 	}
 	return nil
+}
+
+// startRetryingBusy starts cmd, again while its binary is busy: a fork by
+// another churn worker between this copy's write and its close holds the
+// write descriptor until that child execs (ETXTBSY, golang/go#22315).
+func startRetryingBusy(cmd *exec.Cmd) (*exec.Cmd, error) {
+	for try := 0; ; try++ {
+		err := cmd.Start()
+		if err == nil || !errors.Is(err, syscall.ETXTBSY) || try == 100 {
+			return cmd, err
+		}
+		time.Sleep(time.Millisecond)
+		cmd = exec.Command(cmd.Path, cmd.Args[1:]...)
+	}
 }
 
 func copyExecutable(src, dst string) error {
