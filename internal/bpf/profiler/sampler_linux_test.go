@@ -39,22 +39,7 @@ func TestSamplerSeesBusyThread(t *testing.T) {
 	}
 	defer s.Close()
 
-	stop := make(chan struct{})
-	go func() {
-		runtime.LockOSThread()
-		x := 0
-		for {
-			select {
-			case <-stop:
-				return
-			default:
-				for i := 0; i < 1_000_000; i++ {
-					x += i
-				}
-			}
-		}
-	}()
-	defer close(stop)
+	spinThread(t)
 
 	self := uint32(os.Getpid())
 	deadline := time.Now().Add(5 * time.Second)
@@ -107,22 +92,7 @@ func TestStopFlushReadsEverythingRecorded(t *testing.T) {
 	}
 	defer s.Close()
 
-	stop := make(chan struct{})
-	defer close(stop)
-	go func() {
-		runtime.LockOSThread()
-		x := 0
-		for {
-			select {
-			case <-stop:
-				return
-			default:
-				for i := 0; i < 1_000_000; i++ {
-					x += i
-				}
-			}
-		}
-	}()
+	spinThread(t)
 	time.Sleep(500 * time.Millisecond)
 	if err := s.Stop(); err != nil {
 		t.Fatalf("stop: %v", err)
@@ -184,22 +154,7 @@ func TestFirstSampleWakesReader(t *testing.T) {
 	}
 	defer s.Close()
 
-	stop := make(chan struct{})
-	defer close(stop)
-	go func() {
-		runtime.LockOSThread()
-		x := 0
-		for {
-			select {
-			case <-stop:
-				return
-			default:
-				for i := 0; i < 1_000_000; i++ {
-					x += i
-				}
-			}
-		}
-	}()
+	spinThread(t)
 	// At the deadline Read returns what the ringbuf holds: only a read
 	// that returned before it was woken.
 	deadline := time.Now().Add(20 * time.Second)
@@ -214,4 +169,25 @@ func TestFirstSampleWakesReader(t *testing.T) {
 	if smp.TID == 0 {
 		t.Fatalf("first sample %+v: no thread", smp)
 	}
+}
+
+// spinThread keeps a thread of this process busy on a CPU until the test
+// ends, for the sampler to find.
+func spinThread(t *testing.T) {
+	stop := make(chan struct{})
+	t.Cleanup(func() { close(stop) })
+	go func() {
+		runtime.LockOSThread()
+		x := 0
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+				for i := 0; i < 1_000_000; i++ {
+					x += i
+				}
+			}
+		}
+	}()
 }
