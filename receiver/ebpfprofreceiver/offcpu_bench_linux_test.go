@@ -51,9 +51,24 @@ var perfTotalTime = regexp.MustCompile(`Total time:\s+([0-9.]+) \[sec\]`)
 // A third round in each set runs an empty tp_btf/sched_switch program
 // instead: the floor any such program costs, in wall-clock slowdown and in
 // the kernel's statistics, whose own clock reads fall inside every run.
+//
+// It runs twice: with the two tasks free to run on any CPU, as `perf bench`
+// does by default, and with both on one CPU. There no switch waits for an
+// idle CPU to wake up, so a round trip is as short as it gets: the worst
+// case for a per-switch cost.
 func BenchmarkOffCPUOverhead(b *testing.B) {
 	testenv.RequireBPF(b)
 	perf := testenv.LookPath(b, "perf")
+	taskset := testenv.LookPath(b, "taskset")
+	pipe := []string{"bench", "sched", "pipe", "-l", strconv.Itoa(pipeLoops)}
+	b.Run("any-cpu", func(b *testing.B) { offCPUOverhead(b, perf, pipe...) })
+	last := strconv.Itoa(runtime.NumCPU() - 1)
+	b.Run("one-cpu", func(b *testing.B) { offCPUOverhead(b, taskset, append([]string{"-c", last, perf}, pipe...)...) })
+}
+
+// offCPUOverhead is BenchmarkOffCPUOverhead with the pipe benchmark run as
+// the command name with args.
+func offCPUOverhead(b *testing.B, name string, args ...string) {
 	stats, err := ebpf.EnableStats(unix.BPF_STATS_RUN_TIME)
 	if err != nil {
 		b.Fatalf("enabling BPF run-time statistics: %v", err)
@@ -136,7 +151,7 @@ func BenchmarkOffCPUOverhead(b *testing.B) {
 				}
 			}
 		}()
-		out, err := exec.Command(perf, "bench", "sched", "pipe", "-l", strconv.Itoa(pipeLoops)).CombinedOutput()
+		out, err := exec.Command(name, args...).CombinedOutput()
 		close(stop)
 		<-slept
 		if err != nil {
