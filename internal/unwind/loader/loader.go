@@ -375,7 +375,7 @@ func (l *Loader) write(pid uint32, pe *procEntry) error {
 		m := &pe.maps[i]
 		um := profiler.UnwindMapping{Start: m.Start, End: m.End, Kind: profiler.MappingFramePointer}
 		if m.File() {
-			fe := l.files[process.FileKey{Dev: m.Dev, Ino: m.Inode}]
+			fe := l.files[m.Key()]
 			switch {
 			case fe == nil || fe.state == filePending:
 				um.Kind = profiler.MappingPending
@@ -444,7 +444,7 @@ func loadBias(loads []elf.ProgHeader, m *process.Mapping) (uint64, bool) {
 // file returns the entry of m's file, pending the first time. It returns
 // nil when the file cannot be opened now.
 func (l *Loader) file(pid uint32, m *process.Mapping) *fileEntry {
-	key := process.FileKey{Dev: m.Dev, Ino: m.Inode}
+	key := m.Key()
 	if fe, ok := l.files[key]; ok {
 		return fe
 	}

@@ -74,8 +74,7 @@ func (l *leafAnalyzer) lostCaller(proc *Process, leaf frame.Frame, s *profiler.S
 }
 
 func (l *leafAnalyzer) slot(pid int, m *process.Mapping, addr uint64) (int, bool) {
-	file := process.FileKey{Dev: m.Dev, Ino: m.Inode}
-	key := pcKey{file, m.FileOffset(addr)}
+	key := pcKey{m.Key(), m.FileOffset(addr)}
 	if slot, ok := l.slots.Get(key); ok {
 		return int(slot), slot != noSlot
 	}
@@ -93,7 +92,7 @@ func (l *leafAnalyzer) slot(pid int, m *process.Mapping, addr uint64) (int, bool
 // analyzeSlot finds where the return address is at the PC addr of m;
 // opened says whether m's binary could be read for the answer.
 func (l *leafAnalyzer) analyzeSlot(pid int, m *process.Mapping, addr uint64) (slot int, ok, opened bool) {
-	file := process.FileKey{Dev: m.Dev, Ino: m.Inode}
+	file := m.Key()
 	bin, err := l.binaries.Get(file, func() (*os.File, error) { return process.OpenMapping(pid, m) })
 	if err != nil {
 		return 0, false, false
