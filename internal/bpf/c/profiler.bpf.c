@@ -536,9 +536,7 @@ int sample_stack(void *ctx)
 // between. The walk and the record happen there, for kept waits only.
 // Kernels without it walk at the switch-out (off_cpu_switch_walk).
 
-// Set by the loader: a switch-out is sampled when a random u32 is
-// below off_cpu_threshold (probability * 2^32; 2^32 samples all).
-const volatile u64 off_cpu_threshold = 0;
+// Set by the loader.
 const volatile u64 off_cpu_min_ns = 0;
 
 // Set by the loader: at most this many threads hold a record slot.
@@ -554,26 +552,44 @@ u64 off_cpu_walks = 0;
 
 // Every context switch of the host runs off_cpu_switch, so its common
 // path, a switch-out not sampled and a switch-in of a thread whose
-// switch-out was not, calls no helper: bpf_get_prandom_u32 and a task
-// storage lookup cost about 20 ns each there, measured with `perf bench
-// sched pipe`, where the path below costs under 10 ns.
+// switch-out was not, calls no helper and reads no clock: a clock read
+// costs about 40 ns in a VM, bpf_get_prandom_u32 and a task storage lookup
+// about 20 ns each, measured with `perf bench sched pipe`, where the path
+// below costs a few.
+//
+// Rather than draw a random number at every switch-out, each CPU counts
+// down the switch-outs to its next sampled one, a number drawn with the
+// geometric distribution of the gaps between successes of independent
+// trials of the configured probability: the same sampled switch-outs, in
+// distribution, for one draw per sample.
 
-// Per-CPU xorshift states, apart by cache line: a random number without a
-// helper call. Seeded from bpf_get_prandom_u32 at a CPU's first use; CPUs
-// beyond OFF_CPU_RNG_CPUS share a state, which costs randomness nothing
-// that matters here.
+// Set by the loader: 1 / -log2(1 - probability), its integer part and
+// its fraction times 2^32; 0 when every switch-out is sampled. A gap is
+// -log2(u) times that, rounded down, u uniform in (0, 1].
+const volatile u64 off_cpu_gap_int = 0;
+const volatile u64 off_cpu_gap_frac = 0;
+
+// Set by the loader: log2(1 + (i + 1/2) / 256) times 2^16, the fraction
+// of a log2 from a 32-bit number's 8 bits after its highest.
+const volatile u32 off_cpu_log2_frac[256] = {};
+
+// Per-CPU countdowns and xorshift states, a cache line each. CPUs beyond
+// OFF_CPU_RNG_CPUS share one, which costs the sampling nothing that
+// matters here.
 #define OFF_CPU_RNG_CPUS 256
 struct off_cpu_rng {
-	u64 state;
-	u64 pad[7];
+	u64 left;  // switch-outs to let pass before the next sampled one
+	u64 state; // 0: not seeded yet
+	u64 pad[6];
 };
 struct off_cpu_rng off_cpu_rngs[OFF_CPU_RNG_CPUS];
 
-// sampled says whether this switch-out is followed: with probability
-// off_cpu_threshold / 2^32.
-static __always_inline bool sampled(void)
+// next_gap draws, from r's random state, how many switch-outs to let pass
+// before the next sampled one.
+static __noinline u64 next_gap(struct off_cpu_rng *r)
 {
-	struct off_cpu_rng *r = &off_cpu_rngs[bpf_get_smp_processor_id() & (OFF_CPU_RNG_CPUS - 1)];
+	if (!r)
+		return 0;
 	u64 x = r->state;
 	if (!x)
 		x = (u64)bpf_get_prandom_u32() << 32 | bpf_get_prandom_u32() | 1;
@@ -581,7 +597,80 @@ static __always_inline bool sampled(void)
 	x ^= x >> 7;
 	x ^= x << 17;
 	r->state = x;
-	return (x >> 32) < off_cpu_threshold;
+	u32 u = x >> 32;
+	if (!u)
+		u = 1;
+	// -log2(u / 2^32) = 32 - log2(u), in 16.16 fixed point: the position
+	// of u's highest bit, and the fraction from the 8 bits after it.
+	u32 e = 0, v = u;
+	if (v >> 16) {
+		v >>= 16;
+		e += 16;
+	}
+	if (v >> 8) {
+		v >>= 8;
+		e += 8;
+	}
+	if (v >> 4) {
+		v >>= 4;
+		e += 4;
+	}
+	if (v >> 2) {
+		v >>= 2;
+		e += 2;
+	}
+	if (v >> 1)
+		e += 1;
+	u32 frac = off_cpu_log2_frac[((u64)u << (31 - e) >> 23) & 255];
+	u64 neglog = ((u64)(32 - e) << 16) - frac;
+	return (neglog * off_cpu_gap_int + (neglog * off_cpu_gap_frac >> 32)) >> 16;
+}
+
+// sampled says whether this switch-out is followed.
+static __always_inline bool sampled(void)
+{
+	struct off_cpu_rng *r = &off_cpu_rngs[bpf_get_smp_processor_id() & (OFF_CPU_RNG_CPUS - 1)];
+	u64 left = r->left;
+	if (left) {
+		r->left = left - 1;
+		return false;
+	}
+	// A CPU's first switch-out only starts its countdown: it would
+	// otherwise always be sampled.
+	bool first = !r->state;
+	r->left = next_gap(r);
+	return !first;
+}
+
+// The scheduler's clock on this CPU, as of the switch (__schedule updates
+// it before it picks the next task): reading it costs a few loads where a
+// clock read costs tens of nanoseconds. It counts the same nanoseconds as
+// bpf_ktime_get_ns, from another origin. Without CONFIG_FAIR_GROUP_SCHED,
+// where a CFS run queue does not point back to its CPU's, the clock is
+// read.
+struct sched_entity {
+	struct cfs_rq *cfs_rq;
+} __attribute__((preserve_access_index));
+
+struct cfs_rq {
+	struct rq *rq;
+} __attribute__((preserve_access_index));
+
+struct rq {
+	u64 clock;
+} __attribute__((preserve_access_index));
+
+struct task_struct___sched {
+	struct sched_entity se;
+} __attribute__((preserve_access_index));
+
+// switch_ns is the time of a switch on this CPU of task, prev or next.
+static __always_inline u64 switch_ns(struct task_struct *task)
+{
+	if (!bpf_core_field_exists(((struct cfs_rq *)0)->rq))
+		return bpf_ktime_get_ns();
+	u64 ns = ((struct task_struct___sched *)task)->se.cfs_rq->rq->clock;
+	return ns ? ns : 1; // 0 is no time
 }
 
 // Open followed waits by thread id modulo OFF_CPU_OPEN_BUCKETS: a switch-in
@@ -616,7 +705,7 @@ static __always_inline void close_wait(u32 tid)
 // switch-in: a host with more threads than the bound still has every
 // thread sampled.
 struct off_cpu_slot {
-	u64 out_ns; // a sampled switch-out's time; 0: none
+	u64 out_ns; // a sampled switch-out's time (switch_ns); 0: none
 	u32 flags;  // its SAMPLE_PREEMPTED
 	u32 pad;
 };
@@ -769,13 +858,13 @@ static __always_inline void off_cpu_begin(struct task_struct *prev, bool preempt
 		return;
 	if (!slot->out_ns)
 		open_wait(prev->pid);
-	slot->out_ns = bpf_ktime_get_ns();
+	slot->out_ns = switch_ns(prev);
 	slot->flags = preempted ? SAMPLE_PREEMPTED : 0;
 }
 
 // keep_wait takes a kept wait's kernel stack and schedules the task work
 // that adds its user stack.
-static __always_inline void keep_wait(struct task_struct *next, u64 start, u64 off, u32 flags)
+static __always_inline void keep_wait(struct task_struct *next, u64 off, u32 flags)
 {
 	u32 zero = 0;
 	struct off_cpu_work_bytes *empty = bpf_map_lookup_elem(&off_cpu_empty_work, &zero);
@@ -799,7 +888,9 @@ static __always_inline void keep_wait(struct task_struct *next, u64 start, u64 o
 		count(COUNTER_OFF_CPU_FULL);
 		return;
 	}
-	w->start_ns = start;
+	// The start on the clock of on-CPU samples (switch_ns may count
+	// from another origin): rare enough here to read it.
+	w->start_ns = bpf_ktime_get_ns() - off;
 	w->off_ns = off;
 	w->flags = flags;
 	w->mm = (u64)next->mm;
@@ -826,11 +917,13 @@ static __always_inline void off_cpu_end(struct task_struct *next)
 	u64 start = slot->out_ns;
 	slot->out_ns = 0;
 	close_wait(tid);
-	u64 off = bpf_ktime_get_ns() - start;
+	u64 off = switch_ns(next) - start;
+	if ((s64)off < 0) // the clocks of two CPUs, a little apart
+		off = 0;
 	if (off < off_cpu_min_ns)
 		count(COUNTER_OFF_CPU_SHORT);
 	else
-		keep_wait(next, start, off, slot->flags);
+		keep_wait(next, off, slot->flags);
 	slot_release(&off_cpu_slots, next);
 }
 

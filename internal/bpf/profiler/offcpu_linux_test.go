@@ -2,8 +2,13 @@ package profiler
 
 import (
 	"errors"
+	"fmt"
+	"math"
+	"os"
 	"runtime"
 	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -361,4 +366,107 @@ func testOffCPUOneSyscall(t *testing.T, taskWork bool) {
 	if !taskWork && (events < 8 || c.OffCPUMerged != 0) {
 		t.Fatalf("%d events, %d waits merged, for the about 16 waits of one write", events, c.OffCPUMerged)
 	}
+}
+
+// TestOffCPUSamplesTheProbability checks that a switch-out is sampled with
+// the configured probability: a thread that sleeps sleeps times, every
+// sleep long enough to keep, gets about probability times its voluntary
+// switch-outs as blocked events (the kernel counts its switch-outs), within
+// five standard deviations of the binomial count.
+func TestOffCPUSamplesTheProbability(t *testing.T) {
+	testenv.RequireBPF(t)
+	const probability, sleeps, sleep = 0.2, 1500, 200 * time.Microsecond
+	s, err := New(Options{Frequency: 1, OffCPU: OffCPUOptions{Enabled: true, MinDuration: 10 * time.Microsecond, Probability: probability}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+
+	type result struct {
+		tid      int
+		switches uint64
+		err      error
+	}
+	res := make(chan result, 1)
+	tids := make(chan int, 1)
+	go func() {
+		lockOSThread()
+		tid := unix.Gettid()
+		tids <- tid
+		before, err := voluntarySwitches(tid)
+		if err != nil {
+			res <- result{err: err}
+			return
+		}
+		for range sleeps {
+			ts := unix.NsecToTimespec(int64(sleep))
+			for unix.Nanosleep(&ts, &ts) == unix.EINTR {
+			}
+		}
+		after, err := voluntarySwitches(tid)
+		res <- result{tid, after - before, err}
+	}()
+	want := uint32(<-tids)
+	// Read while the thread sleeps: every sampled wait on the host is
+	// kept, more than the ringbuf holds for long.
+	var events, preempted int
+	var r result
+	var smp Sample
+	for done := false; ; {
+		s.SetDeadline(time.Now().Add(50 * time.Millisecond))
+		for s.Read(&smp) == nil {
+			if smp.TID == want && smp.OffCPU {
+				if smp.Preempted {
+					preempted++
+				} else {
+					events++
+				}
+			}
+		}
+		if done {
+			break
+		}
+		select {
+		case r = <-res:
+			// One more read, for the last events.
+			done = true
+		default:
+		}
+	}
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	c, err := s.Counters()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.DroppedRingbuf > 0 || c.OffCPUFull > 0 || c.OffCPUBusy > 0 {
+		t.Fatalf("events lost, the count cannot be judged: counters %+v", c)
+	}
+	n := float64(r.switches)
+	mean, sd := n*probability, math.Sqrt(n*probability*(1-probability))
+	t.Logf("%d blocked events (and %d preempted) of %d voluntary switch-outs: %.3f, want %v ± %.3f",
+		events, preempted, r.switches, float64(events)/n, probability, 5*sd/n)
+	if r.switches < sleeps {
+		t.Fatalf("%d voluntary switch-outs for %d sleeps", r.switches, sleeps)
+	}
+	if math.Abs(float64(events)-mean) > 5*sd {
+		t.Fatalf("%d blocked events of %d switch-outs sampled with probability %v: want %.0f ± %.0f",
+			events, r.switches, probability, mean, 5*sd)
+	}
+}
+
+// voluntarySwitches is how often thread tid of this process has left the
+// CPU by blocking, as the kernel counts it.
+func voluntarySwitches(tid int) (uint64, error) {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/self/task/%d/status", tid))
+	if err != nil {
+		return 0, fmt.Errorf("reading thread status: %w", err)
+	}
+	for line := range strings.Lines(string(data)) {
+		if v, ok := strings.CutPrefix(line, "voluntary_ctxt_switches:"); ok {
+			return strconv.ParseUint(strings.TrimSpace(v), 10, 64)
+		}
+	}
+	return 0, fmt.Errorf("no voluntary_ctxt_switches in thread status")
 }

@@ -42,8 +42,9 @@ type profilerOffCpuHeld struct {
 
 type profilerOffCpuRng struct {
 	_     structs.HostLayout
+	Left  uint64
 	State uint64
-	Pad   [7]uint64
+	Pad   [6]uint64
 }
 
 type profilerOffCpuSlot struct {
@@ -169,12 +170,14 @@ const (
 	profilerProgOffCpuSwitchWalk  = "off_cpu_switch_walk"
 	profilerProgSampleStack       = "sample_stack"
 	profilerVarFirstSamplePending = "first_sample_pending"
+	profilerVarOffCpuGapFrac      = "off_cpu_gap_frac"
+	profilerVarOffCpuGapInt       = "off_cpu_gap_int"
+	profilerVarOffCpuLog2Frac     = "off_cpu_log2_frac"
 	profilerVarOffCpuMaxThreads   = "off_cpu_max_threads"
 	profilerVarOffCpuMinNs        = "off_cpu_min_ns"
 	profilerVarOffCpuOpen         = "off_cpu_open"
 	profilerVarOffCpuRngs         = "off_cpu_rngs"
 	profilerVarOffCpuSlotCount    = "off_cpu_slot_count"
-	profilerVarOffCpuThreshold    = "off_cpu_threshold"
 	profilerVarOffCpuWalkNs       = "off_cpu_walk_ns"
 	profilerVarOffCpuWalks        = "off_cpu_walks"
 	profilerVarScopeLinks         = "scope_links"
@@ -255,12 +258,14 @@ type profilerMapSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type profilerVariableSpecs struct {
 	FirstSamplePending *ebpf.VariableSpec `ebpf:"first_sample_pending"`
+	OffCpuGapFrac      *ebpf.VariableSpec `ebpf:"off_cpu_gap_frac"`
+	OffCpuGapInt       *ebpf.VariableSpec `ebpf:"off_cpu_gap_int"`
+	OffCpuLog2Frac     *ebpf.VariableSpec `ebpf:"off_cpu_log2_frac"`
 	OffCpuMaxThreads   *ebpf.VariableSpec `ebpf:"off_cpu_max_threads"`
 	OffCpuMinNs        *ebpf.VariableSpec `ebpf:"off_cpu_min_ns"`
 	OffCpuOpen         *ebpf.VariableSpec `ebpf:"off_cpu_open"`
 	OffCpuRngs         *ebpf.VariableSpec `ebpf:"off_cpu_rngs"`
 	OffCpuSlotCount    *ebpf.VariableSpec `ebpf:"off_cpu_slot_count"`
-	OffCpuThreshold    *ebpf.VariableSpec `ebpf:"off_cpu_threshold"`
 	OffCpuWalkNs       *ebpf.VariableSpec `ebpf:"off_cpu_walk_ns"`
 	OffCpuWalks        *ebpf.VariableSpec `ebpf:"off_cpu_walks"`
 	ScopeLinks         *ebpf.VariableSpec `ebpf:"scope_links"`
@@ -322,12 +327,14 @@ func (m *profilerMaps) Close() error {
 // It can be passed to loadProfilerObjects or ebpf.CollectionSpec.LoadAndAssign.
 type profilerVariables struct {
 	FirstSamplePending *ebpf.Variable `ebpf:"first_sample_pending"`
+	OffCpuGapFrac      *ebpf.Variable `ebpf:"off_cpu_gap_frac"`
+	OffCpuGapInt       *ebpf.Variable `ebpf:"off_cpu_gap_int"`
+	OffCpuLog2Frac     *ebpf.Variable `ebpf:"off_cpu_log2_frac"`
 	OffCpuMaxThreads   *ebpf.Variable `ebpf:"off_cpu_max_threads"`
 	OffCpuMinNs        *ebpf.Variable `ebpf:"off_cpu_min_ns"`
 	OffCpuOpen         *ebpf.Variable `ebpf:"off_cpu_open"`
 	OffCpuRngs         *ebpf.Variable `ebpf:"off_cpu_rngs"`
 	OffCpuSlotCount    *ebpf.Variable `ebpf:"off_cpu_slot_count"`
-	OffCpuThreshold    *ebpf.Variable `ebpf:"off_cpu_threshold"`
 	OffCpuWalkNs       *ebpf.Variable `ebpf:"off_cpu_walk_ns"`
 	OffCpuWalks        *ebpf.Variable `ebpf:"off_cpu_walks"`
 	ScopeLinks         *ebpf.Variable `ebpf:"scope_links"`

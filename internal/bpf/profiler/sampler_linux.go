@@ -194,9 +194,15 @@ func configureOffCPU(spec *ebpf.CollectionSpec, o OffCPUOptions) error {
 	if err := CheckOffCPUSupport(); err != nil {
 		return err
 	}
-	threshold := uint64(math.Round(o.Probability * (1 << 32)))
-	if err := spec.Variables[profilerVarOffCpuThreshold].Set(threshold); err != nil {
-		return fmt.Errorf("setting off-CPU probability: %w", err)
+	gapInt, gapFrac, log2Frac := offCPUGaps(o.Probability)
+	for name, v := range map[string]any{
+		profilerVarOffCpuGapInt:   gapInt,
+		profilerVarOffCpuGapFrac:  gapFrac,
+		profilerVarOffCpuLog2Frac: log2Frac,
+	} {
+		if err := spec.Variables[name].Set(v); err != nil {
+			return fmt.Errorf("setting off-CPU probability: %w", err)
+		}
 	}
 	if err := spec.Variables[profilerVarOffCpuMinNs].Set(uint64(o.MinDuration)); err != nil {
 		return fmt.Errorf("setting off-CPU min duration: %w", err)
@@ -209,6 +215,23 @@ func configureOffCPU(spec *ebpf.CollectionSpec, o OffCPUOptions) error {
 		spec.Maps[profilerMapOffCpuWorks].MaxEntries = uint32(o.MaxThreads)
 	}
 	return nil
+}
+
+// offCPUGaps returns what the off-CPU program draws the gaps between
+// sampled switch-outs with, for sampling each with probability p: the
+// geometric distribution's 1 / -log2(1 - p), as its integer part and its
+// fraction times 2^32 (0 when p is 1: no gaps), and the table of
+// log2(1 + (i + 1/2) / 256) times 2^16 it takes logarithms with.
+func offCPUGaps(p float64) (gapInt, gapFrac uint64, log2Frac [256]uint32) {
+	for i := range log2Frac {
+		log2Frac[i] = uint32(math.Round(math.Log2(1+(float64(i)+0.5)/256) * (1 << 16)))
+	}
+	if p >= 1 {
+		return 0, 0, log2Frac
+	}
+	c := 1 / -math.Log2(1-p)
+	i, f := math.Modf(c)
+	return uint64(i), uint64(f * (1 << 32)), log2Frac
 }
 
 // configureScopes makes the programs link samples to open probe scopes in
