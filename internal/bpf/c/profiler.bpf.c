@@ -573,13 +573,15 @@ const volatile u64 off_cpu_gap_frac = 0;
 // of a log2 from a 32-bit number's 8 bits after its highest.
 const volatile u32 off_cpu_log2_frac[256] = {};
 
-// Per-CPU countdowns and xorshift states, a cache line each. CPUs beyond
+// Per-CPU countdowns and xorshift states, a cache line each, both set by
+// the loader: a countdown starts as a gap drawn like the others, so that a
+// CPU's first switch-outs are sampled like any. CPUs beyond
 // OFF_CPU_RNG_CPUS share one, which costs the sampling nothing that
 // matters here.
 #define OFF_CPU_RNG_CPUS 256
 struct off_cpu_rng {
 	u64 left;  // switch-outs to let pass before the next sampled one
-	u64 state; // 0: not seeded yet
+	u64 state; // never 0
 	u64 pad[6];
 };
 struct off_cpu_rng off_cpu_rngs[OFF_CPU_RNG_CPUS];
@@ -591,7 +593,7 @@ static __noinline u64 next_gap(struct off_cpu_rng *r)
 	if (!r)
 		return 0;
 	u64 x = r->state;
-	if (!x)
+	if (!x) // not set by the loader
 		x = (u64)bpf_get_prandom_u32() << 32 | bpf_get_prandom_u32() | 1;
 	x ^= x << 13;
 	x ^= x >> 7;
@@ -635,11 +637,8 @@ static __always_inline bool sampled(void)
 		r->left = left - 1;
 		return false;
 	}
-	// A CPU's first switch-out only starts its countdown: it would
-	// otherwise always be sampled.
-	bool first = !r->state;
 	r->left = next_gap(r);
-	return !first;
+	return true;
 }
 
 // The scheduler's clock on this CPU, as of the switch (__schedule updates
@@ -664,13 +663,13 @@ struct task_struct___sched {
 	struct sched_entity se;
 } __attribute__((preserve_access_index));
 
-// switch_ns is the time of a switch on this CPU of task, prev or next.
+// switch_ns is the time of a switch on this CPU of task, prev or next; 0
+// if its run queue could not be read.
 static __always_inline u64 switch_ns(struct task_struct *task)
 {
 	if (!bpf_core_field_exists(((struct cfs_rq *)0)->rq))
 		return bpf_ktime_get_ns();
-	u64 ns = ((struct task_struct___sched *)task)->se.cfs_rq->rq->clock;
-	return ns ? ns : 1; // 0 is no time
+	return ((struct task_struct___sched *)task)->se.cfs_rq->rq->clock;
 }
 
 // Open followed waits by thread id modulo OFF_CPU_OPEN_BUCKETS: a switch-in
@@ -853,12 +852,15 @@ static __always_inline void off_cpu_begin(struct task_struct *prev, bool preempt
 {
 	if (!sampled() || !followed(prev))
 		return;
+	u64 now = switch_ns(prev);
+	if (!now)
+		return;
 	struct off_cpu_slot *slot = slot_get(&off_cpu_slots, prev);
 	if (!slot)
 		return;
 	if (!slot->out_ns)
 		open_wait(prev->pid);
-	slot->out_ns = switch_ns(prev);
+	slot->out_ns = now;
 	slot->flags = preempted ? SAMPLE_PREEMPTED : 0;
 }
 
@@ -917,8 +919,10 @@ static __always_inline void off_cpu_end(struct task_struct *next)
 	u64 start = slot->out_ns;
 	slot->out_ns = 0;
 	close_wait(tid);
-	u64 off = switch_ns(next) - start;
-	if ((s64)off < 0) // the clocks of two CPUs, a little apart
+	u64 now = switch_ns(next);
+	u64 off = now - start;
+	// Unknown, or the clocks of two CPUs a little apart: as short.
+	if (!now || (s64)off < 0)
 		off = 0;
 	if (off < off_cpu_min_ns)
 		count(COUNTER_OFF_CPU_SHORT);

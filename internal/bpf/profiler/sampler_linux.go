@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"math/rand/v2"
 	"os"
 	"strconv"
 	"strings"
@@ -199,6 +200,7 @@ func configureOffCPU(spec *ebpf.CollectionSpec, o OffCPUOptions) error {
 		profilerVarOffCpuGapInt:   gapInt,
 		profilerVarOffCpuGapFrac:  gapFrac,
 		profilerVarOffCpuLog2Frac: log2Frac,
+		profilerVarOffCpuRngs:     offCPUCountdowns(o.Probability),
 	} {
 		if err := spec.Variables[name].Set(v); err != nil {
 			return fmt.Errorf("setting off-CPU probability: %w", err)
@@ -232,6 +234,26 @@ func offCPUGaps(p float64) (gapInt, gapFrac uint64, log2Frac [256]uint32) {
 	c := 1 / -math.Log2(1-p)
 	i, f := math.Modf(c)
 	return uint64(i), uint64(f * (1 << 32)), log2Frac
+}
+
+// offCPURNG is the off-CPU program's struct off_cpu_rng: one CPU's
+// countdown to its next sampled switch-out, and its random state.
+type offCPURNG struct {
+	Left, State uint64
+	_           [6]uint64
+}
+
+// offCPUCountdowns returns the off-CPU program's per-CPU countdowns,
+// started as the gaps between sampled switch-outs are drawn, for
+// probability p, and random states to draw the next gaps from.
+func offCPUCountdowns(p float64) (rngs [256]offCPURNG) {
+	for i := range rngs {
+		if p < 1 {
+			rngs[i].Left = uint64(math.Floor(math.Log(1-rand.Float64()) / math.Log1p(-p)))
+		}
+		rngs[i].State = rand.Uint64() | 1
+	}
+	return rngs
 }
 
 // configureScopes makes the programs link samples to open probe scopes in
