@@ -643,8 +643,9 @@ static __always_inline bool sampled(void)
 
 // The scheduler's clock on this CPU, as of the switch (__schedule updates
 // it before it picks the next task): reading it costs a few loads where a
-// clock read costs tens of nanoseconds. It counts the same nanoseconds as
-// bpf_ktime_get_ns, from another origin. Without CONFIG_FAIR_GROUP_SCHED,
+// clock read costs tens of nanoseconds. It runs at the rate of
+// bpf_ktime_get_ns (which NTP slews by at most 0.05%), from another origin:
+// fit for durations, not for timestamps. Without CONFIG_FAIR_GROUP_SCHED,
 // where a CFS run queue does not point back to its CPU's, the clock is
 // read.
 struct sched_entity {
