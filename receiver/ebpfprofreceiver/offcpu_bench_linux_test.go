@@ -62,7 +62,8 @@ var perfTotalTime = regexp.MustCompile(`Total time:\s+([0-9.]+) \[sec\]`)
 //
 // The benchmark fails if the off-CPU program did not run in a round it
 // was on for (its counters, or its statistics, stayed still), and logs the
-// load average.
+// load average, and how many wall-clock rounds had the statistics enabled
+// by another process all the same.
 //
 // It runs twice: with the two tasks free to run on any CPU, as `perf bench`
 // does by default, and with both on one CPU. There no switch waits for an
@@ -104,6 +105,7 @@ func offCPUOverhead(b *testing.B, name string, args ...string) {
 	var walkTime time.Duration
 	var walks uint64
 	taskWork := false
+	wallWithStats := 0
 	// round runs the pipe benchmark under a receiver and returns its
 	// time; withEmpty attaches the empty program for it, stats enables
 	// kernel BPF statistics and returns the BPF time per run of the
@@ -161,6 +163,12 @@ func offCPUOverhead(b *testing.B, name string, args ...string) {
 			}
 			return off, runStats{st.Runtime, st.RunCount}, c, wt, w
 		}
+		// The sampling program's runs are counted only while the
+		// statistics are on, by this process or by another.
+		_, sampled0, err := r.sampler.RunStats()
+		if err != nil {
+			b.Fatal(err)
+		}
 		off0, emp0, c0, wt0, w0 := read()
 		if offCPU {
 			taskWork = r.sampler.OffCPUTaskWork()
@@ -197,6 +205,14 @@ func offCPUOverhead(b *testing.B, name string, args ...string) {
 			b.Fatal(err)
 		}
 		off1, emp1, c1, wt1, w1 := read()
+		_, sampled1, err := r.sampler.RunStats()
+		if err != nil {
+			b.Fatal(err)
+		}
+		if !stats && sampled1 != sampled0 {
+			// Another process's: this round's programs paid for it.
+			wallWithStats++
+		}
 		if offCPU {
 			// Every sampled switch-out of the pipe is counted short,
 			// every one of the sleeper's is kept.
@@ -274,8 +290,8 @@ func offCPUOverhead(b *testing.B, name string, args ...string) {
 	}
 	b.Logf("slowdowns of %d sets (%%): off-CPU %.2f (IQR %.2f..%.2f), empty program %.2f (IQR %.2f..%.2f); "+
 		"BPF ns/switch with statistics on: off-CPU %.1f, empty %.1f; user stacks walked in task work: %v (%d walks); "+
-		"load average %s before, %s after",
-		len(slowdowns), slowdowns, lo, hi, emptySlowdowns, elo, ehi, offNs, emptyNs, taskWork, walks, load0, loadAverage(b))
+		"wall-clock rounds with BPF statistics enabled by another process: %d; load average %s before, %s after",
+		len(slowdowns), slowdowns, lo, hi, emptySlowdowns, elo, ehi, offNs, emptyNs, taskWork, walks, wallWithStats, load0, loadAverage(b))
 }
 
 // quartiles returns the median of xs and its first and third quartiles.
