@@ -233,14 +233,17 @@ func BenchmarkAttachLatency(b *testing.B) {
 					copyFileTB(b, lib, copyTo)
 					// The dlopen comes after the exec's own scan, which would
 					// otherwise find the library mapped already and count
-					// its attach as the exec's.
-					cmd = exec.Command(opener, copyTo, "20", "1", os.DevNull)
+					// its attach as the exec's. The process then lives 50 ms
+					// (a call a millisecond): without BPF LSM or fentry the
+					// mapping event carries no path, and a process gone
+					// before its maps are read leaves its library unnamed.
+					cmd = exec.Command(opener, copyTo, "20", "50", os.DevNull)
 				}
 				if out, err := cmd.CombinedOutput(); err != nil {
 					b.Fatalf("%v: %s", err, out)
 				}
 				key := keyOf(b, copyTo)
-				if !waitFor(5*time.Second, func() bool { n, _ := r.tracker.attachedCount(key); return n > 0 }) {
+				if !waitFor(5*time.Second, func() bool { return r.tracker.isAttached(key) }) {
 					b.Fatalf("iteration %d: %s not attached", i, copyTo)
 				}
 			}

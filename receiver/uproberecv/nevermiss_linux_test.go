@@ -14,6 +14,8 @@ import (
 
 	"go.opentelemetry.io/collector/consumer/consumertest"
 
+	"github.com/bpfcol/bpfcol/internal/ktime"
+	"github.com/bpfcol/bpfcol/internal/process"
 	"github.com/bpfcol/bpfcol/internal/testworkload"
 )
 
@@ -520,5 +522,55 @@ func TestRefusedProbeNotRetried(t *testing.T) {
 	}
 	if binaries, _ := r.tracker.attachedTotals(); binaries != 0 {
 		t.Errorf("%d binaries attached", binaries)
+	}
+}
+
+// TestMappingOfExitedProcessAttached hands the tracker a mapping event of a
+// process that is gone by the time the event is read, as happens to a
+// process that dlopens a library, calls it and exits while the attach
+// waits its turn: the library is still attached (opened by path, checked
+// against the identity the event carries), its latency taken and the
+// process counted as exited before the attach. Opening it only through
+// the process's root lost it silently.
+func TestMappingOfExitedProcessAttached(t *testing.T) {
+	built := testworkload.BuildC(t, "dlib.c", "-O2", "-g", "-shared", "-fPIC")
+	lib := filepath.Join(t.TempDir(), "libgone.so")
+	cfg := &Config{
+		// Not anchored: no directory is watched, the mapping is the only
+		// way the library is found.
+		Probes: []ProbeConfig{{ID: "gone", FileMatch: regexp.QuoteMeta(lib) + "$", Entry: "lib_call", Exit: "return"}},
+		Retain: RetainConfig{MaxBinaries: 16, MaxAge: time.Hour},
+	}
+	r, _ := startReceiver(t, cfg, options{})
+	copyFile(t, built, lib)
+	f, err := os.Open(lib)
+	if err != nil {
+		t.Fatal(err)
+	}
+	file, err := process.StatFile(f)
+	f.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A process that has exited and been reaped.
+	gone := exec.Command("true")
+	if err := gone.Run(); err != nil {
+		t.Fatal(err)
+	}
+	pid := gone.Process.Pid
+	if process.Running(pid) {
+		t.Fatalf("pid %d still runs", pid)
+	}
+	st := &r.tracker.stats
+	lost := st.exitedBeforeAttach.Load()
+	r.tracker.mapped(pid, file, lib, uint64(ktime.MonotonicNanos()))
+	if !r.tracker.isAttached(file.FileKey) {
+		t.Fatal("the library mapped by a process gone before its event was read is not attached")
+	}
+	if got := st.exitedBeforeAttach.Load() - lost; got != 1 {
+		t.Errorf("%d processes counted as exited before attach, want 1", got)
+	}
+	if n, _, _ := r.tracker.latency.percentiles(triggerMapping); n != 1 {
+		t.Errorf("%d mapping latency samples, want 1", n)
 	}
 }

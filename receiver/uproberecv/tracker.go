@@ -457,7 +457,7 @@ func (t *tracker) exec(pid int, exe process.FileID, path string, at uint64) {
 	}
 	if known(exe) && filepath.IsAbs(path) {
 		if matched := t.matching(pid, path); len(matched) > 0 {
-			t.binary(pid, exeTarget(pid, path, exe), matched, at, triggerExec)
+			t.binary(pid, fileTarget(pid, path, exe), matched, at, triggerExec)
 		}
 	}
 	res := t.scan(pid, at, triggerExec)
@@ -548,14 +548,15 @@ func (t *tracker) mapped(pid int, file process.FileID, path string, at uint64) {
 		t.scanFor(pid, file, at)
 		return
 	}
-	m := &process.Mapping{Path: path, Dev: file.Dev, Inode: file.Ino}
 	matched := t.matching(pid, path)
 	if len(matched) == 0 {
 		return
 	}
-	tg := &target{path: path, file: file, attachPath: process.MappedFilePath(pid, m),
-		open: func() (*os.File, error) { return process.OpenInRoot(pid, path) }}
-	t.binary(pid, tg, matched, at, triggerMapping)
+	// Opened through the process's root while it runs, else by path in
+	// ours: a process that maps a library and exits at once is gone
+	// before the event is read, and its library must still be attached
+	// (for the next process, and to count the loss).
+	t.binary(pid, fileTarget(pid, path, file), matched, at, triggerMapping)
 }
 
 // scanFor reads pid's mappings for the one of file and handles it.
@@ -768,10 +769,11 @@ func mappingTarget(pid int, m *process.Mapping, file process.FileID) *target {
 		open: func() (*os.File, error) { return process.OpenMapping(pid, m) }}
 }
 
-// exeTarget is the executable of an exec event: opened through the
-// process's root while it runs, else by path in ours when that is the same
-// file (a process gone already, outside a container).
-func exeTarget(pid int, path string, exe process.FileID) *target {
+// fileTarget is the executable of an exec event, or the file of a mapping
+// event, at path as pid sees it: opened through the process's root while it
+// runs, else by path in ours when that is the same file (a process gone
+// already, outside a container).
+func fileTarget(pid int, path string, exe process.FileID) *target {
 	attachPath := "/proc/" + strconv.Itoa(pid) + "/root" + path
 	if fi, err := os.Stat(path); err == nil {
 		if id, ok := process.FileIDOf(fi); ok && id.Same(exe) {
@@ -1018,6 +1020,14 @@ func (t *tracker) attachedCount(key process.FileKey) (binaries, holders int) {
 		holders = len(b.holders)
 	}
 	return len(t.binaries), holders
+}
+
+// isAttached reports whether the binary with key has uprobes, for tests
+// and benchmarks.
+func (t *tracker) isAttached(key process.FileKey) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.binaries[key] != nil
 }
 
 // attachedTotals returns how many binaries have uprobes, and how many
