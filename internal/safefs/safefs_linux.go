@@ -8,6 +8,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -74,6 +75,11 @@ func OpenTree(path string) (*Dir, error) { return open(path, Tree) }
 // it resolve as they would for the process and never leave it.
 func OpenRoot(path string) (*Dir, error) { return open(path, Root) }
 
+// OpenNoLinks opens a directory someone else maintains, beneath which no
+// symlink is followed at all. Path itself is the operator's choice and may
+// be a link.
+func OpenNoLinks(path string) (*Dir, error) { return open(path, NoLinks) }
+
 func open(path string, kind Kind) (*Dir, error) {
 	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
@@ -87,6 +93,12 @@ func (d *Dir) Name() string { return d.name }
 
 // Close closes the directory.
 func (d *Dir) Close() error { return d.f.Close() }
+
+// ProcPath returns a path naming the open directory itself (its descriptor
+// in /proc/self/fd) while d is open: for calls that take a path, such as
+// inotify_add_watch, to reach this very directory and not whatever is at
+// its name by then.
+func (d *Dir) ProcPath() string { return "/proc/self/fd/" + strconv.Itoa(d.fd()) }
 
 func (d *Dir) fd() int { return int(d.f.Fd()) }
 

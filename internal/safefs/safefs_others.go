@@ -22,6 +22,12 @@ func OpenTree(string) (*Dir, error) { return nil, errUnsupported }
 // OpenRoot needs Linux.
 func OpenRoot(string) (*Dir, error) { return nil, errUnsupported }
 
+// OpenNoLinks needs Linux.
+func OpenNoLinks(string) (*Dir, error) { return nil, errUnsupported }
+
+// ProcPath returns "".
+func (*Dir) ProcPath() string { return "" }
+
 // Name returns "".
 func (*Dir) Name() string { return "" }
 
