@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -413,6 +414,25 @@ func (d *Dir) ReadDir(rel string) ([]string, error) {
 		return nil, fmt.Errorf("listing %s beneath %s: %w", rel, d.name, err)
 	}
 	return names, nil
+}
+
+// ReadNames returns up to n names in d itself, and whether it holds more:
+// a bounded listing of a directory that may be huge.
+func (d *Dir) ReadNames(n int) (names []string, more bool, err error) {
+	fd, err := unix.Openat(d.fd(), ".", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, false, fmt.Errorf("listing %s: %w", d.name, err)
+	}
+	f := os.NewFile(uintptr(fd), d.name)
+	defer f.Close()
+	names, err = f.Readdirnames(n + 1)
+	if err != nil && !errors.Is(err, io.EOF) {
+		return nil, false, fmt.Errorf("listing %s: %w", d.name, err)
+	}
+	if len(names) > n {
+		return names[:n], true, nil
+	}
+	return names, false, nil
 }
 
 // Touch sets f's access and modification times to now.

@@ -58,6 +58,9 @@ func (*Dir) Remove(string) error { return errUnsupported }
 // ReadDir needs Linux.
 func (*Dir) ReadDir(string) ([]string, error) { return nil, errUnsupported }
 
+// ReadNames needs Linux.
+func (*Dir) ReadNames(int) ([]string, bool, error) { return nil, false, errUnsupported }
+
 // Touch needs Linux.
 func Touch(*os.File) error { return errUnsupported }
 

@@ -34,23 +34,43 @@ func recordsByPID(logs []scopeLog, probe string) map[int64][]scopeLog {
 // 50 times after the receiver, each run making its calls at once and
 // exiting: every call of every run is recorded. With binary: the file is
 // attached at start; with file_match it is retained after each run, so
-// only the first run may miss calls (its attach latency is reported).
+// only the first run may miss calls (its attach latency is reported). With
+// a file_match anchored on a directory, the binary is written into that
+// directory after the receiver started and attached then, before it runs:
+// every call of its first run is recorded too.
 func TestShortProcessesEveryCall(t *testing.T) {
-	bin := testworkload.BuildC(t, "shortcalls.c", "-O2", "-g")
+	built := testworkload.BuildC(t, "shortcalls.c", "-O2", "-g")
 	const runs, calls = 50, 20
-	for _, mode := range []string{"binary", "file_match"} {
+	for _, mode := range []string{"binary", "file_match", "watched_dir"} {
 		t.Run(mode, func(t *testing.T) {
+			bin := built
 			probe := ProbeConfig{ID: "short", Entry: "short_call", Exit: "return"}
-			if mode == "binary" {
+			switch mode {
+			case "binary":
 				probe.Binary = bin
-			} else {
+			case "file_match":
 				// Not anchored: a regex anchored on a directory has that
-				// directory's files attached at start, and this run is
-				// about a binary first seen when it runs.
+				// directory's files attached at start and when written,
+				// and this run is about a binary first seen when it runs.
 				probe.FileMatch = regexp.QuoteMeta(bin) + "$"
+			case "watched_dir":
+				dir := t.TempDir()
+				bin = filepath.Join(dir, "shortcalls")
+				probe.FileMatch = "^" + regexp.QuoteMeta(dir) + "/[^/]+$"
 			}
 			cfg := &Config{Probes: []ProbeConfig{probe}, Retain: RetainConfig{MaxBinaries: 16, MaxAge: time.Hour}}
 			r, sink := startReceiver(t, cfg, options{})
+			if mode == "watched_dir" {
+				// Written after start, as a deployment would: attached
+				// when its writer closes it, before anything runs it.
+				copyFile(t, built, bin)
+				if !waitFor(10*time.Second, func() bool { return r.tracker.isAttached(keyOf(t, bin)) }) {
+					t.Fatal("the binary written into the watched directory was not attached")
+				}
+				if n := r.tracker.stats.attachedOnWrite.Load(); n != 1 {
+					t.Fatalf("%d files attached on write, want 1", n)
+				}
+			}
 			var pids []int64
 			key := keyOf(t, bin)
 			for i := range runs {
@@ -112,8 +132,11 @@ func TestShortProcessesEveryCall(t *testing.T) {
 			if first == 1 && len(by[pids[0]]) < calls && st.exitedBeforeAttach.Load() == 0 && c.ExitWithoutEntry == 0 {
 				t.Errorf("the first run lost %d calls and no counter says so", calls-len(by[pids[0]]))
 			}
-			if mode == "binary" && st.exitedBeforeAttach.Load() != 0 {
-				t.Errorf("%d processes counted as exited before attach with the binary attached from start", st.exitedBeforeAttach.Load())
+			if mode != "file_match" && st.exitedBeforeAttach.Load() != 0 {
+				t.Errorf("%d processes counted as exited before attach with the binary attached before it ran", st.exitedBeforeAttach.Load())
+			}
+			if n, _, _ := r.tracker.latency.percentiles(triggerExec); mode != "file_match" && n != 0 {
+				t.Errorf("%d exec to attach latencies with the binary attached before it ran", n)
 			}
 		})
 	}
@@ -122,21 +145,27 @@ func TestShortProcessesEveryCall(t *testing.T) {
 // TestDlopenLateLibrary loads a library nothing else maps 1 s after the
 // process started and calls it every millisecond: every call after the
 // attach is recorded. A library on disk when the receiver starts is
-// attached then, so no call may be missed at all (the issue allows the
-// first 5 ms); one created later is attached when its mapping is seen, and
-// the test reports the latency and the calls missed meanwhile (speed is
-// the benchmark's to measure).
+// attached then, and one written after start into the directory an
+// anchored file_match names is attached when written: no call may be
+// missed at all (the issue allows the first 5 ms). One created after start
+// where no directory is watched (an unanchored regex) is attached when its
+// mapping is seen, and the test reports the latency and the calls missed
+// meanwhile (speed is the benchmark's to measure).
 func TestDlopenLateLibrary(t *testing.T) {
 	built := testworkload.BuildC(t, "dlib.c", "-O2", "-g", "-shared", "-fPIC")
 	bin := testworkload.BuildC(t, "dlopener.c", "-O2", "-g")
-	for _, mode := range []string{"on disk at start", "created after start"} {
+	for _, mode := range []string{"on disk at start", "written into the watched directory", "created after start"} {
 		t.Run(mode, func(t *testing.T) {
 			lib := filepath.Join(t.TempDir(), "libdlib.so")
 			if mode == "on disk at start" {
 				copyFile(t, built, lib)
 			}
+			match := "^" + regexp.QuoteMeta(lib) + "$"
+			if mode == "created after start" {
+				match = regexp.QuoteMeta(lib) + "$"
+			}
 			cfg := &Config{
-				Probes: []ProbeConfig{{ID: "late", FileMatch: "^" + regexp.QuoteMeta(lib) + "$", Entry: "lib_call", Exit: "return"}},
+				Probes: []ProbeConfig{{ID: "late", FileMatch: match, Entry: "lib_call", Exit: "return"}},
 				Retain: RetainConfig{MaxBinaries: 16, MaxAge: time.Hour},
 			}
 			r, sink := startReceiver(t, cfg, options{})
@@ -144,9 +173,14 @@ func TestDlopenLateLibrary(t *testing.T) {
 			if mode != "on disk at start" {
 				copyFile(t, built, lib)
 			}
+			if mode == "written into the watched directory" {
+				if !waitFor(10*time.Second, func() bool { return r.tracker.isAttached(keyOf(t, lib)) }) {
+					t.Fatal("the library written into the watched directory was not attached")
+				}
+			}
 			missed, allowed := runDlopener(t, r, sink, bin, lib)
-			if mode == "on disk at start" && missed != 0 {
-				t.Errorf("%d calls missed of a library attached since start", missed)
+			if mode != "created after start" && missed != 0 {
+				t.Errorf("%d calls missed of a library attached before it was loaded (%s)", missed, mode)
 			}
 			if missed > allowed {
 				t.Logf("%d calls missed, more than the %d of the first 5 ms after dlopen (the issue's goal)", missed, allowed)
