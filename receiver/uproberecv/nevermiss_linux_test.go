@@ -607,4 +607,22 @@ func TestMappingOfExitedProcessAttached(t *testing.T) {
 	if n, _, _ := r.tracker.latency.percentiles(triggerMapping); n != 1 {
 		t.Errorf("%d mapping latency samples, want 1", n)
 	}
+	// Without a path (mappings seen through sys_exit or fentry), a gone
+	// process leaves the file unnamed: counted, not silent.
+	other := filepath.Join(filepath.Dir(lib), "libother.so")
+	copyFile(t, built, other)
+	g, err := os.Open(other)
+	if err != nil {
+		t.Fatal(err)
+	}
+	otherFile, err := process.StatFile(g)
+	g.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	unnamed := st.mappingsUnnamed.Load()
+	r.tracker.mapped(pid, otherFile, "", uint64(ktime.MonotonicNanos()))
+	if got := st.mappingsUnnamed.Load() - unnamed; got != 1 {
+		t.Errorf("%d unnamed mappings counted for a pathless event of a gone process, want 1", got)
+	}
 }

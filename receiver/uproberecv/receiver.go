@@ -460,6 +460,7 @@ func (r *logsReceiver) Shutdown(ctx context.Context) error {
 		zap.Int64("known_failures_skipped", st.knownFailures.Load()),
 		zap.Int64("processes_exited_before_attach", st.exitedBeforeAttach.Load()),
 		zap.Int64("files_attached_on_write", st.attachedOnWrite.Load()),
+		zap.Int64("mappings_unnamed", st.mappingsUnnamed.Load()),
 		zap.Uint64("watched_dir_queue_overflows", dirs.Overflows),
 		zap.Uint64("watched_dir_files_dropped", dirs.Dropped),
 		zap.Duration("symbol_lookup_cpu", time.Duration(st.lookupCPUNanos.Load())),

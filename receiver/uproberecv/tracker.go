@@ -146,6 +146,11 @@ type trackerStats struct {
 	// attachedOnWrite counts files attached when they were written into a
 	// watched directory, before anything ran them.
 	attachedOnWrite atomic.Int64
+	// mappingsUnnamed counts mapping events without a path whose process
+	// was gone, or had unmapped the file, before its maps were read: a
+	// matching library among them stays unattached (until another process
+	// maps it).
+	mappingsUnnamed atomic.Int64
 }
 
 // trackerOptions are a tracker's knobs.
@@ -647,6 +652,7 @@ func (t *tracker) mapped(pid int, file process.FileID, path string, at uint64) {
 func (t *tracker) scanFor(pid int, file process.FileID, at uint64) {
 	maps, err := process.ReadMappings(pid)
 	if err != nil {
+		t.stats.mappingsUnnamed.Add(1)
 		return
 	}
 	t.stats.scans.Add(1)
@@ -665,6 +671,7 @@ func (t *tracker) scanFor(pid int, file process.FileID, at uint64) {
 		t.binary(pid, mappingTarget(pid, m, file), matched, at, triggerMapping)
 		return
 	}
+	t.stats.mappingsUnnamed.Add(1)
 }
 
 func (t *tracker) matching(pid int, path string) []*compiledProbe {
