@@ -100,7 +100,8 @@ func (w *Watcher) Next() (Change, error) {
 	for len(w.queue) == 0 && !w.closed {
 		w.changed.Wait()
 	}
-	if len(w.queue) == 0 {
+	if w.closed {
+		// Its directories may be closed: nothing waiting is of use.
 		if w.err != nil {
 			return Change{}, w.err
 		}
