@@ -455,6 +455,11 @@ func (t *tracker) attachFileOf(d *safefs.Dir, name string, written bool, skip ma
 			t.detachLocked(o, "replaced at its path")
 		}
 	}
+	if written && b.path != path && !b.pinned {
+		// Moved here from a temporary name (an installer's): named by
+		// where it is now, so that its own replacement is seen.
+		b.path = path
+	}
 	if len(b.holders) > 0 || b.pinned || !b.idleSince.IsZero() {
 		return file.FileKey, false
 	}

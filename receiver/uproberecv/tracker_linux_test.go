@@ -413,9 +413,9 @@ func TestClassifyAttachErrors(t *testing.T) {
 // watched directory: a file written there is attached and retained with no
 // process; a hard link to it is the same file; a file only created (still
 // being written) waits for its close; a symlink planted there is never
-// followed; a new version moved over a file replaces its attachment; a
-// file rewritten in place is attached afresh; and retain.max_binaries
-// bounds the files kept.
+// followed; a new version moved over a file replaces its attachment, also
+// when it was attached under its temporary name; a file rewritten in place
+// is attached afresh; and retain.max_binaries bounds the files kept.
 func TestTrackerAttachesWrittenFiles(t *testing.T) {
 	bin := testworkload.BuildC(t, "scopesleep.c", "-O2", "-g", "-pthread")
 	dir := t.TempDir()
@@ -506,25 +506,42 @@ func TestTrackerAttachesWrittenFiles(t *testing.T) {
 		t.Fatalf("a new version moved over a file: %d attach calls, old one closed %d times; want 3 and 1", calls, before[0].closed.Load())
 	}
 
+	// An installer's way: written under a temporary name (attached, as
+	// it matches too), then moved over a: the same file, named a now, and
+	// the version it replaced detached.
+	calls, _ = fake.counts()
+	tmp := filepath.Join(dir, ".a.tmp")
+	copyFile(t, bin, tmp)
+	written(".a.tmp", true)
+	if err := os.Rename(tmp, filepath.Join(dir, "a")); err != nil {
+		t.Fatal(err)
+	}
+	written("a", true)
+	calls2, after2 := fake.counts()
+	if calls2 != calls+1 || after[2].closed.Load() != 1 {
+		t.Fatalf("a file moved over a from a temporary name: %d attach calls (want %d), replaced version closed %d times (want 1)", calls2, calls+1, after[2].closed.Load())
+	}
+	after = after2
+
 	// Rewritten in place (same inode, new size): attached afresh.
 	if err := os.WriteFile(filepath.Join(dir, "a"), append(content, 0), 0o755); err != nil {
 		t.Fatal(err)
 	}
 	written("a", true)
 	calls, _ = fake.counts()
-	if calls != 4 || after[2].closed.Load() != 1 {
-		t.Fatalf("a file rewritten in place: %d attach calls, previous closed %d times; want 4 and 1", calls, after[2].closed.Load())
+	if calls != 5 || after[3].closed.Load() != 1 {
+		t.Fatalf("a file rewritten in place: %d attach calls, previous closed %d times; want 5 and 1", calls, after[3].closed.Load())
 	}
 
-	// Within retain.max_binaries (2): a third file evicts the file idle
-	// longest (b).
+	// Within retain.max_binaries (2): b, idle longest, was evicted when
+	// .a.tmp came; a and c are kept.
 	copyFile(t, bin, filepath.Join(dir, "c"))
 	written("c", true)
 	if !attached("c") || !attached("a") || attached("b") {
 		t.Fatalf("after a third file with max_binaries 2: a %v, b %v, c %v; want b evicted", attached("a"), attached("b"), attached("c"))
 	}
-	// a, b, a's new version, a rewritten, c.
-	if got := tr.stats.attachedOnWrite.Load(); got != 5 {
-		t.Errorf("%d files counted as attached on write, want 5", got)
+	// a, b, a's new version, .a.tmp, a rewritten, c.
+	if got := tr.stats.attachedOnWrite.Load(); got != 6 {
+		t.Errorf("%d files counted as attached on write, want 6", got)
 	}
 }
