@@ -324,34 +324,50 @@ func (t *tracker) retaining() bool {
 }
 
 // preattachable returns the probes that attach a file by its path alone:
-// file_match ones without pids (a pid list matches per process).
+// binary: ones naming it (their pids are the BPF side's filter, as in
+// pinBinaries), and file_match ones without pids (a pid list matches per
+// process).
 func (t *tracker) preattachable(path string) []*compiledProbe {
 	var matched []*compiledProbe
 	for j := range t.probes {
-		if p := &t.probes[j]; p.match != nil && p.pids == nil && p.match.MatchString(path) {
+		p := &t.probes[j]
+		if p.cfg.Binary == path || (p.match != nil && p.pids == nil && t.retaining() && p.match.MatchString(path)) {
 			matched = append(matched, p)
 		}
 	}
 	return matched
 }
 
-// watchedDirs returns the directories anchored file_match regexes name
+// fileMatchDirs returns the directories anchored file_match regexes name
 // literally (see literalDir), where files are attached at start and when
 // written, before anything runs them; others keep the exec path.
-func (t *tracker) watchedDirs() []string {
+func (t *tracker) fileMatchDirs() []string {
 	if !t.retaining() {
 		return nil
 	}
 	var dirs []string
-	seen := map[string]bool{}
 	for i := range t.probes {
 		p := &t.probes[i]
 		if p.match == nil || p.pids != nil {
 			continue
 		}
-		if d, ok := literalDir(p.cfg.FileMatch); ok && !seen[d] {
-			seen[d] = true
+		if d, ok := literalDir(p.cfg.FileMatch); ok && !slices.Contains(dirs, d) {
 			dirs = append(dirs, d)
+		}
+	}
+	return dirs
+}
+
+// watchedDirs returns the directories watched for files written into
+// them: those of fileMatchDirs, and those holding a binary: probe's file,
+// so that a new version installed there is attached before it runs.
+func (t *tracker) watchedDirs() []string {
+	dirs := t.fileMatchDirs()
+	for i := range t.probes {
+		if path := t.probes[i].cfg.Binary; filepath.IsAbs(path) {
+			if d := filepath.Dir(path); !slices.Contains(dirs, d) {
+				dirs = append(dirs, d)
+			}
 		}
 	}
 	return dirs
@@ -376,7 +392,7 @@ func (t *tracker) preattachCandidates() {
 	if !wanted {
 		return
 	}
-	ordered := t.watchedDirs()
+	ordered := t.fileMatchDirs()
 	for _, d := range libraryDirs {
 		if !slices.Contains(ordered, d) {
 			ordered = append(ordered, d)
@@ -400,8 +416,8 @@ func (t *tracker) preattachCandidates() {
 				d.Close()
 				return
 			}
-			key, ok := t.attachFileOf(d, name, true, seen)
-			if ok {
+			key, _, retained := t.attachFileOf(d, name, true, seen)
+			if retained {
 				seen[key] = true
 				attached++
 			}
@@ -412,42 +428,46 @@ func (t *tracker) preattachCandidates() {
 
 // attachFileOf attaches the file name in the directory d if a probe
 // matches its path and it is a complete regular file (written: its writer
-// closed it, or it was moved or linked in). It is retained from then on,
-// as a binary whose last process exited. Symlinks are never followed: a
-// process maps, and /proc/PID/maps shows, the file a link leads to, under
-// its own name. ok reports a binary attached now and idle.
-func (t *tracker) attachFileOf(d *safefs.Dir, name string, written bool, skip map[process.FileKey]bool) (key process.FileKey, ok bool) {
+// closed it, or it was moved or linked in). A binary: probe's file is
+// pinned, as at start; a file_match one is retained from then on, as a
+// binary whose last process exited. Symlinks are never followed: a process
+// maps, and /proc/PID/maps shows, the file a link leads to, under its own
+// name. fresh reports uprobes attached by this call, retained a binary
+// idle from now.
+func (t *tracker) attachFileOf(d *safefs.Dir, name string, written bool, skip map[process.FileKey]bool) (key process.FileKey, fresh, retained bool) {
 	path := filepath.Join(d.Name(), name)
 	matched := t.preattachable(path)
 	if len(matched) == 0 {
-		return key, false
+		return key, false, false
 	}
 	f, err := d.Open(name)
 	if err != nil {
 		// A symlink, a FIFO, a directory, or gone.
-		return key, false
+		return key, false, false
 	}
 	fi, err := f.Stat()
 	f.Close()
 	if err != nil {
-		return key, false
+		return key, false, false
 	}
 	file, known := process.FileIDOf(fi)
 	if !known || skip[file.FileKey] {
-		return key, false
+		return key, false, false
 	}
 	if !written && process.Links(fi) < 2 {
 		// Created and maybe still being written: its close tells.
-		return key, false
+		return key, false, false
 	}
 	tg := &target{path: path, attachPath: path, file: file, open: func() (*os.File, error) { return d.Open(name) }}
+	before := ktime.MonotonicNanos()
 	t.binary(0, tg, matched, 0, "")
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	b := t.binaries[file.FileKey]
 	if b == nil || !b.file.Same(file) {
-		return file.FileKey, false
+		return file.FileKey, false, false
 	}
+	fresh = b.attachedAt >= before
 	for _, o := range t.binaries {
 		if o != b && o.path == path && len(o.holders) == 0 && !o.pinned {
 			// Replaced at its path (a new version moved over it): the
@@ -461,17 +481,17 @@ func (t *tracker) attachFileOf(d *safefs.Dir, name string, written bool, skip ma
 		b.path = path
 	}
 	if len(b.holders) > 0 || b.pinned || !b.idleSince.IsZero() {
-		return file.FileKey, false
+		return file.FileKey, fresh, false
 	}
 	// Held by nobody: retained from now, within retain's bounds.
 	t.idleLocked(b, t.opts.now())
-	return file.FileKey, true
+	return file.FileKey, fresh, true
 }
 
 // written handles a change in a watched directory: a file written, moved
 // or linked in is attached before anything runs it.
 func (t *tracker) written(c dirwatch.Change) {
-	if _, ok := t.attachFileOf(c.Dir, c.Name, c.Written, nil); ok {
+	if _, fresh, _ := t.attachFileOf(c.Dir, c.Name, c.Written, nil); fresh {
 		t.stats.attachedOnWrite.Add(1)
 	}
 }
@@ -1050,8 +1070,15 @@ func (t *tracker) newBinary(pid int, tg *target, p *pendingBinary, matched []*co
 		// A binary: path replaced by a new file: the old inode's uprobes
 		// are of no use any more.
 		for _, o := range t.binaries {
-			if o.pinned && o.path == b.path && len(o.holders) == 0 {
+			if !o.pinned || o.path != b.path {
+				continue
+			}
+			if len(o.holders) == 0 {
 				t.detachLocked(o, "replaced at its path")
+			} else {
+				// Still running: kept while it runs, then like any
+				// binary whose last process exited.
+				o.pinned = false
 			}
 		}
 	}

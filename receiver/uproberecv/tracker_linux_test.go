@@ -545,3 +545,48 @@ func TestTrackerAttachesWrittenFiles(t *testing.T) {
 		t.Errorf("%d files counted as attached on write, want 6", got)
 	}
 }
+
+// TestTrackerAttachesNewVersionOfBinary watches the directory of a
+// binary: probe's file: a new version moved over it is attached when
+// moved, before it runs, and the old one detached.
+func TestTrackerAttachesNewVersionOfBinary(t *testing.T) {
+	built := testworkload.BuildC(t, "scopesleep.c", "-O2", "-g", "-pthread")
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "app")
+	copyFile(t, built, bin)
+	fake := &fakeAttacher{}
+	cfg := []ProbeConfig{{ID: "sleep", Binary: bin, Entry: "scoped_sleep", Exit: "return"}}
+	tr, err := newTracker(zaptest.NewLogger(t), cfg, fake, negcache.NewFiles(negativeTTL, maxNegative), process.NewInfoCache(64), trackerOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tr.close()
+	if got := tr.watchedDirs(); len(got) != 1 || got[0] != dir {
+		t.Fatalf("watched directories %v, want %s", got, dir)
+	}
+	tr.pinBinaries()
+	old := keyOf(t, bin)
+	d, err := safefs.OpenNoLinks(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	// Unrelated files are not attached.
+	copyFile(t, built, filepath.Join(dir, "other"))
+	tr.written(dirwatch.Change{Dir: d, Name: "other", Written: true})
+	next := filepath.Join(dir, ".app.new")
+	copyFile(t, built, next)
+	tr.written(dirwatch.Change{Dir: d, Name: ".app.new", Written: true})
+	if err := os.Rename(next, bin); err != nil {
+		t.Fatal(err)
+	}
+	tr.written(dirwatch.Change{Dir: d, Name: "app", Written: true})
+	calls, attachments := fake.counts()
+	if !tr.isAttached(keyOf(t, bin)) || tr.isAttached(old) || calls != 2 || attachments[0].closed.Load() != 1 {
+		t.Fatalf("after a new version moved over the binary: new attached %v, old attached %v, %d attach calls (want 2)",
+			tr.isAttached(keyOf(t, bin)), tr.isAttached(old), calls)
+	}
+	if got := tr.stats.attachedOnWrite.Load(); got != 1 {
+		t.Errorf("%d files counted as attached on write, want 1", got)
+	}
+}
