@@ -267,7 +267,8 @@ func newTracker(logger *zap.Logger, cfgs []ProbeConfig, a attacher, negative *ne
 // pinBinaries attaches every binary a binary: probe names, by path,
 // whether or not a process runs it: uprobes live on the inode, so each
 // later exec is covered from its first instruction. A path that does not
-// exist yet is logged once and attached when a process maps it.
+// exist yet is logged once and attached when written there (see
+// watchedDirs) or when a process maps it.
 func (t *tracker) pinBinaries() {
 	done := map[string]bool{}
 	for i := range t.probes {
@@ -278,7 +279,7 @@ func (t *tracker) pinBinaries() {
 		done[path] = true
 		f, err := os.Open(path)
 		if err != nil {
-			t.logger.Warn("binary to probe is not there: it is attached when a process maps it", zap.String("path", path), zap.Error(err))
+			t.logger.Warn("binary to probe is not there: it is attached when written there or when a process maps it", zap.String("path", path), zap.Error(err))
 			continue
 		}
 		file, err := process.StatFile(f)
