@@ -37,11 +37,12 @@ func recordsByPID(logs []scopeLog, probe string) map[int64][]scopeLog {
 // only the first run may miss calls (its attach latency is reported). With
 // a file_match anchored on a directory, the binary is written into that
 // directory after the receiver started and attached then, before it runs:
-// every call of its first run is recorded too.
+// every call of its first run is recorded too. So with a new version of a
+// binary: file moved over it after start (binary_new_version).
 func TestShortProcessesEveryCall(t *testing.T) {
 	built := testworkload.BuildC(t, "shortcalls.c", "-O2", "-g")
 	const runs, calls = 50, 20
-	for _, mode := range []string{"binary", "file_match", "watched_dir"} {
+	for _, mode := range []string{"binary", "file_match", "watched_dir", "binary_new_version"} {
 		t.Run(mode, func(t *testing.T) {
 			bin := built
 			probe := ProbeConfig{ID: "short", Entry: "short_call", Exit: "return"}
@@ -57,10 +58,26 @@ func TestShortProcessesEveryCall(t *testing.T) {
 				dir := t.TempDir()
 				bin = filepath.Join(dir, "shortcalls")
 				probe.FileMatch = "^" + regexp.QuoteMeta(dir) + "/[^/]+$"
+			case "binary_new_version":
+				bin = filepath.Join(t.TempDir(), "shortcalls")
+				copyFile(t, built, bin)
+				probe.Binary = bin
 			}
 			cfg := &Config{Probes: []ProbeConfig{probe}, Retain: RetainConfig{MaxBinaries: 16, MaxAge: time.Hour}}
 			r, sink := startReceiver(t, cfg, options{})
-			if mode == "watched_dir" {
+			switch mode {
+			case "binary_new_version":
+				// Installed after start as package managers do: written
+				// beside, then moved over the old version.
+				next := bin + ".new"
+				copyFile(t, built, next)
+				if err := os.Rename(next, bin); err != nil {
+					t.Fatal(err)
+				}
+				if !waitFor(10*time.Second, func() bool { return r.tracker.isAttached(keyOf(t, bin)) }) {
+					t.Fatal("the new version of the binary was not attached")
+				}
+			case "watched_dir":
 				// Written after start, as a deployment would: attached
 				// when its writer closes it, before anything runs it.
 				copyFile(t, built, bin)
@@ -118,8 +135,12 @@ func TestShortProcessesEveryCall(t *testing.T) {
 				}
 			}
 			st := &r.tracker.stats
-			if got := st.evaluations.Load(); got != 1 {
-				t.Errorf("binaries_evaluated %d for %d execs of one binary, want 1", got, runs)
+			evaluations := int64(1)
+			if mode == "binary_new_version" {
+				evaluations = 2 // the version at start, then the new one
+			}
+			if got := st.evaluations.Load(); got != evaluations {
+				t.Errorf("binaries_evaluated %d for %d execs of one binary, want %d", got, runs, evaluations)
 			}
 			c, err := r.probes.Counters()
 			if err != nil {
