@@ -492,9 +492,19 @@ func TestNodeCallbackScopeByDemangledName(t *testing.T) {
 		}
 		pid := int64(cmd.Process.Pid)
 		var recs []scopeLog
+		// Until the last 200 ms block's record too: a 20 ms block stalled
+		// past min_duration on a loaded host adds a record, which must not
+		// end the wait before the last one came.
+		last := blocks[len(blocks)-2].start
 		waitFor(5*time.Second, func() bool {
 			recs = recordsByPID(flatten(sink), "callback")[pid]
-			return len(recs) >= 20
+			seenLast := false
+			for _, l := range recs {
+				if l.startUnix-offset >= last-int64(5*time.Millisecond)-blocks[len(blocks)-2].before {
+					seenLast = true
+				}
+			}
+			return len(recs) >= 20 && seenLast
 		})
 		time.Sleep(2 * pollInterval)
 		recs = recordsByPID(flatten(sink), "callback")[pid]
