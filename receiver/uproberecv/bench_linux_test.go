@@ -203,7 +203,10 @@ func goStormBinary(b *testing.B) string {
 // written, and the exec (at once, or 20 ms after the write) or the dlopen
 // (20 ms after its process started) may come after that. They report the
 // share of iterations attached before the exec or mapping (no latency
-// sample taken), and the p50 and p99 of the others.
+// sample taken), and the p50 and p99 of the others. Every case reports
+// the iterations whose file was never attached (unattached): without a
+// mapping path from BPF (sys_exit), a process starved of bpfcol's
+// attention for its 50 ms leaves its library unnamed.
 func BenchmarkAttachLatency(b *testing.B) {
 	testenv.RequireBPF(b)
 	short := testworkload.BuildC(b, "shortcalls.c", "-O2", "-g")
@@ -244,11 +247,14 @@ func BenchmarkAttachLatency(b *testing.B) {
 			// An iteration without a latency sample was attached before
 			// its exec or mapping; its sample, if any, is taken by the end
 			// of the next quiet spell.
-			before, last := 0, samples()
+			before, last, unattached, lost := 0, samples(), 0, false
 			tally := func() {
-				if n := samples(); n == last {
+				switch n := samples(); {
+				case lost:
+					lost, last = false, n
+				case n == last:
 					before++
-				} else {
+				default:
 					last = n
 				}
 			}
@@ -280,19 +286,25 @@ func BenchmarkAttachLatency(b *testing.B) {
 				}
 				key := keyOf(b, copyTo)
 				if !waitFor(5*time.Second, func() bool { return r.tracker.isAttached(key) }) {
-					b.Fatalf("iteration %d: %s not attached", i, copyTo)
+					// Lost: reported, not hidden by failing the run.
+					st := &r.tracker.stats
+					b.Logf("iteration %d: %s not attached; so far %d mapping events left unnamed, %d known failures skipped, %d evaluations, %d processes exited before attach",
+						i, copyTo, st.mappingsUnnamed.Load(), st.knownFailures.Load(), st.evaluations.Load(), st.exitedBeforeAttach.Load())
+					unattached++
+					lost = true
 				}
 			}
 			time.Sleep(quietSpell)
 			tally()
 			if !mode.watched {
 				// The sample is taken just after the attach the loop waited for.
-				waitFor(time.Second, func() bool { return samples() >= int64(b.N) })
+				waitFor(time.Second, func() bool { return samples() >= int64(b.N-unattached) })
 			}
 			n, p50, p99 := r.tracker.latency.percentiles(mode.trigger)
 			b.ReportMetric(float64(p50)/float64(time.Millisecond), "p50-ms")
 			b.ReportMetric(float64(p99)/float64(time.Millisecond), "p99-ms")
 			b.ReportMetric(float64(n), "samples")
+			b.ReportMetric(float64(unattached), "unattached")
 			if mode.watched {
 				b.ReportMetric(100*float64(before)/float64(b.N), "%attached-before")
 			}
