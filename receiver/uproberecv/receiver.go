@@ -294,6 +294,10 @@ func (r *logsReceiver) watchDirs() {
 	for _, err := range skipped {
 		r.set.Logger.Info("directory not watched: its files are attached when they run", zap.Error(err))
 	}
+	if len(w.Dirs()) == 0 {
+		w.Close()
+		return
+	}
 	r.dirs = w
 	r.wg.Add(1)
 	go r.attachWritten()
