@@ -22,3 +22,15 @@ func FileIDOf(fi os.FileInfo) (FileID, bool) {
 		ModTime: time.Unix(st.Mtim.Sec, st.Mtim.Nsec),
 	}, true
 }
+
+// Links returns the number of hard links of the file fi describes, which
+// must come from a stat call; 0 when unknown.
+func Links(fi os.FileInfo) uint64 {
+	if fi == nil {
+		return 0
+	}
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok && st != nil {
+		return uint64(st.Nlink)
+	}
+	return 0
+}

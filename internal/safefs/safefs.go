@@ -45,6 +45,11 @@ const (
 	// symlinks resolve against it, as they would for the process, and
 	// never escape it.
 	Root
+	// NoLinks is a directory someone else maintains whose files bpfcol
+	// acts on (a directory a probe watches): no symlink is followed
+	// beneath it, since one would let whoever writes there point bpfcol at
+	// any file.
+	NoLinks
 )
 
 // Info is what Lstat reports about one entry.

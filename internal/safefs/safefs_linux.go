@@ -5,9 +5,11 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -74,6 +76,11 @@ func OpenTree(path string) (*Dir, error) { return open(path, Tree) }
 // it resolve as they would for the process and never leave it.
 func OpenRoot(path string) (*Dir, error) { return open(path, Root) }
 
+// OpenNoLinks opens a directory someone else maintains, beneath which no
+// symlink is followed at all. Path itself is the operator's choice and may
+// be a link.
+func OpenNoLinks(path string) (*Dir, error) { return open(path, NoLinks) }
+
 func open(path string, kind Kind) (*Dir, error) {
 	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
@@ -87,6 +94,12 @@ func (d *Dir) Name() string { return d.name }
 
 // Close closes the directory.
 func (d *Dir) Close() error { return d.f.Close() }
+
+// ProcPath returns a path naming the open directory itself (its descriptor
+// in /proc/self/fd) while d is open: for calls that take a path, such as
+// inotify_add_watch, to reach this very directory and not whatever is at
+// its name by then.
+func (d *Dir) ProcPath() string { return "/proc/self/fd/" + strconv.Itoa(d.fd()) }
 
 func (d *Dir) fd() int { return int(d.f.Fd()) }
 
@@ -401,6 +414,25 @@ func (d *Dir) ReadDir(rel string) ([]string, error) {
 		return nil, fmt.Errorf("listing %s beneath %s: %w", rel, d.name, err)
 	}
 	return names, nil
+}
+
+// ReadNames returns up to n names in d itself, and whether it holds more:
+// a bounded listing of a directory that may be huge.
+func (d *Dir) ReadNames(n int) (names []string, more bool, err error) {
+	fd, err := unix.Openat(d.fd(), ".", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, false, fmt.Errorf("listing %s: %w", d.name, err)
+	}
+	f := os.NewFile(uintptr(fd), d.name)
+	defer f.Close()
+	names, err = f.Readdirnames(n + 1)
+	if err != nil && !errors.Is(err, io.EOF) {
+		return nil, false, fmt.Errorf("listing %s: %w", d.name, err)
+	}
+	if len(names) > n {
+		return names[:n], true, nil
+	}
+	return names, false, nil
 }
 
 // Touch sets f's access and modification times to now.

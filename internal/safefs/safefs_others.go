@@ -22,6 +22,12 @@ func OpenTree(string) (*Dir, error) { return nil, errUnsupported }
 // OpenRoot needs Linux.
 func OpenRoot(string) (*Dir, error) { return nil, errUnsupported }
 
+// OpenNoLinks needs Linux.
+func OpenNoLinks(string) (*Dir, error) { return nil, errUnsupported }
+
+// ProcPath returns "".
+func (*Dir) ProcPath() string { return "" }
+
 // Name returns "".
 func (*Dir) Name() string { return "" }
 
@@ -51,6 +57,9 @@ func (*Dir) Remove(string) error { return errUnsupported }
 
 // ReadDir needs Linux.
 func (*Dir) ReadDir(string) ([]string, error) { return nil, errUnsupported }
+
+// ReadNames needs Linux.
+func (*Dir) ReadNames(int) ([]string, bool, error) { return nil, false, errUnsupported }
 
 // Touch needs Linux.
 func Touch(*os.File) error { return errUnsupported }

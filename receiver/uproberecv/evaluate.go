@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	"runtime/debug"
 	"slices"
 	"strconv"
 	"sync"
@@ -278,7 +279,12 @@ func (t *tracker) plan(pid int, tg *target, probes []*compiledProbe) (_ []*planR
 	}
 	t.stats.evaluations.Add(1)
 	results := make([]*planResult, len(probes))
-	bin, err := probesite.Open(f)
+	var bin *probesite.Binary
+	if fault := guardFaults(func() { bin, err = probesite.Open(f) }); fault != nil {
+		f.Close()
+		t.logger.Info("binary not read", zap.String("path", tg.path), zap.Error(fault))
+		return nil, false
+	}
 	if err != nil {
 		t.logger.Info("binary has nothing to instrument: not ELF", zap.String("path", tg.path), zap.Error(err))
 		for i := range results {
@@ -289,8 +295,14 @@ func (t *tracker) plan(pid int, tg *target, probes []*compiledProbe) (_ []*planR
 	defer bin.Close()
 	for i, p := range probes {
 		var plan probesite.Plan
-		cpu := threadCPU(func() { plan, err = bin.PlanProbe(p.id, p.cfg.Entry, p.cfg.exit()) })
+		var fault error
+		cpu := threadCPU(func() { fault = guardFaults(func() { plan, err = bin.PlanProbe(p.id, p.cfg.Entry, p.cfg.exit()) }) })
 		t.stats.lookupCPUNanos.Add(int64(cpu))
+		if fault != nil {
+			// Its identity changed with its size: nothing is kept for it.
+			t.logger.Info("binary not read", zap.String("path", tg.path), zap.Error(fault))
+			return nil, false
+		}
 		if err != nil {
 			// Once per file identity and probe: the result is cached.
 			level := t.logger.Warn
@@ -307,6 +319,28 @@ func (t *tracker) plan(pid int, tg *target, probes []*compiledProbe) (_ []*planR
 			zap.Strings("choices", plan.Notes), zap.Bool("go", bin.IsGo()), zap.Duration("lookup_cpu", cpu))
 	}
 	return results, true
+}
+
+// errFileShrank says a binary was truncated while it was read.
+var errFileShrank = errors.New("the file shrank while it was read")
+
+// guardFaults runs fn, turning a fault reading the mapped binary (one
+// truncated meanwhile, as whoever can write it can do: a file in a watched
+// directory is read while its writer may still hold it) into errFileShrank
+// instead of a crash.
+func guardFaults(fn func()) (err error) {
+	old := debug.SetPanicOnFault(true)
+	defer func() {
+		debug.SetPanicOnFault(old)
+		if r := recover(); r != nil {
+			if _, fault := r.(interface{ Addr() uintptr }); !fault {
+				panic(r)
+			}
+			err = errFileShrank
+		}
+	}()
+	fn()
+	return nil
 }
 
 // threadCPU runs fn on one OS thread and returns the CPU time that thread

@@ -14,6 +14,8 @@ import (
 
 	"go.opentelemetry.io/collector/consumer/consumertest"
 
+	"github.com/bpfcol/bpfcol/internal/ktime"
+	"github.com/bpfcol/bpfcol/internal/process"
 	"github.com/bpfcol/bpfcol/internal/testworkload"
 )
 
@@ -32,23 +34,60 @@ func recordsByPID(logs []scopeLog, probe string) map[int64][]scopeLog {
 // 50 times after the receiver, each run making its calls at once and
 // exiting: every call of every run is recorded. With binary: the file is
 // attached at start; with file_match it is retained after each run, so
-// only the first run may miss calls (its attach latency is reported).
+// only the first run may miss calls (its attach latency is reported). With
+// a file_match anchored on a directory, the binary is written into that
+// directory after the receiver started and attached then, before it runs:
+// every call of its first run is recorded too. So with a new version of a
+// binary: file moved over it after start (binary_new_version).
 func TestShortProcessesEveryCall(t *testing.T) {
-	bin := testworkload.BuildC(t, "shortcalls.c", "-O2", "-g")
+	built := testworkload.BuildC(t, "shortcalls.c", "-O2", "-g")
 	const runs, calls = 50, 20
-	for _, mode := range []string{"binary", "file_match"} {
+	for _, mode := range []string{"binary", "file_match", "watched_dir", "binary_new_version"} {
 		t.Run(mode, func(t *testing.T) {
+			bin := built
 			probe := ProbeConfig{ID: "short", Entry: "short_call", Exit: "return"}
-			if mode == "binary" {
+			switch mode {
+			case "binary":
 				probe.Binary = bin
-			} else {
+			case "file_match":
 				// Not anchored: a regex anchored on a directory has that
-				// directory's files attached at start, and this run is
-				// about a binary first seen when it runs.
+				// directory's files attached at start and when written,
+				// and this run is about a binary first seen when it runs.
 				probe.FileMatch = regexp.QuoteMeta(bin) + "$"
+			case "watched_dir":
+				dir := t.TempDir()
+				bin = filepath.Join(dir, "shortcalls")
+				probe.FileMatch = "^" + regexp.QuoteMeta(dir) + "/[^/]+$"
+			case "binary_new_version":
+				bin = filepath.Join(t.TempDir(), "shortcalls")
+				copyFile(t, built, bin)
+				probe.Binary = bin
 			}
 			cfg := &Config{Probes: []ProbeConfig{probe}, Retain: RetainConfig{MaxBinaries: 16, MaxAge: time.Hour}}
 			r, sink := startReceiver(t, cfg, options{})
+			switch mode {
+			case "binary_new_version":
+				// Installed after start as package managers do: written
+				// beside, then moved over the old version.
+				next := bin + ".new"
+				copyFile(t, built, next)
+				if err := os.Rename(next, bin); err != nil {
+					t.Fatal(err)
+				}
+				if !waitFor(10*time.Second, func() bool { return r.tracker.isAttached(keyOf(t, bin)) }) {
+					t.Fatal("the new version of the binary was not attached")
+				}
+			case "watched_dir":
+				// Written after start, as a deployment would: attached
+				// when its writer closes it, before anything runs it.
+				copyFile(t, built, bin)
+				if !waitFor(10*time.Second, func() bool { return r.tracker.isAttached(keyOf(t, bin)) }) {
+					t.Fatal("the binary written into the watched directory was not attached")
+				}
+				if n := r.tracker.stats.attachedOnWrite.Load(); n != 1 {
+					t.Fatalf("%d files attached on write, want 1", n)
+				}
+			}
 			var pids []int64
 			key := keyOf(t, bin)
 			for i := range runs {
@@ -96,8 +135,12 @@ func TestShortProcessesEveryCall(t *testing.T) {
 				}
 			}
 			st := &r.tracker.stats
-			if got := st.evaluations.Load(); got != 1 {
-				t.Errorf("binaries_evaluated %d for %d execs of one binary, want 1", got, runs)
+			evaluations := int64(1)
+			if mode == "binary_new_version" {
+				evaluations = 2 // the version at start, then the new one
+			}
+			if got := st.evaluations.Load(); got != evaluations {
+				t.Errorf("binaries_evaluated %d for %d execs of one binary, want %d", got, runs, evaluations)
 			}
 			c, err := r.probes.Counters()
 			if err != nil {
@@ -110,8 +153,11 @@ func TestShortProcessesEveryCall(t *testing.T) {
 			if first == 1 && len(by[pids[0]]) < calls && st.exitedBeforeAttach.Load() == 0 && c.ExitWithoutEntry == 0 {
 				t.Errorf("the first run lost %d calls and no counter says so", calls-len(by[pids[0]]))
 			}
-			if mode == "binary" && st.exitedBeforeAttach.Load() != 0 {
-				t.Errorf("%d processes counted as exited before attach with the binary attached from start", st.exitedBeforeAttach.Load())
+			if mode != "file_match" && st.exitedBeforeAttach.Load() != 0 {
+				t.Errorf("%d processes counted as exited before attach with the binary attached before it ran", st.exitedBeforeAttach.Load())
+			}
+			if n, _, _ := r.tracker.latency.percentiles(triggerExec); mode != "file_match" && n != 0 {
+				t.Errorf("%d exec to attach latencies with the binary attached before it ran", n)
 			}
 		})
 	}
@@ -120,21 +166,27 @@ func TestShortProcessesEveryCall(t *testing.T) {
 // TestDlopenLateLibrary loads a library nothing else maps 1 s after the
 // process started and calls it every millisecond: every call after the
 // attach is recorded. A library on disk when the receiver starts is
-// attached then, so no call may be missed at all (the issue allows the
-// first 5 ms); one created later is attached when its mapping is seen, and
-// the test reports the latency and the calls missed meanwhile (speed is
-// the benchmark's to measure).
+// attached then, and one written after start into the directory an
+// anchored file_match names is attached when written: no call may be
+// missed at all (the issue allows the first 5 ms). One created after start
+// where no directory is watched (an unanchored regex) is attached when its
+// mapping is seen, and the test reports the latency and the calls missed
+// meanwhile (speed is the benchmark's to measure).
 func TestDlopenLateLibrary(t *testing.T) {
 	built := testworkload.BuildC(t, "dlib.c", "-O2", "-g", "-shared", "-fPIC")
 	bin := testworkload.BuildC(t, "dlopener.c", "-O2", "-g")
-	for _, mode := range []string{"on disk at start", "created after start"} {
+	for _, mode := range []string{"on disk at start", "written into the watched directory", "created after start"} {
 		t.Run(mode, func(t *testing.T) {
 			lib := filepath.Join(t.TempDir(), "libdlib.so")
 			if mode == "on disk at start" {
 				copyFile(t, built, lib)
 			}
+			match := "^" + regexp.QuoteMeta(lib) + "$"
+			if mode == "created after start" {
+				match = regexp.QuoteMeta(lib) + "$"
+			}
 			cfg := &Config{
-				Probes: []ProbeConfig{{ID: "late", FileMatch: "^" + regexp.QuoteMeta(lib) + "$", Entry: "lib_call", Exit: "return"}},
+				Probes: []ProbeConfig{{ID: "late", FileMatch: match, Entry: "lib_call", Exit: "return"}},
 				Retain: RetainConfig{MaxBinaries: 16, MaxAge: time.Hour},
 			}
 			r, sink := startReceiver(t, cfg, options{})
@@ -142,9 +194,14 @@ func TestDlopenLateLibrary(t *testing.T) {
 			if mode != "on disk at start" {
 				copyFile(t, built, lib)
 			}
+			if mode == "written into the watched directory" {
+				if !waitFor(10*time.Second, func() bool { return r.tracker.isAttached(keyOf(t, lib)) }) {
+					t.Fatal("the library written into the watched directory was not attached")
+				}
+			}
 			missed, allowed := runDlopener(t, r, sink, bin, lib)
-			if mode == "on disk at start" && missed != 0 {
-				t.Errorf("%d calls missed of a library attached since start", missed)
+			if mode != "created after start" && missed != 0 {
+				t.Errorf("%d calls missed of a library attached before it was loaded (%s)", missed, mode)
 			}
 			if missed > allowed {
 				t.Logf("%d calls missed, more than the %d of the first 5 ms after dlopen (the issue's goal)", missed, allowed)
@@ -435,9 +492,19 @@ func TestNodeCallbackScopeByDemangledName(t *testing.T) {
 		}
 		pid := int64(cmd.Process.Pid)
 		var recs []scopeLog
+		// Until the last 200 ms block's record too: a 20 ms block stalled
+		// past min_duration on a loaded host adds a record, which must not
+		// end the wait before the last one came.
+		last := blocks[len(blocks)-2].start
 		waitFor(5*time.Second, func() bool {
 			recs = recordsByPID(flatten(sink), "callback")[pid]
-			return len(recs) >= 20
+			seenLast := false
+			for _, l := range recs {
+				if l.startUnix-offset >= last-int64(5*time.Millisecond)-blocks[len(blocks)-2].before {
+					seenLast = true
+				}
+			}
+			return len(recs) >= 20 && seenLast
 		})
 		time.Sleep(2 * pollInterval)
 		recs = recordsByPID(flatten(sink), "callback")[pid]
@@ -520,5 +587,73 @@ func TestRefusedProbeNotRetried(t *testing.T) {
 	}
 	if binaries, _ := r.tracker.attachedTotals(); binaries != 0 {
 		t.Errorf("%d binaries attached", binaries)
+	}
+}
+
+// TestMappingOfExitedProcessAttached hands the tracker a mapping event of a
+// process that is gone by the time the event is read, as happens to a
+// process that dlopens a library, calls it and exits while the attach
+// waits its turn: the library is still attached (opened by path, checked
+// against the identity the event carries), its latency taken and the
+// process counted as exited before the attach. Opening it only through
+// the process's root lost it silently.
+func TestMappingOfExitedProcessAttached(t *testing.T) {
+	built := testworkload.BuildC(t, "dlib.c", "-O2", "-g", "-shared", "-fPIC")
+	lib := filepath.Join(t.TempDir(), "libgone.so")
+	cfg := &Config{
+		// Not anchored: no directory is watched, the mapping is the only
+		// way the library is found.
+		Probes: []ProbeConfig{{ID: "gone", FileMatch: regexp.QuoteMeta(lib) + "$", Entry: "lib_call", Exit: "return"}},
+		Retain: RetainConfig{MaxBinaries: 16, MaxAge: time.Hour},
+	}
+	r, _ := startReceiver(t, cfg, options{})
+	copyFile(t, built, lib)
+	f, err := os.Open(lib)
+	if err != nil {
+		t.Fatal(err)
+	}
+	file, err := process.StatFile(f)
+	f.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A process that has exited and been reaped.
+	gone := exec.Command("true")
+	if err := gone.Run(); err != nil {
+		t.Fatal(err)
+	}
+	pid := gone.Process.Pid
+	if process.Running(pid) {
+		t.Fatalf("pid %d still runs", pid)
+	}
+	st := &r.tracker.stats
+	lost := st.exitedBeforeAttach.Load()
+	r.tracker.mapped(pid, file, lib, uint64(ktime.MonotonicNanos()))
+	if !r.tracker.isAttached(file.FileKey) {
+		t.Fatal("the library mapped by a process gone before its event was read is not attached")
+	}
+	if got := st.exitedBeforeAttach.Load() - lost; got != 1 {
+		t.Errorf("%d processes counted as exited before attach, want 1", got)
+	}
+	if n, _, _ := r.tracker.latency.percentiles(triggerMapping); n != 1 {
+		t.Errorf("%d mapping latency samples, want 1", n)
+	}
+	// Without a path (mappings seen through sys_exit or fentry), a gone
+	// process leaves the file unnamed: counted, not silent.
+	other := filepath.Join(filepath.Dir(lib), "libother.so")
+	copyFile(t, built, other)
+	g, err := os.Open(other)
+	if err != nil {
+		t.Fatal(err)
+	}
+	otherFile, err := process.StatFile(g)
+	g.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	unnamed := st.mappingsUnnamed.Load()
+	r.tracker.mapped(pid, otherFile, "", uint64(ktime.MonotonicNanos()))
+	if got := st.mappingsUnnamed.Load() - unnamed; got != 1 {
+		t.Errorf("%d unnamed mappings counted for a pathless event of a gone process, want 1", got)
 	}
 }

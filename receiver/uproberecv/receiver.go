@@ -20,6 +20,7 @@ import (
 	"github.com/bpfcol/bpfcol/internal/bpf/scopeprobe"
 	"github.com/bpfcol/bpfcol/internal/bpf/scopes"
 	"github.com/bpfcol/bpfcol/internal/bpf/support"
+	"github.com/bpfcol/bpfcol/internal/dirwatch"
 	"github.com/bpfcol/bpfcol/internal/ktime"
 	"github.com/bpfcol/bpfcol/internal/negcache"
 	"github.com/bpfcol/bpfcol/internal/process"
@@ -82,9 +83,12 @@ type logsReceiver struct {
 	// undeclare withdraws the receiver's scopes.Writer role.
 	undeclare func()
 	watcher   *procwatch.Watcher
-	tracker   *tracker
-	clock     *ktime.Clock
-	infos     *process.InfoCache
+	// dirs watches the directories anchored file_match regexes name, to
+	// attach files written there before anything runs them; nil when none.
+	dirs    *dirwatch.Watcher
+	tracker *tracker
+	clock   *ktime.Clock
+	infos   *process.InfoCache
 
 	wg        sync.WaitGroup
 	stop      chan struct{}
@@ -225,6 +229,9 @@ func (r *logsReceiver) start(_ context.Context, _ component.Host) (err error) {
 	go r.watchProcesses()
 	go r.refreshClock()
 	r.tracker.pinBinaries()
+	// Watched before the files on disk are listed, so that one written
+	// meanwhile is not missed; one seen twice is harmless.
+	r.watchDirs()
 	r.tracker.preattachCandidates()
 	if err := r.tracker.scanAll(); err != nil {
 		return fmt.Errorf("starting uprobe receiver: %w", err)
@@ -233,6 +240,7 @@ func (r *logsReceiver) start(_ context.Context, _ component.Host) (err error) {
 		zap.Strings("probes", ids),
 		zap.String("mappings", mappingsName(r.watcher.Mappings())),
 		zap.Int64("binaries_attached", r.tracker.stats.attached.Load()),
+		zap.Strings("watched_dirs", r.watchedDirNames()),
 		zap.Int64("processes_scanned", r.tracker.stats.scans.Load()),
 		zap.Duration("clock_offset_uncertainty", r.clock.Uncertainty()),
 		zap.Duration("start_duration", time.Since(r.startedAt)))
@@ -262,6 +270,63 @@ func (r *logsReceiver) watchProcesses() {
 				r.tracker.mapped(int(ev.PID), ev.File, ev.Path, ev.KTime)
 			}
 		}
+	}
+}
+
+// watchDirs starts watching the directories anchored file_match regexes
+// name. A directory that cannot be watched is logged and left to the exec
+// path, as are all of them when inotify is not available.
+func (r *logsReceiver) watchDirs() {
+	dirs := r.tracker.watchedDirs()
+	if len(dirs) == 0 {
+		return
+	}
+	if len(dirs) > maxWatchedDirs {
+		r.set.Logger.Warn("too many directories named by file_match: the others' files are attached when they run",
+			zap.Int("watched", maxWatchedDirs), zap.Strings("not_watched", dirs[maxWatchedDirs:]))
+		dirs = dirs[:maxWatchedDirs]
+	}
+	w, skipped, err := dirwatch.New(dirs, dirwatch.Options{MaxDirs: maxWatchedDirs, MaxPending: maxWatchPending})
+	if err != nil {
+		r.set.Logger.Warn("files written into file_match directories are attached when they run, not before", zap.Error(err))
+		return
+	}
+	for _, err := range skipped {
+		r.set.Logger.Info("directory not watched: its files are attached when they run", zap.Error(err))
+	}
+	if len(w.Dirs()) == 0 {
+		w.Close()
+		return
+	}
+	r.dirs = w
+	r.wg.Add(1)
+	go r.attachWritten()
+}
+
+// attachWritten attaches the files written into watched directories as
+// they come. Lost events are logged once and counted: such files are
+// attached at their exec or mapping, as if not watched.
+func (r *logsReceiver) attachWritten() {
+	defer r.wg.Done()
+	warned := false
+	for {
+		c, err := r.dirs.Next()
+		if err != nil {
+			if !errors.Is(err, dirwatch.ErrClosed) {
+				r.set.Logger.Error("watching directories stopped: files are attached when they run", zap.Error(err))
+			}
+			return
+		}
+		if c.Lost {
+			if !warned {
+				warned = true
+				st := r.dirs.Stats()
+				r.set.Logger.Warn("files written into watched directories were missed: they are attached when they run",
+					zap.Uint64("queue_overflows", st.Overflows), zap.Uint64("dropped", st.Dropped))
+			}
+			continue
+		}
+		r.tracker.written(c)
 	}
 }
 
@@ -356,6 +421,11 @@ func (r *logsReceiver) Shutdown(ctx context.Context) error {
 	if r.watcher != nil {
 		errs = append(errs, r.watcher.Close())
 	}
+	var dirs dirwatch.Stats
+	if r.dirs != nil {
+		errs = append(errs, r.dirs.Close())
+		dirs = r.dirs.Stats()
+	}
 	r.tracker.close()
 	close(r.stop)
 	// No uprobe fires any more: read what is left, then stop.
@@ -393,6 +463,10 @@ func (r *logsReceiver) Shutdown(ctx context.Context) error {
 		zap.Int64("execs_answered_from_event", st.quietExecs.Load()),
 		zap.Int64("known_failures_skipped", st.knownFailures.Load()),
 		zap.Int64("processes_exited_before_attach", st.exitedBeforeAttach.Load()),
+		zap.Int64("files_attached_on_write", st.attachedOnWrite.Load()),
+		zap.Int64("mappings_unnamed", st.mappingsUnnamed.Load()),
+		zap.Uint64("watched_dir_queue_overflows", dirs.Overflows),
+		zap.Uint64("watched_dir_files_dropped", dirs.Dropped),
 		zap.Duration("symbol_lookup_cpu", time.Duration(st.lookupCPUNanos.Load())),
 		latencyField(r.tracker.latency, triggerExec),
 		latencyField(r.tracker.latency, triggerMapping),
@@ -420,6 +494,14 @@ func (r *logsReceiver) releaseScopes() error {
 	err := r.scopes.Release()
 	r.scopes = nil
 	return err
+}
+
+// watchedDirNames lists the directories watched for written files.
+func (r *logsReceiver) watchedDirNames() []string {
+	if r.dirs == nil {
+		return nil
+	}
+	return r.dirs.Dirs()
 }
 
 // anyFileMatch reports whether a probe matches binaries by regex: only
@@ -450,6 +532,9 @@ func latencyField(l *latencies, trigger string) zap.Field {
 func (r *logsReceiver) closeAll() {
 	if r.watcher != nil {
 		r.watcher.Close()
+	}
+	if r.dirs != nil {
+		r.dirs.Close()
 	}
 	if r.tracker != nil {
 		r.tracker.close()

@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -14,9 +15,11 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/bpfcol/bpfcol/internal/bpf/scopeprobe"
+	"github.com/bpfcol/bpfcol/internal/dirwatch"
 	"github.com/bpfcol/bpfcol/internal/ktime"
 	"github.com/bpfcol/bpfcol/internal/negcache"
 	"github.com/bpfcol/bpfcol/internal/process"
+	"github.com/bpfcol/bpfcol/internal/safefs"
 )
 
 const (
@@ -99,6 +102,10 @@ type attachedBinary struct {
 	pinned      bool
 	// idleSince is when the last holder left; zero while held or pinned.
 	idleSince time.Time
+	// attachedAt is when its uprobes were attached, in ktime: an exec or
+	// mapping that waited for that attach under way measures its latency
+	// from it.
+	attachedAt int64
 }
 
 // pendingBinary marks a binary being evaluated without the tracker's lock:
@@ -136,6 +143,14 @@ type trackerStats struct {
 	// lookupCPUNanos is the CPU time spent finding probed functions in
 	// binaries (symbol lookup and placement).
 	lookupCPUNanos atomic.Int64
+	// attachedOnWrite counts files attached when they were written into a
+	// watched directory, before anything ran them.
+	attachedOnWrite atomic.Int64
+	// mappingsUnnamed counts mapping events without a path whose process
+	// was gone, or had unmapped the file, before its maps were read: a
+	// matching library among them stays unattached (until another process
+	// maps it).
+	mappingsUnnamed atomic.Int64
 }
 
 // trackerOptions are a tracker's knobs.
@@ -252,7 +267,8 @@ func newTracker(logger *zap.Logger, cfgs []ProbeConfig, a attacher, negative *ne
 // pinBinaries attaches every binary a binary: probe names, by path,
 // whether or not a process runs it: uprobes live on the inode, so each
 // later exec is covered from its first instruction. A path that does not
-// exist yet is logged once and attached when a process maps it.
+// exist yet is logged once and attached when written there (see
+// watchedDirs) or when a process maps it.
 func (t *tracker) pinBinaries() {
 	done := map[string]bool{}
 	for i := range t.probes {
@@ -263,7 +279,7 @@ func (t *tracker) pinBinaries() {
 		done[path] = true
 		f, err := os.Open(path)
 		if err != nil {
-			t.logger.Warn("binary to probe is not there: it is attached when a process maps it", zap.String("path", path), zap.Error(err))
+			t.logger.Warn("binary to probe is not there: it is attached when written there or when a process maps it", zap.String("path", path), zap.Error(err))
 			continue
 		}
 		file, err := process.StatFile(f)
@@ -291,94 +307,193 @@ func (t *tracker) pinBinaries() {
 // its first instruction without waiting for its mapping to be seen.
 var libraryDirs = []string{"/lib/x86_64-linux-gnu", "/usr/lib/x86_64-linux-gnu", "/lib64", "/usr/lib64", "/lib", "/usr/lib", "/usr/local/lib"}
 
-// maxDirEntries bounds the entries read from one directory at start.
-const maxDirEntries = 20000
+const (
+	// maxDirEntries bounds the entries read from one directory at start.
+	maxDirEntries = 20000
+	// maxWatchedDirs bounds the directories watched for files written
+	// into them.
+	maxWatchedDirs = 64
+	// maxWatchPending bounds the written files waiting to be attached;
+	// more are counted and left to the exec path.
+	maxWatchPending = 1024
+)
 
-// preattachCandidates attaches, at start, the files on disk a file_match
-// probe matches: those in the loader's default directories, and those in
-// the directory an anchored regex names literally ("^/opt/app/lib/..."). It
-// stops at retain.max_binaries files; like retained binaries they are kept
-// until they change or retention evicts them.
-func (t *tracker) preattachCandidates() {
-	if t.opts.retain.MaxBinaries <= 0 || t.opts.retain.MaxAge <= 0 {
-		return
-	}
-	dirs := map[string]bool{}
-	var ordered []string
-	add := func(d string) {
-		if d != "" && !dirs[d] {
-			dirs[d] = true
-			ordered = append(ordered, d)
+// retaining reports whether binaries without processes are kept attached:
+// only then is attaching a file before anything runs it of use.
+func (t *tracker) retaining() bool {
+	return t.opts.retain.MaxBinaries > 0 && t.opts.retain.MaxAge > 0
+}
+
+// preattachable returns the probes that attach a file by its path alone:
+// binary: ones naming it (their pids are the BPF side's filter, as in
+// pinBinaries), and file_match ones without pids (a pid list matches per
+// process).
+func (t *tracker) preattachable(path string) []*compiledProbe {
+	var matched []*compiledProbe
+	for j := range t.probes {
+		p := &t.probes[j]
+		if p.cfg.Binary == path || (p.match != nil && p.pids == nil && t.retaining() && p.match.MatchString(path)) {
+			matched = append(matched, p)
 		}
 	}
-	wanted := false
+	return matched
+}
+
+// fileMatchDirs returns the directories anchored file_match regexes name
+// literally (see literalDir), where files are attached at start and when
+// written, before anything runs them; others keep the exec path.
+func (t *tracker) fileMatchDirs() []string {
+	if !t.retaining() {
+		return nil
+	}
+	var dirs []string
 	for i := range t.probes {
 		p := &t.probes[i]
 		if p.match == nil || p.pids != nil {
 			continue
 		}
-		wanted = true
-		if strings.HasPrefix(p.cfg.FileMatch, "^") {
-			if prefix, _ := p.match.LiteralPrefix(); strings.HasPrefix(prefix, "/") {
-				add(filepath.Dir(prefix + "x"))
+		if d, ok := literalDir(p.cfg.FileMatch); ok && !slices.Contains(dirs, d) {
+			dirs = append(dirs, d)
+		}
+	}
+	return dirs
+}
+
+// watchedDirs returns the directories watched for files written into
+// them: those of fileMatchDirs, and those holding a binary: probe's file,
+// so that a new version installed there is attached before it runs.
+func (t *tracker) watchedDirs() []string {
+	dirs := t.fileMatchDirs()
+	for i := range t.probes {
+		if path := t.probes[i].cfg.Binary; filepath.IsAbs(path) {
+			if d := filepath.Dir(path); !slices.Contains(dirs, d) {
+				dirs = append(dirs, d)
 			}
+		}
+	}
+	return dirs
+}
+
+// preattachCandidates attaches, at start, the files on disk a file_match
+// probe matches: those in the loader's default directories, and those in
+// the directories of watchedDirs. Each listing is bounded (maxDirEntries,
+// not recursive), and the whole by retain.max_binaries files; like
+// retained binaries they are kept until they change or retention evicts
+// them.
+func (t *tracker) preattachCandidates() {
+	if !t.retaining() {
+		return
+	}
+	wanted := false
+	for i := range t.probes {
+		if p := &t.probes[i]; p.match != nil && p.pids == nil {
+			wanted = true
 		}
 	}
 	if !wanted {
 		return
 	}
+	ordered := t.fileMatchDirs()
 	for _, d := range libraryDirs {
-		add(d)
+		if !slices.Contains(ordered, d) {
+			ordered = append(ordered, d)
+		}
 	}
 	attached := 0
 	seen := map[process.FileKey]bool{}
 	for _, dir := range ordered {
-		f, err := os.Open(dir)
+		d, err := safefs.OpenNoLinks(dir)
 		if err != nil {
 			continue
 		}
-		entries, _ := f.ReadDir(maxDirEntries)
-		f.Close()
-		for _, e := range entries {
-			// Symlinks are skipped: processes map, and /proc/PID/maps
-			// shows, the file they lead to, which is listed itself.
-			if !e.Type().IsRegular() {
-				continue
-			}
-			path := filepath.Join(dir, e.Name())
-			var matched []*compiledProbe
-			for j := range t.probes {
-				if p := &t.probes[j]; p.match != nil && p.pids == nil && p.match.MatchString(path) {
-					matched = append(matched, p)
-				}
-			}
-			if len(matched) == 0 {
-				continue
-			}
+		names, truncated, _ := d.ReadNames(maxDirEntries)
+		if truncated {
+			t.logger.Info("directory has more entries than are read at start: the others are attached when they run",
+				zap.String("dir", dir), zap.Int("read", maxDirEntries))
+		}
+		for _, name := range names {
 			if attached >= t.opts.retain.MaxBinaries {
-				t.logger.Info("not attaching more files at start: retain.max_binaries reached", zap.String("path", path), zap.Int("limit", t.opts.retain.MaxBinaries))
+				t.logger.Info("not attaching more files at start: retain.max_binaries reached", zap.String("dir", dir), zap.Int("limit", t.opts.retain.MaxBinaries))
+				d.Close()
 				return
 			}
-			fh, err := os.Open(path)
-			if err != nil {
-				continue
-			}
-			file, err := process.StatFile(fh)
-			fh.Close()
-			if err != nil || seen[file.FileKey] {
-				continue
-			}
-			seen[file.FileKey] = true
-			tg := &target{path: path, attachPath: path, file: file, open: func() (*os.File, error) { return os.Open(path) }}
-			t.binary(0, tg, matched, 0, "")
-			t.mu.Lock()
-			if b := t.binaries[file.FileKey]; b != nil && len(b.holders) == 0 && !b.pinned {
-				// Held by nobody: retained from now.
-				b.idleSince = t.opts.now()
+			key, _, retained := t.attachFileOf(d, name, true, seen)
+			if retained {
+				seen[key] = true
 				attached++
 			}
-			t.mu.Unlock()
 		}
+		d.Close()
+	}
+}
+
+// attachFileOf attaches the file name in the directory d if a probe
+// matches its path and it is a complete regular file (written: its writer
+// closed it, or it was moved or linked in). A binary: probe's file is
+// pinned, as at start; a file_match one is retained from then on, as a
+// binary whose last process exited. Symlinks are never followed: a process
+// maps, and /proc/PID/maps shows, the file a link leads to, under its own
+// name. fresh reports uprobes attached by this call, retained a binary
+// idle from now.
+func (t *tracker) attachFileOf(d *safefs.Dir, name string, written bool, skip map[process.FileKey]bool) (key process.FileKey, fresh, retained bool) {
+	path := filepath.Join(d.Name(), name)
+	matched := t.preattachable(path)
+	if len(matched) == 0 {
+		return key, false, false
+	}
+	f, err := d.Open(name)
+	if err != nil {
+		// A symlink, a FIFO, a directory, or gone.
+		return key, false, false
+	}
+	fi, err := f.Stat()
+	f.Close()
+	if err != nil {
+		return key, false, false
+	}
+	file, known := process.FileIDOf(fi)
+	if !known || skip[file.FileKey] {
+		return key, false, false
+	}
+	if !written && process.Links(fi) < 2 {
+		// Created and maybe still being written: its close tells.
+		return key, false, false
+	}
+	tg := &target{path: path, attachPath: path, file: file, open: func() (*os.File, error) { return d.Open(name) }}
+	before := ktime.MonotonicNanos()
+	t.binary(0, tg, matched, 0, "")
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	b := t.binaries[file.FileKey]
+	if b == nil || !b.file.Same(file) {
+		return file.FileKey, false, false
+	}
+	fresh = b.attachedAt >= before
+	for _, o := range t.binaries {
+		if o != b && o.path == path && len(o.holders) == 0 && !o.pinned {
+			// Replaced at its path (a new version moved over it): the
+			// old inode runs no more processes from there.
+			t.detachLocked(o, "replaced at its path")
+		}
+	}
+	if written && b.path != path && !b.pinned {
+		// Moved here from a temporary name (an installer's): named by
+		// where it is now, so that its own replacement is seen.
+		b.path = path
+	}
+	if len(b.holders) > 0 || b.pinned || !b.idleSince.IsZero() {
+		return file.FileKey, fresh, false
+	}
+	// Held by nobody: retained from now, within retain's bounds.
+	t.idleLocked(b, t.opts.now())
+	return file.FileKey, fresh, true
+}
+
+// written handles a change in a watched directory: a file written, moved
+// or linked in is attached before anything runs it.
+func (t *tracker) written(c dirwatch.Change) {
+	if _, fresh, _ := t.attachFileOf(c.Dir, c.Name, c.Written, nil); fresh {
+		t.stats.attachedOnWrite.Add(1)
 	}
 }
 
@@ -457,7 +572,7 @@ func (t *tracker) exec(pid int, exe process.FileID, path string, at uint64) {
 	}
 	if known(exe) && filepath.IsAbs(path) {
 		if matched := t.matching(pid, path); len(matched) > 0 {
-			t.binary(pid, exeTarget(pid, path, exe), matched, at, triggerExec)
+			t.binary(pid, fileTarget(pid, path, exe), matched, at, triggerExec)
 		}
 	}
 	res := t.scan(pid, at, triggerExec)
@@ -548,20 +663,22 @@ func (t *tracker) mapped(pid int, file process.FileID, path string, at uint64) {
 		t.scanFor(pid, file, at)
 		return
 	}
-	m := &process.Mapping{Path: path, Dev: file.Dev, Inode: file.Ino}
 	matched := t.matching(pid, path)
 	if len(matched) == 0 {
 		return
 	}
-	tg := &target{path: path, file: file, attachPath: process.MappedFilePath(pid, m),
-		open: func() (*os.File, error) { return process.OpenInRoot(pid, path) }}
-	t.binary(pid, tg, matched, at, triggerMapping)
+	// Opened through the process's root while it runs, else by path in
+	// ours: a process that maps a library and exits at once is gone
+	// before the event is read, and its library must still be attached
+	// (for the next process, and to count the loss).
+	t.binary(pid, fileTarget(pid, path, file), matched, at, triggerMapping)
 }
 
 // scanFor reads pid's mappings for the one of file and handles it.
 func (t *tracker) scanFor(pid int, file process.FileID, at uint64) {
 	maps, err := process.ReadMappings(pid)
 	if err != nil {
+		t.stats.mappingsUnnamed.Add(1)
 		return
 	}
 	t.stats.scans.Add(1)
@@ -580,6 +697,7 @@ func (t *tracker) scanFor(pid int, file process.FileID, at uint64) {
 		t.binary(pid, mappingTarget(pid, m, file), matched, at, triggerMapping)
 		return
 	}
+	t.stats.mappingsUnnamed.Add(1)
 }
 
 func (t *tracker) matching(pid int, path string) []*compiledProbe {
@@ -768,10 +886,11 @@ func mappingTarget(pid int, m *process.Mapping, file process.FileID) *target {
 		open: func() (*os.File, error) { return process.OpenMapping(pid, m) }}
 }
 
-// exeTarget is the executable of an exec event: opened through the
-// process's root while it runs, else by path in ours when that is the same
-// file (a process gone already, outside a container).
-func exeTarget(pid int, path string, exe process.FileID) *target {
+// fileTarget is the executable of an exec event, or the file of a mapping
+// event, at path as pid sees it: opened through the process's root while it
+// runs, else by path in ours when that is the same file (a process gone
+// already, outside a container).
+func fileTarget(pid int, path string, exe process.FileID) *target {
 	attachPath := "/proc/" + strconv.Itoa(pid) + "/root" + path
 	if fi, err := os.Stat(path); err == nil {
 		if id, ok := process.FileIDOf(fi); ok && id.Same(exe) {
@@ -807,6 +926,7 @@ func known(file process.FileID) bool { return file.Ino != 0 && !file.ModTime.IsZ
 // finds it pending waits for that result.
 func (t *tracker) binary(pid int, tg *target, matched []*compiledProbe, at uint64, trigger string) (held, negative bool) {
 	key := tg.file.FileKey
+	waited := false
 	for {
 		t.mu.Lock()
 		if t.closed {
@@ -816,6 +936,7 @@ func (t *tracker) binary(pid int, tg *target, matched []*compiledProbe, at uint6
 		if p := t.pending[key]; p != nil {
 			t.mu.Unlock()
 			<-p.done
+			waited = true
 			continue
 		}
 		b := t.binaries[key]
@@ -834,7 +955,14 @@ func (t *tracker) binary(pid int, tg *target, matched []*compiledProbe, at uint6
 			}
 			if len(missing) == 0 {
 				t.holdLocked(pid, b)
+				attachedAt := b.attachedAt
 				t.mu.Unlock()
+				if waited && at != 0 && attachedAt > int64(at) {
+					// Another attach of this binary (another process, or
+					// the file written into a watched directory) was under
+					// way when this one came: its calls until then missed.
+					t.attachedLate(pid, trigger, time.Duration(attachedAt-int64(at)))
+				}
 				return pid != 0, false
 			}
 		}
@@ -849,17 +977,28 @@ func (t *tracker) binary(pid int, tg *target, matched []*compiledProbe, at uint6
 			held, negative, attached = t.newBinary(pid, tg, p, matched)
 		}
 		if attached && at != 0 {
-			t.latency.record(trigger, time.Duration(ktime.MonotonicNanos()-int64(at)))
 			t.mu.Lock()
 			counted := p.released // its exit counted it already
 			t.mu.Unlock()
-			if !counted && !process.Running(pid) {
-				t.stats.exitedBeforeAttach.Add(1)
+			latency := time.Duration(ktime.MonotonicNanos() - int64(at))
+			if counted {
+				t.latency.record(trigger, latency)
+			} else {
+				t.attachedLate(pid, trigger, latency)
 			}
 		}
 		if !again {
 			return held, negative
 		}
+	}
+}
+
+// attachedLate records the latency of an attach that came after pid's
+// exec or mapping, and counts pid when it exited meanwhile.
+func (t *tracker) attachedLate(pid int, trigger string, latency time.Duration) {
+	t.latency.record(trigger, latency)
+	if pid != 0 && !process.Running(pid) {
+		t.stats.exitedBeforeAttach.Add(1)
 	}
 }
 
@@ -916,9 +1055,9 @@ func (t *tracker) newBinary(pid int, tg *target, p *pendingBinary, matched []*co
 		return false, conclusive, false
 	}
 	pinned := pinning(matched)
-	if t.closed || (p.released && !pinned) {
+	if t.closed || (p.released && !pinned && !t.retaining()) {
 		// Nobody would hold it: the process exited or exec'd while its
-		// binary was being attached.
+		// binary was being attached, and nothing is retained.
 		t.closeAttachments(tg.path, as)
 		return false, false, false
 	}
@@ -927,18 +1066,31 @@ func (t *tracker) newBinary(pid int, tg *target, p *pendingBinary, matched []*co
 		b.evaluated[pr.id] = true
 	}
 	b.attachments = as
+	b.attachedAt = ktime.MonotonicNanos()
 	if pinned {
 		// A binary: path replaced by a new file: the old inode's uprobes
 		// are of no use any more.
 		for _, o := range t.binaries {
-			if o.pinned && o.path == b.path && len(o.holders) == 0 {
+			if !o.pinned || o.path != b.path {
+				continue
+			}
+			if len(o.holders) == 0 {
 				t.detachLocked(o, "replaced at its path")
+			} else {
+				// Still running: kept while it runs, then like any
+				// binary whose last process exited.
+				o.pinned = false
 			}
 		}
 	}
 	t.binaries[key] = b
 	t.stats.attached.Add(1)
 	if p.released {
+		// Retained for the next process, like a binary whose last
+		// process exited.
+		if !pinned {
+			t.idleLocked(b, t.opts.now())
+		}
 		return false, false, true
 	}
 	t.holdLocked(pid, b)
@@ -1018,6 +1170,14 @@ func (t *tracker) attachedCount(key process.FileKey) (binaries, holders int) {
 		holders = len(b.holders)
 	}
 	return len(t.binaries), holders
+}
+
+// isAttached reports whether the binary with key has uprobes, for tests
+// and benchmarks.
+func (t *tracker) isAttached(key process.FileKey) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.binaries[key] != nil
 }
 
 // attachedTotals returns how many binaries have uprobes, and how many

@@ -16,8 +16,10 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/bpfcol/bpfcol/internal/bpf/scopeprobe"
+	"github.com/bpfcol/bpfcol/internal/dirwatch"
 	"github.com/bpfcol/bpfcol/internal/negcache"
 	"github.com/bpfcol/bpfcol/internal/process"
+	"github.com/bpfcol/bpfcol/internal/safefs"
 	"github.com/bpfcol/bpfcol/internal/testworkload"
 )
 
@@ -404,5 +406,187 @@ func TestClassifyAttachErrors(t *testing.T) {
 		if reason != tc.reason || permanent != tc.permanent {
 			t.Errorf("classify(%v) = %s, %v; want %s, %v", tc.err, reason, permanent, tc.reason, tc.permanent)
 		}
+	}
+}
+
+// TestTrackerAttachesWrittenFiles hands the tracker the changes of a
+// watched directory: a file written there is attached and retained with no
+// process; a hard link to it is the same file; a file only created (still
+// being written) waits for its close; a symlink planted there is never
+// followed; a new version moved over a file replaces its attachment, also
+// when it was attached under its temporary name; a file rewritten in place
+// is attached afresh; and retain.max_binaries bounds the files kept.
+func TestTrackerAttachesWrittenFiles(t *testing.T) {
+	bin := testworkload.BuildC(t, "scopesleep.c", "-O2", "-g", "-pthread")
+	dir := t.TempDir()
+	fake := &fakeAttacher{}
+	cfg := []ProbeConfig{{ID: "sleep", FileMatch: "^" + regexp.QuoteMeta(dir) + "/[^/]+$", Entry: "scoped_sleep", Exit: "return"}}
+	opts := trackerOptions{retain: RetainConfig{MaxBinaries: 2, MaxAge: time.Hour}}
+	tr, err := newTracker(zaptest.NewLogger(t), cfg, fake, negcache.NewFiles(negativeTTL, maxNegative), process.NewInfoCache(64), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tr.close()
+	if got := tr.watchedDirs(); len(got) != 1 || got[0] != dir {
+		t.Fatalf("watched directories %v, want %s", got, dir)
+	}
+	d, err := safefs.OpenNoLinks(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	written := func(name string, complete bool) {
+		t.Helper()
+		tr.written(dirwatch.Change{Dir: d, Name: name, Written: complete})
+	}
+	attached := func(name string) bool {
+		t.Helper()
+		return tr.isAttached(keyOf(t, filepath.Join(dir, name)))
+	}
+
+	copyFile(t, bin, filepath.Join(dir, "a"))
+	written("a", true)
+	if !attached("a") {
+		t.Fatal("a file written into the watched directory is not attached")
+	}
+	if _, holders := tr.attachedCount(keyOf(t, filepath.Join(dir, "a"))); holders != 0 {
+		t.Fatalf("%d holders of a file nothing runs", holders)
+	}
+	if err := os.Link(filepath.Join(dir, "a"), filepath.Join(dir, "hard")); err != nil {
+		t.Fatal(err)
+	}
+	written("hard", false)
+	if calls, _ := fake.counts(); calls != 1 {
+		t.Fatalf("%d attach calls after a hard link to an attached file, want 1", calls)
+	}
+
+	// Created, not closed yet: nothing until its writer closes it.
+	f, err := os.OpenFile(filepath.Join(dir, "b"), os.O_CREATE|os.O_WRONLY, 0o755)
+	if err != nil {
+		t.Fatal(err)
+	}
+	content, err := os.ReadFile(bin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.Write(content); err != nil {
+		t.Fatal(err)
+	}
+	written("b", false)
+	if attached("b") {
+		t.Fatal("a file only created, maybe still being written, was attached")
+	}
+	f.Close()
+	written("b", true)
+	if !attached("b") {
+		t.Fatal("a file closed after writing is not attached")
+	}
+
+	// A symlink to a matching file elsewhere is not followed.
+	elsewhere := filepath.Join(t.TempDir(), "target")
+	copyFile(t, bin, elsewhere)
+	if err := os.Symlink(elsewhere, filepath.Join(dir, "link")); err != nil {
+		t.Fatal(err)
+	}
+	written("link", true)
+	if tr.isAttached(keyOf(t, elsewhere)) {
+		t.Fatal("a symlink in the watched directory was followed")
+	}
+
+	// A new version moved over a: attached, the old one detached.
+	_, before := fake.counts()
+	next := filepath.Join(dir, ".a.new")
+	copyFile(t, bin, next)
+	if err := os.Rename(next, filepath.Join(dir, "a")); err != nil {
+		t.Fatal(err)
+	}
+	written("a", true)
+	calls, after := fake.counts()
+	if !attached("a") || calls != 3 || before[0].closed.Load() != 1 {
+		t.Fatalf("a new version moved over a file: %d attach calls, old one closed %d times; want 3 and 1", calls, before[0].closed.Load())
+	}
+
+	// An installer's way: written under a temporary name (attached, as
+	// it matches too), then moved over a: the same file, named a now, and
+	// the version it replaced detached.
+	calls, _ = fake.counts()
+	tmp := filepath.Join(dir, ".a.tmp")
+	copyFile(t, bin, tmp)
+	written(".a.tmp", true)
+	if err := os.Rename(tmp, filepath.Join(dir, "a")); err != nil {
+		t.Fatal(err)
+	}
+	written("a", true)
+	calls2, after2 := fake.counts()
+	if calls2 != calls+1 || after[2].closed.Load() != 1 {
+		t.Fatalf("a file moved over a from a temporary name: %d attach calls (want %d), replaced version closed %d times (want 1)", calls2, calls+1, after[2].closed.Load())
+	}
+	after = after2
+
+	// Rewritten in place (same inode, new size): attached afresh.
+	if err := os.WriteFile(filepath.Join(dir, "a"), append(content, 0), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	written("a", true)
+	calls, _ = fake.counts()
+	if calls != 5 || after[3].closed.Load() != 1 {
+		t.Fatalf("a file rewritten in place: %d attach calls, previous closed %d times; want 5 and 1", calls, after[3].closed.Load())
+	}
+
+	// Within retain.max_binaries (2): b, idle longest, was evicted when
+	// .a.tmp came; a and c are kept.
+	copyFile(t, bin, filepath.Join(dir, "c"))
+	written("c", true)
+	if !attached("c") || !attached("a") || attached("b") {
+		t.Fatalf("after a third file with max_binaries 2: a %v, b %v, c %v; want b evicted", attached("a"), attached("b"), attached("c"))
+	}
+	// a, b, a's new version, .a.tmp, a rewritten, c.
+	if got := tr.stats.attachedOnWrite.Load(); got != 6 {
+		t.Errorf("%d files counted as attached on write, want 6", got)
+	}
+}
+
+// TestTrackerAttachesNewVersionOfBinary watches the directory of a
+// binary: probe's file: a new version moved over it is attached when
+// moved, before it runs, and the old one detached.
+func TestTrackerAttachesNewVersionOfBinary(t *testing.T) {
+	built := testworkload.BuildC(t, "scopesleep.c", "-O2", "-g", "-pthread")
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "app")
+	copyFile(t, built, bin)
+	fake := &fakeAttacher{}
+	cfg := []ProbeConfig{{ID: "sleep", Binary: bin, Entry: "scoped_sleep", Exit: "return"}}
+	tr, err := newTracker(zaptest.NewLogger(t), cfg, fake, negcache.NewFiles(negativeTTL, maxNegative), process.NewInfoCache(64), trackerOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tr.close()
+	if got := tr.watchedDirs(); len(got) != 1 || got[0] != dir {
+		t.Fatalf("watched directories %v, want %s", got, dir)
+	}
+	tr.pinBinaries()
+	old := keyOf(t, bin)
+	d, err := safefs.OpenNoLinks(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	// Unrelated files are not attached.
+	copyFile(t, built, filepath.Join(dir, "other"))
+	tr.written(dirwatch.Change{Dir: d, Name: "other", Written: true})
+	next := filepath.Join(dir, ".app.new")
+	copyFile(t, built, next)
+	tr.written(dirwatch.Change{Dir: d, Name: ".app.new", Written: true})
+	if err := os.Rename(next, bin); err != nil {
+		t.Fatal(err)
+	}
+	tr.written(dirwatch.Change{Dir: d, Name: "app", Written: true})
+	calls, attachments := fake.counts()
+	if !tr.isAttached(keyOf(t, bin)) || tr.isAttached(old) || calls != 2 || attachments[0].closed.Load() != 1 {
+		t.Fatalf("after a new version moved over the binary: new attached %v, old attached %v, %d attach calls (want 2)",
+			tr.isAttached(keyOf(t, bin)), tr.isAttached(old), calls)
+	}
+	if got := tr.stats.attachedOnWrite.Load(); got != 1 {
+		t.Errorf("%d files counted as attached on write, want 1", got)
 	}
 }
