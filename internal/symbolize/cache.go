@@ -93,7 +93,8 @@ type BinaryCache struct {
 // added) sums to at most maxBytes (DefaultMaxBinaryBytes when 0 or less).
 // Each Binary is counted as at least maxBytes/maxBinaries, which keeps the
 // count bound: it also holds a file descriptor and a mapping. The index of
-// files holds up to 8 files per Binary.
+// files holds up to 2 files per Binary: a file evicted from it while its
+// Binary stays is found again by one open of its headers.
 func NewBinaryCache(maxBinaries int, maxBytes int64) *BinaryCache {
 	maxBinaries = max(maxBinaries, 1)
 	if maxBytes <= 0 {
@@ -104,7 +105,7 @@ func NewBinaryCache(maxBinaries int, maxBytes int64) *BinaryCache {
 		held: lru.New(maxBytes, func(_ contentKey, b *Binary) int64 {
 			return max(b.MemSize(), least)
 		}),
-		files:   lru.New[process.FileKey, contentKey](8*int64(maxBinaries)*fileEntryCost, func(process.FileKey, contentKey) int64 { return fileEntryCost }),
+		files:   lru.New[process.FileKey, contentKey](2*int64(maxBinaries)*fileEntryCost, func(process.FileKey, contentKey) int64 { return fileEntryCost }),
 		opening: make(map[process.FileKey]*opening),
 	}
 	// Called under c.mu, from Add: no reader can be taking a reference.
