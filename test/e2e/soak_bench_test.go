@@ -8,6 +8,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -187,11 +189,14 @@ func BenchmarkSoak(b *testing.B) {
 		// BPFCOL_SOAK_HEAP names a directory that receives the
 		// collector's heap profile at the end of each minute
 		// (heap-MM.pb.gz, and heap-MM.txt with the runtime's figures),
-		// taken through the pprof extension.
+		// taken through the pprof extension; the size of each cache
+		// (ebpfprof_cache_size) is logged with it.
 		heapDir := os.Getenv("BPFCOL_SOAK_HEAP")
 		pprofAddr := fmt.Sprintf("127.0.0.1:%d", freePort(b))
+		var metricsURL string
 		if heapDir != "" {
 			cfg = strings.Replace(cfg, "service:\n", fmt.Sprintf("extensions:\n  pprof:\n    endpoint: %s\nservice:\n  extensions: [pprof]\n", pprofAddr), 1)
+			cfg, metricsURL = withPrometheus(b, cfg)
 		}
 		col := startCollector(b, cfg)
 		pid := col.cmd.Process.Pid
@@ -216,6 +221,7 @@ func BenchmarkSoak(b *testing.B) {
 				base := filepath.Join(heapDir, fmt.Sprintf("heap-%02d", m+1))
 				fetchHeapProfile(b, "http://"+pprofAddr+"/debug/pprof/heap", base+".pb.gz")
 				fetchHeapProfile(b, "http://"+pprofAddr+"/debug/pprof/heap?debug=1", base+".txt")
+				logCacheSizes(b, metricsURL)
 			}
 		}
 		to, hostAfter := time.Now(), readCPUStat(b)
@@ -250,6 +256,25 @@ func BenchmarkSoak(b *testing.B) {
 				100*growth, base+1, minutes, mib(rss[base]), mib(peak), 100*soakMaxGrowth)
 		}
 	}
+}
+
+// logCacheSizes logs the receiver's ebpfprof_cache_size series, one
+// cache=value pair each.
+func logCacheSizes(b *testing.B, url string) {
+	series, err := scrape(b, url)
+	if err != nil {
+		b.Logf("scraping the self-metrics: %v", err)
+		return
+	}
+	re := regexp.MustCompile(`^otelcol_ebpfprof_cache_size\{.*cache="([a-z_]+)"`)
+	var sizes []string
+	for s, v := range series {
+		if m := re.FindStringSubmatch(s); m != nil {
+			sizes = append(sizes, fmt.Sprintf("%s=%.0f", m[1], v))
+		}
+	}
+	slices.Sort(sizes)
+	b.Logf("caches: %s", strings.Join(sizes, " "))
 }
 
 // exportedPIDs counts the pids among want that appear in a received

@@ -118,6 +118,14 @@ const (
 )
 
 // fileEntry is one file mapped by loaded processes.
+//
+// Tables are keyed by file (device and inode), never by build id as the
+// symbolizer shares a Binary between copies of one build: CFI rows decide
+// which words of a process's stack the BPF walk reads and reports as
+// return addresses, and a file made by one user to carry another's build
+// id must not decide that for the other user's processes. Copies of one
+// build therefore each build and load their own table; MaxIdleFiles keeps
+// the ones no process maps any more from piling up.
 type fileEntry struct {
 	key   process.FileKey
 	state fileState
