@@ -129,7 +129,9 @@ func (r *profilesReceiver) registerTelemetry() error {
 				observe(o, s.Tables, "cache", "debug_tables")
 				observe(o, s.TableBytes, "cache", "debug_table_bytes")
 			}
-			observe(o, int64(r.resolver.NameCacheStats().Len), "cache", "frame_names")
+			names := r.resolver.NameCacheStats()
+			observe(o, int64(names.Len), "cache", "frame_names")
+			observe(o, names.Cost, "cache", "frame_name_bytes")
 			leaves := r.aggregator.LeafCacheStats()
 			observe(o, int64(leaves.Len), "cache", "leaf_functions")
 			observe(o, leaves.Cost, "cache", "leaf_function_bytes")

@@ -20,9 +20,12 @@ import (
 )
 
 // maxCachedNameBytes bounds the heap of the named user addresses kept
-// across batches, least recently used out first: each distinct (file,
-// address) is named once, and again only after eviction.
-const maxCachedNameBytes = 8 << 20
+// across batches, least recently used out first: each distinct (binary,
+// address) is named once, and again only after eviction. A busy host
+// samples new addresses for a long time (an interpreter's, short-lived
+// processes'): a bound the size of the hot set, about 7000 names, fills
+// in the first minutes instead of growing the heap for a quarter hour.
+const maxCachedNameBytes = 2 << 20
 
 // namedCost is the heap an entry of the name cache holds: the key, the
 // record and its lines with their strings.
