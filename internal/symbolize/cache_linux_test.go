@@ -39,7 +39,7 @@ func TestBinaryCacheOpensOnce(t *testing.T) {
 	ws := builtWorkloads(t)
 	path := ws["c-pie"].path
 	key := keyOf(t, path)
-	c := NewBinaryCache(4)
+	c := NewBinaryCache(4, 0)
 	defer c.Close()
 	o := &countingOpener{path: path}
 
@@ -74,7 +74,7 @@ func TestBinaryCacheOpensOnce(t *testing.T) {
 // file a reader still holds, and closes it on that reader's Release.
 func TestBinaryCacheEvictionWaitsForReaders(t *testing.T) {
 	ws := builtWorkloads(t)
-	c := NewBinaryCache(1)
+	c := NewBinaryCache(1, 0)
 	defer c.Close()
 	first := &countingOpener{path: ws["c-pie"].path}
 	second := &countingOpener{path: ws["c-nopie"].path}
@@ -113,7 +113,7 @@ func TestBinaryCacheEvictionWaitsForReaders(t *testing.T) {
 
 func TestBinaryCacheErrorsAndClose(t *testing.T) {
 	ws := builtWorkloads(t)
-	c := NewBinaryCache(2)
+	c := NewBinaryCache(2, 0)
 	notELF := &countingOpener{path: "testdata/cworkload/main.c"}
 	if _, err := c.Get(process.FileKey{Dev: 1, Ino: 1}, notELF.open); err == nil {
 		t.Fatal("Get of a non-ELF file succeeded")

@@ -122,40 +122,47 @@ func TestClassifiedEvictsAndStaysBounded(t *testing.T) {
 	}
 }
 
-// TestBinaryCacheEvictsAndStaysBounded opens more binaries than the cache
+// TestBinaryCacheEvictsAndStaysBounded opens more builds than the cache
 // holds: the least recently used go, and the counts say so.
 func TestBinaryCacheEvictsAndStaysBounded(t *testing.T) {
-	exe, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
+	ws := builtWorkloads(t)
+	paths := buildCopies(t, ws["c-pie"].path, t.TempDir(), 10, true)
+	openers := make([]*countingOpener, len(paths))
+	for i, p := range paths {
+		openers[i] = &countingOpener{path: p}
 	}
-	opener := &countingOpener{path: exe}
-	c := NewBinaryCache(3)
+	c := NewBinaryCache(3, 0)
 	defer c.Close()
-	get := func(ino uint64) {
+	get := func(i int) {
 		t.Helper()
-		b, err := c.Get(process.FileKey{Dev: 1, Ino: ino}, opener.open)
+		b, err := c.Get(keyOf(t, paths[i]), openers[i].open)
 		if err != nil {
 			t.Fatal(err)
 		}
 		b.Release()
 	}
-	for ino := range uint64(10) {
-		get(ino)
+	opens := func() (n int64) {
+		for _, o := range openers {
+			n += o.opens.Load()
+		}
+		return n
+	}
+	for i := range paths {
+		get(i)
 		get(0) // keep 0 recently used
 	}
 	st := c.Stats()
 	if st.Len != 3 || c.Len() != 3 || st.Evictions != 7 {
 		t.Fatalf("stats %+v: want 3 binaries after 7 evictions", st)
 	}
-	opens := opener.opens.Load()
+	before := opens()
 	get(0)
 	get(9)
-	if got := opener.opens.Load(); got != opens {
-		t.Errorf("a held binary was opened again: %d -> %d opens", opens, got)
+	if got := opens(); got != before {
+		t.Errorf("a held binary was opened again: %d -> %d opens", before, got)
 	}
 	get(1)
-	if got := opener.opens.Load(); got != opens+1 {
-		t.Errorf("an evicted binary was served: %d -> %d opens", opens, got)
+	if got := opens(); got != before+1 {
+		t.Errorf("an evicted binary was served: %d -> %d opens", before, got)
 	}
 }

@@ -2,6 +2,7 @@ package unwind
 
 import (
 	"sort"
+	"unsafe"
 
 	"golang.org/x/arch/x86/x86asm"
 )
@@ -62,6 +63,12 @@ func Analyze(code []byte, funcStart uint64) *Function {
 		f.slots[i] = states[off].slot()
 	}
 	return f
+}
+
+// Size returns the bytes of heap f holds: itself, its code and its
+// answers.
+func (f *Function) Size() int64 {
+	return int64(unsafe.Sizeof(*f)) + int64(cap(f.code)) + int64(cap(f.offsets))*4 + int64(cap(f.slots))
 }
 
 // ReturnAddressSlot reports where the return address into the caller is,

@@ -48,8 +48,12 @@ const (
 	// batchQueueSize bounds the intervals waiting for symbolization and
 	// export; when it is full an interval is dropped and counted.
 	batchQueueSize = 2
-	// maxBinaries bounds the opened binaries kept for symbolization.
-	maxBinaries = 512
+	// maxBinaries and maxBinaryBytes bound the opened binaries kept for
+	// symbolization, by count (each holds a descriptor and a mapping) and
+	// by their own heap (their parsed tables are bounded apart, by
+	// symbolizer.max_table_bytes). Copies of one build are one binary.
+	maxBinaries    = 512
+	maxBinaryBytes = 4 << 20
 )
 
 // profilesReceiver runs the pipeline BPF sampler → aggregate → resolve →
@@ -212,7 +216,7 @@ func (r *profilesReceiver) start(_ context.Context, _ component.Host) error {
 	}
 	// From here on Shutdown owns what Start created.
 	r.sampler, r.kernelSyms = sampler, kernelSyms
-	r.binaries = symbolize.NewBinaryCache(maxBinaries)
+	r.binaries = symbolize.NewBinaryCache(maxBinaries, maxBinaryBytes)
 	if r.symbolizer, err = symbolize.NewSymbolizer(r.cfg.Symbolizer.symbolizeConfig()); err != nil {
 		r.set.Logger.Warn("user frames named from the mapped binaries only", zap.Error(err))
 	}

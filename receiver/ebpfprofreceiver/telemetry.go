@@ -116,7 +116,10 @@ func (r *profilesReceiver) registerTelemetry() error {
 			return nil
 		}),
 		tb.RegisterEbpfprofCacheSizeCallback(func(_ context.Context, o metric.Int64Observer) error {
-			observe(o, int64(r.binaries.Len()), "cache", "binaries")
+			b := r.binaries.Stats()
+			observe(o, int64(b.Len), "cache", "binaries")
+			observe(o, b.Cost, "cache", "binary_bytes")
+			observe(o, int64(r.binaries.FileStats().Len), "cache", "binary_files")
 			u := r.unwind.Stats()
 			observe(o, u.Files, "cache", "unwind_tables")
 			observe(o, u.RowBytes, "cache", "unwind_table_bytes")
@@ -126,13 +129,19 @@ func (r *profilesReceiver) registerTelemetry() error {
 				observe(o, s.Tables, "cache", "debug_tables")
 				observe(o, s.TableBytes, "cache", "debug_table_bytes")
 			}
-			observe(o, int64(r.resolver.NameCacheStats().Len), "cache", "frame_names")
-			observe(o, int64(r.aggregator.LeafCacheStats().Len), "cache", "leaf_functions")
+			names := r.resolver.NameCacheStats()
+			observe(o, int64(names.Len), "cache", "frame_names")
+			observe(o, names.Cost, "cache", "frame_name_bytes")
+			leaves := r.aggregator.LeafCacheStats()
+			observe(o, int64(leaves.Len), "cache", "leaf_functions")
+			observe(o, leaves.Cost, "cache", "leaf_function_bytes")
 			return nil
 		}),
 		tb.RegisterEbpfprofCacheEvictionsCallback(func(_ context.Context, o metric.Int64Observer) error {
 			observe(o, int64(r.resolver.NameCacheStats().Evictions), "cache", "frame_names")
 			observe(o, int64(r.aggregator.LeafCacheStats().Evictions), "cache", "leaf_functions")
+			observe(o, int64(r.binaries.Stats().Evictions), "cache", "binaries")
+			observe(o, int64(r.binaries.FileStats().Evictions), "cache", "binary_files")
 			return nil
 		}),
 		tb.RegisterEbpfprofCallersRecoveredCallback(func(_ context.Context, o metric.Int64Observer) error {

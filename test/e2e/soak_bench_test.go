@@ -8,6 +8,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -182,8 +184,21 @@ func BenchmarkSoak(b *testing.B) {
 
 	for b.Loop() {
 		server := startProfilesServer(b)
-		col := startCollector(b, strings.Replace(profilesConfig(server.addr), "sampling_frequency: 99\n    report_interval: 1s",
-			fmt.Sprintf("sampling_frequency: %d\n    report_interval: %s", overheadHz, overheadReport), 1))
+		cfg := strings.Replace(profilesConfig(server.addr), "sampling_frequency: 99\n    report_interval: 1s",
+			fmt.Sprintf("sampling_frequency: %d\n    report_interval: %s", overheadHz, overheadReport), 1)
+		// BPFCOL_SOAK_HEAP names a directory that receives the
+		// collector's heap profile at the end of each minute
+		// (heap-MM.pb.gz, and heap-MM.txt with the runtime's figures),
+		// taken through the pprof extension; the size of each cache
+		// (ebpfprof_cache_size) is logged with it.
+		heapDir := os.Getenv("BPFCOL_SOAK_HEAP")
+		pprofAddr := fmt.Sprintf("127.0.0.1:%d", freePort(b))
+		var metricsURL string
+		if heapDir != "" {
+			cfg = strings.Replace(cfg, "service:\n", fmt.Sprintf("extensions:\n  pprof:\n    endpoint: %s\nservice:\n  extensions: [pprof]\n", pprofAddr), 1)
+			cfg, metricsURL = withPrometheus(b, cfg)
+		}
+		col := startCollector(b, cfg)
 		pid := col.cmd.Process.Pid
 		ctx, stop := context.WithCancel(context.Background())
 		from, hostBefore := time.Now(), readCPUStat(b)
@@ -200,7 +215,14 @@ func BenchmarkSoak(b *testing.B) {
 				b.Fatalf("bin/bpfcol exited during the soak: %v\n%s", err, col.output)
 			}
 			rss[m], hwm = memStatus(b, pid)
-			b.Logf("minute %d: VmRSS %.1f MiB, VmHWM %.1f MiB, %d processes started", m+1, mib(rss[m]), mib(hwm), ch.started.Load())
+			b.Logf("minute %d: VmRSS %.1f MiB (anonymous %.1f MiB), VmHWM %.1f MiB, %d processes started",
+				m+1, mib(rss[m]), float64(procStatusKB(b, pid, "RssAnon"))/1024, mib(hwm), ch.started.Load())
+			if heapDir != "" {
+				base := filepath.Join(heapDir, fmt.Sprintf("heap-%02d", m+1))
+				fetchHeapProfile(b, "http://"+pprofAddr+"/debug/pprof/heap", base+".pb.gz")
+				fetchHeapProfile(b, "http://"+pprofAddr+"/debug/pprof/heap?debug=1", base+".txt")
+				logCacheSizes(b, metricsURL)
+			}
 		}
 		to, hostAfter := time.Now(), readCPUStat(b)
 		stop()
@@ -227,13 +249,32 @@ func BenchmarkSoak(b *testing.B) {
 		b.ReportMetric(100*float64(seen)/float64(max(1, len(ch.pids))), "processes_in_profiles_%")
 		b.ReportMetric(float64(samples), "samples_exported")
 		b.ReportMetric(share, "samples_exported/expected")
-		b.Logf("RSS from minute %d to %d: %.1f MiB -> peak %.1f MiB (%+.1f%%); high-water %.1f MiB; %d processes started, %d seen in the profiles",
-			base+1, minutes, mib(rss[base]), mib(peak), 100*growth, mib(hwm), ch.started.Load(), seen)
+		b.Logf("RSS from minute %d to %d: %.1f MiB -> peak %.1f MiB (%+.1f%%); high-water %.1f MiB; %d processes started, %d seen in the profiles; load average %.2f",
+			base+1, minutes, mib(rss[base]), mib(peak), 100*growth, mib(hwm), ch.started.Load(), seen, loadAverage())
 		if minutes > 1 && growth > soakMaxGrowth {
 			b.Errorf("RSS grew %.1f%% from minute %d to %d (%.1f -> %.1f MiB), more than %.0f%%",
 				100*growth, base+1, minutes, mib(rss[base]), mib(peak), 100*soakMaxGrowth)
 		}
 	}
+}
+
+// logCacheSizes logs the receiver's ebpfprof_cache_size series, one
+// cache=value pair each.
+func logCacheSizes(b *testing.B, url string) {
+	series, err := scrape(b, url)
+	if err != nil {
+		b.Logf("scraping the self-metrics: %v", err)
+		return
+	}
+	re := regexp.MustCompile(`^otelcol_ebpfprof_cache_size\{.*cache="([a-z_]+)"`)
+	var sizes []string
+	for s, v := range series {
+		if m := re.FindStringSubmatch(s); m != nil {
+			sizes = append(sizes, fmt.Sprintf("%s=%.0f", m[1], v))
+		}
+	}
+	slices.Sort(sizes)
+	b.Logf("caches: %s", strings.Join(sizes, " "))
 }
 
 // exportedPIDs counts the pids among want that appear in a received

@@ -54,6 +54,11 @@ type Config struct {
 	// MaxProcesses bounds the processes loaded; beyond it the one seen
 	// least recently is dropped. Zero means 1024.
 	MaxProcesses int
+	// MaxIdleFiles bounds the files that no loaded process maps any more
+	// but that keep their entry, and their rows, for the next process of
+	// the same file (a shell's commands); beyond it the least recently
+	// used go at a sweep. Zero means 256.
+	MaxIdleFiles int
 	// QueueSize bounds the processes waiting to be loaded; a request
 	// beyond it is dropped and counted. Zero means 256.
 	QueueSize int
@@ -113,6 +118,14 @@ const (
 )
 
 // fileEntry is one file mapped by loaded processes.
+//
+// Tables are keyed by file (device and inode), never by build id as the
+// symbolizer shares a Binary between copies of one build: CFI rows decide
+// which words of a process's stack the BPF walk reads and reports as
+// return addresses, and a file made by one user to carry another's build
+// id must not decide that for the other user's processes. Copies of one
+// build therefore each build and load their own table; MaxIdleFiles keeps
+// the ones no process maps any more from piling up.
 type fileEntry struct {
 	key   process.FileKey
 	state fileState
@@ -177,6 +190,9 @@ func New(cfg Config) *Loader {
 	}
 	if cfg.QueueSize <= 0 {
 		cfg.QueueSize = 256
+	}
+	if cfg.MaxIdleFiles <= 0 {
+		cfg.MaxIdleFiles = 256
 	}
 	if cfg.ResyncInterval <= 0 {
 		cfg.ResyncInterval = 500 * time.Millisecond
@@ -736,5 +752,38 @@ func (l *Loader) sweep() {
 		case id != pe.id:
 			_ = l.Load(pid)
 		}
+	}
+	l.trimIdle()
+}
+
+// trimIdle drops the files no loaded process maps beyond MaxIdleFiles:
+// those without rows first (nothing to build again), then those with
+// rows, least recently used first. Processes started from fresh files (a
+// deployment's new copies) thus leave no trail of entries and rows.
+func (l *Loader) trimIdle() {
+	idle := 0
+	for _, fe := range l.files {
+		if fe.refs == 0 {
+			idle++
+		}
+	}
+	for key, fe := range l.files {
+		if idle <= l.cfg.MaxIdleFiles {
+			return
+		}
+		if fe.refs == 0 && fe.state != fileRows {
+			delete(l.files, key)
+			idle--
+		}
+	}
+	for e := l.lru.Back(); e != nil && idle > l.cfg.MaxIdleFiles; {
+		prev := e.Prev()
+		if fe := e.Value.(*fileEntry); fe.refs == 0 {
+			l.evict(fe)
+			l.evictions.Add(-1) // dropped as idle, not evicted for room
+			delete(l.files, fe.key)
+			idle--
+		}
+		e = prev
 	}
 }

@@ -117,6 +117,40 @@ func TestLoaderDropsExitedProcesses(t *testing.T) {
 	}
 }
 
+// TestLoaderDropsIdleFiles checks that the files of exited processes keep
+// their entries and rows only up to MaxIdleFiles: processes started from
+// fresh copies of a binary leave no trail.
+func TestLoaderDropsIdleFiles(t *testing.T) {
+	testenv.RequireBPF(t)
+	s, err := profiler.New(profiler.Options{Frequency: 1, UnwindRows: 1 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	const maxIdle = 2
+	l := New(Config{Sink: s, Tables: newStore(t), MaxIdleFiles: maxIdle})
+	cmd := startSleeper(t, "/usr/bin/python3.11", "-c", "import time; time.sleep(60)")
+	loadAll(t, l, cmd.Process.Pid)
+	loaded := l.Stats()
+	if loaded.Files <= maxIdle {
+		t.Fatalf("python3.11 loaded %d files' tables, want more than %d for the test", loaded.Files, maxIdle)
+	}
+	cmd.Process.Kill()
+	cmd.Wait()
+	l.sweep()
+	after := l.Stats()
+	t.Logf("loaded: %+v; after the exit: %+v", loaded, after)
+	if after.Processes != 0 {
+		t.Fatalf("%d processes still loaded", after.Processes)
+	}
+	if after.Files > maxIdle || len(l.files) > maxIdle {
+		t.Errorf("%d tables and %d entries kept after the exit, want at most %d", after.Files, len(l.files), maxIdle)
+	}
+	if after.RowBytes >= loaded.RowBytes {
+		t.Errorf("rows not released: %d bytes before, %d after", loaded.RowBytes, after.RowBytes)
+	}
+}
+
 func itoa(n int) string {
 	b := []byte{}
 	for ; n > 0; n /= 10 {

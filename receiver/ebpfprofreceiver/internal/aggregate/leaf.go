@@ -11,17 +11,34 @@ import (
 	"github.com/bpfcol/bpfcol/internal/unwind"
 )
 
-// maxAnalyzedFunctions bounds the cache of analysed functions, least
-// recently used out first.
-const maxAnalyzedFunctions = 1 << 12
+// maxAnalyzedFunctionBytes bounds the heap of the cache of analysed
+// functions (their code and answers), least recently used out first.
+const maxAnalyzedFunctionBytes = 2 << 20
+
+// analyzedEntryCost is what an entry of the function cache holds beside
+// the function: its key and the LRU's element and map slot.
+const analyzedEntryCost = 128
+
+func analyzedCost(_ functionKey, fn *unwind.Function) int64 {
+	if fn == nil {
+		return analyzedEntryCost
+	}
+	return analyzedEntryCost + fn.Size()
+}
 
 // maxSlotPCs bounds the cache of answers per sampled PC, least recently
 // used out first.
 const maxSlotPCs = 1 << 12
 
+// functionKey is a function of a binary. The binary is named by its
+// Binary's ID: copies of one build, which the BinaryCache shares, share
+// their analyses too. The code analysed is the shared Binary's, so a file
+// faking another's build id could only mislead the choice between SP and
+// SP+8, which lostCaller still checks against the process's own mappings:
+// a wrong frame at worst, as a wrong name would be.
 type functionKey struct {
-	file  process.FileKey
-	start uint64
+	binary uint64
+	start  uint64
 }
 
 // pcKey is a sampled PC: its file and file offset.
@@ -49,7 +66,7 @@ type leafAnalyzer struct {
 func newLeafAnalyzer(binaries *symbolize.BinaryCache) *leafAnalyzer {
 	return &leafAnalyzer{
 		binaries:  binaries,
-		functions: lru.New[functionKey, *unwind.Function](maxAnalyzedFunctions, nil),
+		functions: lru.New(maxAnalyzedFunctionBytes, analyzedCost),
 		slots:     lru.New[pcKey, int8](maxSlotPCs, nil),
 	}
 }
@@ -92,8 +109,7 @@ func (l *leafAnalyzer) slot(pid int, m *process.Mapping, addr uint64) (int, bool
 // analyzeSlot finds where the return address is at the PC addr of m;
 // opened says whether m's binary could be read for the answer.
 func (l *leafAnalyzer) analyzeSlot(pid int, m *process.Mapping, addr uint64) (slot int, ok, opened bool) {
-	file := m.Key()
-	bin, err := l.binaries.Get(file, func() (*os.File, error) { return process.OpenMapping(pid, m) })
+	bin, err := l.binaries.Get(m.Key(), func() (*os.File, error) { return process.OpenMapping(pid, m) })
 	if err != nil {
 		return 0, false, false
 	}
@@ -107,7 +123,7 @@ func (l *leafAnalyzer) analyzeSlot(pid int, m *process.Mapping, addr uint64) (sl
 		return 0, false, true
 	}
 	// Each function is decoded once; its answer for every PC is kept.
-	key := functionKey{file, start}
+	key := functionKey{bin.ID(), start}
 	fn, seen := l.functions.Get(key)
 	if !seen {
 		fn = analyze(bin, start, end)

@@ -20,9 +20,12 @@ import (
 )
 
 // maxCachedNameBytes bounds the heap of the named user addresses kept
-// across batches, least recently used out first: each distinct (file,
-// address) is named once, and again only after eviction.
-const maxCachedNameBytes = 8 << 20
+// across batches, least recently used out first: each distinct (binary,
+// address) is named once, and again only after eviction. A busy host
+// samples new addresses for a long time (an interpreter's, short-lived
+// processes'): a bound the size of the hot set, about 7000 names, fills
+// in the first minutes instead of growing the heap for a quarter hour.
+const maxCachedNameBytes = 2 << 20
 
 // namedCost is the heap an entry of the name cache holds: the key, the
 // record and its lines with their strings.
@@ -87,10 +90,16 @@ const (
 	numOutcomes
 )
 
-// nameKey identifies a user address by its file and file offset.
+// nameKey identifies a user address by its binary and file offset. The
+// binary is its Binary's ID: files holding the same build share one
+// Binary in the BinaryCache, so processes started from fresh copies of a
+// deployment reuse the names of the first. What else a name depends on
+// is the build's too (its debug files are found by build id), or the
+// mapping's path, which skip keeps apart.
 type nameKey struct {
-	file   process.FileKey
+	binary uint64
 	offset uint64
+	skip   bool // symbolize.SkipPath of the mapping's path
 }
 
 // named is the final answer for one user address.
@@ -314,7 +323,7 @@ func (r *Resolver) userFrame(st *batchState, pid uint32, f frame.Frame) frame.Fr
 	if bin.IsGo() {
 		f.Type = frame.Go
 	}
-	key := nameKey{m.Key(), m.FileOffset(f.Address)}
+	key := nameKey{binary: bin.ID(), offset: m.FileOffset(f.Address), skip: symbolize.SkipPath(m.Path)}
 	n, ok := r.names.Get(key)
 	if !ok {
 		var final bool
@@ -344,7 +353,7 @@ func (r *Resolver) name(pid uint32, m *process.Mapping, bin *symbolize.Binary, k
 		return n, true
 	}
 	// The offset is already the lookup address: never adjusted again.
-	l := r.sym.Symbolize(symbolize.MappingRef{PID: int(pid), Path: m.Path, Key: key.file}, bin, key.offset)
+	l := r.sym.Symbolize(symbolize.MappingRef{PID: int(pid), Path: m.Path, Key: m.Key()}, bin, key.offset)
 	n = named{vaddr: l.VAddr, lines: linesOf(l.Frames)}
 	switch {
 	case l.Status == symbolize.Unmapped:

@@ -64,7 +64,7 @@ func TestResolveOwnFrames(t *testing.T) {
 			Frames: []frame.Frame{inMapping(frame.AtPC(frame.Native, fn+1))}},
 	}}
 
-	cache := symbolize.NewBinaryCache(8)
+	cache := symbolize.NewBinaryCache(8, 0)
 	defer cache.Close()
 	r := New(cache, nil)
 	procs := r.Resolve(batch)
@@ -143,7 +143,7 @@ func TestResolveKernelFrames(t *testing.T) {
 		frame.AtReturnAddress(frame.Kernel, start+1),
 		frame.AtReturnAddress(frame.Kernel, start),
 	}}}}
-	cache := symbolize.NewBinaryCache(8)
+	cache := symbolize.NewBinaryCache(8, 0)
 	defer cache.Close()
 	r := New(cache, syms)
 	procs := r.Resolve(batch)
