@@ -138,7 +138,7 @@ type dwarfSources struct {
 	// aranges is .debug_aranges, which indexes units by address without
 	// parsing them; only the indexing reads it.
 	aranges []byte
-	order  binary.ByteOrder
+	order   binary.ByteOrder
 	// heapBytes is what the sections take on the heap: decompressed ones;
 	// the others are the mapped file.
 	heapBytes int64
