@@ -5,8 +5,6 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
-
-	"github.com/bpfcol/bpfcol/internal/process"
 )
 
 // libcDebugFile returns the path of the installed libc's separate debug
@@ -44,9 +42,11 @@ func libcDebugFile(tb testing.TB) (string, []elf.Symbol) {
 // BenchmarkColdLibcDebug measures what naming the first address of a
 // process in libc costs a collector that just started: libc6-dbg's debug
 // file opened, its compressed DWARF read and indexed, one unit parsed.
+// "cold" starts with an empty cache directory, so the sections are
+// decompressed; "kept" with the one an earlier run left, as a restart on
+// the same host does, and fails unless the sections were reused from it.
 // The name must match the symbol table's.
 func BenchmarkColdLibcDebug(b *testing.B) {
-	_ = process.FileKey{}
 	dbg, syms := libcDebugFile(b)
 	var addr uint64
 	const want = "__libc_start_call_main"
@@ -58,20 +58,21 @@ func BenchmarkColdLibcDebug(b *testing.B) {
 	if addr == 0 {
 		b.Fatalf("%s: no %s", dbg, want)
 	}
-	for b.Loop() {
-		b.StopTimer()
-		dir := filepath.Join(b.TempDir(), "cache")
+	name := func(b *testing.B, dir string) SpillStats {
 		old := spill.Load()
 		if err := setSectionSpill(dir, DefaultMaxSpillBytes); err != nil {
 			b.Fatal(err)
 		}
-		tables := newTableCache(DefaultMaxTableBytes)
+		defer func() {
+			spill.Load().dir.Close()
+			spill.Store(old)
+		}()
 		f, err := os.Open(dbg)
 		if err != nil {
 			b.Fatal(err)
 		}
 		b.StartTimer()
-		bin, err := openBinaryWith(f, tables)
+		bin, err := openBinaryWith(f, newTableCache(DefaultMaxTableBytes))
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -81,8 +82,24 @@ func BenchmarkColdLibcDebug(b *testing.B) {
 		}
 		bin.Close()
 		b.StopTimer()
-		spill.Load().dir.Close()
-		spill.Store(old)
-		b.StartTimer()
+		return SectionSpillStats()
 	}
+	b.Run("cold", func(b *testing.B) {
+		b.StopTimer()
+		for range b.N {
+			if st := name(b, filepath.Join(b.TempDir(), "cache")); st.Sections == 0 || st.Reused != 0 {
+				b.Fatalf("spill stats %+v: want sections decompressed, none reused", st)
+			}
+		}
+	})
+	b.Run("kept", func(b *testing.B) {
+		dir := filepath.Join(b.TempDir(), "cache")
+		b.StopTimer()
+		name(b, dir)
+		for range b.N {
+			if st := name(b, dir); st.Reused == 0 || st.Reused != st.Sections {
+				b.Fatalf("spill stats %+v: want every section reused", st)
+			}
+		}
+	})
 }
