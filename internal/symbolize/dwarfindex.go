@@ -3,6 +3,7 @@ package symbolize
 import (
 	"cmp"
 	"debug/dwarf"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"slices"
@@ -55,11 +56,12 @@ type unitRange struct {
 	unit   int32
 }
 
-// newDWARFUnits indexes the units of src by the ranges of their unit DIE
-// (DW_AT_low_pc/high_pc or DW_AT_ranges). A unit without them is parsed
-// once and indexed by the ranges of its functions and line sequences.
-// Each unit is read alone when it can be, so debug/dwarf never holds
-// every unit's abbreviations at once.
+// newDWARFUnits indexes the units of src by their address ranges: those
+// .debug_aranges lists for them, as llvm-symbolizer takes them, else the
+// ranges of their unit DIE (DW_AT_low_pc/high_pc or DW_AT_ranges). A unit
+// with neither is parsed once and indexed by the ranges of its functions
+// and line sequences. Each unit is read alone when it can be, so
+// debug/dwarf never holds every unit's abbreviations at once.
 func newDWARFUnits(src dwarfSources) (_ *dwarfUnits, err error) {
 	defer func() {
 		// debug/dwarf reports most corruption as errors, but a hostile
@@ -76,31 +78,26 @@ func newDWARFUnits(src dwarfSources) (_ *dwarfUnits, err error) {
 		return nil, errors.New("decoding DWARF: no compile units")
 	}
 	u := &dwarfUnits{units: units, alone: make([]bool, len(units)), rel: src.data != nil}
+	// Only the indexing reads the address index.
+	listed := arangesByUnit(src.aranges, src.order, units)
+	src.aranges, src.sects[arangesSection] = nil, nil
 	u.src.Store(&src)
 	var full *dwarf.Data
 	for i, start := range units {
-		d, release, alone := src.unitData(start)
-		if !alone {
-			if full == nil {
-				if full, err = src.fullData(); err != nil {
-					return nil, err
-				}
+		u.alone[i] = src.readsAlone(start)
+		rs, ok := listed[int32(i)]
+		if !ok {
+			if rs, full, u.alone[i], err = unitRangesOf(&src, start, full, units); err != nil {
+				return nil, err
 			}
-			d, release = full, func() {}
 		}
-		u.alone[i] = alone
-		rs, err := unitRanges(d, &src, start)
-		release()
-		if err != nil {
-			return nil, err
-		}
+		u.needsFull = u.needsFull || !u.alone[i]
 		for _, rg := range rs {
 			if rg[1] > rg[0] {
 				u.ranges = append(u.ranges, unitRange{lo: rg[0], hi: rg[1], unit: int32(i)})
 			}
 		}
 	}
-	u.needsFull = full != nil
 	if full != nil && src.data == nil {
 		u.full.Store(full)
 	}
@@ -115,6 +112,91 @@ func newDWARFUnits(src dwarfSources) (_ *dwarfUnits, err error) {
 	u.cost = int64(cap(u.units))*int64(unsafe.Sizeof(unitStart{})) +
 		int64(cap(u.ranges))*int64(unsafe.Sizeof(unitRange{})) + int64(cap(u.reach))*8 + int64(cap(u.alone))
 	return u, nil
+}
+
+// unitRangesOf returns the address ranges of the unit at start, read
+// alone or, when it cannot be (alone is false), through full, the
+// whole-DWARF reader, built on first need and returned.
+func unitRangesOf(src *dwarfSources, start unitStart, full *dwarf.Data, units []unitStart) (_ [][2]uint64, _ *dwarf.Data, alone bool, err error) {
+	d, release, alone := src.unitData(start)
+	if !alone {
+		if full == nil {
+			if full, err = src.fullData(units); err != nil {
+				return nil, nil, false, err
+			}
+		}
+		d, release = full, func() {}
+	}
+	rs, err := unitRanges(d, src, start)
+	release()
+	return rs, full, alone, err
+}
+
+// arangesByUnit reads .debug_aranges into the address ranges of each unit
+// it has a set for, by index into units. A set naming no unit start is
+// skipped; a malformed one ends the reading, and the units it did not
+// reach are indexed from their DIEs.
+func arangesByUnit(aranges []byte, order binary.ByteOrder, units []unitStart) map[int32][][2]uint64 {
+	if len(aranges) == 0 {
+		return nil
+	}
+	listed := map[int32][][2]uint64{}
+	for off := 0; len(aranges)-off >= 4; {
+		set := off
+		n := uint64(order.Uint32(aranges[off:]))
+		off += 4
+		word := 4
+		switch {
+		case n == 0xffffffff:
+			if len(aranges)-off < 8 {
+				return listed
+			}
+			n, word = order.Uint64(aranges[off:]), 8
+			off += 8
+		case n >= 0xfffffff0:
+			return listed
+		}
+		if n > uint64(len(aranges)-off) {
+			return listed
+		}
+		end := off + int(n)
+		if end-off < 2+word+2 {
+			return listed
+		}
+		vers := order.Uint16(aranges[off:])
+		var infoOff uint64
+		if word == 8 {
+			infoOff = order.Uint64(aranges[off+2:])
+		} else {
+			infoOff = uint64(order.Uint32(aranges[off+2:]))
+		}
+		addrSize, segSize := int(aranges[off+2+word]), aranges[off+3+word]
+		i, found := slices.BinarySearchFunc(units, infoOff, func(u unitStart, off uint64) int { return cmp.Compare(uint64(u.hdr), off) })
+		if vers != 2 || segSize != 0 || (addrSize != 4 && addrSize != 8) || !found || units[i].addrSize != uint8(addrSize) {
+			off = end
+			continue
+		}
+		// Tuples start at the first multiple of twice the address size
+		// from the set's start.
+		tuple := 2 * addrSize
+		at := set + (off+4+word-set+tuple-1)/tuple*tuple
+		rs := listed[int32(i)]
+		for ; at+tuple <= end; at += tuple {
+			lo, size := uint64(order.Uint32(aranges[at:])), uint64(order.Uint32(aranges[at+4:]))
+			if addrSize == 8 {
+				lo, size = order.Uint64(aranges[at:]), order.Uint64(aranges[at+8:])
+			}
+			if lo == 0 && size == 0 {
+				break
+			}
+			if size > 0 && lo+size > lo {
+				rs = append(rs, [2]uint64{lo, lo + size})
+			}
+		}
+		listed[int32(i)] = rs
+		off = end
+	}
+	return listed
 }
 
 // unitRanges returns the address ranges of the unit at start, read
@@ -259,7 +341,7 @@ func (x *dwarfIndex) full(u *dwarfUnits) *fullDWARF {
 		if err != nil {
 			return (*fullDWARF)(nil), minTableCost
 		}
-		d, err := src.fullData()
+		d, err := src.fullData(u.units)
 		if err != nil {
 			return (*fullDWARF)(nil), minTableCost
 		}

@@ -135,16 +135,24 @@ type dwarfSources struct {
 	info   []byte
 	ranges []byte // .debug_ranges (DWARF 2 to 4)
 	abbrev []byte // .debug_abbrev, whose size says what debug/dwarf parses
-	order  binary.ByteOrder
+	// aranges is .debug_aranges, which indexes units by address without
+	// parsing them; only the indexing reads it.
+	aranges []byte
+	order   binary.ByteOrder
 	// heapBytes is what the sections take on the heap: decompressed ones;
 	// the others are the mapped file.
 	heapBytes int64
 }
 
-// dwarfSectionNames are the sections a lookup needs. Location lists, call
-// frame information and type units are left out: in Go and large C++
-// binaries they are much of the DWARF, and decompressing them is wasted.
-var dwarfSectionNames = [...]string{"abbrev", "info", "str", "line", "ranges", "addr", "line_str", "rnglists", "str_offsets"}
+// dwarfSectionNames are the sections a lookup needs, and the address index
+// (aranges, last). Location lists, call frame information and type units
+// are left out: in Go and large C++ binaries they are much of the DWARF,
+// and decompressing them is wasted.
+var dwarfSectionNames = [...]string{"abbrev", "info", "str", "line", "ranges", "addr", "line_str", "rnglists", "str_offsets", "aranges"}
+
+// arangesSection is the index of aranges in dwarfSectionNames, which
+// debug/dwarf does not read.
+const arangesSection = len(dwarfSectionNames) - 1
 
 // loadDWARFSources reads the sections lookups need from f.
 func loadDWARFSources(f *elf.File) (dwarfSources, error) {
@@ -212,7 +220,7 @@ func loadDWARFImage(img elfImage) (dwarfSources, error) {
 	if err := errors.Join(errs[:]...); err != nil {
 		return dwarfSources{}, err
 	}
-	src := dwarfSources{sects: data, info: data[1], ranges: data[4], abbrev: data[0], order: f.ByteOrder, heapBytes: heapBytes.Load()}
+	src := dwarfSources{sects: data, info: data[1], ranges: data[4], abbrev: data[0], aranges: data[arangesSection], order: f.ByteOrder, heapBytes: heapBytes.Load()}
 	if len(src.info) == 0 {
 		return dwarfSources{}, errors.New("empty .debug_info")
 	}
@@ -229,7 +237,7 @@ func (src *dwarfSources) newData(info []byte) (*dwarf.Data, error) {
 		return nil, err
 	}
 	for i := 5; i < len(d); i++ {
-		if d[i] != nil {
+		if d[i] != nil && i != arangesSection {
 			if err := dd.AddSection(".debug_"+dwarfSectionNames[i], d[i]); err != nil {
 				return nil, err
 			}
@@ -238,12 +246,22 @@ func (src *dwarfSources) newData(info []byte) (*dwarf.Data, error) {
 	return dd, nil
 }
 
-// fullData returns a reader of the whole DWARF.
-func (src *dwarfSources) fullData() (*dwarf.Data, error) {
-	if src.data != nil {
-		return src.data, nil
+// fullData returns a reader of the whole DWARF. Seeking to each of units
+// has debug/dwarf decode a DWARF 5 unit's base offsets here, once, before
+// lookups share the reader (it would write them on first use).
+func (src *dwarfSources) fullData(units []unitStart) (*dwarf.Data, error) {
+	d := src.data
+	if d == nil {
+		var err error
+		if d, err = src.newData(src.info); err != nil {
+			return nil, err
+		}
 	}
-	return src.newData(src.info)
+	r := d.Reader()
+	for _, u := range units {
+		r.Seek(u.off)
+	}
+	return d, nil
 }
 
 // cost is the heap the sections hold: the decompressed ones, and for an
@@ -270,10 +288,10 @@ func (src *dwarfSources) fullDataCost(units int) int64 {
 // as Go and LTO builds do), or its header is not one we can place. release
 // frees the copy; nothing read from the reader may be used after it.
 func (src *dwarfSources) unitData(u unitStart) (d *dwarf.Data, release func(), ok bool) {
-	if src.data != nil || refersToOtherUnits(src.abbrev, u.abbrevOff) {
+	if !src.readsAlone(u) {
 		return nil, nil, false
 	}
-	if u.hdr == 0 && u.end <= len(src.info) {
+	if u.hdr == 0 {
 		// The first unit needs no placeholder: the sections up to its
 		// end hold it alone, read in place.
 		d, err := src.newData(src.info[:u.end:u.end])
@@ -281,9 +299,6 @@ func (src *dwarfSources) unitData(u unitStart) (d *dwarf.Data, release func(), o
 			return nil, nil, false
 		}
 		return d, func() {}, true
-	}
-	if u.hdr < 11 || u.is64 || u.hdr-4 >= 0xfffffff0 || u.addrSize == 0 {
-		return nil, nil, false
 	}
 	buf, err := anonMap(u.end)
 	if err != nil {
@@ -303,6 +318,17 @@ func (src *dwarfSources) unitData(u unitStart) (d *dwarf.Data, release func(), o
 		return nil, nil, false
 	}
 	return d, release, true
+}
+
+// readsAlone reports whether unitData can read u alone.
+func (src *dwarfSources) readsAlone(u unitStart) bool {
+	if src.data != nil || refersToOtherUnits(src.abbrev, u.abbrevOff) {
+		return false
+	}
+	if u.hdr == 0 {
+		return u.end <= len(src.info)
+	}
+	return u.hdr >= 11 && !u.is64 && u.hdr-4 < 0xfffffff0 && u.addrSize != 0
 }
 
 // refersToOtherUnits reports whether the abbreviation table at off uses a

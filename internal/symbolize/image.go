@@ -30,7 +30,11 @@ func (img elfImage) section(s *elf.Section) (data []byte, heap bool, err error) 
 	if compressed {
 		// A section that cannot be spilled (no room, a write error)
 		// is decompressed into the heap instead.
-		if d, ok, _ := img.spilled.get(s); ok {
+		var raw []byte
+		if img.data != nil && s.Offset <= uint64(len(img.data)) && s.FileSize <= uint64(len(img.data))-s.Offset {
+			raw = img.data[s.Offset : s.Offset+s.FileSize]
+		}
+		if d, ok, _ := img.spilled.get(s, raw); ok {
 			return d, false, nil
 		}
 	}

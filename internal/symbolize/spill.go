@@ -1,14 +1,21 @@
 package symbolize
 
 import (
+	"bytes"
+	"crypto/sha256"
 	"debug/elf"
+	"encoding/binary"
+	"encoding/hex"
 	"errors"
 	"fmt"
+	"hash/crc32"
 	"io"
+	"os"
 	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/bpfcol/bpfcol/internal/safefs"
 )
@@ -19,13 +26,52 @@ import (
 // them, and the process's RSS holds only the pages a lookup touched. The
 // files' summed size is bounded; a section beyond the bound is
 // decompressed into the heap, and counted.
+//
+// A section whose compressed bytes are known is also kept, decompressed,
+// under keptSubdir, named by a hash of them, so that a restart on the same
+// host maps it again instead of decompressing it (libc6-dbg's libc costs
+// ~50 ms of CPU to decompress). The kept files are bounded by the same
+// size, oldest first out, and each is checked against its header and the
+// checksum of its content before it is used.
 type sectionSpill struct {
 	dir      *safefs.Dir
 	max      int64
 	used     atomic.Int64
 	sections atomic.Uint64 // sections spilled
 	refused  atomic.Uint64 // sections decompressed into the heap: no room
+	reused   atomic.Uint64 // sections mapped from a kept file
+
+	keptMu    sync.Mutex
+	kept      map[string]keptFile // by file name
+	keptBytes int64
 }
+
+// keptFile is one decompressed section kept on disk.
+type keptFile struct {
+	size  int64
+	mtime int64 // last written or used, Unix nanoseconds
+}
+
+// keptSubdir is the directory under the debug cache that holds the
+// decompressed sections kept across restarts.
+const keptSubdir = "inflated"
+
+// keptSuffix ends a kept section's file name.
+const keptSuffix = ".section"
+
+// keptHeaderSize is where a spilled section's content starts in its file,
+// after the header: a page, so the content is mapped page-aligned.
+const keptHeaderSize = 4096
+
+// keptMagic starts a spilled section's header, which goes on with the
+// sha256 of the compressed section and its name (its key), the content's
+// size and its CRC-32C.
+const keptMagic = "bpfcol-section1\x00"
+
+// keptHeaderLen is the bytes of the header that are used.
+const keptHeaderLen = len(keptMagic) + sha256.Size + 8 + 4
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
 // spillSubdir is the directory under the debug cache that holds the
 // spilled sections while they are mapped (they are unlinked at once).
@@ -64,7 +110,160 @@ func openSectionSpill(cacheDir string, maxBytes int64) (*sectionSpill, error) {
 			_ = root.Remove(spillSubdir + "/" + n)
 		}
 	}
-	return &sectionSpill{dir: root, max: maxBytes}, nil
+	sp := &sectionSpill{dir: root, max: maxBytes, kept: map[string]keptFile{}}
+	if err := sp.openKept(); err != nil {
+		root.Close()
+		return nil, fmt.Errorf("opening the section spill directory: %w", err)
+	}
+	return sp, nil
+}
+
+// openKept lists the kept sections, removes what is not one (a crash's
+// temporary file, a link, anything else) and trims them to the bound.
+func (sp *sectionSpill) openKept() error {
+	if err := sp.dir.Mkdir(keptSubdir, 0o700); err != nil {
+		return err
+	}
+	names, err := sp.dir.ReadDir(keptSubdir)
+	if err != nil {
+		return err
+	}
+	for _, n := range names {
+		rel := keptSubdir + "/" + n
+		info, err := sp.dir.Lstat(rel)
+		if err != nil || !info.Mode.IsRegular() || !strings.HasSuffix(n, keptSuffix) || info.Size < keptHeaderSize || info.UID != uint32(os.Geteuid()) {
+			_ = sp.dir.Remove(rel)
+			continue
+		}
+		sp.kept[n] = keptFile{size: info.Size, mtime: info.ModTime.UnixNano()}
+		sp.keptBytes += info.Size
+	}
+	sp.keptMu.Lock()
+	defer sp.keptMu.Unlock()
+	sp.trimKeptLocked(0)
+	return nil
+}
+
+// trimKeptLocked removes the oldest kept sections until room more bytes
+// fit under the bound. A removed file still mapped stays readable until
+// unmapped.
+func (sp *sectionSpill) trimKeptLocked(room int64) {
+	for sp.keptBytes+room > sp.max && len(sp.kept) > 0 {
+		var oldest string
+		for n, k := range sp.kept {
+			if oldest == "" || k.mtime < sp.kept[oldest].mtime {
+				oldest = n
+			}
+		}
+		_ = sp.dir.Remove(keptSubdir + "/" + oldest)
+		sp.keptBytes -= sp.kept[oldest].size
+		delete(sp.kept, oldest)
+	}
+}
+
+// keptKey names a compressed section by its name and bytes.
+func keptKey(name string, raw []byte) [sha256.Size]byte {
+	h := sha256.New()
+	h.Write([]byte(name))
+	h.Write([]byte{0})
+	h.Write(raw)
+	var k [sha256.Size]byte
+	h.Sum(k[:0])
+	return k
+}
+
+// keptHeader returns the header of a section file.
+func keptHeader(key [sha256.Size]byte, size int64, crc uint32) []byte {
+	b := make([]byte, 0, keptHeaderLen)
+	b = append(b, keptMagic...)
+	b = append(b, key[:]...)
+	b = binary.LittleEndian.AppendUint64(b, uint64(size))
+	return binary.LittleEndian.AppendUint32(b, crc)
+}
+
+// reuse maps the kept section of key if one is there and sound: a
+// regular file of ours, of the size, with the header, whose content has
+// the checksum the header says. One that is not is removed.
+func (sp *sectionSpill) reuse(key [sha256.Size]byte, size int64) (mapping []byte, ok bool) {
+	name := hex.EncodeToString(key[:]) + keptSuffix
+	rel := keptSubdir + "/" + name
+	sp.keptMu.Lock()
+	_, known := sp.kept[name]
+	sp.keptMu.Unlock()
+	if !known {
+		return nil, false
+	}
+	f, err := sp.dir.Open(rel)
+	if err != nil {
+		return nil, false
+	}
+	defer f.Close()
+	bad := func() ([]byte, bool) {
+		sp.forgetKept(name)
+		_ = sp.dir.Remove(rel)
+		return nil, false
+	}
+	fi, err := f.Stat()
+	if uid, regular, oerr := safefs.Owner(f); err != nil || oerr != nil || !regular || uid != uint32(os.Geteuid()) || fi.Size() != keptHeaderSize+size {
+		return bad()
+	}
+	hdr := make([]byte, keptHeaderLen)
+	if _, err := f.ReadAt(hdr, 0); err != nil {
+		return bad()
+	}
+	crc := binary.LittleEndian.Uint32(hdr[keptHeaderLen-4:])
+	if !bytes.Equal(hdr, keptHeader(key, size, crc)) {
+		return bad()
+	}
+	// Read, not mapped, to check it: the pages stay out of the RSS.
+	h := crc32.New(castagnoli)
+	if n, err := io.Copy(h, io.NewSectionReader(f, keptHeaderSize, size)); err != nil || n != size || h.Sum32() != crc {
+		return bad()
+	}
+	m, err := mapFile(f)
+	if err != nil || int64(len(m)) != keptHeaderSize+size {
+		unmapFile(m)
+		return bad()
+	}
+	_ = safefs.Touch(f)
+	sp.keptMu.Lock()
+	if k, ok := sp.kept[name]; ok {
+		k.mtime = time.Now().UnixNano()
+		sp.kept[name] = k
+	}
+	sp.keptMu.Unlock()
+	return m, true
+}
+
+func (sp *sectionSpill) forgetKept(name string) {
+	sp.keptMu.Lock()
+	defer sp.keptMu.Unlock()
+	if k, ok := sp.kept[name]; ok {
+		sp.keptBytes -= k.size
+		delete(sp.kept, name)
+	}
+}
+
+// keep names the written section file rel by key, so a restart finds it;
+// false when it cannot be kept (larger than the bound, a rename failed).
+func (sp *sectionSpill) keep(rel string, key [sha256.Size]byte, fileSize int64) bool {
+	if fileSize > sp.max {
+		return false
+	}
+	name := hex.EncodeToString(key[:]) + keptSuffix
+	sp.keptMu.Lock()
+	defer sp.keptMu.Unlock()
+	if k, ok := sp.kept[name]; ok { // replaced below
+		sp.keptBytes -= k.size
+		delete(sp.kept, name)
+	}
+	sp.trimKeptLocked(fileSize)
+	if err := sp.dir.Rename(rel, keptSubdir+"/"+name); err != nil {
+		return false
+	}
+	sp.kept[name] = keptFile{size: fileSize, mtime: time.Now().UnixNano()}
+	sp.keptBytes += fileSize
+	return true
 }
 
 // SpillStats are the counts of the sections decompressed to disk.
@@ -72,8 +271,11 @@ type SpillStats struct {
 	// Bytes is the size of the sections spilled and mapped now.
 	Bytes int64
 	// Sections counts sections spilled; Refused those decompressed into
-	// the heap because the bound was reached.
-	Sections, Refused uint64
+	// the heap because the bound was reached; Reused those mapped from a
+	// file kept by an earlier run (or Binary) instead of decompressed.
+	Sections, Refused, Reused uint64
+	// KeptBytes is the size of the decompressed sections kept on disk.
+	KeptBytes int64
 }
 
 // SectionSpillStats returns the counts of the process's section spill.
@@ -82,15 +284,20 @@ func SectionSpillStats() SpillStats {
 	if sp == nil {
 		return SpillStats{}
 	}
-	return SpillStats{Bytes: sp.used.Load(), Sections: sp.sections.Load(), Refused: sp.refused.Load()}
+	sp.keptMu.Lock()
+	kept := sp.keptBytes
+	sp.keptMu.Unlock()
+	return SpillStats{Bytes: sp.used.Load(), Sections: sp.sections.Load(), Refused: sp.refused.Load(), Reused: sp.reused.Load(), KeptBytes: kept}
 }
 
-// decompress writes the content of the compressed section s to a new
-// unlinked file and maps it. ok is false when s cannot be spilled (no
-// room, a .zdebug section whose size is not known up front): the caller
-// decompresses into the heap.
-func (sp *sectionSpill) decompress(s *elf.Section) (data []byte, release func(), ok bool, err error) {
-	if s.Flags&elf.SHF_COMPRESSED == 0 || s.Size == 0 || s.Size > maxMappedFile {
+// decompress writes the content of the compressed section s, whose bytes
+// in the file are raw (nil when not at hand), to a new file and maps it;
+// with raw, the file is kept for later runs, else unlinked at once. A
+// section kept earlier is mapped instead. ok is false when s cannot be
+// spilled (no room, a .zdebug section whose size is not known up front):
+// the caller decompresses into the heap.
+func (sp *sectionSpill) decompress(s *elf.Section, raw []byte) (data []byte, release func(), ok bool, err error) {
+	if s.Flags&elf.SHF_COMPRESSED == 0 || s.Size == 0 || s.Size > maxMappedFile-keptHeaderSize {
 		return nil, nil, false, nil
 	}
 	size := int64(s.Size)
@@ -100,44 +307,82 @@ func (sp *sectionSpill) decompress(s *elf.Section) (data []byte, release func(),
 		return nil, nil, false, nil
 	}
 	unreserve := func() { sp.used.Add(-size) }
-	f, rel, err := sp.dir.CreateTemp(spillSubdir, spillPrefix)
+	mapped := func(m []byte) ([]byte, func(), bool, error) {
+		sp.sections.Add(1)
+		var once sync.Once
+		return m[keptHeaderSize:], func() {
+			once.Do(func() {
+				unmapFile(m)
+				unreserve()
+			})
+		}, true, nil
+	}
+	var key [sha256.Size]byte
+	if raw != nil {
+		key = keptKey(s.Name, raw)
+		if m, ok := sp.reuse(key, size); ok {
+			sp.reused.Add(1)
+			return mapped(m)
+		}
+	}
+	sub := spillSubdir
+	if raw != nil {
+		sub = keptSubdir
+	}
+	f, rel, err := sp.dir.CreateTemp(sub, spillPrefix)
 	if err != nil {
 		unreserve()
 		return nil, nil, false, fmt.Errorf("spilling %s: %w", s.Name, err)
 	}
 	defer f.Close()
-	// Unlinked at once: the file lives as long as its mapping, and a
-	// crash leaves nothing behind but what the next start removes.
-	if err := sp.dir.Remove(rel); err != nil {
+	removed := false
+	remove := func() error {
+		if removed {
+			return nil
+		}
+		removed = true
+		return sp.dir.Remove(rel)
+	}
+	if raw == nil {
+		// Unlinked at once: the file lives as long as its mapping, and
+		// a crash leaves nothing behind but what the next start removes.
+		if err := remove(); err != nil {
+			unreserve()
+			return nil, nil, false, fmt.Errorf("spilling %s: %w", s.Name, err)
+		}
+	}
+	fail := func(err error) ([]byte, func(), bool, error) {
+		_ = remove()
 		unreserve()
 		return nil, nil, false, fmt.Errorf("spilling %s: %w", s.Name, err)
 	}
 	// The decompressed size is the header's; a stream longer or
 	// shorter than that is corrupt.
-	n, err := io.Copy(f, io.LimitReader(s.Open(), size+1))
+	h := crc32.New(castagnoli)
+	if _, err := f.Seek(keptHeaderSize, io.SeekStart); err != nil {
+		return fail(err)
+	}
+	n, err := io.Copy(io.MultiWriter(f, h), io.LimitReader(s.Open(), size+1))
 	if err == nil && n != size {
 		err = fmt.Errorf("decompressed to %d bytes, header says %d", n, size)
 	}
 	if err != nil {
-		unreserve()
-		return nil, nil, false, fmt.Errorf("spilling %s: %w", s.Name, err)
+		return fail(err)
 	}
-	data, err = mapFile(f)
-	if err != nil || int64(len(data)) != size {
-		unmapFile(data)
-		unreserve()
-		return nil, nil, false, errors.Join(fmt.Errorf("mapping spilled %s", s.Name), err)
+	if _, err := f.WriteAt(keptHeader(key, size, h.Sum32()), 0); err != nil {
+		return fail(err)
+	}
+	m, err := mapFile(f)
+	if err != nil || int64(len(m)) != keptHeaderSize+size {
+		unmapFile(m)
+		return fail(errors.Join(errors.New("mapping it"), err))
+	}
+	if raw != nil && !sp.keep(rel, key, keptHeaderSize+size) {
+		_ = remove()
 	}
 	// Writing left the pages in the page cache, not in the RSS; reading
 	// maps only those lookups touch.
-	sp.sections.Add(1)
-	var once sync.Once
-	return data, func() {
-		once.Do(func() {
-			unmapFile(data)
-			unreserve()
-		})
-	}, true, nil
+	return mapped(m)
 }
 
 // spilledSections are a Binary's sections spilled to disk, mapped until the
@@ -149,9 +394,10 @@ type spilledSections struct {
 	releases []func()
 }
 
-// get returns s's spilled content, spilling it on first use; ok is false
-// when s is to be decompressed into the heap.
-func (ss *spilledSections) get(s *elf.Section) ([]byte, bool, error) {
+// get returns s's spilled content, spilling it on first use; raw is its
+// compressed bytes, nil when not at hand. ok is false when s is to be
+// decompressed into the heap.
+func (ss *spilledSections) get(s *elf.Section, raw []byte) ([]byte, bool, error) {
 	sp := spill.Load()
 	if ss == nil || sp == nil {
 		return nil, false, nil
@@ -161,7 +407,7 @@ func (ss *spilledSections) get(s *elf.Section) ([]byte, bool, error) {
 	if d, ok := ss.data[s.Name]; ok {
 		return d, true, nil
 	}
-	d, release, ok, err := sp.decompress(s)
+	d, release, ok, err := sp.decompress(s, raw)
 	if !ok {
 		return nil, false, err
 	}

@@ -1,6 +1,7 @@
 package symbolize
 
 import (
+	"bytes"
 	"debug/elf"
 	"errors"
 	"os"
@@ -193,4 +194,79 @@ func (x *dwarfIndex) sourcesForTest(t *testing.T) *dwarfSources {
 		t.Fatal("no DWARF sections")
 	}
 	return src
+}
+
+// TestSectionSpillKeptAcrossRestarts keeps the decompressed sections of a
+// file on disk: a new spill on the same directory (a restart) maps them
+// again instead of decompressing, names every address the same, and a
+// kept file whose content was altered, or a link planted among them, is
+// removed and never used.
+func TestSectionSpillKeptAcrossRestarts(t *testing.T) {
+	bin, addrs := compressedDWARFBinary(t)
+	useSpill(t, 0)
+	want, hb := lookupAll(t, bin, addrs)
+	hb.Close()
+
+	_, dir := useSpill(t, 64<<20)
+	got, b := lookupAll(t, bin, addrs)
+	b.Close()
+	if !reflect.DeepEqual(got, want) {
+		t.Fatal("lookups through spilled sections differ from those through the heap")
+	}
+	first := SectionSpillStats()
+	if first.KeptBytes == 0 || first.Reused != 0 {
+		t.Fatalf("spill stats %+v: want sections kept, none reused", first)
+	}
+	kept, err := os.ReadDir(filepath.Join(dir, keptSubdir))
+	if err != nil || len(kept) == 0 {
+		t.Fatalf("kept sections: %v (%v)", kept, err)
+	}
+
+	restart := func() SpillStats {
+		t.Helper()
+		spill.Store(nil)
+		if err := setSectionSpill(dir, 64<<20); err != nil {
+			t.Fatal(err)
+		}
+		sp := spill.Load()
+		t.Cleanup(func() { sp.dir.Close() })
+		got, b := lookupAll(t, bin, addrs)
+		b.Close()
+		if !reflect.DeepEqual(got, want) {
+			t.Errorf("lookups after a restart differ from those through the heap")
+		}
+		return SectionSpillStats()
+	}
+	if st := restart(); st.Reused == 0 || st.Reused != st.Sections {
+		t.Errorf("spill stats after a restart %+v: want every section reused", st)
+	}
+
+	// One byte of one kept file's content altered; a link planted.
+	victim := filepath.Join(dir, keptSubdir, kept[0].Name())
+	data, err := os.ReadFile(victim)
+	if err != nil {
+		t.Fatal(err)
+	}
+	data[len(data)-1] ^= 0xff
+	if err := os.WriteFile(victim, data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	target := filepath.Join(t.TempDir(), "target")
+	if err := os.WriteFile(target, data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	link := filepath.Join(dir, keptSubdir, "0000"+keptSuffix)
+	if err := os.Symlink(target, link); err != nil {
+		t.Fatal(err)
+	}
+	st := restart()
+	if st.Reused != st.Sections-1 {
+		t.Errorf("spill stats with one kept file altered %+v: want all but it reused", st)
+	}
+	if _, err := os.Lstat(link); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("a link among the kept sections was left: %v", err)
+	}
+	if again, err := os.ReadFile(victim); err != nil || bytes.Equal(again, data) {
+		t.Errorf("the altered kept file was not replaced (%v)", err)
+	}
 }
