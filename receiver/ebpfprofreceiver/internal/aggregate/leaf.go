@@ -77,17 +77,25 @@ func (l *leafAnalyzer) lostCaller(proc *Process, leaf frame.Frame, s *profiler.S
 	if l.binaries == nil || proc == nil || leaf.Mapping == nil || !leaf.Mapping.File() || !s.SPWordsValid {
 		return 0, false
 	}
+	// Most leaves pushed a frame, or the words at SP are no return
+	// address the walk lacks: then no answer of the analysis could
+	// recover a caller, and the binary is not opened nor decoded.
+	if !l.candidate(proc, s, 0) && !l.candidate(proc, s, 8) {
+		return 0, false
+	}
 	slot, ok := l.slot(proc.PID, &leaf.Mapping.Mapping, leaf.Address)
-	if !ok {
+	if !ok || !l.candidate(proc, s, slot) {
 		return 0, false
 	}
+	return s.SPWords[slot/8], true
+}
+
+// candidate reports whether the word at SP+slot could be the lost caller:
+// a real return address points into executable code of the process, and
+// is not already the next frame of the walk.
+func (l *leafAnalyzer) candidate(proc *Process, s *profiler.Sample, slot int) bool {
 	ret := s.SPWords[slot/8]
-	// A real return address points into executable code of the process,
-	// and is not already the next frame of the walk.
-	if proc.Mapping(ret) == nil || (len(s.User) > 1 && s.User[1] == ret) {
-		return 0, false
-	}
-	return ret, true
+	return proc.Mapping(ret) != nil && (len(s.User) <= 1 || s.User[1] != ret)
 }
 
 func (l *leafAnalyzer) slot(pid int, m *process.Mapping, addr uint64) (int, bool) {
