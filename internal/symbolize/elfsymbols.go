@@ -125,19 +125,23 @@ func buildELFSymbolTable(r symbolReader, strtab []byte) *elfSymbolTable {
 		elfSym
 		rank int8
 	}
-	var cands []candidate
+	// Counted first, so the candidates take one allocation of their size:
+	// growing the slice cost more than the second pass over the table.
+	n := 0
+	for i := 1; i < r.count(); i++ {
+		if s := r.at(i); indexedFunc(s, strtab) {
+			n++
+		}
+	}
+	cands := make([]candidate, 0, n)
 	file := noName
 	for i := 1; i < r.count(); i++ {
 		s := r.at(i)
-		typ := elf.ST_TYPE(s.info)
-		if typ == elf.STT_FILE {
+		if elf.ST_TYPE(s.info) == elf.STT_FILE {
 			file = s.name
 			continue
 		}
-		if typ != elf.STT_FUNC && typ != elf.STT_GNU_IFUNC {
-			continue
-		}
-		if elf.SectionIndex(s.shndx) == elf.SHN_UNDEF || len(cstring(strtab, s.name)) == 0 {
+		if !indexedFunc(s, strtab) {
 			continue
 		}
 		from := noName
@@ -167,7 +171,7 @@ func buildELFSymbolTable(r symbolReader, strtab []byte) *elfSymbolTable {
 		return bytes.Compare(cstring(strtab, a.name), cstring(strtab, b.name))
 	})
 	t := &elfSymbolTable{strtab: strtab}
-	n := 0
+	n = 0
 	for i := range cands {
 		if i == 0 || cands[i].start != cands[i-1].start {
 			n++
@@ -183,6 +187,20 @@ func buildELFSymbolTable(r symbolReader, strtab []byte) *elfSymbolTable {
 		t.funcs = append(t.funcs, cands[i].elfSym)
 	}
 	return t
+}
+
+// indexedFunc reports whether s is a defined, named function symbol. A
+// name is empty when its first byte is NUL: the test needs no scan for
+// the name's end.
+func indexedFunc(s rawSym, strtab []byte) bool {
+	typ := elf.ST_TYPE(s.info)
+	if typ != elf.STT_FUNC && typ != elf.STT_GNU_IFUNC {
+		return false
+	}
+	if elf.SectionIndex(s.shndx) == elf.SHN_UNDEF || s.name == noName || uint64(s.name) >= uint64(len(strtab)) {
+		return false
+	}
+	return strtab[s.name] != 0
 }
 
 // newELFSymbolTable indexes parsed symbols, copying their names into a
