@@ -143,6 +143,10 @@ func (b *Binary) loadSymbols() {
 	b.symbolsOnce.Do(func() {
 		defer guardFaults()()
 		img := b.image()
+		var goErr error
+		if b.isGo {
+			b.goSyms, goErr = newGoSymbolTable(img)
+		}
 		var symErr error
 		for _, typ := range [...]elf.SectionType{elf.SHT_SYMTAB, elf.SHT_DYNSYM} {
 			r, _, ok := img.symbols(typ)
@@ -151,19 +155,21 @@ func (b *Binary) loadSymbols() {
 			}
 			// A .symtab without functions leaves .dynsym untried.
 			h := &elfSymbols{id: b.id, tables: b.tables, typ: typ, img: img}
-			if t := h.table(); t == nil || len(t.funcs) == 0 {
+			switch {
+			case b.goSyms != nil:
+				// .gopclntab names the Go code; the table is built only
+				// when a lookup falls outside it (cgo, assembly), and an
+				// empty one answers no lookup, as none would.
+				b.elfSyms = h
+			case func() bool { t := h.table(); return t == nil || len(t.funcs) == 0 }():
 				symErr = fmt.Errorf("no function symbols in %s", typ)
-			} else {
+			default:
 				b.elfSyms = h
 			}
 			break
 		}
 		if b.elfSyms == nil && symErr == nil {
 			symErr = elf.ErrNoSymbols
-		}
-		var goErr error
-		if b.isGo {
-			b.goSyms, goErr = newGoSymbolTable(img)
 		}
 		if b.goSyms == nil && b.elfSyms == nil {
 			b.symbolsErr = errors.Join(errors.New("no usable symbol table"), symErr, goErr)
