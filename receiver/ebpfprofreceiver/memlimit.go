@@ -25,11 +25,12 @@ import (
 //
 // The limit rises at once with the live heap but falls only once the live
 // heap has stayed lower for limiterHold: it follows the highest live heap
-// of the last minutes. The live heap swings by a third between collections
-// on a busy host (one report's allocations, a table built and evicted);
-// a limit that followed each dip had the scavenger return pages that the
-// heap faulted in again seconds later, and RSS, sampled each minute, read
-// 71-79 MiB in a soak whose average did not move.
+// of the last minutes. Under churn the live heap left by a collection
+// swings between 12 and 22 MB within a minute (a report's allocations,
+// tables parsed and evicted); a limit that followed each dip had the
+// scavenger return pages (43 MB in a 4-minute soak) that the heap faulted
+// in again seconds later, and VmRSS moved by up to 9 MiB within a minute.
+// Held, it moved by at most 2.3 MiB within a minute after the second.
 type goMemoryLimiter struct {
 	base  int64
 	peak  livePeak
