@@ -48,8 +48,8 @@ type Config struct {
 	// report): those read only by start-up then leave the RSS.
 	PageOutStartupImage bool `mapstructure:"page_out_startup_image"`
 	// GoMemoryLimit is the floor of the soft memory limit the receiver
-	// gives the Go runtime while it runs, raised to twice the live heap
-	// when that is larger; 0 leaves the runtime alone, as does a
+	// gives the Go runtime while it runs, raised to twice the highest
+	// live heap of the last two minutes when that is larger; 0 leaves the runtime alone, as does a
 	// GOMEMLIMIT set in the environment.
 	GoMemoryLimit int64 `mapstructure:"go_memory_limit"`
 

@@ -203,6 +203,7 @@ func BenchmarkSoak(b *testing.B) {
 		ctx, stop := context.WithCancel(context.Background())
 		from, hostBefore := time.Now(), readCPUStat(b)
 		wg := ch.run(ctx, 3)
+		fine := sampleMemory(ctx, pid, soakSampleEvery)
 
 		rss := make([]int64, minutes)
 		var hwm int64
@@ -215,8 +216,9 @@ func BenchmarkSoak(b *testing.B) {
 				b.Fatalf("bin/bpfcol exited during the soak: %v\n%s", err, col.output)
 			}
 			rss[m], hwm = memStatus(b, pid)
-			b.Logf("minute %d: VmRSS %.1f MiB (anonymous %.1f MiB), VmHWM %.1f MiB, %d processes started",
-				m+1, mib(rss[m]), float64(procStatusKB(b, pid, "RssAnon"))/1024, mib(hwm), ch.started.Load())
+			b.Logf("minute %d: VmRSS %.1f MiB (anonymous %.1f MiB, file %.1f MiB), VmHWM %.1f MiB, %d processes started; %s",
+				m+1, mib(rss[m]), float64(procStatusKB(b, pid, "RssAnon"))/1024, float64(procStatusKB(b, pid, "RssFile"))/1024,
+				mib(hwm), ch.started.Load(), fine.minute())
 			if heapDir != "" {
 				base := filepath.Join(heapDir, fmt.Sprintf("heap-%02d", m+1))
 				fetchHeapProfile(b, "http://"+pprofAddr+"/debug/pprof/heap", base+".pb.gz")
@@ -227,6 +229,14 @@ func BenchmarkSoak(b *testing.B) {
 		to, hostAfter := time.Now(), readCPUStat(b)
 		stop()
 		wg.Wait()
+		if heapDir != "" {
+			if err := os.WriteFile(filepath.Join(heapDir, "rss.tsv"), fine.tsv(), 0o644); err != nil {
+				b.Error(err)
+			}
+			if err := os.WriteFile(filepath.Join(heapDir, "collector.log"), []byte(col.output.String()), 0o644); err != nil {
+				b.Error(err)
+			}
+		}
 		if ch.err != nil {
 			b.Fatalf("churn: %v", ch.err)
 		}
@@ -256,6 +266,101 @@ func BenchmarkSoak(b *testing.B) {
 				100*growth, base+1, minutes, mib(rss[base]), mib(peak), 100*soakMaxGrowth)
 		}
 	}
+}
+
+// soakSampleEvery is how often the soak reads the collector's memory
+// between its minute marks: the per-minute figure is one instant, and the
+// spread of the finer readings says how much of a change is noise.
+const soakSampleEvery = 2 * time.Second
+
+// memSample is one reading of /proc/PID/status, in kB.
+type memSample struct {
+	at                     time.Duration
+	rss, anon, file, shmem int64
+}
+
+// memSampler reads a process's memory every interval until its context
+// ends.
+type memSampler struct {
+	mu      sync.Mutex
+	from    time.Time
+	samples []memSample
+	logged  int // samples already summarized by minute
+}
+
+func sampleMemory(ctx context.Context, pid int, every time.Duration) *memSampler {
+	s := &memSampler{from: time.Now()}
+	go func() {
+		t := time.NewTicker(every)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+			data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+			if err != nil {
+				return
+			}
+			m := memSample{at: time.Since(s.from)}
+			for _, line := range strings.Split(string(data), "\n") {
+				name, v, ok := strings.Cut(line, ":")
+				if !ok {
+					continue
+				}
+				kb, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+				switch name {
+				case "VmRSS":
+					m.rss = kb
+				case "RssAnon":
+					m.anon = kb
+				case "RssFile":
+					m.file = kb
+				case "RssShmem":
+					m.shmem = kb
+				}
+			}
+			s.mu.Lock()
+			s.samples = append(s.samples, m)
+			s.mu.Unlock()
+		}
+	}()
+	return s
+}
+
+// minute summarizes the readings since the last call: the range of VmRSS,
+// RssAnon and RssFile.
+func (s *memSampler) minute() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	part := s.samples[s.logged:]
+	s.logged = len(s.samples)
+	if len(part) == 0 {
+		return "no finer readings"
+	}
+	span := func(f func(memSample) int64) string {
+		lo, hi := f(part[0]), f(part[0])
+		for _, m := range part[1:] {
+			lo, hi = min(lo, f(m)), max(hi, f(m))
+		}
+		return fmt.Sprintf("%.1f-%.1f", float64(lo)/1024, float64(hi)/1024)
+	}
+	return fmt.Sprintf("%d readings: VmRSS %s MiB, anonymous %s, file %s",
+		len(part), span(func(m memSample) int64 { return m.rss }),
+		span(func(m memSample) int64 { return m.anon }), span(func(m memSample) int64 { return m.file }))
+}
+
+// tsv is every reading: seconds, VmRSS, RssAnon, RssFile, RssShmem (kB).
+func (s *memSampler) tsv() []byte {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out strings.Builder
+	out.WriteString("seconds\tvmrss_kb\trssanon_kb\trssfile_kb\trssshmem_kb\n")
+	for _, m := range s.samples {
+		fmt.Fprintf(&out, "%.1f\t%d\t%d\t%d\t%d\n", m.at.Seconds(), m.rss, m.anon, m.file, m.shmem)
+	}
+	return []byte(out.String())
 }
 
 // logCacheSizes logs the receiver's ebpfprof_cache_size series, one
