@@ -40,25 +40,40 @@ func memoryBenchDurations(b *testing.B) (warm, window time.Duration) {
 	return get("BPFCOL_MEMBENCH_WARMUP", 15), get("BPFCOL_MEMBENCH_SECONDS", 40)
 }
 
+// procStatus reads the "Name:   N kB" fields of /proc/PID/status, in kB.
+func procStatus(pid int) (map[string]int64, error) {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return nil, err
+	}
+	fields := make(map[string]int64)
+	sc := bufio.NewScanner(bytes.NewReader(data))
+	for sc.Scan() {
+		name, v, ok := strings.Cut(sc.Text(), ":")
+		if !ok || !strings.HasSuffix(v, " kB") {
+			continue
+		}
+		n, err := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(v, " kB")), 10, 64)
+		if err != nil {
+			return nil, fmt.Errorf("parsing %s of pid %d: %w", name, pid, err)
+		}
+		fields[name] = n
+	}
+	return fields, nil
+}
+
 // procStatusKB reads a "Name:   N kB" field of /proc/PID/status.
 func procStatusKB(b *testing.B, pid int, field string) int64 {
 	b.Helper()
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	fields, err := procStatus(pid)
 	if err != nil {
 		b.Fatal(err)
 	}
-	sc := bufio.NewScanner(bytes.NewReader(data))
-	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), field+":"); ok {
-			n, err := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
-			if err != nil {
-				b.Fatalf("parsing %s of pid %d: %v", field, pid, err)
-			}
-			return n
-		}
+	n, ok := fields[field]
+	if !ok {
+		b.Fatalf("no %s in /proc/%d/status", field, pid)
 	}
-	b.Fatalf("no %s in /proc/%d/status", field, pid)
-	return 0
+	return n
 }
 
 // loadAverage is the 1-minute load average, reported beside the figures:

@@ -45,24 +45,7 @@ const (
 // memStatus reads VmRSS and VmHWM of pid from /proc/PID/status, in bytes.
 func memStatus(b *testing.B, pid int) (rss, hwm int64) {
 	b.Helper()
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		b.Fatal(err)
-	}
-	field := func(name string) int64 {
-		for _, line := range strings.Split(string(data), "\n") {
-			if rest, ok := strings.CutPrefix(line, name+":"); ok {
-				kb, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 10, 64)
-				if err != nil {
-					b.Fatalf("parsing %q in /proc/%d/status: %v", line, pid, err)
-				}
-				return kb << 10
-			}
-		}
-		b.Fatalf("/proc/%d/status has no %s", pid, name)
-		return 0
-	}
-	return field("VmRSS"), field("VmHWM")
+	return procStatusKB(b, pid, "VmRSS") << 10, procStatusKB(b, pid, "VmHWM") << 10
 }
 
 // churn runs short processes until ctx ends, workers at a time: a C and a
@@ -299,28 +282,11 @@ func sampleMemory(ctx context.Context, pid int, every time.Duration) *memSampler
 				return
 			case <-t.C:
 			}
-			data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+			f, err := procStatus(pid)
 			if err != nil {
 				return
 			}
-			m := memSample{at: time.Since(s.from)}
-			for _, line := range strings.Split(string(data), "\n") {
-				name, v, ok := strings.Cut(line, ":")
-				if !ok {
-					continue
-				}
-				kb, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
-				switch name {
-				case "VmRSS":
-					m.rss = kb
-				case "RssAnon":
-					m.anon = kb
-				case "RssFile":
-					m.file = kb
-				case "RssShmem":
-					m.shmem = kb
-				}
-			}
+			m := memSample{at: time.Since(s.from), rss: f["VmRSS"], anon: f["RssAnon"], file: f["RssFile"], shmem: f["RssShmem"]}
 			s.mu.Lock()
 			s.samples = append(s.samples, m)
 			s.mu.Unlock()
