@@ -27,6 +27,10 @@ const (
 // under id's REST.debug name).
 func plant(dir, id, canary string, asDir bool) error {
 	nn := filepath.Join(dir, ".build-id", id[:2])
+	// The links may be planted in any order (a map's): .build-id first.
+	if err := os.MkdirAll(filepath.Dir(nn), 0o700); err != nil {
+		return err
+	}
 	if asDir {
 		cdir := filepath.Dir(canary)
 		if err := os.Link(canary, filepath.Join(cdir, id[2:]+".debug")); err != nil && !os.IsExist(err) {
