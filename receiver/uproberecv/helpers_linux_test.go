@@ -122,8 +122,8 @@ type componentHost struct{}
 
 func (componentHost) GetExtensions() map[component.ID]component.Component { return nil }
 
-// keyOf returns the negative cache key (device, inode) of path.
-func keyOf(t testing.TB, path string) process.FileKey {
+// fileIDOf returns the identity of the file at path.
+func fileIDOf(t testing.TB, path string) process.FileID {
 	t.Helper()
 	fi, err := os.Stat(path)
 	if err != nil {
@@ -133,7 +133,13 @@ func keyOf(t testing.TB, path string) process.FileKey {
 	if !ok {
 		t.Fatal("no stat identity")
 	}
-	return f.FileKey
+	return f
+}
+
+// keyOf returns the negative cache key (device, inode) of path.
+func keyOf(t testing.TB, path string) process.FileKey {
+	t.Helper()
+	return fileIDOf(t, path).FileKey
 }
 
 // waitFor polls cond every 10ms until it holds or timeout passes.

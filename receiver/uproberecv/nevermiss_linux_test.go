@@ -608,15 +608,7 @@ func TestMappingOfExitedProcessAttached(t *testing.T) {
 	}
 	r, _ := startReceiver(t, cfg, options{})
 	copyFile(t, built, lib)
-	f, err := os.Open(lib)
-	if err != nil {
-		t.Fatal(err)
-	}
-	file, err := process.StatFile(f)
-	f.Close()
-	if err != nil {
-		t.Fatal(err)
-	}
+	file := fileIDOf(t, lib)
 	// A process that has exited and been reaped.
 	gone := exec.Command("true")
 	if err := gone.Run(); err != nil {
@@ -642,15 +634,7 @@ func TestMappingOfExitedProcessAttached(t *testing.T) {
 	// process leaves the file unnamed: counted, not silent.
 	other := filepath.Join(filepath.Dir(lib), "libother.so")
 	copyFile(t, built, other)
-	g, err := os.Open(other)
-	if err != nil {
-		t.Fatal(err)
-	}
-	otherFile, err := process.StatFile(g)
-	g.Close()
-	if err != nil {
-		t.Fatal(err)
-	}
+	otherFile := fileIDOf(t, other)
 	unnamed := st.mappingsUnnamed.Load()
 	r.tracker.mapped(pid, otherFile, "", uint64(ktime.MonotonicNanos()))
 	if got := st.mappingsUnnamed.Load() - unnamed; got != 1 {
