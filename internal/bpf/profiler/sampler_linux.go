@@ -236,17 +236,10 @@ func offCPUGaps(p float64) (gapInt, gapFrac uint64, log2Frac [256]uint32) {
 	return uint64(i), uint64(f * (1 << 32)), log2Frac
 }
 
-// offCPURNG is the off-CPU program's struct off_cpu_rng: one CPU's
-// countdown to its next sampled switch-out, and its random state.
-type offCPURNG struct {
-	Left, State uint64
-	_           [6]uint64
-}
-
 // offCPUCountdowns returns the off-CPU program's per-CPU countdowns,
 // started as the gaps between sampled switch-outs are drawn, for
 // probability p, and random states to draw the next gaps from.
-func offCPUCountdowns(p float64) (rngs [256]offCPURNG) {
+func offCPUCountdowns(p float64) (rngs [256]profilerOffCpuRng) {
 	for i := range rngs {
 		if p < 1 {
 			rngs[i].Left = uint64(math.Floor(math.Log(1-rand.Float64()) / math.Log1p(-p)))
