@@ -618,6 +618,12 @@ func TestMappingOfExitedProcessAttached(t *testing.T) {
 	if process.Running(pid) {
 		t.Fatalf("pid %d still runs", pid)
 	}
+	// Its own exec and exit events reach the tracker too, and an exec read
+	// while the mapping below is evaluated would end that evaluation as a
+	// new image, not an exit: let them arrive first.
+	if !waitFor(10*time.Second, func() bool { return trackerSawExit(r.tracker, pid) }) {
+		t.Fatalf("the tracker never read the exit of pid %d", pid)
+	}
 	st := &r.tracker.stats
 	lost := st.exitedBeforeAttach.Load()
 	r.tracker.mapped(pid, file, lib, uint64(ktime.MonotonicNanos()))
@@ -640,4 +646,16 @@ func TestMappingOfExitedProcessAttached(t *testing.T) {
 	if got := st.mappingsUnnamed.Load() - unnamed; got != 1 {
 		t.Errorf("%d unnamed mappings counted for a pathless event of a gone process, want 1", got)
 	}
+}
+
+// trackerSawExit reports whether tr has read pid's exit event.
+func trackerSawExit(tr *tracker, pid int) bool {
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	for _, e := range tr.exited {
+		if e.pid == pid {
+			return true
+		}
+	}
+	return false
 }
