@@ -2,6 +2,8 @@ package ebpfprofreceiver
 
 import (
 	"context"
+	"fmt"
+	"math"
 	"os"
 	"os/exec"
 	"regexp"
@@ -25,50 +27,66 @@ import (
 	"github.com/bpfcol/bpfcol/receiver/ebpfprofreceiver/internal/metadata"
 )
 
-// Shape of BenchmarkOffCPUOverhead's iterations: wallSets sets of
-// wall-clock rounds (off, on, empty program), then statsRounds rounds with
-// kernel BPF statistics on. A round is one `perf bench sched pipe` run of
-// about a second.
+// Shape of BenchmarkOffCPUOverhead: wallTriples triples of wall-clock
+// rounds (-short: shortTriples; BPFCOL_OFFCPU_TRIPLES overrides both, for
+// a narrower interval) after one warm-up triple, and statsRounds rounds
+// with kernel BPF statistics on.
 const (
-	wallSets    = 11
-	statsRounds = 3
+	wallTriples  = 31
+	shortTriples = 7
+	statsRounds  = 3
+	// offCPUGoal is the issue's bound on the slowdown at the defaults, in
+	// percent.
+	offCPUGoal = 3.0
+	// ciLevel is the confidence of the reported intervals.
+	ciLevel = 0.90
 )
 
-var perfTotalTime = regexp.MustCompile(`Total time:\s+([0-9.]+) \[sec\]`)
+var (
+	perfTotalTime = regexp.MustCompile(`Total time:\s+([0-9.]+) \[sec\]`)
+	perfExecuted  = regexp.MustCompile(`Executed ([0-9]+) pipe operations`)
+)
 
 // BenchmarkOffCPUOverhead measures what off-CPU profiling at its defaults
 // (probability 0.05, min_duration 1ms) costs a context-switch-heavy
 // workload: `perf bench sched pipe`, two tasks ping-ponging over pipes.
 //
-// Wall-clock rounds run the pipe under the receiver with off_cpu disabled
-// ("off"), enabled ("on"), and disabled with an empty tp_btf/sched_switch
-// program attached ("empty": the floor any such program costs), in sets
-// whose order alternates so that the machine's drifting load falls on all
-// alike. Kernel BPF statistics are off there: with them on, every program
-// run pays two clock reads, which would be counted as off-CPU's cost. It
-// reports the median slowdown of the sets against "off" and its spread
-// (interquartile range).
+// It runs on two placements of the pipe's tasks: free to run on any CPU,
+// as `perf bench` does by default ("any-cpu", the case the issue names),
+// and both on one CPU ("one-cpu"), where no switch waits for an idle CPU
+// to wake up, so a round trip is as short as it gets: the worst case for a
+// per-switch cost. Each has two parts.
 //
-// Separate rounds then run with the statistics on and both the off-CPU
-// program and the empty one attached, for the BPF time per context switch:
-// the off-CPU program's, the empty one's (mostly the statistics' own clock
-// reads, in both), and the difference, the off-CPU program's own work, also
-// as a share of a round trip without off-CPU profiling (two switches each):
-// the slowdown it accounts for, which a loaded machine's noise does not
-// blur. Where user stacks are walked in task work (kernel 6.18), the walk's
-// own time per kept wait is reported too: a thread sleeping 2 ms at a time,
-// in every round, gives it waits to keep (the pipe's waits are all shorter
-// than min_duration).
+// "wall": short wall-clock rounds, one `perf bench sched pipe` run each
+// under a fresh receiver, in triples: off_cpu disabled ("off"), enabled
+// ("on"), and disabled with an empty tp_btf/sched_switch program attached
+// ("empty": the floor any program there costs). A triple's order rotates,
+// so that each mode takes each place as often, and the machine's drifting
+// load falls on the three alike; a first triple warms up and is dropped.
+// Each triple gives a ratio, on/off and empty/off, and on/empty (the cost
+// beyond the hook); their medians are reported with a distribution-free
+// 90% confidence interval (order statistics of the binomial), and the
+// issue's goal, at most 3% slowdown at the defaults, is judged from the
+// on/off interval: met when its upper bound is at most 3%, not met when its
+// lower bound is above, inconclusive otherwise. Kernel BPF statistics are
+// off there: with them on, every program run pays two clock reads, which
+// would be counted as off-CPU's cost; rounds where another process had
+// them on are counted and logged.
 //
-// The benchmark fails if the off-CPU program did not run in a round it
-// was on for (its counters, or its statistics, stayed still), and logs the
-// load average, and how many wall-clock rounds had the statistics enabled
-// by another process all the same.
+// "bpf": rounds with the statistics on and both the off-CPU program and
+// the empty one attached, for the BPF time per context switch: the
+// off-CPU program's, the empty one's (mostly the statistics' own clock
+// reads, in both), and the difference, the off-CPU program's own work;
+// that times the switches of a round, as a share of the round's time.
+// Where user stacks are walked in task work (kernel 6.18), the walk's own
+// time per kept wait is reported too.
 //
-// It runs twice: with the two tasks free to run on any CPU, as `perf bench`
-// does by default, and with both on one CPU. There no switch waits for an
-// idle CPU to wake up, so a round trip is as short as it gets: the worst
-// case for a per-switch cost.
+// In every round a thread sleeps 2 ms at a time, to give the off-CPU
+// program waits to keep (the pipe's are all shorter than min_duration).
+// The benchmark fails when the work was not done: perf ran fewer round
+// trips than asked, the off-CPU program counted no short wait and no event
+// in a round it was on for, or, with the statistics on, either program
+// ran fewer times than the round trips' two switches.
 func BenchmarkOffCPUOverhead(b *testing.B) {
 	testenv.RequireBPF(b)
 	perf := testenv.LookPath(b, "perf")
@@ -76,21 +94,56 @@ func BenchmarkOffCPUOverhead(b *testing.B) {
 	pipe := func(loops int) []string {
 		return []string{"bench", "sched", "pipe", "-l", strconv.Itoa(loops)}
 	}
-	b.Run("any-cpu", func(b *testing.B) { offCPUOverhead(b, perf, pipe(50_000)...) })
 	last := strconv.Itoa(runtime.NumCPU() - 1)
-	b.Run("one-cpu", func(b *testing.B) {
-		offCPUOverhead(b, taskset, append([]string{"-c", last, perf}, pipe(200_000)...)...)
-	})
+	cases := []offCPUBench{
+		{name: "any-cpu", loops: 20_000, cmd: append([]string{perf}, pipe(20_000)...)},
+		{name: "one-cpu", loops: 80_000, cmd: append([]string{taskset, "-c", last, perf}, pipe(80_000)...)},
+	}
+	for _, c := range cases {
+		b.Run(c.name, func(b *testing.B) {
+			b.Run("wall", c.wall)
+			b.Run("bpf", c.bpf)
+		})
+	}
 }
 
-// offCPUOverhead is BenchmarkOffCPUOverhead with the pipe benchmark run as
-// the command name with args.
-func offCPUOverhead(b *testing.B, name string, args ...string) {
-	loops, err := strconv.Atoi(args[len(args)-1])
-	if err != nil {
-		b.Fatal(err)
-	}
-	empty, err := ebpf.NewProgram(&ebpf.ProgramSpec{
+// offCPUBench is one placement of BenchmarkOffCPUOverhead's pipe: cmd runs
+// loops round trips.
+type offCPUBench struct {
+	name  string
+	loops int
+	cmd   []string
+}
+
+// offCPUMode is what a round runs the pipe under.
+type offCPUMode int
+
+const (
+	modeOff   offCPUMode = iota // the receiver, off_cpu disabled
+	modeOn                      // the receiver, off_cpu enabled at its defaults
+	modeEmpty                   // modeOff and the empty program
+	modeStats                   // modeOn and the empty program, BPF statistics on
+)
+
+// roundResult is what one round measured.
+type roundResult struct {
+	pipe time.Duration // perf's total time
+	// With statistics on: the runs and run time of each program.
+	offRuns, emptyRuns uint64
+	offRT, emptyRT     time.Duration
+	// The off-CPU task work's walks and their time.
+	walks  uint64
+	walkRT time.Duration
+	// Whether the sampling program's runs moved: another process had the
+	// statistics on.
+	foreignStats bool
+	taskWork     bool
+}
+
+// emptySwitchProgram loads a tp_btf/sched_switch program that does
+// nothing.
+func emptySwitchProgram(b *testing.B) *ebpf.Program {
+	p, err := ebpf.NewProgram(&ebpf.ProgramSpec{
 		Type:         ebpf.Tracing,
 		AttachType:   ebpf.AttachTraceRawTp,
 		AttachTo:     "sched_switch",
@@ -100,214 +153,302 @@ func offCPUOverhead(b *testing.B, name string, args ...string) {
 	if err != nil {
 		b.Fatalf("loading an empty sched_switch program: %v", err)
 	}
-	defer empty.Close()
+	b.Cleanup(func() { p.Close() })
+	return p
+}
 
-	var walkTime time.Duration
-	var walks uint64
-	taskWork := false
-	wallWithStats := 0
-	// round runs the pipe benchmark under a receiver and returns its
-	// time; withEmpty attaches the empty program for it, stats enables
-	// kernel BPF statistics and returns the BPF time per run of the
-	// off-CPU and the empty program (zero for one not attached).
-	round := func(offCPU, withEmpty, stats bool) (pipe time.Duration, offNs, emptyNs float64) {
-		cfg := createDefaultConfig().(*Config)
-		cfg.OffCPU.Enabled = offCPU
-		r, err := newProfilesReceiver(receivertest.NewNopSettings(metadata.Type), cfg, consumertest.NewNop())
+// round runs the pipe once under mode, with a thread sleeping 2 ms at a
+// time alongside, and fails b if the work was not done.
+func (c offCPUBench) round(b *testing.B, empty *ebpf.Program, mode offCPUMode) roundResult {
+	offCPU := mode == modeOn || mode == modeStats
+	withEmpty := mode == modeEmpty || mode == modeStats
+	stats := mode == modeStats
+	cfg := createDefaultConfig().(*Config)
+	cfg.OffCPU.Enabled = offCPU
+	r, err := newProfilesReceiver(receivertest.NewNopSettings(metadata.Type), cfg, consumertest.NewNop())
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := r.Start(context.Background(), componenttest.NewNopHost()); err != nil {
+		b.Fatal(err)
+	}
+	defer func() {
+		if err := r.Shutdown(context.Background()); err != nil {
+			b.Error(err)
+		}
+	}()
+	if withEmpty {
+		l, err := link.AttachTracing(link.TracingOptions{Program: empty})
 		if err != nil {
-			b.Fatal(err)
+			b.Fatalf("attaching the empty program: %v", err)
 		}
-		if err := r.Start(context.Background(), componenttest.NewNopHost()); err != nil {
-			b.Fatal(err)
+		defer l.Close()
+	}
+	waitIdle(b)
+	if stats {
+		s, err := ebpf.EnableStats(unix.BPF_STATS_RUN_TIME)
+		if err != nil {
+			b.Fatalf("enabling BPF run-time statistics: %v", err)
 		}
-		defer func() {
-			if err := r.Shutdown(context.Background()); err != nil {
-				b.Error(err)
-			}
-		}()
-		if withEmpty {
-			l, err := link.AttachTracing(link.TracingOptions{Program: empty})
-			if err != nil {
-				b.Fatalf("attaching the empty program: %v", err)
-			}
-			defer l.Close()
-		}
-		waitIdle(b)
-		if stats {
-			s, err := ebpf.EnableStats(unix.BPF_STATS_RUN_TIME)
-			if err != nil {
-				b.Fatalf("enabling BPF run-time statistics: %v", err)
-			}
-			defer s.Close()
-		}
-		type runStats struct {
-			rt time.Duration
-			n  uint64
-		}
-		read := func() (off, emp runStats, c profiler.Counters, wt time.Duration, w uint64) {
-			if offCPU {
-				var err error
-				if off.rt, off.n, err = r.sampler.OffCPURunStats(); err != nil {
-					b.Fatal(err)
-				}
-				if wt, w, err = r.sampler.OffCPUWalkStats(); err != nil {
-					b.Fatal(err)
-				}
-				if c, err = r.sampler.Counters(); err != nil {
-					b.Fatal(err)
-				}
-			}
-			st, err := empty.Stats()
-			if err != nil {
+		defer s.Close()
+	}
+	type snapshot struct {
+		emp            ebpf.ProgramStats
+		offRT          time.Duration
+		offRuns        uint64
+		c              profiler.Counters
+		walkRT         time.Duration
+		walks, sampled uint64
+	}
+	read := func() (s snapshot) {
+		var err error
+		if offCPU {
+			if s.offRT, s.offRuns, err = r.sampler.OffCPURunStats(); err != nil {
 				b.Fatal(err)
 			}
-			return off, runStats{st.Runtime, st.RunCount}, c, wt, w
+			if s.walkRT, s.walks, err = r.sampler.OffCPUWalkStats(); err != nil {
+				b.Fatal(err)
+			}
+			if s.c, err = r.sampler.Counters(); err != nil {
+				b.Fatal(err)
+			}
 		}
+		st, err := empty.Stats()
+		if err != nil {
+			b.Fatal(err)
+		}
+		s.emp = *st
 		// The sampling program's runs are counted only while the
 		// statistics are on, by this process or by another.
-		_, sampled0, err := r.sampler.RunStats()
-		if err != nil {
+		if _, s.sampled, err = r.sampler.RunStats(); err != nil {
 			b.Fatal(err)
 		}
-		off0, emp0, c0, wt0, w0 := read()
-		if offCPU {
-			taskWork = r.sampler.OffCPUTaskWork()
-		}
-		stop := make(chan struct{})
-		slept := make(chan struct{})
-		go func() {
-			defer close(slept)
-			runtime.LockOSThread()
-			defer runtime.UnlockOSThread()
-			for {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				ts := unix.NsecToTimespec(int64(2 * time.Millisecond))
-				for unix.Nanosleep(&ts, &ts) == unix.EINTR {
-				}
-			}
-		}()
-		out, err := exec.Command(name, args...).CombinedOutput()
-		close(stop)
-		<-slept
-		if err != nil {
-			b.Fatalf("perf bench sched pipe: %v\n%s", err, out)
-		}
-		m := perfTotalTime.FindSubmatch(out)
-		if m == nil {
-			b.Fatalf("no total time in perf's output:\n%s", out)
-		}
-		secs, err := strconv.ParseFloat(string(m[1]), 64)
-		if err != nil {
-			b.Fatal(err)
-		}
-		off1, emp1, c1, wt1, w1 := read()
-		_, sampled1, err := r.sampler.RunStats()
-		if err != nil {
-			b.Fatal(err)
-		}
-		if !stats && sampled1 != sampled0 {
-			// Another process's: this round's programs paid for it.
-			wallWithStats++
-		}
-		if offCPU {
-			// Every sampled switch-out of the pipe is counted short,
-			// every one of the sleeper's is kept.
-			if c1.OffCPUShort == c0.OffCPUShort || c1.OffCPUEvents == c0.OffCPUEvents {
-				b.Fatalf("the off-CPU program did not run: %d short waits, %d events",
-					c1.OffCPUShort-c0.OffCPUShort, c1.OffCPUEvents-c0.OffCPUEvents)
-			}
-			walkTime += wt1 - wt0
-			walks += w1 - w0
-		}
-		perRun := func(a, z runStats, on bool) float64 {
-			if !stats || !on {
-				return 0
-			}
-			if a.n == z.n {
-				b.Fatal("a sched_switch program did not run with statistics on")
-			}
-			return float64((a.rt - z.rt).Nanoseconds()) / float64(a.n-z.n)
-		}
-		return time.Duration(secs * float64(time.Second)), perRun(off1, off0, offCPU), perRun(emp1, emp0, withEmpty)
+		return s
 	}
+	s0 := read()
+	stop := make(chan struct{})
+	slept := make(chan struct{})
+	go func() {
+		defer close(slept)
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			ts := unix.NsecToTimespec(int64(2 * time.Millisecond))
+			for unix.Nanosleep(&ts, &ts) == unix.EINTR {
+			}
+		}
+	}()
+	out, err := exec.Command(c.cmd[0], c.cmd[1:]...).CombinedOutput()
+	close(stop)
+	<-slept
+	if err != nil {
+		b.Fatalf("perf bench sched pipe: %v\n%s", err, out)
+	}
+	s1 := read()
+	pipe, err := perfPipeTime(out, c.loops)
+	if err != nil {
+		b.Fatal(err)
+	}
+	res := roundResult{
+		pipe:         pipe,
+		foreignStats: !stats && s1.sampled != s0.sampled,
+		walks:        s1.walks - s0.walks,
+		walkRT:       s1.walkRT - s0.walkRT,
+	}
+	if offCPU {
+		res.taskWork = r.sampler.OffCPUTaskWork()
+		// Every sampled switch-out of the pipe is counted short,
+		// every one of the sleeper's is kept.
+		if s1.c.OffCPUShort == s0.c.OffCPUShort || s1.c.OffCPUEvents == s0.c.OffCPUEvents {
+			b.Fatalf("the off-CPU program did not run: %d short waits, %d events",
+				s1.c.OffCPUShort-s0.c.OffCPUShort, s1.c.OffCPUEvents-s0.c.OffCPUEvents)
+		}
+	}
+	if stats {
+		res.offRuns, res.offRT = s1.offRuns-s0.offRuns, s1.offRT-s0.offRT
+		res.emptyRuns, res.emptyRT = s1.emp.RunCount-s0.emp.RunCount, s1.emp.Runtime-s0.emp.Runtime
+		// A round trip switches each task out and in once at least.
+		if min := uint64(2 * c.loops); res.offRuns < min || res.emptyRuns < min {
+			b.Fatalf("with statistics on, %d runs of the off-CPU program and %d of the empty one, "+
+				"for %d round trips: fewer than 2 switches each", res.offRuns, res.emptyRuns, c.loops)
+		}
+	}
+	return res
+}
 
+// perfPipeTime is the total time in the output of `perf bench sched pipe`,
+// which must have run loops round trips.
+func perfPipeTime(out []byte, loops int) (time.Duration, error) {
+	m := perfExecuted.FindSubmatch(out)
+	if m == nil {
+		return 0, fmt.Errorf("no round trip count in perf's output:\n%s", out)
+	}
+	if n, err := strconv.Atoi(string(m[1])); err != nil || n != loops {
+		return 0, fmt.Errorf("perf ran %s round trips, not %d:\n%s", m[1], loops, out)
+	}
+	m = perfTotalTime.FindSubmatch(out)
+	if m == nil {
+		return 0, fmt.Errorf("no total time in perf's output:\n%s", out)
+	}
+	secs, err := strconv.ParseFloat(string(m[1]), 64)
+	if err != nil {
+		return 0, fmt.Errorf("perf's total time %q: %w", m[1], err)
+	}
+	if secs <= 0 {
+		return 0, fmt.Errorf("perf's total time %q is not positive", m[1])
+	}
+	return time.Duration(secs * float64(time.Second)), nil
+}
+
+// wall is the wall-clock part of BenchmarkOffCPUOverhead.
+func (c offCPUBench) wall(b *testing.B) {
+	empty := emptySwitchProgram(b)
+	triples := wallTriples
+	if testing.Short() {
+		triples = shortTriples
+	}
+	if v := os.Getenv("BPFCOL_OFFCPU_TRIPLES"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 5 {
+			b.Fatalf("BPFCOL_OFFCPU_TRIPLES=%q: not a number of at least 5", v)
+		}
+		triples = n
+	}
 	load0 := loadAverage(b)
-	var slowdowns, emptySlowdowns, offNs, emptyNs []float64
+	var onOff, emptyOff, onEmpty []float64
 	var offTotal time.Duration
+	foreign := 0
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
-		for set := 0; set < wallSets; set++ {
-			// Alternate which mode goes first; the empty program's
-			// round goes in between.
-			var off, on, bare time.Duration
-			if set%2 == 0 {
-				off, _, _ = round(false, false, false)
-				bare, _, _ = round(false, true, false)
-				on, _, _ = round(true, false, false)
-			} else {
-				on, _, _ = round(true, false, false)
-				bare, _, _ = round(false, true, false)
-				off, _, _ = round(false, false, false)
+		// Triple 0 warms up: its ratios are dropped.
+		for t := 0; t <= triples; t++ {
+			var d [3]time.Duration
+			for k := range 3 {
+				mode := offCPUMode((t + k) % 3)
+				res := c.round(b, empty, mode)
+				d[mode] = res.pipe
+				if res.foreignStats {
+					foreign++
+				}
 			}
-			slowdowns = append(slowdowns, 100*(on.Seconds()/off.Seconds()-1))
-			emptySlowdowns = append(emptySlowdowns, 100*(bare.Seconds()/off.Seconds()-1))
-			offTotal += off
+			if t == 0 {
+				continue
+			}
+			off, on, bare := d[modeOff].Seconds(), d[modeOn].Seconds(), d[modeEmpty].Seconds()
+			onOff = append(onOff, 100*(on/off-1))
+			emptyOff = append(emptyOff, 100*(bare/off-1))
+			onEmpty = append(onEmpty, 100*(on/bare-1))
+			offTotal += d[modeOff]
 		}
+	}
+	b.StopTimer()
+	slow, lo, hi := medianCI(onOff, ciLevel)
+	eslow, elo, ehi := medianCI(emptyOff, ciLevel)
+	beyond, blo, bhi := medianCI(onEmpty, ciLevel)
+	b.ReportMetric(slow, "%slowdown")
+	b.ReportMetric(lo, "%slowdown-ci90-lo")
+	b.ReportMetric(hi, "%slowdown-ci90-hi")
+	b.ReportMetric(eslow, "%slowdown-empty-prog")
+	b.ReportMetric(beyond, "%slowdown-beyond-empty")
+	b.ReportMetric(float64(offTotal.Nanoseconds())/float64(len(onOff)*c.loops), "ns/roundtrip")
+	b.Logf("%s: %d triples of %d round trips; slowdown at the defaults (on/off) median %.2f%%, 90%% CI %.2f..%.2f%%: goal <= %.0f%% %s; "+
+		"empty program (empty/off) %.2f%% (CI %.2f..%.2f); beyond the empty program (on/empty) %.2f%% (CI %.2f..%.2f); "+
+		"rounds with BPF statistics enabled by another process: %d; load average %s before, %s after; on/off %%: %.2f",
+		c.name, len(onOff), c.loops, slow, lo, hi, offCPUGoal, verdict(lo, hi, offCPUGoal),
+		eslow, elo, ehi, beyond, blo, bhi, foreign, load0, loadAverage(b), onOff)
+}
+
+// verdict judges a goal of at most goal from a confidence interval lo..hi.
+func verdict(lo, hi, goal float64) string {
+	switch {
+	case hi <= goal:
+		return "met"
+	case lo > goal:
+		return "not met"
+	default:
+		return "inconclusive"
+	}
+}
+
+// bpf is the BPF statistics part of BenchmarkOffCPUOverhead.
+func (c offCPUBench) bpf(b *testing.B) {
+	empty := emptySwitchProgram(b)
+	var offNs, emptyNs, netNs, netShare, perTrip []float64
+	var walks uint64
+	var walkRT time.Duration
+	taskWork := false
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
 		for range statsRounds {
-			_, o, e := round(true, true, true)
+			res := c.round(b, empty, modeStats)
+			o := float64(res.offRT.Nanoseconds()) / float64(res.offRuns)
+			e := float64(res.emptyRT.Nanoseconds()) / float64(res.emptyRuns)
 			offNs = append(offNs, o)
 			emptyNs = append(emptyNs, e)
+			netNs = append(netNs, o-e)
+			netShare = append(netShare, 100*(o-e)*float64(res.offRuns)/float64(res.pipe.Nanoseconds()))
+			perTrip = append(perTrip, float64(res.offRuns)/float64(c.loops))
+			walks += res.walks
+			walkRT += res.walkRT
+			taskWork = res.taskWork
 		}
 	}
 	b.StopTimer()
 	if taskWork && walks == 0 {
 		b.Fatal("the off-CPU task work never ran: no user stack walked")
 	}
-	slowdown, lo, hi := quartiles(slowdowns)
-	b.ReportMetric(slowdown, "%slowdown")
-	b.ReportMetric(hi-lo, "%slowdown-iqr")
-	emptySlowdown, elo, ehi := quartiles(emptySlowdowns)
-	b.ReportMetric(emptySlowdown, "%slowdown-empty-prog")
-	perSwitch, _, _ := quartiles(offNs)
-	emptyPerSwitch, _, _ := quartiles(emptyNs)
-	net := make([]float64, len(offNs))
-	for i := range offNs {
-		net[i] = offNs[i] - emptyNs[i]
-	}
-	netPerSwitch, _, _ := quartiles(net)
-	b.ReportMetric(perSwitch, "bpf-ns/switch")
-	b.ReportMetric(emptyPerSwitch, "empty-prog-ns/switch")
-	b.ReportMetric(netPerSwitch, "bpf-net-ns/switch")
-	perLoop := float64(offTotal.Nanoseconds()) / float64(len(slowdowns)*loops)
-	b.ReportMetric(perLoop, "ns/roundtrip")
-	b.ReportMetric(100*2*netPerSwitch/perLoop, "%bpf-net-of-roundtrip")
+	med := func(xs []float64) float64 { m, _, _ := medianCI(xs, ciLevel); return m }
+	b.ReportMetric(med(offNs), "bpf-ns/switch")
+	b.ReportMetric(med(emptyNs), "empty-prog-ns/switch")
+	b.ReportMetric(med(netNs), "bpf-net-ns/switch")
+	b.ReportMetric(med(netShare), "%bpf-net-of-time")
+	b.ReportMetric(med(perTrip), "switches/roundtrip")
 	if walks > 0 {
-		b.ReportMetric(float64(walkTime.Nanoseconds())/float64(walks), "walk-ns/kept-wait")
+		b.ReportMetric(float64(walkRT.Nanoseconds())/float64(walks), "walk-ns/kept-wait")
 	}
-	b.Logf("slowdowns of %d sets (%%): off-CPU %.2f (IQR %.2f..%.2f), empty program %.2f (IQR %.2f..%.2f); "+
-		"BPF ns/switch with statistics on: off-CPU %.1f, empty %.1f; user stacks walked in task work: %v (%d walks); "+
-		"wall-clock rounds with BPF statistics enabled by another process: %d; load average %s before, %s after",
-		len(slowdowns), slowdowns, lo, hi, emptySlowdowns, elo, ehi, offNs, emptyNs, taskWork, walks, wallWithStats, load0, loadAverage(b))
+	b.Logf("%s: BPF ns/switch with statistics on: off-CPU %.1f, empty %.1f, net %.1f; "+
+		"user stacks walked in task work: %v (%d walks)", c.name, offNs, emptyNs, netNs, taskWork, walks)
 }
 
-// quartiles returns the median of xs and its first and third quartiles.
-func quartiles(xs []float64) (median, q1, q3 float64) {
+// medianCI returns the median of xs and a distribution-free confidence
+// interval for it at level: the order statistics x(k) and x(n+1-k) with
+// k the largest for which a Binomial(n, 1/2) falls below k with
+// probability at most (1-level)/2. With too few xs for that, the interval
+// is NaN..NaN.
+func medianCI(xs []float64, level float64) (median, lo, hi float64) {
 	s := slices.Clone(xs)
 	slices.Sort(s)
-	at := func(q float64) float64 {
-		// Linear between the nearest ranks.
-		pos := q * float64(len(s)-1)
-		i := int(pos)
-		if i+1 >= len(s) {
-			return s[len(s)-1]
-		}
-		return s[i] + (pos-float64(i))*(s[i+1]-s[i])
+	n := len(s)
+	if n == 0 {
+		return math.NaN(), math.NaN(), math.NaN()
 	}
-	return at(0.5), at(0.25), at(0.75)
+	if n%2 == 1 {
+		median = s[n/2]
+	} else {
+		median = (s[n/2-1] + s[n/2]) / 2
+	}
+	// cdf(j) = P(Binomial(n, 1/2) <= j).
+	cdf := func(j int) float64 {
+		p, term := 0.0, math.Pow(0.5, float64(n))
+		for i := 0; i <= j; i++ {
+			p += term
+			term = term * float64(n-i) / float64(i+1)
+		}
+		return p
+	}
+	k := 0
+	for k+1 <= n/2 && cdf(k) <= (1-level)/2 {
+		k++
+	}
+	if k == 0 {
+		return median, math.NaN(), math.NaN()
+	}
+	return median, s[k-1], s[n-k]
 }
 
 // waitIdle waits for the receiver's start-up work (loading the CFI of every
@@ -342,4 +483,35 @@ func loadAverage(b *testing.B) string {
 		b.Fatalf("load average %q: fewer than 3 fields", data)
 	}
 	return strings.Join(f[:3], " ")
+}
+
+func TestMedianCI(t *testing.T) {
+	// 31 values: the 90% interval is x(11)..x(21), the binomial's
+	// P(X <= 10) being 0.035 and P(X <= 11) 0.075.
+	xs := make([]float64, 31)
+	for i := range xs {
+		xs[i] = float64(30 - i) // reversed: medianCI sorts
+	}
+	m, lo, hi := medianCI(xs, 0.90)
+	if m != 15 || lo != 10 || hi != 20 {
+		t.Errorf("31 values 0..30: median %v, interval %v..%v; want 15, 10..20", m, lo, hi)
+	}
+	// 7 values: only min..max covers 90% (P(X = 0) = 1/128, P(X <= 1) =
+	// 8/128); 4 values cannot (P(X = 0) = 1/16).
+	m, lo, hi = medianCI([]float64{3, 1, 2, 7, 5, 4, 6}, 0.90)
+	if m != 4 || lo != 1 || hi != 7 {
+		t.Errorf("1..7: median %v, interval %v..%v; want 4, 1..7", m, lo, hi)
+	}
+	m, lo, hi = medianCI([]float64{1, 2, 3, 4}, 0.90)
+	if m != 2.5 || !math.IsNaN(lo) || !math.IsNaN(hi) {
+		t.Errorf("1..4: median %v, interval %v..%v; want 2.5, NaN..NaN", m, lo, hi)
+	}
+	for _, c := range []struct {
+		lo, hi float64
+		want   string
+	}{{-1, 2.9, "met"}, {1, 3, "met"}, {2, 4, "inconclusive"}, {3.1, 5, "not met"}} {
+		if got := verdict(c.lo, c.hi, 3); got != c.want {
+			t.Errorf("verdict(%v, %v, 3) = %q, want %q", c.lo, c.hi, got, c.want)
+		}
+	}
 }
