@@ -673,29 +673,38 @@ static __always_inline u64 switch_ns(struct task_struct *task)
 	return ((struct task_struct___sched *)task)->se.cfs_rq->rq->clock;
 }
 
-// Open followed waits by thread id modulo OFF_CPU_OPEN_BUCKETS: a switch-in
+// Open followed waits by a hash of the thread id (open_bucket): a switch-in
 // of a thread whose bucket is zero has no followed wait to end, and needs
 // no task storage lookup. A bucket counts the threads sharing it, so a
 // collision costs only the lookup. Incremented when a thread's slot gets
 // its switch-out time, decremented when the time is taken (or the thread
 // exits with it).
-#define OFF_CPU_OPEN_BUCKETS 4096
-u32 off_cpu_open[OFF_CPU_OPEN_BUCKETS];
+#define OFF_CPU_OPEN_BITS 12
+u32 off_cpu_open[1 << OFF_CPU_OPEN_BITS];
+
+// open_bucket is tid's counter in off_cpu_open. Consecutive thread ids
+// (the threads of one process, or a parent and its child) land on different
+// cache lines: a sampled switch of one then does not take from other CPUs
+// the line that every switch-in of the other reads.
+static __always_inline u32 *open_bucket(u32 tid)
+{
+	return &off_cpu_open[(tid * 0x9e3779b1U) >> (32 - OFF_CPU_OPEN_BITS)];
+}
 
 static __always_inline bool maybe_open(u32 tid)
 {
-	return off_cpu_open[tid & (OFF_CPU_OPEN_BUCKETS - 1)] != 0;
+	return *open_bucket(tid) != 0;
 }
 
 static __always_inline void open_wait(u32 tid)
 {
-	__sync_fetch_and_add(&off_cpu_open[tid & (OFF_CPU_OPEN_BUCKETS - 1)], 1);
+	__sync_fetch_and_add(open_bucket(tid), 1);
 }
 
 static __always_inline void close_wait(u32 tid)
 {
 	// Adding -1: 32-bit atomic subtraction needs a newer BPF ISA.
-	__sync_fetch_and_add(&off_cpu_open[tid & (OFF_CPU_OPEN_BUCKETS - 1)], (u32)-1);
+	__sync_fetch_and_add(open_bucket(tid), (u32)-1);
 }
 
 // A thread's slot, in its task storage: found at every switch-in without a
