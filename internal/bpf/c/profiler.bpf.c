@@ -857,8 +857,16 @@ done:
 	return 0;
 }
 
+// preempted says whether sched_switch's prev could have run on: it was
+// preempted, or still TASK_RUNNING (0) at the switch-out. Read only for a
+// sampled switch-out: the unsampled ones, nearly all, skip its loads.
+static __always_inline bool preempted(u64 *ctx)
+{
+	return (bool)ctx[0] || (unsigned int)ctx[3] == 0;
+}
+
 // off_cpu_begin notes a sampled switch-out of prev: its time only.
-static __always_inline void off_cpu_begin(struct task_struct *prev, bool preempted)
+static __always_inline void off_cpu_begin(u64 *ctx, struct task_struct *prev)
 {
 	if (!sampled() || !followed(prev))
 		return;
@@ -871,7 +879,7 @@ static __always_inline void off_cpu_begin(struct task_struct *prev, bool preempt
 	if (!slot->out_ns)
 		open_wait(prev->pid);
 	slot->out_ns = now;
-	slot->flags = preempted ? SAMPLE_PREEMPTED : 0;
+	slot->flags = preempted(ctx) ? SAMPLE_PREEMPTED : 0;
 }
 
 // keep_wait takes a kept wait's kernel stack and schedules the task work
@@ -970,8 +978,7 @@ int off_cpu_switch(u64 *ctx)
 	struct task_struct *next = (struct task_struct *)ctx[2];
 
 	off_cpu_end(next);
-	// TASK_RUNNING (0) at switch-out: the thread could have run on.
-	off_cpu_begin(prev, (bool)ctx[0] || (unsigned int)ctx[3] == 0);
+	off_cpu_begin(ctx, prev);
 	return 0;
 }
 
@@ -991,7 +998,7 @@ struct {
 	__type(value, struct off_cpu_held);
 } off_cpu_held_slots SEC(".maps");
 
-static __always_inline void off_cpu_begin_walk(void *ctx, struct task_struct *prev, bool preempted)
+static __always_inline void off_cpu_begin_walk(u64 *ctx, struct task_struct *prev)
 {
 	if (!sampled() || !followed(prev))
 		return;
@@ -1005,7 +1012,7 @@ static __always_inline void off_cpu_begin_walk(void *ctx, struct task_struct *pr
 	// again, so it is taken then, and only for waits that are kept.
 	struct sample *s = &slot->rec;
 	fill_sample(ctx, s, bpf_get_current_pid_tgid(), false);
-	s->flags |= SAMPLE_OFF_CPU | (preempted ? SAMPLE_PREEMPTED : 0);
+	s->flags |= SAMPLE_OFF_CPU | (preempted(ctx) ? SAMPLE_PREEMPTED : 0);
 	s->off_cpu_ns = 0;
 	slot->held = 1;
 }
@@ -1065,6 +1072,6 @@ int off_cpu_switch_walk(u64 *ctx)
 	struct task_struct *next = (struct task_struct *)ctx[2];
 
 	off_cpu_end_walk(next);
-	off_cpu_begin_walk(ctx, prev, (bool)ctx[0] || (unsigned int)ctx[3] == 0);
+	off_cpu_begin_walk(ctx, prev);
 	return 0;
 }
