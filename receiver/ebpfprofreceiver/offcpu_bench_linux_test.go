@@ -34,7 +34,7 @@ import (
 const (
 	wallTriples  = 31
 	shortTriples = 7
-	statsRounds  = 3
+	statsRounds  = 5
 	// offCPUGoal is the bound on the slowdown at the defaults, in
 	// percent.
 	offCPUGoal = 3.0
