@@ -83,21 +83,24 @@ var (
 //
 // In every round a thread sleeps 2 ms at a time, to give the off-CPU
 // program waits to keep (the pipe's are all shorter than min_duration).
-// The benchmark fails when the work was not done: perf ran fewer round
-// trips than asked, the off-CPU program counted no short wait and no event
-// in a round it was on for, or, with the statistics on, either program
-// ran fewer times than the round trips' two switches.
+// The benchmark fails when the work was not done: perf ran other than the
+// round trips asked, the off-CPU program counted, in a round it was on
+// for, no short wait (the pipe's) or no event (the sleeper's), or, with
+// the statistics on, either program ran fewer times than the round trips'
+// two switches.
 func BenchmarkOffCPUOverhead(b *testing.B) {
 	testenv.RequireBPF(b)
 	perf := testenv.LookPath(b, "perf")
 	taskset := testenv.LookPath(b, "taskset")
-	pipe := func(loops int) []string {
-		return []string{"bench", "sched", "pipe", "-l", strconv.Itoa(loops)}
+	pipe := func(name string, loops int, prefix ...string) offCPUBench {
+		cmd := append(prefix, perf, "bench", "sched", "pipe", "-l", strconv.Itoa(loops))
+		return offCPUBench{name: name, loops: loops, cmd: cmd}
 	}
 	last := strconv.Itoa(runtime.NumCPU() - 1)
+	// Rounds of about 0.4 s on a quiet 2-vCPU VM.
 	cases := []offCPUBench{
-		{name: "any-cpu", loops: 20_000, cmd: append([]string{perf}, pipe(20_000)...)},
-		{name: "one-cpu", loops: 80_000, cmd: append([]string{taskset, "-c", last, perf}, pipe(80_000)...)},
+		pipe("any-cpu", 20_000),
+		pipe("one-cpu", 80_000, taskset, "-c", last),
 	}
 	for _, c := range cases {
 		b.Run(c.name, func(b *testing.B) {
@@ -137,7 +140,8 @@ type roundResult struct {
 	// Whether the sampling program's runs moved: another process had the
 	// statistics on.
 	foreignStats bool
-	taskWork     bool
+	// Whether user stacks are walked in task work (OffCPUTaskWork).
+	taskWork bool
 }
 
 // emptySwitchProgram loads a tp_btf/sched_switch program that does
@@ -512,6 +516,28 @@ func TestMedianCI(t *testing.T) {
 	}{{-1, 2.9, "met"}, {1, 3, "met"}, {2, 4, "inconclusive"}, {3.1, 5, "not met"}} {
 		if got := verdict(c.lo, c.hi, 3); got != c.want {
 			t.Errorf("verdict(%v, %v, 3) = %q, want %q", c.lo, c.hi, got, c.want)
+		}
+	}
+}
+
+func TestPerfPipeTime(t *testing.T) {
+	out := []byte("# Running 'sched/pipe' benchmark:\n# Executed 20000 pipe operations between two processes\n\n" +
+		"     Total time: 0.335 [sec]\n\n      16.765400 usecs/op\n          59646 ops/sec\n")
+	if d, err := perfPipeTime(out, 20000); err != nil || d != 335*time.Millisecond {
+		t.Errorf("perfPipeTime = %v, %v; want 335ms", d, err)
+	}
+	// Fewer round trips than asked, or none counted, or no time: the
+	// round did not do its work.
+	if _, err := perfPipeTime(out, 80000); err == nil {
+		t.Error("20000 round trips accepted for 80000")
+	}
+	for _, bad := range []string{
+		"     Total time: 0.335 [sec]\n",
+		"# Executed 20000 pipe operations between two processes\n",
+		"# Executed 20000 pipe operations between two processes\n     Total time: 0.000 [sec]\n",
+	} {
+		if _, err := perfPipeTime([]byte(bad), 20000); err == nil {
+			t.Errorf("accepted %q", bad)
 		}
 	}
 }
