@@ -1,6 +1,7 @@
 package uproberecv
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"os/exec"
@@ -239,27 +240,34 @@ func runDlopener(t *testing.T, r *logsReceiver, sink *consumertest.LogsSink, bin
 		t.Fatalf("workload wrote %d calls, dlopen %d", len(at), dlopenStart)
 	}
 	pid := int64(cmd.Process.Pid)
-	var recs []scopeLog
-	waitFor(5*time.Second, func() bool {
-		recs = recordsByPID(flatten(sink), "late")[pid]
-		return len(recs) >= calls
-	})
-	time.Sleep(2 * pollInterval) // anything extra would arrive by now
-	recs = recordsByPID(flatten(sink), "late")[pid]
+	// Shutdown detaches the uprobes and hands on every record left in the
+	// ringbuf: after it, every call's record is in the sink, none in flight
+	// (under load a fixed wait could count before the last ones came).
+	if err := r.Shutdown(context.Background()); err != nil {
+		t.Fatalf("shutdown: %v", err)
+	}
+	recs := recordsByPID(flatten(sink), "late")[pid]
 	if len(recs) == 0 || len(recs) > calls {
 		t.Fatalf("%d records for %d calls", len(recs), calls)
 	}
 	// Records start inside their call: convert their Unix start back to
-	// CLOCK_MONOTONIC and find the first call recorded.
+	// CLOCK_MONOTONIC. The first call recorded is the last one begun by
+	// then: call i's timestamp is taken before it enters lib_call, call
+	// i+1's after it returned. (A margin would be wrong: a call late out
+	// of its sleep is followed at once by the next, microseconds apart.)
 	offset := r.clock.UnixNanos(0)
 	first := recs[0].startUnix
 	for _, l := range recs {
 		first = min(first, l.startUnix)
 	}
-	firstRecorded := sort.Search(len(at), func(i int) bool { return at[i] >= first-offset-int64(500*time.Microsecond) })
+	firstRecorded := sort.Search(len(at), func(i int) bool { return at[i] > first-offset }) - 1
+	if firstRecorded < 0 {
+		t.Fatalf("the first record starts at %d, before the first call at %d", first-offset, at[0])
+	}
 	missed = calls - len(recs)
 	if missed != firstRecorded {
-		t.Errorf("%d calls missed, but the first record is of call %d: a call after the attach was lost", missed, firstRecorded)
+		t.Errorf("%d calls missed, but the first record is of call %d (it began %s after that call, %s before the next; clock offset steps up to %s): a call after the attach was lost",
+			missed, firstRecorded, time.Duration(first-offset-at[firstRecorded]), time.Duration(at[min(firstRecorded+1, calls-1)]-(first-offset)), r.clock.MaxStep())
 	}
 	allowed = sort.Search(len(at), func(i int) bool { return at[i] >= dlopenStart+int64(5*time.Millisecond) })
 	n, p50, p99 := r.tracker.latency.percentiles(triggerMapping)
