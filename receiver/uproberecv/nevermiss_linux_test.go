@@ -720,3 +720,60 @@ func trackerSawExit(tr *tracker, pid int) bool {
 	}
 	return false
 }
+
+// TestMappingReadBeforeExitAttached evaluates a library mapping read from a
+// live process that exited before the library was opened, as happens to a
+// process that dlopens a library, calls it and exits while the library is
+// planned (a path-less mapping event, read from /proc/PID/maps): the
+// library is still attached, opened by path and checked against the
+// identity its mapping had, and the process counted as exited before the
+// attach. Opening it only through the process (map_files, its root) lost
+// it silently.
+func TestMappingReadBeforeExitAttached(t *testing.T) {
+	built := testworkload.BuildC(t, "dlib.c", "-O2", "-g", "-shared", "-fPIC")
+	bin := testworkload.BuildC(t, "dlopener.c", "-O2", "-g")
+	lib := filepath.Join(t.TempDir(), "libreadgone.so")
+	copyFile(t, built, lib)
+	file := fileIDOf(t, lib)
+	// It loads the library at once and calls it for 100 s.
+	cmd := testworkload.Start(t, bin, lib, "0", "100000", os.DevNull)
+	pid := cmd.Process.Pid
+	var mapping *process.Mapping
+	if !waitFor(10*time.Second, func() bool {
+		maps, err := process.ReadMappings(pid)
+		if err != nil {
+			return false
+		}
+		for i := range maps {
+			if maps[i].File() && maps[i].Executable() && maps[i].Key() == file.FileKey {
+				mapping = &maps[i]
+				return true
+			}
+		}
+		return false
+	}) {
+		t.Fatalf("pid %d never mapped %s", pid, lib)
+	}
+	_ = cmd.Process.Kill()
+	_ = cmd.Wait()
+	// Started after the process is gone: none of its events reach the
+	// tracker, which sees only the mapping handed to it below.
+	cfg := &Config{
+		Probes: []ProbeConfig{{ID: "readgone", FileMatch: regexp.QuoteMeta(lib) + "$", Entry: "lib_call", Exit: "return"}},
+		Retain: RetainConfig{MaxBinaries: 16, MaxAge: time.Hour},
+	}
+	r, _ := startReceiver(t, cfg, options{})
+	matched := r.tracker.matching(pid, mapping.Path)
+	if len(matched) != 1 {
+		t.Fatalf("%d probes match %s", len(matched), mapping.Path)
+	}
+	st := &r.tracker.stats
+	lost := st.exitedBeforeAttach.Load()
+	r.tracker.binary(pid, mappingTarget(pid, mapping, file), matched, uint64(ktime.MonotonicNanos()), triggerMapping)
+	if !r.tracker.isAttached(file.FileKey) {
+		t.Fatal("the library of a process gone after its mappings were read was not attached")
+	}
+	if got := st.exitedBeforeAttach.Load() - lost; got != 1 {
+		t.Errorf("%d processes counted as exited before the attach, want 1", got)
+	}
+}
