@@ -633,12 +633,20 @@ func TestRefusedProbeNotRetried(t *testing.T) {
 	st := &r.tracker.stats
 	base := st.evaluations.Load()
 	const runs = 20
+	var last int
 	for range runs {
-		if out, err := exec.Command(getent, "ahosts", "localhost").CombinedOutput(); err != nil {
+		cmd := exec.Command(getent, "ahosts", "localhost")
+		if out, err := cmd.CombinedOutput(); err != nil {
 			t.Fatalf("getent: %v: %s", err, out)
 		}
+		last = cmd.Process.Pid
 	}
-	time.Sleep(200 * time.Millisecond) // the last events handled
+	// Events are handled in order: once the last process's exit is read,
+	// every exec and mapping of the runs was handled (a fixed wait could
+	// check before, and pass without looking).
+	if !waitFor(10*time.Second, func() bool { return trackerSawExit(r.tracker, last) }) {
+		t.Fatalf("the tracker never read the exit of pid %d", last)
+	}
 	t.Logf("libc evaluations: %d at start, %d after %d processes; %d known failures skipped, %d negative cache hits",
 		base, st.evaluations.Load(), runs, st.knownFailures.Load(), st.negativeHits.Load())
 	if base != 1 || st.evaluations.Load() != base {
