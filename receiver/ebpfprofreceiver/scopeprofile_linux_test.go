@@ -17,6 +17,7 @@ import (
 	"go.opentelemetry.io/collector/consumer/consumertest"
 	"go.opentelemetry.io/collector/receiver"
 	"go.opentelemetry.io/collector/receiver/receivertest"
+	"golang.org/x/sys/unix"
 
 	"github.com/bpfcol/bpfcol/internal/bpf/scopes"
 	"github.com/bpfcol/bpfcol/internal/conventions"
@@ -170,7 +171,13 @@ func TestScopeProfilesC(t *testing.T) {
 		}
 	}()
 
-	pid, out := runGated(t, bin, fmt.Sprint(calls))
+	// A 200 Hz sampler takes a sample every 5 ms of a CPU's time. The
+	// burn's 50 ms of thread CPU time are worth 10 samples only if they
+	// run as one stretch: time-sliced with other runnable tasks (as on a
+	// busy 2-CPU host) they split into slices that a tick lands in or
+	// misses, and a call's count scattered from 5 to 17. The workload runs
+	// SCHED_FIFO so no other task cuts its burn.
+	pid, out := runGated(t, bin, true, fmt.Sprint(calls))
 	var slept []int64
 	for _, l := range out {
 		var start, end, ns int64
@@ -272,8 +279,9 @@ func TestScopeProfilesC(t *testing.T) {
 
 // runGated starts bin with a start file and calls, creates the file once
 // the receivers have had time to load the process's unwind tables, and
-// returns its output lines once it exited.
-func runGated(t *testing.T, bin string, args ...string) (pid int, lines []string) {
+// returns its output lines once it exited. With fifo, its main thread runs
+// SCHED_FIFO: nothing but interrupts and real-time tasks preempts it.
+func runGated(t *testing.T, bin string, fifo bool, args ...string) (pid int, lines []string) {
 	t.Helper()
 	startFile := filepath.Join(t.TempDir(), "start")
 	cmd := exec.Command(bin, append([]string{startFile}, args...)...)
@@ -286,6 +294,12 @@ func runGated(t *testing.T, bin string, args ...string) (pid int, lines []string
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	if fifo {
+		// It waits for the start file, so it runs nothing yet.
+		if err := unix.SchedSetAttr(cmd.Process.Pid, &unix.SchedAttr{Size: unix.SizeofSchedAttr, Policy: unix.SCHED_FIFO, Priority: 1}, 0); err != nil {
+			t.Fatalf("making pid %d SCHED_FIFO: %v", cmd.Process.Pid, err)
+		}
+	}
 	time.Sleep(time.Second)
 	if err := os.WriteFile(startFile, nil, 0o600); err != nil {
 		t.Fatal(err)
@@ -317,7 +331,7 @@ func TestScopeProfilesGo(t *testing.T) {
 			b.stop(t)
 		}
 	}()
-	pid, out := runGated(t, bin, fmt.Sprint(calls))
+	pid, out := runGated(t, bin, false, fmt.Sprint(calls))
 	t.Logf("workload: %q", out)
 	var migrations int
 	for _, l := range out {

@@ -3,6 +3,7 @@ package uproberecv
 import (
 	"bufio"
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -18,6 +19,7 @@ import (
 	"go.opentelemetry.io/collector/pdata/pcommon"
 	"go.opentelemetry.io/collector/receiver/receivertest"
 	"go.uber.org/zap/zaptest"
+	"golang.org/x/sys/unix"
 
 	"github.com/bpfcol/bpfcol/internal/conventions"
 	"github.com/bpfcol/bpfcol/internal/process"
@@ -205,6 +207,38 @@ func touch(t testing.TB, path string) {
 	t.Helper()
 	if err := os.WriteFile(path, nil, 0o644); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// makeFIFO makes every thread of pid SCHED_FIFO, so that no ordinary task
+// on a busy host preempts it; threads it creates later inherit the policy
+// from their creator. It loops until a pass finds every thread set, as a
+// thread may be created meanwhile by one not set yet.
+func makeFIFO(t testing.TB, pid int) {
+	t.Helper()
+	fifo := &unix.SchedAttr{Size: unix.SizeofSchedAttr, Policy: unix.SCHED_FIFO, Priority: 1}
+	for {
+		tasks, err := os.ReadDir("/proc/" + strconv.Itoa(pid) + "/task")
+		if err != nil {
+			t.Fatalf("listing the threads of pid %d: %v", pid, err)
+		}
+		set := 0
+		for _, task := range tasks {
+			tid, err := strconv.Atoi(task.Name())
+			if err != nil {
+				continue
+			}
+			if a, err := unix.SchedGetAttr(tid, 0); err == nil && a.Policy == unix.SCHED_FIFO {
+				continue
+			}
+			if err := unix.SchedSetAttr(tid, fifo, 0); err != nil && !errors.Is(err, unix.ESRCH) {
+				t.Fatalf("making thread %d of pid %d SCHED_FIFO: %v", tid, pid, err)
+			}
+			set++
+		}
+		if set == 0 {
+			return
+		}
 	}
 }
 

@@ -77,6 +77,17 @@ func TestExecStormParsesOnce(t *testing.T) {
 	if !waitFor(2*time.Second, func() bool { return st.evaluations.Load() == 2 }) {
 		t.Fatalf("replaced binary not evaluated again: %d evaluations", st.evaluations.Load())
 	}
+	if !waitFor(2*time.Second, func() bool { return r.tracker.isAttached(before) }) {
+		t.Fatal("replaced binary evaluated again but not attached")
+	}
+	if err := cmd.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	// That process calls storm_scope 300 ms after its exec, which on a busy
+	// host can come before the attach (the storm's events still being
+	// read): a process started now, after the attach, is covered from its
+	// first instruction, and its call must be recorded.
+	cmd = testworkload.Start(t, bin, "0")
 	if err := cmd.Wait(); err != nil {
 		t.Fatal(err)
 	}

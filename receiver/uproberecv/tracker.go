@@ -1,6 +1,7 @@
 package uproberecv
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -881,9 +882,23 @@ type target struct {
 	open func() (*os.File, error)
 }
 
+// mappingTarget is the file behind mapping m of pid: opened through the
+// process while it runs, else by path in ours when that is the same file.
+// A process that dlopens a library, calls it and exits can be gone between
+// the read of its mappings and the open of the library to plan or attach
+// it; the library must still be attached, for its next process.
 func mappingTarget(pid int, m *process.Mapping, file process.FileID) *target {
 	return &target{path: m.Path, attachPath: process.MappedFilePath(pid, m), file: file,
-		open: func() (*os.File, error) { return process.OpenMapping(pid, m) }}
+		open: func() (*os.File, error) {
+			f, err := process.OpenMapping(pid, m)
+			if err == nil || !known(file) {
+				return f, err
+			}
+			if f, errOurs := openSame(m.Path, file); errOurs == nil {
+				return f, nil
+			}
+			return nil, err
+		}}
 }
 
 // fileTarget is the executable of an exec event, or the file of a mapping
@@ -901,16 +916,25 @@ func fileTarget(pid int, path string, exe process.FileID) *target {
 		if f, err := process.OpenInRoot(pid, path); err == nil {
 			return f, nil
 		}
-		f, err := os.Open(path)
+		f, err := openSame(path, exe)
 		if err != nil {
-			return nil, err
-		}
-		if id, err := process.StatFile(f); err != nil || !id.Same(exe) {
-			f.Close()
-			return nil, fmt.Errorf("opening %s: not the file pid %d executed", path, pid)
+			return nil, fmt.Errorf("opening %s for pid %d: %w", path, pid, err)
 		}
 		return f, nil
 	}}
+}
+
+// openSame opens path in our own root if it is still the file file.
+func openSame(path string, file process.FileID) (*os.File, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	if id, err := process.StatFile(f); err != nil || !id.Same(file) {
+		f.Close()
+		return nil, errors.New("another file is at that path now")
+	}
+	return f, nil
 }
 
 // known reports whether file's size and mtime are known.

@@ -32,6 +32,9 @@ const maxUnresolved = 4096
 type kallsymsSource struct {
 	open  func() (io.ReadCloser, error)
 	stats *Stats
+	// changed computes the change signature: changeSignature, which a
+	// test narrows to its own program.
+	changed func() (sig uint64, sawAllBPF bool)
 
 	syms       *symbolize.KernelSymbols
 	lastBPF    symbolize.KernelSymbol // highest [bpf] symbol: kallsyms has no end for it
@@ -41,11 +44,11 @@ type kallsymsSource struct {
 }
 
 func newKallsymsSource(open func() (io.ReadCloser, error), stats *Stats) *kallsymsSource {
-	return &kallsymsSource{open: open, stats: stats, unresolved: make(map[resultKey]struct{})}
+	return &kallsymsSource{open: open, stats: stats, changed: changeSignature, unresolved: make(map[resultKey]struct{})}
 }
 
 func (k *kallsymsSource) lookup(addrs []uint64, isReturn []bool, out []Symbol) error {
-	sig, sawAllBPF := changeSignature()
+	sig, sawAllBPF := k.changed()
 	reread := false
 	if k.syms == nil || sig != k.signature {
 		if err := k.read(sig, sawAllBPF); err != nil {
@@ -177,6 +180,12 @@ func lastBPFSymbol(text []byte) symbolize.KernelSymbol {
 // IDs, which the kernel never reuses while an ID is live and allocates
 // cyclically. sawAllBPF is false when the IDs could not be listed.
 func changeSignature() (sig uint64, sawAllBPF bool) {
+	return signatureOf(nil)
+}
+
+// signatureOf is changeSignature over the programs keep accepts (all when
+// keep is nil).
+func signatureOf(keep func(ebpf.ProgramID) bool) (sig uint64, sawAllBPF bool) {
 	h := fnv.New64a()
 	if modules, err := os.ReadFile("/proc/modules"); err == nil {
 		h.Write(modules)
@@ -195,6 +204,9 @@ func changeSignature() (sig uint64, sawAllBPF bool) {
 			break
 		}
 		id = next
+		if keep != nil && !keep(id) {
+			continue
+		}
 		b[0], b[1], b[2], b[3] = byte(id), byte(id>>8), byte(id>>16), byte(id>>24)
 		h.Write(b[:])
 	}
