@@ -11,6 +11,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"go.uber.org/zap"
@@ -924,9 +925,11 @@ func fileTarget(pid int, path string, exe process.FileID) *target {
 	}}
 }
 
-// openSame opens path in our own root if it is still the file file.
+// openSame opens path in our own root if it is still the file file. The
+// path is another user's to place: opened without blocking (a FIFO planted
+// there must not stall the tracker), and kept only when it is that file.
 func openSame(path string, file process.FileID) (*os.File, error) {
-	f, err := os.Open(path)
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
 	if err != nil {
 		return nil, err
 	}
