@@ -28,6 +28,8 @@ require (
 	google.golang.org/grpc v1.83.2
 )
 
+require github.com/klauspost/compress v1.20.0 // indirect
+
 require (
 	github.com/cenkalti/backoff/v7 v7.0.0 // indirect
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect

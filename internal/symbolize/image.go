@@ -27,18 +27,18 @@ func (img elfImage) section(s *elf.Section) (data []byte, heap bool, err error) 
 	if img.data != nil && !compressed && s.Offset <= uint64(len(img.data)) && s.FileSize <= uint64(len(img.data))-s.Offset {
 		return img.data[s.Offset : s.Offset+s.FileSize : s.Offset+s.FileSize], false, nil
 	}
+	var raw []byte
 	if compressed {
 		// A section that cannot be spilled (no room, a write error)
 		// is decompressed into the heap instead.
-		var raw []byte
 		if img.data != nil && s.Offset <= uint64(len(img.data)) && s.FileSize <= uint64(len(img.data))-s.Offset {
 			raw = img.data[s.Offset : s.Offset+s.FileSize]
 		}
-		if d, ok, _ := img.spilled.get(s, raw); ok {
+		if d, ok, _ := img.spilled.get(img.f, s, raw); ok {
 			return d, false, nil
 		}
 	}
-	b, err := s.Data()
+	b, err := sectionData(img.f, s, raw)
 	return b, true, err
 }
 

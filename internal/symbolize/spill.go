@@ -290,13 +290,14 @@ func SectionSpillStats() SpillStats {
 	return SpillStats{Bytes: sp.used.Load(), Sections: sp.sections.Load(), Refused: sp.refused.Load(), Reused: sp.reused.Load(), KeptBytes: kept}
 }
 
-// decompress writes the content of the compressed section s, whose bytes
-// in the file are raw (nil when not at hand), to a new file and maps it;
+// decompress writes the content of the compressed section s of elfFile,
+// whose bytes in the file are raw (nil when not at hand), to a new file
+// and maps it;
 // with raw, the file is kept for later runs, else unlinked at once. A
 // section kept earlier is mapped instead. ok is false when s cannot be
 // spilled (no room, a .zdebug section whose size is not known up front):
 // the caller decompresses into the heap.
-func (sp *sectionSpill) decompress(s *elf.Section, raw []byte) (data []byte, release func(), ok bool, err error) {
+func (sp *sectionSpill) decompress(elfFile *elf.File, s *elf.Section, raw []byte) (data []byte, release func(), ok bool, err error) {
 	if s.Flags&elf.SHF_COMPRESSED == 0 || s.Size == 0 || s.Size > maxMappedFile-keptHeaderSize {
 		return nil, nil, false, nil
 	}
@@ -362,7 +363,7 @@ func (sp *sectionSpill) decompress(s *elf.Section, raw []byte) (data []byte, rel
 	if _, err := f.Seek(keptHeaderSize, io.SeekStart); err != nil {
 		return fail(err)
 	}
-	n, err := io.Copy(io.MultiWriter(f, h), io.LimitReader(s.Open(), size+1))
+	n, err := io.Copy(io.MultiWriter(f, h), io.LimitReader(sectionReader(elfFile, s, raw), size+1))
 	if err == nil && n != size {
 		err = fmt.Errorf("decompressed to %d bytes, header says %d", n, size)
 	}
@@ -397,7 +398,7 @@ type spilledSections struct {
 // get returns s's spilled content, spilling it on first use; raw is its
 // compressed bytes, nil when not at hand. ok is false when s is to be
 // decompressed into the heap.
-func (ss *spilledSections) get(s *elf.Section, raw []byte) ([]byte, bool, error) {
+func (ss *spilledSections) get(f *elf.File, s *elf.Section, raw []byte) ([]byte, bool, error) {
 	sp := spill.Load()
 	if ss == nil || sp == nil {
 		return nil, false, nil
@@ -407,7 +408,7 @@ func (ss *spilledSections) get(s *elf.Section, raw []byte) ([]byte, bool, error)
 	if d, ok := ss.data[s.Name]; ok {
 		return d, true, nil
 	}
-	d, release, ok, err := sp.decompress(s, raw)
+	d, release, ok, err := sp.decompress(f, s, raw)
 	if !ok {
 		return nil, false, err
 	}

@@ -132,3 +132,48 @@ func TestLivePeak(t *testing.T) {
 		}
 	}
 }
+
+// gcPercent reads GOGC as the runtime has it.
+func gcPercent() int {
+	p := debug.SetGCPercent(100)
+	debug.SetGCPercent(p)
+	return p
+}
+
+// TestStartupGCPercent checks that the limiter raises GOGC while the
+// receiver starts, puts it back after startupGCHold or at stop, and
+// leaves a GOGC the operator set alone.
+func TestStartupGCPercent(t *testing.T) {
+	t.Setenv("GOMEMLIMIT", "")
+	t.Setenv("GOGC", "")
+	defer debug.SetGCPercent(debug.SetGCPercent(100))
+	stop := startGoMemoryLimit(24 << 20)
+	if got := gcPercent(); got != startupGCPercent {
+		t.Errorf("GOGC %d while starting, want %d", got, startupGCPercent)
+	}
+	stop()
+	if got := gcPercent(); got != 100 {
+		t.Errorf("GOGC %d after stop, want 100 back", got)
+	}
+
+	old := startupGCHold
+	startupGCHold = 50 * time.Millisecond
+	defer func() { startupGCHold = old }()
+	stop = startGoMemoryLimit(24 << 20)
+	defer stop()
+	deadline := time.Now().Add(10 * limiterInterval)
+	for gcPercent() != 100 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if got := gcPercent(); got != 100 {
+		t.Errorf("GOGC %d after the start-up hold, want 100 back", got)
+	}
+	stop()
+
+	t.Setenv("GOGC", "100")
+	stop = startGoMemoryLimit(24 << 20)
+	if got := gcPercent(); got != 100 {
+		t.Errorf("GOGC %d with GOGC set by the operator, want it kept", got)
+	}
+	stop()
+}
