@@ -16,18 +16,21 @@ import (
 )
 
 // dwarfTable answers lookups from DWARF: the function, file:line and the
-// chain of inlined calls at an address. It is built once per binary into
-// flat sorted slices so a lookup is a few binary searches.
+// chain of inlined calls at an address. It is built once per compile unit
+// into flat sorted slices so a lookup is a few binary searches, and kept
+// compact: the line rows packed (lineTable), the scopes' names in one
+// string, their strings and child lists referred to by index.
 type dwarfTable struct {
-	lines  []lineRow
-	files  []string     // lineRow.file indexes this
-	funcs  []scopeRange // outermost subprogram ranges, sorted by lo
-	scopes []dwarfScope
-	size   int64 // rough heap footprint, for size-bounded caches
+	lines    lineTable
+	files    []string     // lineRow.file and dwarfScope.callFile index this
+	funcs    []scopeRange // outermost subprogram ranges, sorted by lo
+	scopes   []dwarfScope
+	children []scopeRange // the scopes' children, each scope's run sorted by lo
+	names    string       // the scopes' names, each once
+	size     int64        // heap footprint, for size-bounded caches
 }
 
-// lineRow is one row of the merged line tables, 16 bytes so that the
-// millions of rows of a large binary stay compact.
+// lineRow is one row of the merged line tables, as parsed and decoded.
 type lineRow struct {
 	addr uint64
 	file uint32 // index into dwarfTable.files; endOfSequence for an end row
@@ -39,20 +42,47 @@ const endOfSequence = ^uint32(0)
 
 func (r *lineRow) end() bool { return r.file == endOfSequence }
 
-// scopeRange is one address range of a subprogram or inlined call.
+// scopeRange is one address range of a subprogram or inlined call: 16
+// bytes, since a range of one function spans less than 4 GiB.
 type scopeRange struct {
-	lo, hi uint64
-	scope  int32
+	lo    uint64
+	size  uint32
+	scope int32
+}
+
+func (r *scopeRange) hi() uint64 { return r.lo + uint64(r.size) }
+
+// newScopeRange returns the range [lo, hi) of scope; false when it is
+// empty or too large to be a function's.
+func newScopeRange(lo, hi uint64, scope int32) (scopeRange, bool) {
+	if hi <= lo || hi-lo > math.MaxUint32 {
+		return scopeRange{}, false
+	}
+	return scopeRange{lo: lo, size: uint32(hi - lo), scope: scope}, true
 }
 
 // dwarfScope is a subprogram or an inlined subroutine.
 type dwarfScope struct {
-	name string // raw (mangled) name; demangled at lookup
-	// callFile and callLine say where this scope was inlined into its
-	// parent; zero for subprograms.
-	callFile string
+	// name and nameLen locate its raw (mangled) name in dwarfTable.names;
+	// it is demangled at lookup.
+	name, nameLen uint32
+	// callFile (an index into dwarfTable.files, noCallFile for none) and
+	// callLine say where this scope was inlined into its parent; none for
+	// subprograms.
+	callFile uint32
 	callLine int32
-	children []scopeRange // ranges of inlined calls directly inside, sorted by lo
+	// children and nChildren locate the ranges of the inlined calls
+	// directly inside in dwarfTable.children.
+	children, nChildren uint32
+}
+
+// noCallFile is the callFile of a scope without one.
+const noCallFile = ^uint32(0)
+
+// scopeInfo is a scope as a unit's reading finds it.
+type scopeInfo struct {
+	name, callFile string
+	callLine       int32
 }
 
 const (
@@ -474,7 +504,7 @@ type unitTables struct {
 	seqs    [][2]int32 // [start, end) of each sequence in lines
 	files   []string
 	funcs   []scopeRange
-	scopes  []dwarfScope
+	scopes  []scopeInfo
 	inlined []childOf
 	err     error
 }
@@ -602,10 +632,10 @@ func (w *unitReader) read(start unitStart) (u unitTables) {
 			ranges := w.ranges(e)
 			if len(ranges) > 0 {
 				idx := int32(len(u.scopes))
-				u.scopes = append(u.scopes, dwarfScope{name: w.names.of(e)})
+				u.scopes = append(u.scopes, scopeInfo{name: w.names.of(e)})
 				for _, rg := range ranges {
-					if rg[1] > rg[0] && rg[0] != 0 {
-						u.funcs = append(u.funcs, scopeRange{lo: rg[0], hi: rg[1], scope: idx})
+					if sr, ok := newScopeRange(rg[0], rg[1], idx); ok && rg[0] != 0 {
+						u.funcs = append(u.funcs, sr)
 					}
 				}
 				push = idx
@@ -620,10 +650,10 @@ func (w *unitReader) read(start unitStart) (u unitTables) {
 			}
 			line, _ := e.Val(dwarf.AttrCallLine).(int64)
 			idx := int32(len(u.scopes))
-			u.scopes = append(u.scopes, dwarfScope{name: w.names.of(e), callFile: fileName(e), callLine: int32(line)})
+			u.scopes = append(u.scopes, scopeInfo{name: w.names.of(e), callFile: fileName(e), callLine: int32(line)})
 			for _, rg := range ranges {
-				if rg[1] > rg[0] {
-					u.inlined = append(u.inlined, childOf{parent: top, sr: scopeRange{lo: rg[0], hi: rg[1], scope: idx}})
+				if sr, ok := newScopeRange(rg[0], rg[1], idx); ok {
+					u.inlined = append(u.inlined, childOf{parent: top, sr: sr})
 				}
 			}
 			push = idx
@@ -664,17 +694,17 @@ func mergeUnits(res []unitTables) (*dwarfTable, error) {
 		nInlined += len(res[i].inlined)
 	}
 	t.funcs = make([]scopeRange, 0, nFuncs)
-	t.scopes = make([]dwarfScope, 0, nScopes)
 	t.files = make([]string, 0, nFiles)
 	type seqRef struct {
 		unit int32
 		span [2]int32
 	}
 	var seqs []seqRef
-	var inlined []childOf
+	scopes := make([]scopeInfo, 0, nScopes)
+	inlined := make([]childOf, 0, nInlined)
 	for i := range res {
 		u := &res[i]
-		base := int32(len(t.scopes))
+		base := int32(len(scopes))
 		for _, f := range u.funcs {
 			f.scope += base
 			t.funcs = append(t.funcs, f)
@@ -684,7 +714,7 @@ func mergeUnits(res []unitTables) (*dwarfTable, error) {
 			c.sr.scope += base
 			inlined = append(inlined, c)
 		}
-		t.scopes = append(t.scopes, u.scopes...)
+		scopes = append(scopes, u.scopes...)
 		fileBase := uint32(len(t.files))
 		t.files = append(t.files, u.files...)
 		for j := range u.lines {
@@ -696,12 +726,7 @@ func mergeUnits(res []unitTables) (*dwarfTable, error) {
 			seqs = append(seqs, seqRef{int32(i), sp})
 		}
 	}
-	for _, c := range inlined {
-		t.scopes[c.parent].children = append(t.scopes[c.parent].children, c.sr)
-	}
-	for i := range t.scopes {
-		slices.SortFunc(t.scopes[i].children, func(a, b scopeRange) int { return cmp.Compare(a.lo, b.lo) })
-	}
+	t.setScopes(scopes, inlined)
 	slices.SortStableFunc(t.funcs, func(a, b scopeRange) int { return cmp.Compare(a.lo, b.lo) })
 
 	// Each sequence is sorted and sequences rarely overlap: order them by
@@ -710,33 +735,101 @@ func mergeUnits(res []unitTables) (*dwarfTable, error) {
 	first := func(s seqRef) uint64 { return res[s.unit].lines[s.span[0]].addr }
 	byStart := slices.Clone(seqs)
 	slices.SortStableFunc(byStart, func(a, b seqRef) int { return cmp.Compare(first(a), first(b)) })
-	t.lines = make([]lineRow, 0, nLines)
+	lines := make([]lineRow, 0, nLines)
 	for _, s := range byStart {
-		t.lines = append(t.lines, res[s.unit].lines[s.span[0]:s.span[1]]...)
+		lines = append(lines, res[s.unit].lines[s.span[0]:s.span[1]]...)
 	}
-	if !linesOrdered(t.lines) {
-		t.lines = t.lines[:0]
+	if !linesOrdered(lines) {
+		lines = lines[:0]
 		for _, s := range seqs {
-			t.lines = append(t.lines, res[s.unit].lines[s.span[0]:s.span[1]]...)
+			lines = append(lines, res[s.unit].lines[s.span[0]:s.span[1]]...)
 		}
-		slices.SortStableFunc(t.lines, compareRows)
+		slices.SortStableFunc(lines, compareRows)
 	}
+	t.lines = encodeLines(lines)
 	t.size = t.heapSize()
-	if len(t.funcs) == 0 && len(t.lines) == 0 {
+	if len(t.funcs) == 0 && len(lines) == 0 {
 		return nil, errors.New("decoding DWARF: no functions and no lines")
 	}
 	return t, nil
 }
 
-// heapSize is what t holds on the heap: its slices, and its strings,
-// counted once per reference (shared ones count more than once).
-func (t *dwarfTable) heapSize() int64 {
-	const stringHeader, sliceHeader = 16, 24
-	n := int64(cap(t.lines))*16 + int64(cap(t.funcs))*24 + int64(cap(t.scopes))*int64(unsafe.Sizeof(dwarfScope{})) + int64(cap(t.files))*stringHeader + 4*sliceHeader
+// setScopes stores scopes, with the inlined calls each contains: their
+// names in one string, each once; their call files as indexes into
+// t.files (added to it when no line names them); their children in one
+// slice.
+func (t *dwarfTable) setScopes(scopes []scopeInfo, inlined []childOf) {
+	t.scopes = make([]dwarfScope, len(scopes))
+	var names strings.Builder
+	nameAt := map[string]uint32{}
+	fileAt := make(map[string]uint32, len(t.files))
+	for i, f := range t.files {
+		if _, ok := fileAt[f]; !ok {
+			fileAt[f] = uint32(i)
+		}
+	}
+	for i, s := range scopes {
+		at, ok := nameAt[s.name]
+		if !ok && len(s.name) > 0 && names.Len()+len(s.name) <= math.MaxUint32 {
+			at = uint32(names.Len())
+			names.WriteString(s.name)
+			nameAt[s.name] = at
+			ok = true
+		}
+		d := &t.scopes[i]
+		if ok {
+			d.name, d.nameLen = at, uint32(len(s.name))
+		}
+		d.callFile, d.callLine = noCallFile, s.callLine
+		if s.callFile != "" {
+			f, ok := fileAt[s.callFile]
+			if !ok {
+				f = uint32(len(t.files))
+				t.files = append(t.files, s.callFile)
+				fileAt[s.callFile] = f
+			}
+			d.callFile = f
+		}
+	}
+	t.names = strings.Clone(names.String())
+	// Children grouped by parent in reading order, then each run sorted.
+	slices.SortStableFunc(inlined, func(a, b childOf) int { return cmp.Compare(a.parent, b.parent) })
+	t.children = make([]scopeRange, len(inlined))
+	for i, c := range inlined {
+		t.children[i] = c.sr
+		if p := &t.scopes[c.parent]; p.nChildren == 0 {
+			p.children = uint32(i)
+		}
+		t.scopes[c.parent].nChildren++
+	}
 	for i := range t.scopes {
 		s := &t.scopes[i]
-		n += int64(len(s.name)+len(s.callFile)) + int64(cap(s.children))*24
+		slices.SortFunc(t.childrenOf(s), func(a, b scopeRange) int { return cmp.Compare(a.lo, b.lo) })
 	}
+}
+
+func (t *dwarfTable) childrenOf(s *dwarfScope) []scopeRange {
+	return t.children[s.children : s.children+s.nChildren]
+}
+
+func (t *dwarfTable) nameOf(s *dwarfScope) string {
+	return t.names[s.name : s.name+s.nameLen]
+}
+
+func (t *dwarfTable) callFileOf(s *dwarfScope) string {
+	if s.callFile == noCallFile {
+		return ""
+	}
+	return t.files[s.callFile]
+}
+
+// heapSize is what t holds on the heap: its slices and strings. The file
+// names are counted once each, though the line reader's copies they refer
+// to may hold more.
+func (t *dwarfTable) heapSize() int64 {
+	const stringHeader = 16
+	n := int64(unsafe.Sizeof(*t)) + t.lines.heapSize() + int64(cap(t.funcs)+cap(t.children))*int64(unsafe.Sizeof(scopeRange{})) +
+		int64(cap(t.scopes))*int64(unsafe.Sizeof(dwarfScope{})) + int64(cap(t.files))*stringHeader + int64(len(t.names))
 	for _, f := range t.files {
 		n += int64(len(f))
 	}
@@ -850,21 +943,11 @@ func (u *unitTables) noFile() uint32 {
 
 // lineAt returns the file and line of pc.
 func (t *dwarfTable) lineAt(pc uint64) (string, int32, bool) {
-	// The first row past pc, by hand: this is the hot loop of a batch.
-	lo, hi := 0, len(t.lines)
-	for lo < hi {
-		m := int(uint(lo+hi) >> 1)
-		if t.lines[m].addr > pc {
-			hi = m
-		} else {
-			lo = m + 1
-		}
-	}
-	i := lo - 1
-	if i < 0 || t.lines[i].end() {
+	r, ok := t.lines.at(pc)
+	if !ok || r.end() {
 		return "", 0, false
 	}
-	return t.files[t.lines[i].file], t.lines[i].line, true
+	return t.files[r.file], r.line, true
 }
 
 // findRange returns the range in rs (sorted by lo) covering pc.
@@ -881,7 +964,7 @@ func findRange(rs []scopeRange, pc uint64) (int32, bool) {
 	i := lo - 1
 	// Ranges rarely overlap; look back a few so an enclosing one is found.
 	for j := i; j >= 0 && j > i-maxNestedLookback; j-- {
-		if pc < rs[j].hi {
+		if pc < rs[j].hi() {
 			return rs[j].scope, true
 		}
 	}
@@ -903,7 +986,7 @@ func (t *dwarfTable) lookup(pc uint64) ([]Frame, bool) {
 	chain := [16]int32{}
 	scopes := append(chain[:0], fn)
 	for cur := fn; len(scopes) < maxScopeDepth; {
-		next, ok := findRange(t.scopes[cur].children, pc)
+		next, ok := findRange(t.childrenOf(&t.scopes[cur]), pc)
 		if !ok {
 			break
 		}
@@ -913,12 +996,12 @@ func (t *dwarfTable) lookup(pc uint64) ([]Frame, bool) {
 	frames := make([]Frame, len(scopes))
 	for i := range scopes {
 		s := &t.scopes[scopes[len(scopes)-1-i]]
-		frames[i].Function, frames[i].SystemName = sourceAndSystemName(s.name)
+		frames[i].Function, frames[i].SystemName = sourceAndSystemName(t.nameOf(s))
 		if i == 0 {
 			frames[i].File, frames[i].Line = file, int64(line)
 		} else {
 			inner := &t.scopes[scopes[len(scopes)-i]]
-			frames[i].File, frames[i].Line = inner.callFile, int64(inner.callLine)
+			frames[i].File, frames[i].Line = t.callFileOf(inner), int64(inner.callLine)
 		}
 	}
 	return frames, true
