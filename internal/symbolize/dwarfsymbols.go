@@ -236,6 +236,14 @@ func loadDWARFImage(img elfImage) (dwarfSources, error) {
 			continue
 		}
 		wg.Go(func() {
+			// A fault guard is per goroutine: a file truncated under
+			// its mapping must fail this read, not end the process.
+			defer guardFaults()()
+			defer func() {
+				if r := recover(); r != nil {
+					errs[i] = fmt.Errorf("reading %s: %v", s.Name, r)
+				}
+			}()
 			b, heap, err := img.section(s)
 			if err != nil && uint64(len(b)) < s.Size {
 				errs[i] = fmt.Errorf("reading %s: %w", s.Name, err)
