@@ -25,9 +25,12 @@ type dwarfTable struct {
 	files    []string     // lineRow.file and dwarfScope.callFile index this
 	funcs    []scopeRange // outermost subprogram ranges, sorted by lo
 	scopes   []dwarfScope
-	children []scopeRange // the scopes' children, each scope's run sorted by lo
-	names    string       // the scopes' names, each once
-	size     int64        // heap footprint, for size-bounded caches
+	children []childRange // the scopes' children, each scope's run sorted by lo
+	// childBase is the address the children's ranges start from.
+	childBase uint64
+	names     string // the scopes' names, each once and ended by a NUL
+
+	size int64 // heap footprint, for size-bounded caches
 }
 
 // lineRow is one row of the merged line tables, as parsed and decoded.
@@ -63,21 +66,34 @@ func newScopeRange(lo, hi uint64, scope int32) (scopeRange, bool) {
 
 // dwarfScope is a subprogram or an inlined subroutine.
 type dwarfScope struct {
-	// name and nameLen locate its raw (mangled) name in dwarfTable.names;
-	// it is demangled at lookup.
-	name, nameLen uint32
+	// name is where its raw (mangled) name starts in dwarfTable.names,
+	// noScopeName for none; it is demangled at lookup.
+	name uint32
 	// callFile (an index into dwarfTable.files, noCallFile for none) and
 	// callLine say where this scope was inlined into its parent; none for
 	// subprograms.
 	callFile uint32
 	callLine int32
-	// children and nChildren locate the ranges of the inlined calls
-	// directly inside in dwarfTable.children.
-	children, nChildren uint32
+	// children is where the ranges of the inlined calls directly inside
+	// start in dwarfTable.children; they end where the next scope's
+	// start.
+	children uint32
 }
 
-// noCallFile is the callFile of a scope without one.
-const noCallFile = ^uint32(0)
+// noCallFile is the callFile of a scope without one; noScopeName the name of a
+// scope without one.
+const (
+	noCallFile  = ^uint32(0)
+	noScopeName = ^uint32(0)
+)
+
+// childRange is one address range of an inlined call, from
+// dwarfTable.childBase: 12 bytes, as calls inlined into one compile unit's
+// functions lie within 4 GiB of each other.
+type childRange struct {
+	lo, size uint32
+	scope    int32
+}
 
 // scopeInfo is a scope as a unit's reading finds it.
 type scopeInfo struct {
@@ -765,7 +781,7 @@ func mergeUnits(res []unitTables) (*dwarfTable, error) {
 // setScopes stores scopes, with the inlined calls each contains: their
 // names in one string, each once; their call files as indexes into
 // t.files (added to it when no line names them); their children in one
-// slice.
+// slice, grouped by parent.
 func (t *dwarfTable) setScopes(scopes []scopeInfo, inlined []childOf) {
 	t.scopes = make([]dwarfScope, len(scopes))
 	var names strings.Builder
@@ -777,18 +793,21 @@ func (t *dwarfTable) setScopes(scopes []scopeInfo, inlined []childOf) {
 		}
 	}
 	for i, s := range scopes {
-		at, ok := nameAt[s.name]
-		if !ok && len(s.name) > 0 && names.Len()+len(s.name) <= math.MaxUint32 {
-			at = uint32(names.Len())
-			names.WriteString(s.name)
-			nameAt[s.name] = at
-			ok = true
-		}
 		d := &t.scopes[i]
-		if ok {
-			d.name, d.nameLen = at, uint32(len(s.name))
+		d.name, d.callFile, d.callLine = noScopeName, noCallFile, s.callLine
+		// DWARF strings end with a NUL, so none holds one.
+		if s.name != "" && !strings.Contains(s.name, "\x00") {
+			at, ok := nameAt[s.name]
+			if !ok && names.Len()+len(s.name)+1 < math.MaxUint32 {
+				at, ok = uint32(names.Len()), true
+				names.WriteString(s.name)
+				names.WriteByte(0)
+				nameAt[s.name] = at
+			}
+			if ok {
+				d.name = at
+			}
 		}
-		d.callFile, d.callLine = noCallFile, s.callLine
 		if s.callFile != "" {
 			f, ok := fileAt[s.callFile]
 			if !ok {
@@ -801,27 +820,47 @@ func (t *dwarfTable) setScopes(scopes []scopeInfo, inlined []childOf) {
 	}
 	t.names = strings.Clone(names.String())
 	// Children grouped by parent in reading order, then each run sorted.
-	slices.SortStableFunc(inlined, func(a, b childOf) int { return cmp.Compare(a.parent, b.parent) })
-	t.children = make([]scopeRange, len(inlined))
-	for i, c := range inlined {
-		t.children[i] = c.sr
-		if p := &t.scopes[c.parent]; p.nChildren == 0 {
-			p.children = uint32(i)
+	// Those beyond 4 GiB of the lowest cannot be held (and no unit has
+	// them).
+	if len(inlined) > 0 {
+		t.childBase = inlined[0].sr.lo
+		for _, c := range inlined {
+			t.childBase = min(t.childBase, c.sr.lo)
 		}
-		t.scopes[c.parent].nChildren++
+		inlined = slices.DeleteFunc(inlined, func(c childOf) bool { return c.sr.hi()-t.childBase > math.MaxUint32 })
+	}
+	slices.SortStableFunc(inlined, func(a, b childOf) int { return cmp.Compare(a.parent, b.parent) })
+	t.children = make([]childRange, len(inlined))
+	next := 0 // the first child of a parent not yet reached
+	for i := range t.scopes {
+		t.scopes[i].children = uint32(next)
+		for next < len(inlined) && int(inlined[next].parent) == i {
+			c := inlined[next].sr
+			t.children[next] = childRange{lo: uint32(c.lo - t.childBase), size: c.size, scope: c.scope}
+			next++
+		}
 	}
 	for i := range t.scopes {
-		s := &t.scopes[i]
-		slices.SortFunc(t.childrenOf(s), func(a, b scopeRange) int { return cmp.Compare(a.lo, b.lo) })
+		slices.SortFunc(t.childrenOf(int32(i)), func(a, b childRange) int { return cmp.Compare(a.lo, b.lo) })
 	}
 }
 
-func (t *dwarfTable) childrenOf(s *dwarfScope) []scopeRange {
-	return t.children[s.children : s.children+s.nChildren]
+// childrenOf returns the ranges of the calls inlined directly into scope
+// i.
+func (t *dwarfTable) childrenOf(i int32) []childRange {
+	end := uint32(len(t.children))
+	if int(i)+1 < len(t.scopes) {
+		end = t.scopes[i+1].children
+	}
+	return t.children[t.scopes[i].children:end]
 }
 
 func (t *dwarfTable) nameOf(s *dwarfScope) string {
-	return t.names[s.name : s.name+s.nameLen]
+	if s.name == noScopeName {
+		return ""
+	}
+	n := t.names[s.name:]
+	return n[:strings.IndexByte(n, 0)]
 }
 
 func (t *dwarfTable) callFileOf(s *dwarfScope) string {
@@ -836,7 +875,7 @@ func (t *dwarfTable) callFileOf(s *dwarfScope) string {
 // to may hold more.
 func (t *dwarfTable) heapSize() int64 {
 	const stringHeader = 16
-	n := int64(unsafe.Sizeof(*t)) + t.lines.heapSize() + int64(cap(t.funcs)+cap(t.children))*int64(unsafe.Sizeof(scopeRange{})) +
+	n := int64(unsafe.Sizeof(*t)) + t.lines.heapSize() + int64(cap(t.funcs))*int64(unsafe.Sizeof(scopeRange{})) + int64(cap(t.children))*int64(unsafe.Sizeof(childRange{})) +
 		int64(cap(t.scopes))*int64(unsafe.Sizeof(dwarfScope{})) + int64(cap(t.files))*stringHeader + int64(len(t.names))
 	for _, f := range t.files {
 		n += int64(len(f))
@@ -979,6 +1018,33 @@ func findRange(rs []scopeRange, pc uint64) (int32, bool) {
 	return -1, false
 }
 
+// findChild returns the range in rs (sorted by lo) covering the address
+// rel bytes past dwarfTable.childBase; none when in is false (the address
+// is below the base).
+func findChild(rs []childRange, rel uint64, in bool) (int32, bool) {
+	if !in || rel > math.MaxUint32 {
+		return -1, false
+	}
+	pc := uint32(rel)
+	lo, hi := 0, len(rs)
+	for lo < hi {
+		m := int(uint(lo+hi) >> 1)
+		if rs[m].lo > pc {
+			hi = m
+		} else {
+			lo = m + 1
+		}
+	}
+	i := lo - 1
+	// As findRange: a few back so an enclosing range is found.
+	for j := i; j >= 0 && j > i-maxNestedLookback; j-- {
+		if uint64(pc) < uint64(rs[j].lo)+uint64(rs[j].size) {
+			return rs[j].scope, true
+		}
+	}
+	return -1, false
+}
+
 // lookup returns the frames at pc, innermost inlined call first and the
 // physical function last. A frame's Function is "" when DWARF has a line but
 // no function for pc.
@@ -994,7 +1060,7 @@ func (t *dwarfTable) lookup(pc uint64) ([]Frame, bool) {
 	chain := [16]int32{}
 	scopes := append(chain[:0], fn)
 	for cur := fn; len(scopes) < maxScopeDepth; {
-		next, ok := findRange(t.childrenOf(&t.scopes[cur]), pc)
+		next, ok := findChild(t.childrenOf(cur), pc-t.childBase, pc >= t.childBase)
 		if !ok {
 			break
 		}
