@@ -1070,7 +1070,9 @@ func (t *dwarfTable) lookup(pc uint64) ([]Frame, bool) {
 	frames := make([]Frame, len(scopes))
 	for i := range scopes {
 		s := &t.scopes[scopes[len(scopes)-1-i]]
-		frames[i].Function, frames[i].SystemName = sourceAndSystemName(t.nameOf(s))
+		// A copy: a substring would keep the unit's whole name string
+		// alive in the caches of named frames after the unit's eviction.
+		frames[i].Function, frames[i].SystemName = sourceAndSystemName(strings.Clone(t.nameOf(s)))
 		if i == 0 {
 			frames[i].File, frames[i].Line = file, int64(line)
 		} else {
