@@ -278,18 +278,19 @@ func (w *unitReader) table(start unitStart) (*dwarfTable, error) {
 func (t *dwarfTable) extent() [][2]uint64 {
 	var rs [][2]uint64
 	for _, f := range t.funcs {
-		rs = append(rs, [2]uint64{f.lo, f.hi})
+		rs = append(rs, [2]uint64{f.lo, f.hi()})
 	}
-	start := -1
-	for i, row := range t.lines {
+	var start uint64
+	open := false
+	t.lines.each(func(row lineRow) {
 		switch {
-		case row.end() && start >= 0:
-			rs = append(rs, [2]uint64{t.lines[start].addr, row.addr})
-			start = -1
-		case !row.end() && start < 0:
-			start = i
+		case row.end() && open:
+			rs = append(rs, [2]uint64{start, row.addr})
+			open = false
+		case !row.end() && !open:
+			start, open = row.addr, true
 		}
-	}
+	})
 	return rs
 }
 

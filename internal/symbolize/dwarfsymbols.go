@@ -16,18 +16,24 @@ import (
 )
 
 // dwarfTable answers lookups from DWARF: the function, file:line and the
-// chain of inlined calls at an address. It is built once per binary into
-// flat sorted slices so a lookup is a few binary searches.
+// chain of inlined calls at an address. It is built once per compile unit
+// into flat sorted slices so a lookup is a few binary searches, and kept
+// compact: the line rows packed (lineTable), the scopes' names in one
+// string, their strings and child lists referred to by index.
 type dwarfTable struct {
-	lines  []lineRow
-	files  []string     // lineRow.file indexes this
-	funcs  []scopeRange // outermost subprogram ranges, sorted by lo
-	scopes []dwarfScope
-	size   int64 // rough heap footprint, for size-bounded caches
+	lines    lineTable
+	files    []string     // lineRow.file and dwarfScope.callFile index this
+	funcs    []scopeRange // outermost subprogram ranges, sorted by lo
+	scopes   []dwarfScope
+	children []childRange // the scopes' children, each scope's run sorted by lo
+	// childBase is the address the children's ranges start from.
+	childBase uint64
+	names     string // the scopes' names, each once and ended by a NUL
+
+	size int64 // heap footprint, for size-bounded caches
 }
 
-// lineRow is one row of the merged line tables, 16 bytes so that the
-// millions of rows of a large binary stay compact.
+// lineRow is one row of the merged line tables, as parsed and decoded.
 type lineRow struct {
 	addr uint64
 	file uint32 // index into dwarfTable.files; endOfSequence for an end row
@@ -39,20 +45,60 @@ const endOfSequence = ^uint32(0)
 
 func (r *lineRow) end() bool { return r.file == endOfSequence }
 
-// scopeRange is one address range of a subprogram or inlined call.
+// scopeRange is one address range of a subprogram or inlined call: 16
+// bytes, since a range of one function spans less than 4 GiB.
 type scopeRange struct {
-	lo, hi uint64
-	scope  int32
+	lo    uint64
+	size  uint32
+	scope int32
+}
+
+func (r *scopeRange) hi() uint64 { return r.lo + uint64(r.size) }
+
+// newScopeRange returns the range [lo, hi) of scope; false when it is
+// empty or too large to be a function's.
+func newScopeRange(lo, hi uint64, scope int32) (scopeRange, bool) {
+	if hi <= lo || hi-lo > math.MaxUint32 {
+		return scopeRange{}, false
+	}
+	return scopeRange{lo: lo, size: uint32(hi - lo), scope: scope}, true
 }
 
 // dwarfScope is a subprogram or an inlined subroutine.
 type dwarfScope struct {
-	name string // raw (mangled) name; demangled at lookup
-	// callFile and callLine say where this scope was inlined into its
-	// parent; zero for subprograms.
-	callFile string
+	// name is where its raw (mangled) name starts in dwarfTable.names,
+	// noScopeName for none; it is demangled at lookup.
+	name uint32
+	// callFile (an index into dwarfTable.files, noCallFile for none) and
+	// callLine say where this scope was inlined into its parent; none for
+	// subprograms.
+	callFile uint32
 	callLine int32
-	children []scopeRange // ranges of inlined calls directly inside, sorted by lo
+	// children is where the ranges of the inlined calls directly inside
+	// start in dwarfTable.children; they end where the next scope's
+	// start.
+	children uint32
+}
+
+// noCallFile is the callFile of a scope without one; noScopeName the name of a
+// scope without one.
+const (
+	noCallFile  = ^uint32(0)
+	noScopeName = ^uint32(0)
+)
+
+// childRange is one address range of an inlined call, from
+// dwarfTable.childBase: 12 bytes, as calls inlined into one compile unit's
+// functions lie within 4 GiB of each other.
+type childRange struct {
+	lo, size uint32
+	scope    int32
+}
+
+// scopeInfo is a scope as a unit's reading finds it.
+type scopeInfo struct {
+	name, callFile string
+	callLine       int32
 }
 
 const (
@@ -206,6 +252,14 @@ func loadDWARFImage(img elfImage) (dwarfSources, error) {
 			continue
 		}
 		wg.Go(func() {
+			// A fault guard is per goroutine: a file truncated under
+			// its mapping must fail this read, not end the process.
+			defer guardFaults()()
+			defer func() {
+				if r := recover(); r != nil {
+					errs[i] = fmt.Errorf("reading %s: %v", s.Name, r)
+				}
+			}()
 			b, heap, err := img.section(s)
 			if err != nil && uint64(len(b)) < s.Size {
 				errs[i] = fmt.Errorf("reading %s: %w", s.Name, err)
@@ -474,7 +528,7 @@ type unitTables struct {
 	seqs    [][2]int32 // [start, end) of each sequence in lines
 	files   []string
 	funcs   []scopeRange
-	scopes  []dwarfScope
+	scopes  []scopeInfo
 	inlined []childOf
 	err     error
 }
@@ -602,10 +656,10 @@ func (w *unitReader) read(start unitStart) (u unitTables) {
 			ranges := w.ranges(e)
 			if len(ranges) > 0 {
 				idx := int32(len(u.scopes))
-				u.scopes = append(u.scopes, dwarfScope{name: w.names.of(e)})
+				u.scopes = append(u.scopes, scopeInfo{name: w.names.of(e)})
 				for _, rg := range ranges {
-					if rg[1] > rg[0] && rg[0] != 0 {
-						u.funcs = append(u.funcs, scopeRange{lo: rg[0], hi: rg[1], scope: idx})
+					if sr, ok := newScopeRange(rg[0], rg[1], idx); ok && rg[0] != 0 {
+						u.funcs = append(u.funcs, sr)
 					}
 				}
 				push = idx
@@ -620,10 +674,10 @@ func (w *unitReader) read(start unitStart) (u unitTables) {
 			}
 			line, _ := e.Val(dwarf.AttrCallLine).(int64)
 			idx := int32(len(u.scopes))
-			u.scopes = append(u.scopes, dwarfScope{name: w.names.of(e), callFile: fileName(e), callLine: int32(line)})
+			u.scopes = append(u.scopes, scopeInfo{name: w.names.of(e), callFile: fileName(e), callLine: int32(line)})
 			for _, rg := range ranges {
-				if rg[1] > rg[0] {
-					u.inlined = append(u.inlined, childOf{parent: top, sr: scopeRange{lo: rg[0], hi: rg[1], scope: idx}})
+				if sr, ok := newScopeRange(rg[0], rg[1], idx); ok {
+					u.inlined = append(u.inlined, childOf{parent: top, sr: sr})
 				}
 			}
 			push = idx
@@ -664,17 +718,17 @@ func mergeUnits(res []unitTables) (*dwarfTable, error) {
 		nInlined += len(res[i].inlined)
 	}
 	t.funcs = make([]scopeRange, 0, nFuncs)
-	t.scopes = make([]dwarfScope, 0, nScopes)
 	t.files = make([]string, 0, nFiles)
 	type seqRef struct {
 		unit int32
 		span [2]int32
 	}
 	var seqs []seqRef
-	var inlined []childOf
+	scopes := make([]scopeInfo, 0, nScopes)
+	inlined := make([]childOf, 0, nInlined)
 	for i := range res {
 		u := &res[i]
-		base := int32(len(t.scopes))
+		base := int32(len(scopes))
 		for _, f := range u.funcs {
 			f.scope += base
 			t.funcs = append(t.funcs, f)
@@ -684,7 +738,7 @@ func mergeUnits(res []unitTables) (*dwarfTable, error) {
 			c.sr.scope += base
 			inlined = append(inlined, c)
 		}
-		t.scopes = append(t.scopes, u.scopes...)
+		scopes = append(scopes, u.scopes...)
 		fileBase := uint32(len(t.files))
 		t.files = append(t.files, u.files...)
 		for j := range u.lines {
@@ -696,12 +750,7 @@ func mergeUnits(res []unitTables) (*dwarfTable, error) {
 			seqs = append(seqs, seqRef{int32(i), sp})
 		}
 	}
-	for _, c := range inlined {
-		t.scopes[c.parent].children = append(t.scopes[c.parent].children, c.sr)
-	}
-	for i := range t.scopes {
-		slices.SortFunc(t.scopes[i].children, func(a, b scopeRange) int { return cmp.Compare(a.lo, b.lo) })
-	}
+	t.setScopes(scopes, inlined)
 	slices.SortStableFunc(t.funcs, func(a, b scopeRange) int { return cmp.Compare(a.lo, b.lo) })
 
 	// Each sequence is sorted and sequences rarely overlap: order them by
@@ -710,33 +759,124 @@ func mergeUnits(res []unitTables) (*dwarfTable, error) {
 	first := func(s seqRef) uint64 { return res[s.unit].lines[s.span[0]].addr }
 	byStart := slices.Clone(seqs)
 	slices.SortStableFunc(byStart, func(a, b seqRef) int { return cmp.Compare(first(a), first(b)) })
-	t.lines = make([]lineRow, 0, nLines)
+	lines := make([]lineRow, 0, nLines)
 	for _, s := range byStart {
-		t.lines = append(t.lines, res[s.unit].lines[s.span[0]:s.span[1]]...)
+		lines = append(lines, res[s.unit].lines[s.span[0]:s.span[1]]...)
 	}
-	if !linesOrdered(t.lines) {
-		t.lines = t.lines[:0]
+	if !linesOrdered(lines) {
+		lines = lines[:0]
 		for _, s := range seqs {
-			t.lines = append(t.lines, res[s.unit].lines[s.span[0]:s.span[1]]...)
+			lines = append(lines, res[s.unit].lines[s.span[0]:s.span[1]]...)
 		}
-		slices.SortStableFunc(t.lines, compareRows)
+		slices.SortStableFunc(lines, compareRows)
 	}
+	t.lines = encodeLines(lines)
 	t.size = t.heapSize()
-	if len(t.funcs) == 0 && len(t.lines) == 0 {
+	if len(t.funcs) == 0 && len(lines) == 0 {
 		return nil, errors.New("decoding DWARF: no functions and no lines")
 	}
 	return t, nil
 }
 
-// heapSize is what t holds on the heap: its slices, and its strings,
-// counted once per reference (shared ones count more than once).
-func (t *dwarfTable) heapSize() int64 {
-	const stringHeader, sliceHeader = 16, 24
-	n := int64(cap(t.lines))*16 + int64(cap(t.funcs))*24 + int64(cap(t.scopes))*int64(unsafe.Sizeof(dwarfScope{})) + int64(cap(t.files))*stringHeader + 4*sliceHeader
-	for i := range t.scopes {
-		s := &t.scopes[i]
-		n += int64(len(s.name)+len(s.callFile)) + int64(cap(s.children))*24
+// setScopes stores scopes, with the inlined calls each contains: their
+// names in one string, each once; their call files as indexes into
+// t.files (added to it when no line names them); their children in one
+// slice, grouped by parent.
+func (t *dwarfTable) setScopes(scopes []scopeInfo, inlined []childOf) {
+	t.scopes = make([]dwarfScope, len(scopes))
+	var names strings.Builder
+	nameAt := map[string]uint32{}
+	fileAt := make(map[string]uint32, len(t.files))
+	for i, f := range t.files {
+		if _, ok := fileAt[f]; !ok {
+			fileAt[f] = uint32(i)
+		}
 	}
+	for i, s := range scopes {
+		d := &t.scopes[i]
+		d.name, d.callFile, d.callLine = noScopeName, noCallFile, s.callLine
+		// DWARF strings end with a NUL, so none holds one.
+		if s.name != "" && !strings.Contains(s.name, "\x00") {
+			at, ok := nameAt[s.name]
+			if !ok && names.Len()+len(s.name)+1 < math.MaxUint32 {
+				at, ok = uint32(names.Len()), true
+				names.WriteString(s.name)
+				names.WriteByte(0)
+				nameAt[s.name] = at
+			}
+			if ok {
+				d.name = at
+			}
+		}
+		if s.callFile != "" {
+			f, ok := fileAt[s.callFile]
+			if !ok {
+				f = uint32(len(t.files))
+				t.files = append(t.files, s.callFile)
+				fileAt[s.callFile] = f
+			}
+			d.callFile = f
+		}
+	}
+	t.names = strings.Clone(names.String())
+	// Children grouped by parent in reading order, then each run sorted.
+	// Those beyond 4 GiB of the lowest cannot be held (and no unit has
+	// them).
+	if len(inlined) > 0 {
+		t.childBase = inlined[0].sr.lo
+		for _, c := range inlined {
+			t.childBase = min(t.childBase, c.sr.lo)
+		}
+		inlined = slices.DeleteFunc(inlined, func(c childOf) bool { return c.sr.hi()-t.childBase > math.MaxUint32 })
+	}
+	slices.SortStableFunc(inlined, func(a, b childOf) int { return cmp.Compare(a.parent, b.parent) })
+	t.children = make([]childRange, len(inlined))
+	next := 0 // the first child of a parent not yet reached
+	for i := range t.scopes {
+		t.scopes[i].children = uint32(next)
+		for next < len(inlined) && int(inlined[next].parent) == i {
+			c := inlined[next].sr
+			t.children[next] = childRange{lo: uint32(c.lo - t.childBase), size: c.size, scope: c.scope}
+			next++
+		}
+	}
+	for i := range t.scopes {
+		slices.SortFunc(t.childrenOf(int32(i)), func(a, b childRange) int { return cmp.Compare(a.lo, b.lo) })
+	}
+}
+
+// childrenOf returns the ranges of the calls inlined directly into scope
+// i.
+func (t *dwarfTable) childrenOf(i int32) []childRange {
+	end := uint32(len(t.children))
+	if int(i)+1 < len(t.scopes) {
+		end = t.scopes[i+1].children
+	}
+	return t.children[t.scopes[i].children:end]
+}
+
+func (t *dwarfTable) nameOf(s *dwarfScope) string {
+	if s.name == noScopeName {
+		return ""
+	}
+	n := t.names[s.name:]
+	return n[:strings.IndexByte(n, 0)]
+}
+
+func (t *dwarfTable) callFileOf(s *dwarfScope) string {
+	if s.callFile == noCallFile {
+		return ""
+	}
+	return t.files[s.callFile]
+}
+
+// heapSize is what t holds on the heap: its slices and strings. The file
+// names are counted once each, though the line reader's copies they refer
+// to may hold more.
+func (t *dwarfTable) heapSize() int64 {
+	const stringHeader = 16
+	n := int64(unsafe.Sizeof(*t)) + t.lines.heapSize() + int64(cap(t.funcs))*int64(unsafe.Sizeof(scopeRange{})) + int64(cap(t.children))*int64(unsafe.Sizeof(childRange{})) +
+		int64(cap(t.scopes))*int64(unsafe.Sizeof(dwarfScope{})) + int64(cap(t.files))*stringHeader + int64(len(t.names))
 	for _, f := range t.files {
 		n += int64(len(f))
 	}
@@ -850,21 +990,11 @@ func (u *unitTables) noFile() uint32 {
 
 // lineAt returns the file and line of pc.
 func (t *dwarfTable) lineAt(pc uint64) (string, int32, bool) {
-	// The first row past pc, by hand: this is the hot loop of a batch.
-	lo, hi := 0, len(t.lines)
-	for lo < hi {
-		m := int(uint(lo+hi) >> 1)
-		if t.lines[m].addr > pc {
-			hi = m
-		} else {
-			lo = m + 1
-		}
-	}
-	i := lo - 1
-	if i < 0 || t.lines[i].end() {
+	r, ok := t.lines.at(pc)
+	if !ok || r.end() {
 		return "", 0, false
 	}
-	return t.files[t.lines[i].file], t.lines[i].line, true
+	return t.files[r.file], r.line, true
 }
 
 // findRange returns the range in rs (sorted by lo) covering pc.
@@ -881,7 +1011,34 @@ func findRange(rs []scopeRange, pc uint64) (int32, bool) {
 	i := lo - 1
 	// Ranges rarely overlap; look back a few so an enclosing one is found.
 	for j := i; j >= 0 && j > i-maxNestedLookback; j-- {
-		if pc < rs[j].hi {
+		if pc < rs[j].hi() {
+			return rs[j].scope, true
+		}
+	}
+	return -1, false
+}
+
+// findChild returns the range in rs (sorted by lo) covering the address
+// rel bytes past dwarfTable.childBase; none when in is false (the address
+// is below the base).
+func findChild(rs []childRange, rel uint64, in bool) (int32, bool) {
+	if !in || rel > math.MaxUint32 {
+		return -1, false
+	}
+	pc := uint32(rel)
+	lo, hi := 0, len(rs)
+	for lo < hi {
+		m := int(uint(lo+hi) >> 1)
+		if rs[m].lo > pc {
+			hi = m
+		} else {
+			lo = m + 1
+		}
+	}
+	i := lo - 1
+	// As findRange: a few back so an enclosing range is found.
+	for j := i; j >= 0 && j > i-maxNestedLookback; j-- {
+		if uint64(pc) < uint64(rs[j].lo)+uint64(rs[j].size) {
 			return rs[j].scope, true
 		}
 	}
@@ -903,7 +1060,7 @@ func (t *dwarfTable) lookup(pc uint64) ([]Frame, bool) {
 	chain := [16]int32{}
 	scopes := append(chain[:0], fn)
 	for cur := fn; len(scopes) < maxScopeDepth; {
-		next, ok := findRange(t.scopes[cur].children, pc)
+		next, ok := findChild(t.childrenOf(cur), pc-t.childBase, pc >= t.childBase)
 		if !ok {
 			break
 		}
@@ -913,12 +1070,14 @@ func (t *dwarfTable) lookup(pc uint64) ([]Frame, bool) {
 	frames := make([]Frame, len(scopes))
 	for i := range scopes {
 		s := &t.scopes[scopes[len(scopes)-1-i]]
-		frames[i].Function, frames[i].SystemName = sourceAndSystemName(s.name)
+		// A copy: a substring would keep the unit's whole name string
+		// alive in the caches of named frames after the unit's eviction.
+		frames[i].Function, frames[i].SystemName = sourceAndSystemName(strings.Clone(t.nameOf(s)))
 		if i == 0 {
 			frames[i].File, frames[i].Line = file, int64(line)
 		} else {
 			inner := &t.scopes[scopes[len(scopes)-i]]
-			frames[i].File, frames[i].Line = inner.callFile, int64(inner.callLine)
+			frames[i].File, frames[i].Line = t.callFileOf(inner), int64(inner.callLine)
 		}
 	}
 	return frames, true

@@ -56,3 +56,45 @@ func TestTruncatedBinaryFaultsAreRecovered(t *testing.T) {
 		t.Error("LookupFunction found a function after the file was truncated")
 	}
 }
+
+// TestTruncatedDWARFFaultsAreRecovered truncates a binary with compressed
+// DWARF under its Binary before the DWARF is first read: the sections are
+// read on goroutines of their own (the spill hashes the mapped compressed
+// bytes), whose faults must fail the reading, not end the collector.
+func TestTruncatedDWARFFaultsAreRecovered(t *testing.T) {
+	bin, addrs := compressedDWARFBinary(t)
+	useSpill(t, 64<<20)
+	data, err := os.ReadFile(bin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := filepath.Join(t.TempDir(), "bin")
+	if err := os.WriteFile(p, data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Open(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := openBinaryWith(f, newTableCache(64<<20))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	if b.data == nil {
+		t.Fatal("the binary was not mapped")
+	}
+	if err := os.Truncate(p, 4096); err != nil {
+		t.Fatal(err)
+	}
+	b.loadDWARF()
+	if b.dwarfErr == nil {
+		t.Fatal("the DWARF of a truncated file was read without an error")
+	}
+	t.Logf("reading the truncated DWARF: %v", b.dwarfErr)
+	for _, a := range addrs {
+		if fr, ok := b.Symbolize(a); ok && len(fr) > 0 && fr[0].Line > 0 {
+			t.Errorf("Symbolize(%#x) = %v: a line from a truncated file", a, fr)
+		}
+	}
+}

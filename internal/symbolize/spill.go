@@ -302,6 +302,12 @@ func (sp *sectionSpill) decompress(elfFile *elf.File, s *elf.Section, raw []byte
 		return nil, nil, false, nil
 	}
 	size := int64(s.Size)
+	// The key reads the mapped file, which a truncation under us turns
+	// into a fault (a panic here): read it before reserving room.
+	var key [sha256.Size]byte
+	if raw != nil {
+		key = keptKey(s.Name, raw)
+	}
 	if sp.used.Add(size) > sp.max {
 		sp.used.Add(-size)
 		sp.refused.Add(1)
@@ -318,9 +324,7 @@ func (sp *sectionSpill) decompress(elfFile *elf.File, s *elf.Section, raw []byte
 			})
 		}, true, nil
 	}
-	var key [sha256.Size]byte
 	if raw != nil {
-		key = keptKey(s.Name, raw)
 		if m, ok := sp.reuse(key, size); ok {
 			sp.reused.Add(1)
 			return mapped(m)

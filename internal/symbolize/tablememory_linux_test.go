@@ -191,7 +191,7 @@ func TestTableCacheAccountsForTheHeap(t *testing.T) {
 	all.setMax(1) // drop it before the bounded run
 
 	// Bounded small: the heap held stays within the bound plus slack.
-	const bound = 4 << 20
+	const bound = 1 << 20
 	const slack = 6 << 20
 	before = heapInUse()
 	small := newTableCache(bound)
