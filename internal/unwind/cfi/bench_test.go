@@ -3,7 +3,10 @@ package cfi
 import (
 	"debug/elf"
 	"os"
+	"runtime"
+	"sync"
 	"testing"
+	"time"
 )
 
 // benchmarkCompile measures FromELF on a real binary and reports the
@@ -38,6 +41,46 @@ func benchmarkCompile(b *testing.B, path string) {
 	b.ReportMetric(float64(tbl.Size()), "table-bytes")
 	b.ReportMetric(float64(8*len(tbl.Rows)), "bpf-bytes")
 	b.ReportMetric(100*float64(covered)/float64(exec), "%covered")
+	b.ReportMetric(float64(peakHeapInuse(b, f)), "peak-heap-bytes")
+}
+
+// peakHeapInuse compiles f once more and returns the highest HeapInuse
+// seen while it did, above the HeapInuse after a GC before it: what a
+// build adds to the process's heap (garbage included, as RSS sees it).
+// HeapInuse is sampled every 100µs, so the figure is a lower bound.
+func peakHeapInuse(b *testing.B, f *elf.File) uint64 {
+	b.Helper()
+	var ms runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&ms)
+	base, peak := ms.HeapInuse, ms.HeapInuse
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		var ms runtime.MemStats
+		tick := time.NewTicker(100 * time.Microsecond)
+		defer tick.Stop()
+		for {
+			runtime.ReadMemStats(&ms)
+			peak = max(peak, ms.HeapInuse)
+			select {
+			case <-stop:
+				return
+			case <-tick.C:
+			}
+		}
+	}()
+	tbl, err := FromELF(f)
+	runtime.ReadMemStats(&ms)
+	close(stop)
+	wg.Wait()
+	if err != nil {
+		b.Fatal(err)
+	}
+	runtime.KeepAlive(tbl)
+	return max(peak, ms.HeapInuse) - base
 }
 
 func BenchmarkCompileLibc(b *testing.B) {
