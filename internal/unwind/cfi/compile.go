@@ -11,6 +11,11 @@ type Range struct{ Start, End uint64 }
 // compile runs the FDEs' instructions in address order into table rows.
 // FDEs that keep rejects (outside the executable code) or that overlap an
 // earlier one are skipped and counted.
+//
+// The instructions are run twice: once to count the rows, once to write
+// them into a slice of exactly that length. Collecting them first and
+// copying them out took twice the table's size at the peak (libLLVM's
+// table is 22 MB); running the FDEs again costs CPU, not memory.
 func compile(fdes []fde, b *bases, keep func(begin, end uint64) bool, st *parseStats) []Row {
 	slices.SortStableFunc(fdes, func(x, y fde) int {
 		switch {
@@ -21,9 +26,28 @@ func compile(fdes []fde, b *bases, keep func(begin, end uint64) bool, st *parseS
 		}
 		return 0
 	})
+	var c rowCounter
+	var discard parseStats
+	emitRows(fdes, b, keep, &discard, c.add)
+	if c.n == 0 {
+		emitRows(fdes, b, keep, st, func(Row) {})
+		return nil
+	}
+	rows := make([]Row, 0, c.n)
+	emitRows(fdes, b, keep, st, func(r Row) { rows = appendRow(rows, r) })
+	if len(rows) != cap(rows) {
+		// Not reached: the counter follows appendRow. Should it ever
+		// not, the table is still right, only copied.
+		rows = append([]Row(nil), rows...)
+	}
+	return rows
+}
+
+// emitRows runs the sorted FDEs' instructions, calling add with each row
+// in address order; add must keep rows compact as appendRow does.
+func emitRows(fdes []fde, b *bases, keep func(begin, end uint64) bool, st *parseStats, add func(Row)) {
 	inits := make(map[*cie]*state)
 	m := &machine{b: b}
-	var rows rowBuilder
 	var prevEnd uint64
 	have := false
 	for i := range fdes {
@@ -37,7 +61,7 @@ func compile(fdes []fde, b *bases, keep func(begin, end uint64) bool, st *parseS
 			continue
 		}
 		if have && f.begin > prevEnd {
-			rows.add(Row{PC: prevEnd})
+			add(Row{PC: prevEnd})
 		}
 		have = true
 		prevEnd = f.end
@@ -57,7 +81,7 @@ func compile(fdes []fde, b *bases, keep func(begin, end uint64) bool, st *parseS
 		}
 		if init == nil {
 			st.badFDEs++
-			rows.add(Row{PC: f.begin, CFA: CFAUnsupported})
+			add(Row{PC: f.begin, CFA: CFAUnsupported})
 			continue
 		}
 		m.initial, m.cur, m.loc = *init, *init, f.begin
@@ -68,84 +92,44 @@ func compile(fdes []fde, b *bases, keep func(begin, end uint64) bool, st *parseS
 			if loc >= end {
 				return false
 			}
-			rows.add(s.row(loc, signal))
+			add(s.row(loc, signal))
 			return true
 		})
 		if err != nil {
 			st.badFDEs++
 			if m.loc < end {
-				rows.add(Row{PC: m.loc, CFA: CFAUnsupported})
+				add(Row{PC: m.loc, CFA: CFAUnsupported})
 			}
 		}
 	}
 	if have {
-		rows.add(Row{PC: prevEnd})
+		add(Row{PC: prevEnd})
 	}
-	return rows.rows()
 }
 
-// rowChunk is the number of rows of a rowBuilder chunk (96 KiB).
-const rowChunk = 4096
-
-// rowBuilder collects a table's rows as appendRow does, in chunks of
-// rowChunk: a slice grown by append copies itself at each regrowth and
-// the old array stays until a GC, so a large table (libLLVM's: 950k rows,
-// 22 MB) took five times its size to build. In chunks it takes twice: the
-// chunks and the exact copy rows returns.
-type rowBuilder struct {
-	full [][]Row // chunks filled
-	cur  []Row   // the chunk being filled
+// rowCounter counts the rows appendRow would keep, holding only the last
+// two. emitRows gives rows in nondecreasing PC order, so a row replaces
+// at most the last one, and never after a replacement was dropped. Rows
+// out of order (never seen) could make the count wrong; the rows are
+// still appendRow's, and compile's final check trims a wrong capacity.
+type rowCounter struct {
+	n          int
+	last, prev Row // valid when n > 0 and n > 1
 }
 
-// add appends r, keeping rows compact like appendRow.
-func (b *rowBuilder) add(r Row) {
-	if last, ok := b.last(); ok && last.PC == r.PC {
-		b.pop()
+func (c *rowCounter) add(r Row) {
+	if c.n > 0 && c.last.PC == r.PC {
+		c.n--
+		c.last = c.prev
 	}
-	if last, ok := b.last(); ok && sameRule(last, r) {
+	if c.n > 0 && sameRule(c.last, r) {
 		return
 	}
-	if _, ok := b.last(); !ok && r.CFA == CFANone {
+	if c.n == 0 && r.CFA == CFANone {
 		return // nothing to end
 	}
-	if len(b.cur) == cap(b.cur) {
-		if b.cur != nil {
-			b.full = append(b.full, b.cur)
-		}
-		b.cur = make([]Row, 0, rowChunk)
-	}
-	b.cur = append(b.cur, r)
-}
-
-func (b *rowBuilder) last() (Row, bool) {
-	if len(b.cur) == 0 && len(b.full) > 0 {
-		// A pop emptied the chunk: the previous one ends the rows.
-		b.cur, b.full = b.full[len(b.full)-1], b.full[:len(b.full)-1]
-	}
-	if len(b.cur) == 0 {
-		return Row{}, false
-	}
-	return b.cur[len(b.cur)-1], true
-}
-
-func (b *rowBuilder) pop() { b.cur = b.cur[:len(b.cur)-1] }
-
-// rows returns the rows in one slice of exactly their number, so that the
-// table holds (and Size counts) no spare capacity.
-func (b *rowBuilder) rows() []Row {
-	n := len(b.cur)
-	for _, c := range b.full {
-		n += len(c)
-	}
-	if n == 0 {
-		return nil
-	}
-	out := make([]Row, 0, n)
-	for i, c := range b.full {
-		out = append(out, c...)
-		b.full[i] = nil // collectable while the rest is copied
-	}
-	return append(out, b.cur...)
+	c.prev, c.last = c.last, r
+	c.n++
 }
 
 // sameRule tells whether two rows hold the same unwind rule.

@@ -119,8 +119,13 @@ func compileSection(f *elf.File, data []byte, kind sectionKind, b *bases, name s
 	if len(fdes) == 0 {
 		return nil, fmt.Errorf("parsing %s: %w", name, ErrNoCFI)
 	}
-	ranges := ExecRanges(f)
-	keep := func(begin, end uint64) bool {
+	return &Table{Rows: compile(fdes, b, inRanges(ExecRanges(f)), &st)}, nil
+}
+
+// inRanges returns a keep function for compile that accepts a function
+// lying wholly in one of ranges (or any function when ranges is empty).
+func inRanges(ranges []Range) func(begin, end uint64) bool {
+	return func(begin, end uint64) bool {
 		if len(ranges) == 0 {
 			return true
 		}
@@ -132,7 +137,6 @@ func compileSection(f *elf.File, data []byte, kind sectionKind, b *bases, name s
 		})
 		return i < len(ranges) && ranges[i].Start <= begin && end <= ranges[i].End
 	}
-	return &Table{Rows: compile(fdes, b, keep, &st)}, nil
 }
 
 // ExecRanges returns the virtual address ranges of f's executable code:

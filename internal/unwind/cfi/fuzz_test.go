@@ -253,7 +253,10 @@ func FuzzCFI(f *testing.F) {
 		if mode%3 == fuzzDebugFrame {
 			kind = debugFrame
 		}
-		rows := compileRaw(data, kind)
+		b := &bases{section: seedBase, data: seedBase, hasData: true}
+		var st parseStats
+		fdes, _ := parseSection(data, kind, b, &st)
+		rows := checkCompile(t, fdes, b, nil) // the same as compileRaw's
 		tbl := &Table{Rows: rows}
 		checkSorted(t, tbl)
 		// Every row costs at least a byte of input, every FDE (at least

@@ -1,0 +1,73 @@
+package cfi
+
+import (
+	"debug/elf"
+	"os"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// referenceRows compiles fdes the straightforward way: every row through
+// appendRow into a slice grown by append. compile must give the same rows.
+func referenceRows(fdes []fde, b *bases, keep func(begin, end uint64) bool) ([]Row, parseStats) {
+	var st parseStats
+	var rows []Row
+	emitRows(fdes, b, keep, &st, func(r Row) { rows = appendRow(rows, r) })
+	return rows, st
+}
+
+// checkCompile compiles a parsed section with compile and with
+// referenceRows, and requires the same rows and counts, and no spare
+// capacity in compile's rows.
+func checkCompile(t *testing.T, fdes []fde, b *bases, keep func(begin, end uint64) bool) []Row {
+	t.Helper()
+	var st parseStats
+	got := compile(fdes, b, keep, &st) // sorts fdes
+	want, wantSt := referenceRows(fdes, b, keep)
+	if len(want) == 0 {
+		want = nil // compile returns no slice for no rows
+	}
+	require.Equal(t, want, got)
+	require.Equal(t, wantSt, st)
+	require.Equal(t, len(got), cap(got), "compiled rows hold spare capacity")
+	return got
+}
+
+// TestCompileMatchesReference checks compile's counted, exact-size rows
+// against referenceRows on the .eh_frame of real binaries and on the
+// hand-made sections.
+func TestCompileMatchesReference(t *testing.T) {
+	for _, path := range []string{"/lib/x86_64-linux-gnu/libc.so.6", "/usr/bin/python3.11", "/usr/bin/node"} {
+		t.Run(path, func(t *testing.T) {
+			if _, err := os.Stat(path); err != nil {
+				t.Fatalf("%s is installed by scripts/install-deps.sh: %v", path, err)
+			}
+			f, err := elf.Open(path)
+			require.NoError(t, err)
+			defer f.Close()
+			s := f.Section(".eh_frame")
+			require.NotNil(t, s)
+			data, err := sectionData(s)
+			require.NoError(t, err)
+			b := &bases{section: s.Addr}
+			if got := f.Section(".got"); got != nil {
+				b.data, b.hasData = got.Addr, true
+			}
+			var st parseStats
+			fdes, err := parseSection(data, ehFrame, b, &st)
+			require.NoError(t, err)
+			rows := checkCompile(t, fdes, b, inRanges(ExecRanges(f)))
+			require.Greater(t, len(rows), 1000, "too few rows to test anything")
+			tbl, err := EHFrame(f)
+			require.NoError(t, err)
+			require.Equal(t, rows, tbl.Rows)
+		})
+	}
+	for i, s := range seeds() {
+		b := &bases{section: seedBase, data: seedBase, hasData: true}
+		var st parseStats
+		fdes, _ := parseSection(s.b, s.kind, b, &st)
+		require.NotEmpty(t, checkCompile(t, fdes, b, nil), "seed %d", i)
+	}
+}
