@@ -8,7 +8,8 @@ import (
 // Ranges are half-open address ranges [Start, End), sorted and disjoint.
 type Range struct{ Start, End uint64 }
 
-// compile runs the FDEs' instructions in address order into table rows.
+// compile runs the instructions of fdes, parsed from data, in address
+// order into table rows.
 // FDEs that keep rejects (outside the executable code) or that overlap an
 // earlier one are skipped and counted.
 //
@@ -16,7 +17,7 @@ type Range struct{ Start, End uint64 }
 // them into a slice of exactly that length. Collecting them first and
 // copying them out took twice the table's size at the peak (libLLVM's
 // table is 22 MB); running the FDEs again costs CPU, not memory.
-func compile(fdes []fde, b *bases, keep func(begin, end uint64) bool, st *parseStats) []Row {
+func compile(data []byte, fdes []fde, b *bases, keep func(begin, end uint64) bool, st *parseStats) []Row {
 	slices.SortStableFunc(fdes, func(x, y fde) int {
 		switch {
 		case x.begin < y.begin:
@@ -28,13 +29,13 @@ func compile(fdes []fde, b *bases, keep func(begin, end uint64) bool, st *parseS
 	})
 	var c rowCounter
 	var discard parseStats
-	emitRows(fdes, b, keep, &discard, c.add)
+	emitRows(data, fdes, b, keep, &discard, c.add)
 	if c.n == 0 {
-		emitRows(fdes, b, keep, st, func(Row) {})
+		emitRows(data, fdes, b, keep, st, func(Row) {})
 		return nil
 	}
 	rows := make([]Row, 0, c.n)
-	emitRows(fdes, b, keep, st, func(r Row) { rows = appendRow(rows, r) })
+	emitRows(data, fdes, b, keep, st, func(r Row) { rows = appendRow(rows, r) })
 	if len(rows) != cap(rows) {
 		// Not reached: the counter follows appendRow. Should it ever
 		// not, the table is still right, only copied.
@@ -45,7 +46,7 @@ func compile(fdes []fde, b *bases, keep func(begin, end uint64) bool, st *parseS
 
 // emitRows runs the sorted FDEs' instructions, calling add with each row
 // in address order; add must keep rows compact as appendRow does.
-func emitRows(fdes []fde, b *bases, keep func(begin, end uint64) bool, st *parseStats, add func(Row)) {
+func emitRows(data []byte, fdes []fde, b *bases, keep func(begin, end uint64) bool, st *parseStats, add func(Row)) {
 	inits := make(map[*cie]*state)
 	m := &machine{b: b}
 	var prevEnd uint64
@@ -88,7 +89,7 @@ func emitRows(fdes []fde, b *bases, keep func(begin, end uint64) bool, st *parse
 		m.stack = m.stack[:0]
 		signal := f.cie.signal
 		end := f.end
-		err := m.run(f.insns, func(loc uint64, s *state) bool {
+		err := m.run(f.insns(data), func(loc uint64, s *state) bool {
 			if loc >= end {
 				return false
 			}

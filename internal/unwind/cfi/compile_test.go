@@ -10,21 +10,21 @@ import (
 
 // referenceRows compiles fdes the straightforward way: every row through
 // appendRow into a slice grown by append. compile must give the same rows.
-func referenceRows(fdes []fde, b *bases, keep func(begin, end uint64) bool) ([]Row, parseStats) {
+func referenceRows(data []byte, fdes []fde, b *bases, keep func(begin, end uint64) bool) ([]Row, parseStats) {
 	var st parseStats
 	var rows []Row
-	emitRows(fdes, b, keep, &st, func(r Row) { rows = appendRow(rows, r) })
+	emitRows(data, fdes, b, keep, &st, func(r Row) { rows = appendRow(rows, r) })
 	return rows, st
 }
 
 // checkCompile compiles a parsed section with compile and with
 // referenceRows, and requires the same rows and counts, and no spare
 // capacity in compile's rows.
-func checkCompile(t *testing.T, fdes []fde, b *bases, keep func(begin, end uint64) bool) []Row {
+func checkCompile(t *testing.T, data []byte, fdes []fde, b *bases, keep func(begin, end uint64) bool) []Row {
 	t.Helper()
 	var st parseStats
-	got := compile(fdes, b, keep, &st) // sorts fdes
-	want, wantSt := referenceRows(fdes, b, keep)
+	got := compile(data, fdes, b, keep, &st) // sorts fdes
+	want, wantSt := referenceRows(data, fdes, b, keep)
 	if len(want) == 0 {
 		want = nil // compile returns no slice for no rows
 	}
@@ -57,7 +57,7 @@ func TestCompileMatchesReference(t *testing.T) {
 			var st parseStats
 			fdes, err := parseSection(data, ehFrame, b, &st)
 			require.NoError(t, err)
-			rows := checkCompile(t, fdes, b, inRanges(ExecRanges(f)))
+			rows := checkCompile(t, data, fdes, b, inRanges(ExecRanges(f)))
 			require.Greater(t, len(rows), 1000, "too few rows to test anything")
 			tbl, err := EHFrame(f)
 			require.NoError(t, err)
@@ -68,6 +68,6 @@ func TestCompileMatchesReference(t *testing.T) {
 		b := &bases{section: seedBase, data: seedBase, hasData: true}
 		var st parseStats
 		fdes, _ := parseSection(s.b, s.kind, b, &st)
-		require.NotEmpty(t, checkCompile(t, fdes, b, nil), "seed %d", i)
+		require.NotEmpty(t, checkCompile(t, s.b, fdes, b, nil), "seed %d", i)
 	}
 }

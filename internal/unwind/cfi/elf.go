@@ -119,7 +119,7 @@ func compileSection(f *elf.File, data []byte, kind sectionKind, b *bases, name s
 	if len(fdes) == 0 {
 		return nil, fmt.Errorf("parsing %s: %w", name, ErrNoCFI)
 	}
-	return &Table{Rows: compile(fdes, b, inRanges(ExecRanges(f)), &st)}, nil
+	return &Table{Rows: compile(data, fdes, b, inRanges(ExecRanges(f)), &st)}, nil
 }
 
 // inRanges returns a keep function for compile that accepts a function

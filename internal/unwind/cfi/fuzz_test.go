@@ -107,7 +107,7 @@ func compileRaw(data []byte, kind sectionKind) []Row {
 	var st parseStats
 	b := &bases{section: seedBase, data: seedBase, hasData: true}
 	fdes, _ := parseSection(data, kind, b, &st)
-	return compile(fdes, b, nil, &st)
+	return compile(data, fdes, b, nil, &st)
 }
 
 func TestSeeds(t *testing.T) {
@@ -256,7 +256,8 @@ func FuzzCFI(f *testing.F) {
 		b := &bases{section: seedBase, data: seedBase, hasData: true}
 		var st parseStats
 		fdes, _ := parseSection(data, kind, b, &st)
-		rows := checkCompile(t, fdes, b, nil) // the same as compileRaw's
+		require.LessOrEqual(t, len(fdes), countEntries(data, kind), "FDEs past the pre-sized slice")
+		rows := checkCompile(t, data, fdes, b, nil) // the same as compileRaw's
 		tbl := &Table{Rows: rows}
 		checkSorted(t, tbl)
 		// Every row costs at least a byte of input, every FDE (at least

@@ -257,12 +257,17 @@ type cie struct {
 }
 
 // fde is an FDE header; its instructions are run only after all FDEs are
-// sorted, so that rows are appended in address order.
+// sorted, so that rows are appended in address order. A large file has
+// 100k FDEs, so the instructions are held as offsets into the section
+// (which maxSectionBytes keeps below 4 GiB) rather than as a slice.
 type fde struct {
-	begin, end uint64
-	cie        *cie
-	insns      []byte
+	begin, end       uint64
+	cie              *cie
+	insnOff, insnEnd uint32
 }
+
+// insns returns f's instructions in data, the section f was parsed from.
+func (f *fde) insns(data []byte) []byte { return data[f.insnOff:f.insnEnd] }
 
 // sectionKind tells .eh_frame from .debug_frame: they differ in CIE ids,
 // CIE pointers and pointer encodings.
@@ -283,9 +288,13 @@ type parseStats struct {
 // their length lets the walk go on; a bad length ends the walk with an
 // error, keeping what was found before it.
 func parseSection(data []byte, kind sectionKind, b *bases, st *parseStats) ([]fde, error) {
+	if len(data) > maxSectionBytes {
+		return nil, fmt.Errorf("section of %d bytes exceeds the %d byte bound", len(data), maxSectionBytes)
+	}
 	cies := make(map[int]*cie)
-	// FDEs of real sections take 24-60 bytes.
-	fdes := make([]fde, 0, len(data)/48)
+	// Sized by a first walk over the entries' lengths: grown by append,
+	// the slice and its discarded copies took twice its size.
+	fdes := make([]fde, 0, countEntries(data, kind))
 	r := &reader{b: data}
 	for r.left() > 0 {
 		start := r.off
@@ -376,6 +385,30 @@ func parseSection(data []byte, kind sectionKind, b *bases, st *parseStats) ([]fd
 		}
 	}
 	return fdes, nil
+}
+
+// countEntries returns how many entries (CIEs and FDEs) parseSection's
+// walk over data can visit: a bound on the FDEs it returns.
+func countEntries(data []byte, kind sectionKind) int {
+	n := 0
+	r := &reader{b: data}
+	for r.left() > 0 {
+		length := uint64(r.u32())
+		if length == 0xffffffff {
+			length = r.u64()
+		}
+		if r.err != nil || length > uint64(r.left()) {
+			break
+		}
+		if length == 0 && kind == ehFrame {
+			break
+		}
+		if length > 0 {
+			n++
+		}
+		r.off += int(length)
+	}
+	return n
 }
 
 // parseCIEAt parses the CIE whose entry starts at off.
@@ -520,5 +553,5 @@ func parseFDE(r *reader, c *cie, kind sectionKind, b *bases) (fde, error) {
 	if begin+size < begin {
 		return fde{}, errors.New("FDE range wraps around")
 	}
-	return fde{begin: begin, end: begin + size, cie: c, insns: r.b[r.off:]}, nil
+	return fde{begin: begin, end: begin + size, cie: c, insnOff: uint32(r.off), insnEnd: uint32(len(r.b))}, nil
 }
