@@ -187,9 +187,25 @@ func (t *Table) Covered(ranges []Range) uint64 {
 
 // Fill returns a table holding t's rules, with other's rules wherever t
 // has none (CFANone or outside t's rows). t and other are not modified.
+// The rows are merged twice, to count them and then into a slice of
+// exactly that length, so that no larger slice is held beside the result.
 func (t *Table) Fill(other *Table) *Table {
-	a, b := t.Rows, other.Rows
-	out := make([]Row, 0, len(a)+len(b))
+	var c rowCounter
+	fillRows(t.Rows, other.Rows, c.add)
+	if c.n == 0 {
+		return &Table{}
+	}
+	out := make([]Row, 0, c.n)
+	fillRows(t.Rows, other.Rows, func(r Row) { out = appendRow(out, r) })
+	if len(out) != cap(out) {
+		out = append([]Row(nil), out...) // not reached, as in compile
+	}
+	return &Table{Rows: out}
+}
+
+// fillRows merges a and b as Fill does, calling add with each row in
+// strictly increasing PC order.
+func fillRows(a, b []Row, add func(Row)) {
 	var i, j int
 	ra, rb := Row{}, Row{} // rules in force; zero is CFANone
 	for i < len(a) || j < len(b) {
@@ -213,7 +229,6 @@ func (t *Table) Fill(other *Table) *Table {
 			r = rb
 		}
 		r.PC = pc
-		out = appendRow(out, r)
+		add(r)
 	}
-	return &Table{Rows: append([]Row(nil), out...)}
 }

@@ -266,5 +266,10 @@ func FuzzCFI(f *testing.F) {
 		if filled := tbl.Fill(&Table{}).Rows; len(rows) > 0 || len(filled) > 0 {
 			require.Equal(t, rows, filled)
 		}
+		for _, s := range seeds() {
+			other := &Table{Rows: compileRaw(s.b, s.kind)}
+			checkFill(t, tbl, other)
+			checkFill(t, other, tbl)
+		}
 	})
 }
