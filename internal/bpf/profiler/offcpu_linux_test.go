@@ -108,6 +108,10 @@ func testOffCPUSleeps(t *testing.T, taskWork bool) {
 			t.Errorf("sleep %d: its longest wait, %v, reported as preempted", i, longest[i])
 		}
 	}
+	// Each sleep's events are held to what the sleep took by the thread's
+	// own clock, which also bounds their total. Not to the nominal 20 ms:
+	// on a busy host a sleep's wakeup waits for a CPU (ten sleeps took
+	// over 320 ms once), and the events rightly weigh that wait.
 	var total time.Duration
 	for i, d := range inSleep {
 		slept := time.Duration(windows[i][1] - windows[i][0])
@@ -116,9 +120,6 @@ func testOffCPUSleeps(t *testing.T, taskWork bool) {
 			t.Fatalf("sleep %d of %v: %v off CPU recorded in it (counters %+v)", i, slept, d, c)
 		}
 		total += d
-	}
-	if total > sleeps*(sleep+5*time.Millisecond) {
-		t.Fatalf("off-CPU total %v for %d sleeps of %v", total, sleeps, sleep)
 	}
 	c, err := s.Counters()
 	if err != nil {
