@@ -190,6 +190,11 @@ func TestScopeProfilesC(t *testing.T) {
 	}
 	// The last events reach the sink within a drain and a report interval.
 	time.Sleep(cfg.ReportInterval + 500*time.Millisecond)
+	// The host's off-CPU outcomes, for a missing wait's cause.
+	counters, err := b.prof.sampler.Counters()
+	if err != nil {
+		t.Fatal(err)
+	}
 	b.stop(t)
 	stopped = true
 
@@ -272,7 +277,8 @@ func TestScopeProfilesC(t *testing.T) {
 		// host the sleep itself can overrun (the workload's own clock says
 		// by how much), so the weight is held to what the call blocked.
 		if own := time.Duration(slept[i]); blocked < own*95/100 || blocked > own*105/100 {
-			t.Errorf("span %s: linked off-CPU weight %s, want the call's 50ms sleep (%s by its own clock) ± 5%%", r.spanID, blocked, own)
+			t.Errorf("span %s: linked off-CPU weight %s, want the call's 50ms sleep (%s by its own clock) ± 5%% (host's off-CPU counters %+v)",
+				r.spanID, blocked, own, counters)
 		}
 	}
 }

@@ -149,8 +149,8 @@ func testOffCPUSleeps(t *testing.T, taskWork bool) {
 	if !taskWork && walks != 0 {
 		t.Fatalf("%d task work walks without task work", walks)
 	}
-	t.Logf("%v off CPU in %d sleeps; counters: events %d, short %d, full %d, busy %d, refused %d, gone %d; %d walks in task work, %v",
-		total, sleeps, c.OffCPUEvents, c.OffCPUShort, c.OffCPUFull, c.OffCPUBusy, c.OffCPUTaskWorkRefused, c.OffCPUGone, walks, walkTime)
+	t.Logf("%v off CPU in %d sleeps; counters: events %d, short %d, full %d, busy %d, refused %d, gone %d, switch-in unseen %d; %d walks in task work, %v",
+		total, sleeps, c.OffCPUEvents, c.OffCPUShort, c.OffCPUFull, c.OffCPUBusy, c.OffCPUTaskWorkRefused, c.OffCPUGone, c.OffCPUUnended, walks, walkTime)
 }
 
 // TestOffCPUDisabledLoadsNoProgram checks that a sampler without off-CPU
