@@ -356,8 +356,8 @@ func testOffCPUOneSyscall(t *testing.T, taskWork bool) {
 		t.Fatal(err)
 	}
 	took := time.Duration(end - start)
-	t.Logf("write took %v, %d events weigh %v; counters: events %d, merged %d, busy %d, short %d",
-		took, events, weight, c.OffCPUEvents, c.OffCPUMerged, c.OffCPUBusy, c.OffCPUShort)
+	t.Logf("write took %v, %d events weigh %v; counters: events %d, merged %d, busy %d, short %d, switch-in unseen %d",
+		took, events, weight, c.OffCPUEvents, c.OffCPUMerged, c.OffCPUBusy, c.OffCPUShort, c.OffCPUUnended)
 	if weight < took*90/100 || weight > took {
 		t.Fatalf("waits of the write weigh %v, the write took %v", weight, took)
 	}
