@@ -188,8 +188,36 @@ func TestScopeProfilesC(t *testing.T) {
 	if len(slept) != calls {
 		t.Fatalf("workload reported %d calls, want %d: %q", len(slept), calls, out)
 	}
-	// The last events reach the sink within a drain and a report interval.
-	time.Sleep(cfg.ReportInterval + 500*time.Millisecond)
+	// The uprobe receiver stops first, and a probe is named only while its
+	// receiver runs: wait until the profiles reported a sample taken after
+	// the last call (the workload burns 10 ms after it), so every call's
+	// samples were reported, however late a loaded host's report comes.
+	reportedPast := func() bool {
+		recs := b.records("scoped")
+		if len(recs) < calls {
+			return false
+		}
+		var last int64
+		for _, r := range recs {
+			last = max(last, r.end)
+		}
+		for _, s := range b.samples(pid) {
+			for _, ts := range s.Timestamps {
+				if last != 0 && int64(ts) > last+int64(time.Millisecond) {
+					return true
+				}
+			}
+		}
+		return false
+	}
+	for deadline := time.Now().Add(10 * cfg.ReportInterval); !reportedPast() && time.Now().Before(deadline); {
+		time.Sleep(100 * time.Millisecond)
+	}
+	// The host's off-CPU outcomes, for a missing wait's cause.
+	counters, err := b.prof.sampler.Counters()
+	if err != nil {
+		t.Fatal(err)
+	}
 	b.stop(t)
 	stopped = true
 
@@ -272,7 +300,8 @@ func TestScopeProfilesC(t *testing.T) {
 		// host the sleep itself can overrun (the workload's own clock says
 		// by how much), so the weight is held to what the call blocked.
 		if own := time.Duration(slept[i]); blocked < own*95/100 || blocked > own*105/100 {
-			t.Errorf("span %s: linked off-CPU weight %s, want the call's 50ms sleep (%s by its own clock) ± 5%%", r.spanID, blocked, own)
+			t.Errorf("span %s: linked off-CPU weight %s, want the call's 50ms sleep (%s by its own clock) ± 5%% (host's off-CPU counters %+v)",
+				r.spanID, blocked, own, counters)
 		}
 	}
 }

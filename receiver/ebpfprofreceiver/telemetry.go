@@ -65,6 +65,7 @@ func (r *profilesReceiver) registerTelemetry() error {
 			observe(o, int64(c.OffCPUBusy), "outcome", "walk_busy")
 			observe(o, int64(c.OffCPUTaskWorkRefused), "outcome", "task_work_refused")
 			observe(o, int64(c.OffCPUGone), "outcome", "thread_gone")
+			observe(o, int64(c.OffCPUUnended), "outcome", "switch_in_unseen")
 			return nil
 		}),
 		tb.RegisterEbpfprofUnwindStopsCallback(func(_ context.Context, o metric.Int64Observer) error {

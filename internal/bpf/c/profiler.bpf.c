@@ -35,6 +35,7 @@ enum counter {
 	COUNTER_OFF_CPU_BUSY,      // kept waits dropped: the thread's previous one is being walked
 	COUNTER_OFF_CPU_SCHED_ERR, // kept waits dropped: the task work walking the stack was refused
 	COUNTER_OFF_CPU_GONE,      // kept waits dropped: the thread exited or exec'd before its walk
+	COUNTER_OFF_CPU_UNENDED,   // sampled switch-outs lost: the thread's switch-in never reached sched_switch
 	COUNTER_UNWIND_STOP,       // first of UNWIND_STOP_MAX counters, by enum unwind_stop
 	COUNTER_MAX = COUNTER_UNWIND_STOP + UNWIND_STOP_MAX,
 };
@@ -876,8 +877,12 @@ static __always_inline void off_cpu_begin(u64 *ctx, struct task_struct *prev)
 	struct off_cpu_slot *slot = slot_get(&off_cpu_slots, prev);
 	if (!slot)
 		return;
+	// A time still set is a wait whose switch-in this program never saw
+	// (a rare loss, seen under load): its length is unknown.
 	if (!slot->out_ns)
 		open_wait(prev->pid);
+	else
+		count(COUNTER_OFF_CPU_UNENDED);
 	slot->out_ns = now;
 	slot->flags = preempted(ctx) ? SAMPLE_PREEMPTED : 0;
 }
@@ -1007,6 +1012,8 @@ static __always_inline void off_cpu_begin_walk(u64 *ctx, struct task_struct *pre
 		return;
 	if (!slot->held)
 		open_wait(prev->pid);
+	else
+		count(COUNTER_OFF_CPU_UNENDED);
 	// The user stack can only be read now, in the thread's own address
 	// space; its kernel stack waits where it is until the thread runs
 	// again, so it is taken then, and only for waits that are kept.

@@ -108,6 +108,10 @@ func testOffCPUSleeps(t *testing.T, taskWork bool) {
 			t.Errorf("sleep %d: its longest wait, %v, reported as preempted", i, longest[i])
 		}
 	}
+	// Each sleep's events are held to what the sleep took by the thread's
+	// own clock, which also bounds their total. Not to the nominal 20 ms:
+	// on a busy host a sleep's wakeup waits for a CPU (ten sleeps took
+	// over 320 ms once), and the events rightly weigh that wait.
 	var total time.Duration
 	for i, d := range inSleep {
 		slept := time.Duration(windows[i][1] - windows[i][0])
@@ -116,9 +120,6 @@ func testOffCPUSleeps(t *testing.T, taskWork bool) {
 			t.Fatalf("sleep %d of %v: %v off CPU recorded in it (counters %+v)", i, slept, d, c)
 		}
 		total += d
-	}
-	if total > sleeps*(sleep+5*time.Millisecond) {
-		t.Fatalf("off-CPU total %v for %d sleeps of %v", total, sleeps, sleep)
 	}
 	c, err := s.Counters()
 	if err != nil {
@@ -148,8 +149,8 @@ func testOffCPUSleeps(t *testing.T, taskWork bool) {
 	if !taskWork && walks != 0 {
 		t.Fatalf("%d task work walks without task work", walks)
 	}
-	t.Logf("%v off CPU in %d sleeps; counters: events %d, short %d, full %d, busy %d, refused %d, gone %d; %d walks in task work, %v",
-		total, sleeps, c.OffCPUEvents, c.OffCPUShort, c.OffCPUFull, c.OffCPUBusy, c.OffCPUTaskWorkRefused, c.OffCPUGone, walks, walkTime)
+	t.Logf("%v off CPU in %d sleeps; counters: events %d, short %d, full %d, busy %d, refused %d, gone %d, switch-in unseen %d; %d walks in task work, %v",
+		total, sleeps, c.OffCPUEvents, c.OffCPUShort, c.OffCPUFull, c.OffCPUBusy, c.OffCPUTaskWorkRefused, c.OffCPUGone, c.OffCPUUnended, walks, walkTime)
 }
 
 // TestOffCPUDisabledLoadsNoProgram checks that a sampler without off-CPU
@@ -355,8 +356,8 @@ func testOffCPUOneSyscall(t *testing.T, taskWork bool) {
 		t.Fatal(err)
 	}
 	took := time.Duration(end - start)
-	t.Logf("write took %v, %d events weigh %v; counters: events %d, merged %d, busy %d, short %d",
-		took, events, weight, c.OffCPUEvents, c.OffCPUMerged, c.OffCPUBusy, c.OffCPUShort)
+	t.Logf("write took %v, %d events weigh %v; counters: events %d, merged %d, busy %d, short %d, switch-in unseen %d",
+		took, events, weight, c.OffCPUEvents, c.OffCPUMerged, c.OffCPUBusy, c.OffCPUShort, c.OffCPUUnended)
 	if weight < took*90/100 || weight > took {
 		t.Fatalf("waits of the write weigh %v, the write took %v", weight, took)
 	}

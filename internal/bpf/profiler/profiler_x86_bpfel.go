@@ -29,8 +29,9 @@ const (
 	profilerCounterCOUNTER_OFF_CPU_BUSY      profilerCounter = 10
 	profilerCounterCOUNTER_OFF_CPU_SCHED_ERR profilerCounter = 11
 	profilerCounterCOUNTER_OFF_CPU_GONE      profilerCounter = 12
-	profilerCounterCOUNTER_UNWIND_STOP       profilerCounter = 13
-	profilerCounterCOUNTER_MAX               profilerCounter = 22
+	profilerCounterCOUNTER_OFF_CPU_UNENDED   profilerCounter = 13
+	profilerCounterCOUNTER_UNWIND_STOP       profilerCounter = 14
+	profilerCounterCOUNTER_MAX               profilerCounter = 23
 )
 
 type profilerOffCpuHeld struct {

@@ -124,6 +124,11 @@ type Counters struct {
 	// OffCPUGone counts kept waits dropped because the thread exited or
 	// replaced its program (exec) before its user stack was walked.
 	OffCPUGone uint64
+	// OffCPUUnended counts sampled switch-outs lost because the thread's
+	// next switch-in was never seen by the sched_switch program: the
+	// thread went off CPU again with the earlier wait still open, whose
+	// length is unknown.
+	OffCPUUnended uint64
 }
 
 // Options configures a Sampler.

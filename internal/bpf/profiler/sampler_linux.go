@@ -379,6 +379,7 @@ func (s *Sampler) Counters() (Counters, error) {
 	c.OffCPUBusy = v[profilerCounterCOUNTER_OFF_CPU_BUSY]
 	c.OffCPUTaskWorkRefused = v[profilerCounterCOUNTER_OFF_CPU_SCHED_ERR]
 	c.OffCPUGone = v[profilerCounterCOUNTER_OFF_CPU_GONE]
+	c.OffCPUUnended = v[profilerCounterCOUNTER_OFF_CPU_UNENDED]
 	return c, nil
 }
 
