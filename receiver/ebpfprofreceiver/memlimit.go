@@ -38,27 +38,7 @@ type goMemoryLimiter struct {
 	done  chan struct{}
 	prev  int64 // the limit before start, restored by close
 	limit int64 // the limit set now
-	// startGC is GOGC before start, restored once startupGCHold has
-	// passed; raised says it is not restored yet.
-	startGC int
-	raised  bool
-	started time.Time
 }
-
-// startupGCPercent is GOGC for the first startupGCHold of the limiter.
-// A receiver starting reads the symbol and unwind tables of every binary
-// it samples, and its live heap grows from 4 to 20-30 MB in a few
-// seconds: at GOGC=100 the collector's first 13 s held 24-44
-// collections. Naming 900 addresses of libc (libc6-dbg), perf, python3
-// and bpfcol after their unwind tables were compiled collected 16 times
-// at GOGC=100 and 6 at 200, for ~10% less CPU and 8 MB more heap at the
-// peak. The soft limit still bounds the heap: it is never below twice
-// the live heap, where GOGC=100 collects, so the high-water rises by at
-// most nonHeapAllowance, or to the floor while the heap is smaller.
-const startupGCPercent = 200
-
-// startupGCHold is how long GOGC stays raised: the first reports.
-var startupGCHold = 20 * time.Second
 
 // limiterOwner is the one limiter running in the process: the receivers
 // of a collector share it.
@@ -90,15 +70,8 @@ func startGoMemoryLimit(base int64) (stop func()) {
 		if prev != math.MaxInt64 {
 			return func() {} // set by someone else in the process
 		}
-		l := &goMemoryLimiter{base: base, stop: make(chan struct{}), done: make(chan struct{}), prev: prev, started: time.Now()}
-		l.adjust(l.started, readLiveHeap())
-		if os.Getenv("GOGC") == "" {
-			if l.startGC = debug.SetGCPercent(startupGCPercent); l.startGC > 0 && l.startGC < startupGCPercent {
-				l.raised = true
-			} else {
-				debug.SetGCPercent(l.startGC) // off, or set higher elsewhere
-			}
-		}
+		l := &goMemoryLimiter{base: base, stop: make(chan struct{}), done: make(chan struct{}), prev: prev}
+		l.adjust(time.Now(), readLiveHeap())
 		go l.run()
 		limiterOwner.active = l
 	}
@@ -113,7 +86,6 @@ func startGoMemoryLimit(base int64) (stop func()) {
 				limiterOwner.active = nil
 				close(l.stop)
 				<-l.done
-				l.restoreGC()
 				debug.SetMemoryLimit(l.prev)
 			}
 		})
@@ -130,19 +102,7 @@ func (l *goMemoryLimiter) run() {
 			return
 		case now := <-t.C:
 			l.adjust(now, readLiveHeap())
-			if now.Sub(l.started) >= startupGCHold {
-				l.restoreGC()
-			}
 		}
-	}
-}
-
-// restoreGC puts back the GOGC found at start. Only the limiter's own
-// goroutine calls it, or its stop after that goroutine ended.
-func (l *goMemoryLimiter) restoreGC() {
-	if l.raised {
-		debug.SetGCPercent(l.startGC)
-		l.raised = false
 	}
 }
 
