@@ -17,18 +17,7 @@ func TestTruncatedBinaryFaultsAreRecovered(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	data, err := os.ReadFile(exe)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := filepath.Join(t.TempDir(), "bin")
-	if err := os.WriteFile(p, data, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	f, err := os.Open(p)
-	if err != nil {
-		t.Fatal(err)
-	}
+	p, f := openCopy(t, exe)
 	b, err := OpenBinary(f)
 	if err != nil {
 		t.Fatal(err)
@@ -64,18 +53,7 @@ func TestTruncatedBinaryFaultsAreRecovered(t *testing.T) {
 func TestTruncatedDWARFFaultsAreRecovered(t *testing.T) {
 	bin, addrs := compressedDWARFBinary(t)
 	useSpill(t, 64<<20)
-	data, err := os.ReadFile(bin)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := filepath.Join(t.TempDir(), "bin")
-	if err := os.WriteFile(p, data, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	f, err := os.Open(p)
-	if err != nil {
-		t.Fatal(err)
-	}
+	p, f := openCopy(t, bin)
 	b, err := openBinaryWith(f, newTableCache(64<<20))
 	if err != nil {
 		t.Fatal(err)
@@ -97,4 +75,23 @@ func TestTruncatedDWARFFaultsAreRecovered(t *testing.T) {
 			t.Errorf("Symbolize(%#x) = %v: a line from a truncated file", a, fr)
 		}
 	}
+}
+
+// openCopy copies src into the test's directory, a file the test may
+// truncate, and opens the copy.
+func openCopy(t *testing.T, src string) (string, *os.File) {
+	t.Helper()
+	data, err := os.ReadFile(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := filepath.Join(t.TempDir(), "bin")
+	if err := os.WriteFile(p, data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Open(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p, f
 }
