@@ -27,15 +27,24 @@ func compile(data []byte, fdes []fde, b *bases, keep func(begin, end uint64) boo
 		}
 		return 0
 	})
-	var c rowCounter
 	var discard parseStats
-	emitRows(data, fdes, b, keep, &discard, c.add)
-	if c.n == 0 {
-		emitRows(data, fdes, b, keep, st, func(Row) {})
+	return exactRows(
+		func(add func(Row)) { emitRows(data, fdes, b, keep, &discard, add) },
+		func(add func(Row)) { emitRows(data, fdes, b, keep, st, add) })
+}
+
+// exactRows returns the rows write gives, kept compact by appendRow, in a
+// slice of exactly their number: count gives the same rows first, to size
+// it. Collecting the rows and copying them out would hold twice the table
+// at the peak.
+func exactRows(count, write func(add func(Row))) []Row {
+	var c rowCounter
+	count(c.add)
+	rows := make([]Row, 0, c.n)
+	write(func(r Row) { rows = appendRow(rows, r) })
+	if len(rows) == 0 {
 		return nil
 	}
-	rows := make([]Row, 0, c.n)
-	emitRows(data, fdes, b, keep, st, func(r Row) { rows = appendRow(rows, r) })
 	if len(rows) != cap(rows) {
 		// Not reached: the counter follows appendRow. Should it ever
 		// not, the table is still right, only copied.
@@ -112,7 +121,7 @@ func emitRows(data []byte, fdes []fde, b *bases, keep func(begin, end uint64) bo
 // two. emitRows gives rows in nondecreasing PC order, so a row replaces
 // at most the last one, and never after a replacement was dropped. Rows
 // out of order (never seen) could make the count wrong; the rows are
-// still appendRow's, and compile's final check trims a wrong capacity.
+// still appendRow's, and exactRows' final check trims a wrong capacity.
 type rowCounter struct {
 	n          int
 	last, prev Row // valid when n > 0 and n > 1
@@ -187,20 +196,11 @@ func (t *Table) Covered(ranges []Range) uint64 {
 
 // Fill returns a table holding t's rules, with other's rules wherever t
 // has none (CFANone or outside t's rows). t and other are not modified.
-// The rows are merged twice, to count them and then into a slice of
-// exactly that length, so that no larger slice is held beside the result.
+// The rows are merged twice (exactRows), so that no larger slice is held
+// beside the result.
 func (t *Table) Fill(other *Table) *Table {
-	var c rowCounter
-	fillRows(t.Rows, other.Rows, c.add)
-	if c.n == 0 {
-		return &Table{}
-	}
-	out := make([]Row, 0, c.n)
-	fillRows(t.Rows, other.Rows, func(r Row) { out = appendRow(out, r) })
-	if len(out) != cap(out) {
-		out = append([]Row(nil), out...) // not reached, as in compile
-	}
-	return &Table{Rows: out}
+	merge := func(add func(Row)) { fillRows(t.Rows, other.Rows, add) }
+	return &Table{Rows: exactRows(merge, merge)}
 }
 
 // fillRows merges a and b as Fill does, calling add with each row in
