@@ -1,16 +1,19 @@
 package ebpfprofreceiver
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"math"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"regexp"
 	"runtime"
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -24,13 +27,15 @@ import (
 
 	"github.com/bpfcol/bpfcol/internal/bpf/profiler"
 	"github.com/bpfcol/bpfcol/internal/testenv"
+	"github.com/bpfcol/bpfcol/internal/testworkload"
 	"github.com/bpfcol/bpfcol/receiver/ebpfprofreceiver/internal/metadata"
 )
 
-// Shape of BenchmarkOffCPUOverhead: wallTriples triples of wall-clock
-// rounds (-short: shortTriples; BPFCOL_OFFCPU_TRIPLES overrides both, for
-// a narrower interval) after one warm-up triple, and statsRounds rounds
-// with kernel BPF statistics on.
+// Shape of BenchmarkOffCPUOverhead: wallTriples groups of wall-clock
+// rounds, one round per mode (the name is from when a group had three),
+// (-short: shortTriples; BPFCOL_OFFCPU_TRIPLES overrides both, for a
+// narrower interval) after one warm-up group, and statsRounds rounds with
+// kernel BPF statistics on.
 const (
 	wallTriples  = 31
 	shortTriples = 7
@@ -51,27 +56,48 @@ var (
 // (probability 0.05, min_duration 1ms) costs a context-switch-heavy
 // workload: `perf bench sched pipe`, two tasks ping-ponging over pipes.
 //
-// It runs on two placements of the pipe's tasks: free to run on any CPU,
-// as `perf bench` does by default ("any-cpu", the case the issue names),
-// and both on one CPU ("one-cpu"), where no switch waits for an idle CPU
-// to wake up, so a round trip is as short as it gets: the worst case for a
-// per-switch cost. Each has two parts.
+// It runs on three placements of the pipe's tasks. Free to run on any CPU,
+// as `perf bench` does by default ("any-cpu", the case the issue names):
+// the scheduler then keeps both on one CPU or puts them on two, round by
+// round or within one, and a round trip across CPUs, which wakes a halted
+// vCPU twice, costs several times one on a single CPU, so these rounds'
+// times measure the placement as much as anything. Both on one CPU
+// ("one-cpu"), where no switch waits for an idle CPU to wake up, so a round
+// trip is as short as it gets: the worst case for a per-switch cost. Each
+// on a CPU of its own ("cross-cpu", the pingpong workload, as perf's pipe
+// but pinned): every wake-up crosses CPUs. Each has two parts.
 //
-// "wall": short wall-clock rounds, one `perf bench sched pipe` run each
-// under a fresh receiver, in triples: off_cpu disabled ("off"), enabled
-// ("on"), and disabled with an empty tp_btf/sched_switch program attached
-// ("empty": the floor any program there costs). A triple's order rotates,
-// so that each mode takes each place as often, and the machine's drifting
-// load falls on the three alike; a first triple warms up and is dropped.
-// Each triple gives a ratio, on/off and empty/off, and on/empty (the cost
-// beyond the hook); their medians are reported with a distribution-free
-// 90% confidence interval (order statistics of the binomial), and the
-// issue's goal, at most 3% slowdown at the defaults, is judged from the
-// on/off interval: met when its upper bound is at most 3%, not met when its
-// lower bound is above, inconclusive otherwise. Kernel BPF statistics are
-// off there: with them on, every program run pays two clock reads, which
-// would be counted as off-CPU's cost; rounds where another process had
-// them on are counted and logged.
+// "wall": short wall-clock rounds, one pipe run each under a fresh
+// receiver, in groups of one round per mode: off_cpu disabled ("off"),
+// enabled ("on"), disabled with an empty tp_btf/sched_switch program
+// attached ("empty": the floor any program there costs), enabled at
+// probability 1e-12 ("unsampled": the program runs at every switch and
+// follows none), and enabled with the receiver's drain held back
+// ("held": the BPF side in full, no user space work on samples). A
+// group's order is a row of a Williams design, so that each mode takes
+// each place, and follows each other mode, equally often, and the
+// machine's drifting load and what a round leaves behind fall on all
+// alike; a first group warms up and is dropped. Before each round the
+// receiver loads the unwind tables of the pipe's binary from a warm-up run
+// (not in held rounds, which load nothing) and waits for its start-up work
+// to end. Each group gives ratios, on/off, empty/off, on/empty (the cost
+// beyond the hook), unsampled/off and held/off; their medians are
+// reported with a distribution-free 90% confidence interval (order
+// statistics of the binomial), and the issue's goal, at most 3% slowdown
+// at the defaults, is judged from the on/off interval: met when its upper
+// bound is at most 3%, not met when its lower bound is above, inconclusive
+// otherwise. Kernel BPF statistics are off there: with them on, every
+// program run pays two clock reads, which would be counted as off-CPU's
+// cost; rounds where another process had them on are counted and logged.
+//
+// Every wall round also records counts, which the placement does not
+// blur as it does times (roundCounts): the pipe's migrations, CPUs and
+// context switches, the IPIs of all CPUs (about 2 per round trip across
+// CPUs, none on one), this process's CPU time (the receiver's user space)
+// and the processes it loaded, the other CPU use of the machine, and the
+// off-CPU program's sampled switch-outs, events and walks. Their medians
+// are logged per mode ("counts" lines), with the rank correlations of the
+// time per round trip with each over all rounds ("correlation" line).
 //
 // "bpf": rounds with the statistics on and both the off-CPU program and
 // the empty one attached, for the BPF time per context switch: the
@@ -83,25 +109,49 @@ var (
 //
 // In every round a thread sleeps 2 ms at a time, to give the off-CPU
 // program waits to keep (the pipe's are all shorter than min_duration).
-// The benchmark fails when the work was not done: perf ran other than the
-// round trips asked, the off-CPU program counted, in a round it was on
-// for, no short wait (the pipe's) or no event (the sleeper's), or, with
+// The benchmark fails when the work was not done: the pipe ran other than
+// the round trips asked, or its tasks were seen on two CPUs when pinned to
+// one or on one when pinned to two, the off-CPU program counted, in a round
+// it was on for at the defaults, no short wait (the pipe's) or no event
+// (the sleeper's), or at probability 1e-12 followed a switch-out, or, with
 // the statistics on, either program ran fewer times than the round trips'
 // two switches.
 func BenchmarkOffCPUOverhead(b *testing.B) {
 	testenv.RequireBPF(b)
 	perf := testenv.LookPath(b, "perf")
 	taskset := testenv.LookPath(b, "taskset")
+	// The path /proc/PID/maps names perf's executable by.
+	perfExe, err := filepath.EvalSymlinks(perf)
+	if err != nil {
+		b.Fatalf("resolving %s: %v", perf, err)
+	}
 	pipe := func(name string, loops int, prefix ...string) offCPUBench {
-		cmd := append(prefix, perf, "bench", "sched", "pipe", "-l", strconv.Itoa(loops))
-		return offCPUBench{name: name, loops: loops, cmd: cmd}
+		run := func(n int) []string {
+			return append(slices.Clone(prefix), perf, "bench", "sched", "pipe", "-l", strconv.Itoa(n))
+		}
+		return offCPUBench{name: name, loops: loops, cmd: run(loops), warm: run(1_000_000_000), exe: perfExe}
 	}
 	last := strconv.Itoa(runtime.NumCPU() - 1)
 	// Rounds of about 0.4 s on a quiet 2-vCPU VM.
-	cases := []offCPUBench{
-		pipe("any-cpu", 20_000),
-		pipe("one-cpu", 80_000, taskset, "-c", last),
+	oneCPU := pipe("one-cpu", 80_000, taskset, "-c", last)
+	oneCPU.placement = func(pl placement) error {
+		if pl.apart > 0 {
+			return fmt.Errorf("pinned to one CPU, the pipe's tasks were on two in %d of %d polls", pl.apart, pl.polls)
+		}
+		return nil
 	}
+	// The deterministic cross-CPU placement: every round trip wakes a
+	// task on the other CPU twice.
+	pingpong := testworkload.BuildC(b, "pingpong.c", "-O2")
+	crossCPU := offCPUBench{name: "cross-cpu", loops: 10_000,
+		cmd: []string{pingpong, "10000", "0", last}, warm: []string{pingpong, "1000000000", "0", last}, exe: pingpong}
+	crossCPU.placement = func(pl placement) error {
+		if pl.polls == 0 || pl.apart < pl.polls {
+			return fmt.Errorf("pinned to two CPUs, the pipe's tasks were apart in %d of %d polls", pl.apart, pl.polls)
+		}
+		return nil
+	}
+	cases := []offCPUBench{pipe("any-cpu", 20_000), oneCPU, crossCPU}
 	for _, c := range cases {
 		b.Run(c.name, func(b *testing.B) {
 			b.Run("wall", c.wall)
@@ -116,6 +166,12 @@ type offCPUBench struct {
 	name  string
 	loops int
 	cmd   []string
+	// warm is a long run of cmd, stopped before each round once the
+	// receiver has loaded exe, its executable.
+	warm []string
+	exe  string
+	// placement, if set, checks where the polls saw the pipe's tasks.
+	placement func(placement) error
 }
 
 // offCPUMode is what a round runs the pipe under.
@@ -125,8 +181,22 @@ const (
 	modeOff   offCPUMode = iota // the receiver, off_cpu disabled
 	modeOn                      // the receiver, off_cpu enabled at its defaults
 	modeEmpty                   // modeOff and the empty program
-	modeStats                   // modeOn and the empty program, BPF statistics on
+	// modeOn at probability 1e-12: the program runs at every switch and
+	// follows none, so nothing is walked, recorded or read.
+	modeUnsampled
+	// modeOn with the receiver's ringbuf drain held back from its start
+	// to the round's end: the BPF side works in full, the receiver's user
+	// space reads nothing, and so loads no process's unwind tables.
+	modeHeld
+	modeStats // modeOn and the empty program, BPF statistics on
 )
+
+// wallModes are the modes of a wall-clock group, modeOff to modeHeld.
+const wallModes = 5
+
+var modeNames = [...]string{"off", "on", "empty", "unsampled", "held", "stats"}
+
+func (m offCPUMode) String() string { return modeNames[m] }
 
 // roundResult is what one round measured.
 type roundResult struct {
@@ -142,6 +212,10 @@ type roundResult struct {
 	foreignStats bool
 	// Whether user stacks are walked in task work (OffCPUTaskWork).
 	taskWork bool
+	// Whether the receiver was still busy when the round started
+	// (waitIdle gave up).
+	busyStart bool
+	counts    roundCounts
 }
 
 // emptySwitchProgram loads a tp_btf/sched_switch program that does
@@ -164,19 +238,33 @@ func emptySwitchProgram(b *testing.B) *ebpf.Program {
 // round runs the pipe once under mode, with a thread sleeping 2 ms at a
 // time alongside, and fails b if the work was not done.
 func (c offCPUBench) round(b *testing.B, empty *ebpf.Program, mode offCPUMode) roundResult {
-	offCPU := mode == modeOn || mode == modeStats
+	offCPU := mode == modeOn || mode == modeUnsampled || mode == modeHeld || mode == modeStats
 	withEmpty := mode == modeEmpty || mode == modeStats
 	stats := mode == modeStats
 	cfg := createDefaultConfig().(*Config)
 	cfg.OffCPU.Enabled = offCPU
+	if mode == modeUnsampled {
+		cfg.OffCPU.Probability = 1e-12
+	}
+	if err := cfg.Validate(); err != nil {
+		b.Fatal(err)
+	}
 	r, err := newProfilesReceiver(receivertest.NewNopSettings(metadata.Type), cfg, consumertest.NewNop())
 	if err != nil {
 		b.Fatal(err)
+	}
+	var release chan struct{}
+	if mode == modeHeld {
+		release = make(chan struct{})
+		r.hooks.drainStart = release
 	}
 	if err := r.Start(context.Background(), componenttest.NewNopHost()); err != nil {
 		b.Fatal(err)
 	}
 	defer func() {
+		if release != nil {
+			close(release)
+		}
 		if err := r.Shutdown(context.Background()); err != nil {
 			b.Error(err)
 		}
@@ -188,7 +276,11 @@ func (c offCPUBench) round(b *testing.B, empty *ebpf.Program, mode offCPUMode) r
 		}
 		defer l.Close()
 	}
-	waitIdle(b)
+	// Held, the receiver reads no sample and so loads no process.
+	if mode != modeHeld {
+		c.warmUp(b, r)
+	}
+	busyStart := !waitIdle(b)
 	if stats {
 		s, err := ebpf.EnableStats(unix.BPF_STATS_RUN_TIME)
 		if err != nil {
@@ -247,30 +339,76 @@ func (c offCPUBench) round(b *testing.B, empty *ebpf.Program, mode offCPUMode) r
 			}
 		}
 	}()
-	out, err := exec.Command(c.cmd[0], c.cmd[1:]...).CombinedOutput()
+	loads0 := r.unwind.Stats().Loads
+	cpu0, sw0 := selfUsage(b)
+	sys0 := readSystemCounts(b)
+	var out bytes.Buffer
+	cmd := exec.Command(c.cmd[0], c.cmd[1:]...)
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		b.Fatalf("starting %s: %v", c.cmd[0], err)
+	}
+	stopPoll := make(chan struct{})
+	polled := make(chan placement)
+	go func() { polled <- pollPlacement(cmd.Process.Pid, stopPoll) }()
+	err = cmd.Wait()
+	close(stopPoll)
+	pl := <-polled
+	sys1 := readSystemCounts(b)
+	cpu1, sw1 := selfUsage(b)
+	loads1 := r.unwind.Stats().Loads
 	close(stop)
 	<-slept
 	if err != nil {
-		b.Fatalf("perf bench sched pipe: %v\n%s", err, out)
+		b.Fatalf("%s: %v\n%s", strings.Join(c.cmd, " "), err, out.Bytes())
 	}
 	s1 := read()
-	pipe, err := perfPipeTime(out, c.loops)
+	pipe, err := perfPipeTime(out.Bytes(), c.loops)
 	if err != nil {
 		b.Fatal(err)
 	}
 	res := roundResult{
 		pipe:         pipe,
+		busyStart:    busyStart,
 		foreignStats: !stats && s1.sampled != s0.sampled,
 		walks:        s1.walks - s0.walks,
 		walkRT:       s1.walkRT - s0.walkRT,
 	}
+	k := &res.counts
+	k.pipeCPU, k.pipeVol, k.pipeInvol = usageOf(cmd.ProcessState)
+	for _, m := range pl.migrations {
+		k.migrations += m
+	}
+	k.polls, k.apart = pl.polls, pl.apart
+	k.selfCPU, k.selfSwitches = cpu1-cpu0, sw1-sw0
+	k.busy = time.Duration(sys1.busyTicks-sys0.busyTicks) * 10 * time.Millisecond
+	k.foreign = max(k.busy-k.pipeCPU-k.selfCPU, 0)
+	k.ipis, k.irqWork = sys1.ipis-sys0.ipis, sys1.irqWork-sys0.irqWork
+	k.walks = res.walks
+	k.loads = loads1 - loads0
+	d := func(f func(profiler.Counters) uint64) uint64 { return f(s1.c) - f(s0.c) }
+	k.events = d(func(c profiler.Counters) uint64 { return c.OffCPUEvents })
+	k.sampled = d(func(c profiler.Counters) uint64 {
+		return c.OffCPUShort + c.OffCPUEvents + c.OffCPUMerged + c.OffCPUBusy + c.OffCPUFull +
+			c.OffCPUTaskWorkRefused + c.OffCPUGone + c.OffCPUUnended
+	})
+	if c.placement != nil {
+		if err := c.placement(pl); err != nil {
+			b.Fatal(err)
+		}
+	}
 	if offCPU {
 		res.taskWork = r.sampler.OffCPUTaskWork()
-		// Every sampled switch-out of the pipe is counted short,
-		// every one of the sleeper's is kept.
-		if s1.c.OffCPUShort == s0.c.OffCPUShort || s1.c.OffCPUEvents == s0.c.OffCPUEvents {
-			b.Fatalf("the off-CPU program did not run: %d short waits, %d events",
-				s1.c.OffCPUShort-s0.c.OffCPUShort, s1.c.OffCPUEvents-s0.c.OffCPUEvents)
+		short, events := s1.c.OffCPUShort-s0.c.OffCPUShort, s1.c.OffCPUEvents-s0.c.OffCPUEvents
+		if mode == modeUnsampled {
+			// Nothing is followed at probability 1e-12.
+			if k.sampled != 0 {
+				b.Fatalf("the off-CPU program at probability 1e-12 followed %d switch-outs", k.sampled)
+			}
+		} else if short == 0 || events == 0 {
+			// Every sampled switch-out of the pipe is counted short,
+			// every one of the sleeper's is kept.
+			b.Fatalf("the off-CPU program did not run: %d short waits, %d events", short, events)
 		}
 	}
 	if stats {
@@ -324,20 +462,24 @@ func (c offCPUBench) wall(b *testing.B) {
 		triples = n
 	}
 	load0 := loadAverage(b)
-	var onOff, emptyOff, onEmpty []float64
+	var onOff, emptyOff, onEmpty, unsampledOff, heldOff []float64
 	var offTotal time.Duration
+	var rounds [wallModes][]roundResult
 	foreign := 0
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
-		// Triple 0 warms up: its ratios are dropped.
+		// Group 0 warms up: its rounds are dropped.
 		for t := 0; t <= triples; t++ {
-			var d [3]time.Duration
-			for k := range 3 {
-				mode := offCPUMode((t + k) % 3)
+			var d [wallModes]time.Duration
+			for _, k := range groupOrder(t, wallModes) {
+				mode := offCPUMode(k)
 				res := c.round(b, empty, mode)
 				d[mode] = res.pipe
 				if res.foreignStats {
 					foreign++
+				}
+				if t > 0 {
+					rounds[mode] = append(rounds[mode], res)
 				}
 			}
 			if t == 0 {
@@ -347,10 +489,16 @@ func (c offCPUBench) wall(b *testing.B) {
 			onOff = append(onOff, 100*(on/off-1))
 			emptyOff = append(emptyOff, 100*(bare/off-1))
 			onEmpty = append(onEmpty, 100*(on/bare-1))
+			unsampledOff = append(unsampledOff, 100*(d[modeUnsampled].Seconds()/off-1))
+			heldOff = append(heldOff, 100*(d[modeHeld].Seconds()/off-1))
 			offTotal += d[modeOff]
 		}
 	}
 	b.StopTimer()
+	c.reportCounts(b, rounds)
+	med := func(xs []float64) float64 { m, _, _ := medianCI(xs, ciLevel); return m }
+	b.ReportMetric(med(unsampledOff), "%slowdown-unsampled")
+	b.ReportMetric(med(heldOff), "%slowdown-held")
 	slow, lo, hi := medianCI(onOff, ciLevel)
 	eslow, elo, ehi := medianCI(emptyOff, ciLevel)
 	beyond, blo, bhi := medianCI(onEmpty, ciLevel)
@@ -365,6 +513,113 @@ func (c offCPUBench) wall(b *testing.B) {
 		"rounds with BPF statistics enabled by another process: %d; load average %s before, %s after; on/off %%: %.2f",
 		c.name, len(onOff), c.loops, slow, lo, hi, offCPUGoal, verdict(lo, hi, offCPUGoal),
 		eslow, elo, ehi, beyond, blo, bhi, foreign, load0, loadAverage(b), onOff)
+	ulo, uhi := ci(unsampledOff)
+	hlo, hhi := ci(heldOff)
+	b.Logf("%s: on at probability 1e-12, nothing followed (unsampled/off) %.2f%% (CI %.2f..%.2f); "+
+		"on with the ringbuf drain held (held/off) %.2f%% (CI %.2f..%.2f)",
+		c.name, med(unsampledOff), ulo, uhi, med(heldOff), hlo, hhi)
+}
+
+// ci is the confidence interval of the median of xs.
+func ci(xs []float64) (lo, hi float64) {
+	_, lo, hi = medianCI(xs, ciLevel)
+	return lo, hi
+}
+
+// reportCounts logs, per mode, the medians of the rounds' counts, and over
+// all rounds the rank correlations of the time per round trip with the
+// counts that tell the pipe's placement and its neighbours apart.
+func (c offCPUBench) reportCounts(b *testing.B, rounds [wallModes][]roundResult) {
+	loops := float64(c.loops)
+	med := func(rs []roundResult, f func(roundResult) float64) float64 {
+		xs := make([]float64, len(rs))
+		for i, r := range rs {
+			xs[i] = f(r)
+		}
+		m, _, _ := medianCI(xs, ciLevel)
+		return m
+	}
+	perTrip := func(r roundResult) float64 { return float64(r.pipe.Nanoseconds()) / loops }
+	migrations := func(r roundResult) float64 { return 1000 * float64(r.counts.migrations) / loops }
+	apart := func(r roundResult) float64 {
+		if r.counts.polls == 0 {
+			return math.NaN()
+		}
+		return 100 * float64(r.counts.apart) / float64(r.counts.polls)
+	}
+	ipis := func(r roundResult) float64 { return float64(r.counts.ipis) / loops }
+	invol := func(r roundResult) float64 { return 1000 * float64(r.counts.pipeInvol) / loops }
+	pipeCPU := func(r roundResult) float64 { return float64(r.counts.pipeCPU.Nanoseconds()) / loops }
+	foreign := func(r roundResult) float64 { return float64(r.counts.foreign.Milliseconds()) }
+	selfCPU := func(r roundResult) float64 { return float64(r.counts.selfCPU.Microseconds()) / 1000 }
+	var all []roundResult
+	for m := range offCPUMode(wallModes) {
+		rs := rounds[m]
+		all = append(all, rs...)
+		crossCPU, busy := 0, 0
+		for _, r := range rs {
+			if r.counts.ipis > uint64(c.loops) {
+				crossCPU++
+			}
+			if r.busyStart {
+				busy++
+			}
+		}
+		b.Logf("%s counts %-9s (medians of %d rounds): ns/roundtrip %.0f; pipe: migrations/1k trips %.2f, "+
+			"polls apart %.0f%%, IPIs/trip %.2f (rounds with > 1: %d), involuntary switches/1k trips %.1f, "+
+			"voluntary/trip %.2f, CPU ns/trip %.0f; this process: CPU %.1f ms, switches %.0f, processes loaded %.0f, "+
+			"rounds started busy %d; "+
+			"other CPU use %.0f ms; IRQ work %.0f; off-CPU: sampled switch-outs %.0f, events %.0f, walks %.0f",
+			c.name, m, len(rs), med(rs, perTrip), med(rs, migrations), med(rs, apart), med(rs, ipis), crossCPU,
+			med(rs, invol), med(rs, func(r roundResult) float64 { return float64(r.counts.pipeVol) / loops }),
+			med(rs, pipeCPU), med(rs, selfCPU),
+			med(rs, func(r roundResult) float64 { return float64(r.counts.selfSwitches) }),
+			med(rs, func(r roundResult) float64 { return float64(r.counts.loads) }), busy,
+			med(rs, foreign), med(rs, func(r roundResult) float64 { return float64(r.counts.irqWork) }),
+			med(rs, func(r roundResult) float64 { return float64(r.counts.sampled) }),
+			med(rs, func(r roundResult) float64 { return float64(r.counts.events) }),
+			med(rs, func(r roundResult) float64 { return float64(r.counts.walks) }))
+	}
+	series := func(f func(roundResult) float64) []float64 {
+		xs := make([]float64, len(all))
+		for i, r := range all {
+			xs[i] = f(r)
+		}
+		return xs
+	}
+	t := series(perTrip)
+	b.Logf("%s correlation (Spearman, %d rounds of all modes) of ns/roundtrip with: migrations/trip %.2f, "+
+		"polls apart %.2f, IPIs/trip %.2f, involuntary switches/trip %.2f, pipe CPU/trip %.2f, "+
+		"other CPU use %.2f, this process's CPU %.2f",
+		c.name, len(all), spearman(t, series(migrations)), spearman(t, series(apart)), spearman(t, series(ipis)),
+		spearman(t, series(invol)), spearman(t, series(pipeCPU)), spearman(t, series(foreign)), spearman(t, series(selfCPU)))
+}
+
+// groupOrder is the order of the n modes in group t: the rows of a Williams
+// design, in turn, so that over every 2n groups (n for an even n) each mode
+// takes each place equally often and follows each other mode equally often:
+// what a round leaves behind (its receiver's teardown, its garbage) falls
+// on every mode alike.
+func groupOrder(t, n int) []int {
+	rows := n
+	if n%2 == 1 {
+		rows = 2 * n
+	}
+	r := t % rows
+	order := make([]int, n)
+	for j := range order {
+		// 0, 1, n-1, 2, n-2, ...: every difference between neighbours
+		// once.
+		base := (j + 1) / 2
+		if j%2 == 0 && j > 0 {
+			base = n - j/2
+		}
+		order[j] = (base + r) % n
+	}
+	if r >= n {
+		slices.Reverse(order)
+	}
+	return order
 }
 
 // verdict judges a goal of at most goal from a confidence interval lo..hi.
@@ -455,10 +710,62 @@ func medianCI(xs []float64, level float64) (median, lo, hi float64) {
 	return median, s[k-1], s[n-k]
 }
 
+// warmUp runs c's command until the receiver has loaded its process, with
+// the unwind table of its executable, then kills it: the round's process
+// maps the same files, whose tables are then built and loaded already
+// (waitIdle waits for those of its libraries), in every mode alike.
+func (c offCPUBench) warmUp(b *testing.B, r *profilesReceiver) {
+	cmd := exec.Command(c.warm[0], c.warm[1:]...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		b.Fatalf("starting %s: %v", strings.Join(c.warm, " "), err)
+	}
+	defer func() {
+		// The process group: the pipe's child too.
+		_ = unix.Kill(-cmd.Process.Pid, unix.SIGKILL)
+		_ = cmd.Wait()
+	}()
+	pid := cmd.Process.Pid
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		if addr, ok := executableText(pid, c.exe); ok && r.unwind.Covers(uint32(pid), addr) {
+			return
+		}
+		if time.Now().After(deadline) {
+			addr, ok := executableText(pid, c.exe)
+			b.Fatalf("the receiver did not load %s's process with its unwind table within 10 s "+
+				"(text of %s at %#x: %v; loader: %+v)", strings.Join(c.warm, " "), c.exe, addr, ok, r.unwind.Stats())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// executableText is the start of pid's executable mapping of exe.
+func executableText(pid int, exe string) (uint64, bool) {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/maps", pid))
+	if err != nil {
+		return 0, false
+	}
+	for line := range strings.Lines(string(data)) {
+		f := strings.Fields(line)
+		if len(f) < 6 || f[1] != "r-xp" || f[5] != exe {
+			continue
+		}
+		start, _, _ := strings.Cut(f[0], "-")
+		addr, err := strconv.ParseUint(start, 16, 64)
+		return addr, err == nil
+	}
+	return 0, false
+}
+
 // waitIdle waits for the receiver's start-up work (loading the CFI of every
-// process) to end, so that it does not fall in a round: until this process
-// uses under 5% of a CPU over 100 ms, for at least 300 ms and at most 5 s.
-func waitIdle(b *testing.B) {
+// process it sees) to end, so that it does not fall in a round: until this
+// process uses under 5% of a CPU over a window longer than a drain interval
+// (processes seen in samples are loaded as the drain reads them: a shorter
+// window falls between two drains), for at most 10 s. It reports whether
+// that happened. The garbage of earlier rounds' receivers is collected
+// first, so that no round pays for another's.
+func waitIdle(b *testing.B) bool {
+	runtime.GC()
 	cpu := func() time.Duration {
 		var ru unix.Rusage
 		if err := unix.Getrusage(unix.RUSAGE_SELF, &ru); err != nil {
@@ -466,14 +773,16 @@ func waitIdle(b *testing.B) {
 		}
 		return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 	}
+	const window = drainInterval + 100*time.Millisecond
 	time.Sleep(200 * time.Millisecond)
-	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); {
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); {
 		c0 := cpu()
-		time.Sleep(100 * time.Millisecond)
-		if cpu()-c0 < 5*time.Millisecond {
-			return
+		time.Sleep(window)
+		if cpu()-c0 < window/20 {
+			return true
 		}
 	}
+	return false
 }
 
 // loadAverage is /proc/loadavg's 1, 5 and 15 minute averages.
@@ -516,6 +825,52 @@ func TestMedianCI(t *testing.T) {
 	}{{-1, 2.9, "met"}, {1, 3, "met"}, {2, 4, "inconclusive"}, {3.1, 5, "not met"}} {
 		if got := verdict(c.lo, c.hi, 3); got != c.want {
 			t.Errorf("verdict(%v, %v, 3) = %q, want %q", c.lo, c.hi, got, c.want)
+		}
+	}
+}
+
+func TestGroupOrder(t *testing.T) {
+	for _, n := range []int{3, 4, 5} {
+		rows := n
+		if n%2 == 1 {
+			rows = 2 * n
+		}
+		places := map[[2]int]int{}
+		follows := map[[2]int]int{}
+		for g := range rows {
+			order := groupOrder(g, n)
+			if !slices.Equal(order, groupOrder(g+rows, n)) {
+				t.Errorf("n=%d: group %d and %d differ: the design does not repeat", n, g, g+rows)
+			}
+			seen := map[int]bool{}
+			for i, m := range order {
+				if m < 0 || m >= n || seen[m] {
+					t.Fatalf("n=%d, group %d: %v is not an order of 0..%d", n, g, order, n-1)
+				}
+				seen[m] = true
+				places[[2]int{m, i}]++
+				if i > 0 {
+					follows[[2]int{order[i-1], m}]++
+				}
+			}
+		}
+		// Each mode in each place, and after each other mode, rows/n
+		// times.
+		for m := range n {
+			for i := range n {
+				if got := places[[2]int{m, i}]; got != rows/n {
+					t.Errorf("n=%d: mode %d in place %d %d times, want %d", n, m, i, got, rows/n)
+				}
+			}
+			for p := range n {
+				want := rows / n
+				if p == m {
+					want = 0
+				}
+				if got := follows[[2]int{p, m}]; got != want {
+					t.Errorf("n=%d: mode %d after mode %d %d times, want %d", n, m, p, got, want)
+				}
+			}
 		}
 	}
 }
