@@ -526,12 +526,24 @@ func ci(xs []float64) (lo, hi float64) {
 	return lo, hi
 }
 
-// reportCounts logs, per mode, the medians of the rounds' counts, and over
-// all rounds the rank correlations of the time per round trip with the
-// counts that tell the pipe's placement and its neighbours apart.
+// Rounds by the pipe's placement, from the IPIs per round trip: about 2
+// when every wake-up crosses CPUs, none when both tasks share one.
+const (
+	sameCPUMaxIPIs  = 0.2 // fewer per round trip: a one-CPU round
+	crossCPUMinIPIs = 1.5 // more: a cross-CPU round; between: mixed
+)
+
+// reportCounts logs, per mode, the medians of the rounds' counts, as rates
+// (a round's length varies with the placement), the rounds of each
+// placement with their medians of time per round trip (modes compared at
+// equal placement), and over all rounds the rank correlations of the time
+// per round trip with the counts.
 func (c offCPUBench) reportCounts(b *testing.B, rounds [wallModes][]roundResult) {
 	loops := float64(c.loops)
 	med := func(rs []roundResult, f func(roundResult) float64) float64 {
+		if len(rs) == 0 {
+			return math.NaN()
+		}
 		xs := make([]float64, len(rs))
 		for i, r := range rs {
 			xs[i] = f(r)
@@ -539,47 +551,72 @@ func (c offCPUBench) reportCounts(b *testing.B, rounds [wallModes][]roundResult)
 		m, _, _ := medianCI(xs, ciLevel)
 		return m
 	}
-	perTrip := func(r roundResult) float64 { return float64(r.pipe.Nanoseconds()) / loops }
-	migrations := func(r roundResult) float64 { return 1000 * float64(r.counts.migrations) / loops }
+	// Per round trip, per 1000 of them, per second of the round, or as
+	// a share of one CPU over the round.
+	perTrip := func(n float64) float64 { return n / loops }
+	perSec := func(r roundResult, n float64) float64 { return n / r.pipe.Seconds() }
+	share := func(r roundResult, d time.Duration) float64 { return 100 * d.Seconds() / r.pipe.Seconds() }
+	nsPerTrip := func(r roundResult) float64 { return perTrip(float64(r.pipe.Nanoseconds())) }
+	migrations := func(r roundResult) float64 { return 1000 * perTrip(float64(r.counts.migrations)) }
 	apart := func(r roundResult) float64 {
 		if r.counts.polls == 0 {
 			return math.NaN()
 		}
 		return 100 * float64(r.counts.apart) / float64(r.counts.polls)
 	}
-	ipis := func(r roundResult) float64 { return float64(r.counts.ipis) / loops }
-	invol := func(r roundResult) float64 { return 1000 * float64(r.counts.pipeInvol) / loops }
-	pipeCPU := func(r roundResult) float64 { return float64(r.counts.pipeCPU.Nanoseconds()) / loops }
-	foreign := func(r roundResult) float64 { return float64(r.counts.foreign.Milliseconds()) }
-	selfCPU := func(r roundResult) float64 { return float64(r.counts.selfCPU.Microseconds()) / 1000 }
+	ipis := func(r roundResult) float64 { return perTrip(float64(r.counts.ipis)) }
+	invol := func(r roundResult) float64 { return 1000 * perTrip(float64(r.counts.pipeInvol)) }
+	vol := func(r roundResult) float64 { return perTrip(float64(r.counts.pipeVol)) }
+	pipeCPU := func(r roundResult) float64 { return perTrip(float64(r.counts.pipeCPU.Nanoseconds())) }
+	selfCPU := func(r roundResult) float64 { return share(r, r.counts.selfCPU) }
+	selfSw := func(r roundResult) float64 { return perSec(r, float64(r.counts.selfSwitches)) }
+	loads := func(r roundResult) float64 { return perSec(r, float64(r.counts.loads)) }
+	foreign := func(r roundResult) float64 { return share(r, r.counts.foreign) }
+	irqWork := func(r roundResult) float64 { return perSec(r, float64(r.counts.irqWork)) }
+	sampled := func(r roundResult) float64 { return 1000 * perTrip(float64(r.counts.sampled)) }
+	events := func(r roundResult) float64 { return perSec(r, float64(r.counts.events)) }
+	walks := func(r roundResult) float64 { return perSec(r, float64(r.counts.walks)) }
 	var all []roundResult
+	var same, mixed, cross [wallModes][]roundResult
 	for m := range offCPUMode(wallModes) {
 		rs := rounds[m]
 		all = append(all, rs...)
-		crossCPU, busy := 0, 0
+		busy := 0
 		for _, r := range rs {
-			if r.counts.ipis > uint64(c.loops) {
-				crossCPU++
+			switch x := ipis(r); {
+			case x < sameCPUMaxIPIs:
+				same[m] = append(same[m], r)
+			case x > crossCPUMinIPIs:
+				cross[m] = append(cross[m], r)
+			default:
+				mixed[m] = append(mixed[m], r)
 			}
 			if r.busyStart {
 				busy++
 			}
 		}
-		b.Logf("%s counts %-9s (medians of %d rounds): ns/roundtrip %.0f; pipe: migrations/1k trips %.2f, "+
-			"polls apart %.0f%%, IPIs/trip %.2f (rounds with > 1: %d), involuntary switches/1k trips %.1f, "+
-			"voluntary/trip %.2f, CPU ns/trip %.0f; this process: CPU %.1f ms, switches %.0f, processes loaded %.0f, "+
-			"rounds started busy %d; "+
-			"other CPU use %.0f ms; IRQ work %.0f; off-CPU: sampled switch-outs %.0f, events %.0f, walks %.0f",
-			c.name, m, len(rs), med(rs, perTrip), med(rs, migrations), med(rs, apart), med(rs, ipis), crossCPU,
-			med(rs, invol), med(rs, func(r roundResult) float64 { return float64(r.counts.pipeVol) / loops }),
-			med(rs, pipeCPU), med(rs, selfCPU),
-			med(rs, func(r roundResult) float64 { return float64(r.counts.selfSwitches) }),
-			med(rs, func(r roundResult) float64 { return float64(r.counts.loads) }), busy,
-			med(rs, foreign), med(rs, func(r roundResult) float64 { return float64(r.counts.irqWork) }),
-			med(rs, func(r roundResult) float64 { return float64(r.counts.sampled) }),
-			med(rs, func(r roundResult) float64 { return float64(r.counts.events) }),
-			med(rs, func(r roundResult) float64 { return float64(r.counts.walks) }))
+		b.Logf("%s counts %-9s (medians of %d rounds): ns/roundtrip %.0f; pipe: IPIs/trip %.2f, polls apart %.0f%%, "+
+			"migrations/1k trips %.2f, involuntary switches/1k trips %.1f, voluntary/trip %.2f, CPU ns/trip %.0f; "+
+			"this process: CPU %.1f%%, switches/s %.0f, processes loaded/s %.1f, rounds started busy %d; "+
+			"other CPU use %.1f%%; IRQ work/s %.0f; off-CPU: sampled switch-outs/1k trips %.1f, events/s %.0f, walks/s %.0f",
+			c.name, m, len(rs), med(rs, nsPerTrip), med(rs, ipis), med(rs, apart),
+			med(rs, migrations), med(rs, invol), med(rs, vol), med(rs, pipeCPU),
+			med(rs, selfCPU), med(rs, selfSw), med(rs, loads), busy,
+			med(rs, foreign), med(rs, irqWork), med(rs, sampled), med(rs, events), med(rs, walks))
 	}
+	var byPlace strings.Builder
+	for m := range offCPUMode(wallModes) {
+		fmt.Fprintf(&byPlace, "; %s %d/%d/%d, ns/trip %.0f/%.0f/%.0f", m,
+			len(same[m]), len(mixed[m]), len(cross[m]),
+			med(same[m], nsPerTrip), med(mixed[m], nsPerTrip), med(cross[m], nsPerTrip))
+	}
+	ratio := func(place [wallModes][]roundResult, m offCPUMode) float64 {
+		return 100 * (med(place[m], nsPerTrip)/med(place[modeOff], nsPerTrip) - 1)
+	}
+	b.Logf("%s placement (IPIs/trip < %.1f one CPU, > %.1f cross-CPU, else mixed): rounds one/mixed/cross and their "+
+		"median ns/trip per mode%s; at equal placement, one CPU: on/off %.1f%%, empty/off %.1f%%; cross-CPU: on/off %.1f%%, empty/off %.1f%%",
+		c.name, sameCPUMaxIPIs, crossCPUMinIPIs, byPlace.String(),
+		ratio(same, modeOn), ratio(same, modeEmpty), ratio(cross, modeOn), ratio(cross, modeEmpty))
 	series := func(f func(roundResult) float64) []float64 {
 		xs := make([]float64, len(all))
 		for i, r := range all {
@@ -587,12 +624,13 @@ func (c offCPUBench) reportCounts(b *testing.B, rounds [wallModes][]roundResult)
 		}
 		return xs
 	}
-	t := series(perTrip)
-	b.Logf("%s correlation (Spearman, %d rounds of all modes) of ns/roundtrip with: migrations/trip %.2f, "+
-		"polls apart %.2f, IPIs/trip %.2f, involuntary switches/trip %.2f, pipe CPU/trip %.2f, "+
-		"other CPU use %.2f, this process's CPU %.2f",
-		c.name, len(all), spearman(t, series(migrations)), spearman(t, series(apart)), spearman(t, series(ipis)),
-		spearman(t, series(invol)), spearman(t, series(pipeCPU)), spearman(t, series(foreign)), spearman(t, series(selfCPU)))
+	t := series(nsPerTrip)
+	b.Logf("%s correlation (Spearman, %d rounds of all modes) of ns/roundtrip with: IPIs/trip %.2f, polls apart %.2f, "+
+		"migrations/trip %.2f, involuntary switches/trip %.2f, pipe CPU/trip %.2f, this process's CPU %.2f, "+
+		"processes loaded/s %.2f, other CPU use %.2f",
+		c.name, len(all), spearman(t, series(ipis)), spearman(t, series(apart)), spearman(t, series(migrations)),
+		spearman(t, series(invol)), spearman(t, series(pipeCPU)), spearman(t, series(selfCPU)),
+		spearman(t, series(loads)), spearman(t, series(foreign)))
 }
 
 // groupOrder is the order of the n modes in group t: the rows of a Williams
