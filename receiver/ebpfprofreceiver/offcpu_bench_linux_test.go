@@ -604,6 +604,16 @@ func (c offCPUBench) reportCounts(b *testing.B, rounds [wallModes][]roundResult)
 			med(rs, selfCPU), med(rs, selfSw), med(rs, loads), busy,
 			med(rs, foreign), med(rs, irqWork), med(rs, sampled), med(rs, events), med(rs, walks))
 	}
+	// Each round: ns/trip, IPIs/trip, processes loaded and this
+	// process's CPU time in ms.
+	for m := range offCPUMode(wallModes) {
+		var line strings.Builder
+		for _, r := range rounds[m] {
+			fmt.Fprintf(&line, " %.0f/%.2f/%d/%.0f", nsPerTrip(r), ipis(r), r.counts.loads,
+				float64(r.counts.selfCPU.Microseconds())/1000)
+		}
+		b.Logf("%s rounds %-9s (ns/trip/IPIs per trip/processes loaded/this process's CPU ms):%s", c.name, m, line.String())
+	}
 	var byPlace strings.Builder
 	for m := range offCPUMode(wallModes) {
 		fmt.Fprintf(&byPlace, "; %s %d/%d/%d, ns/trip %.0f/%.0f/%.0f", m,
