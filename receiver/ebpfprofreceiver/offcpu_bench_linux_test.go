@@ -495,7 +495,6 @@ func (c offCPUBench) wall(b *testing.B) {
 		}
 	}
 	b.StopTimer()
-	c.reportCounts(b, rounds)
 	med := func(xs []float64) float64 { m, _, _ := medianCI(xs, ciLevel); return m }
 	b.ReportMetric(med(unsampledOff), "%slowdown-unsampled")
 	b.ReportMetric(med(heldOff), "%slowdown-held")
@@ -518,6 +517,7 @@ func (c offCPUBench) wall(b *testing.B) {
 	b.Logf("%s: on at probability 1e-12, nothing followed (unsampled/off) %.2f%% (CI %.2f..%.2f); "+
 		"on with the ringbuf drain held (held/off) %.2f%% (CI %.2f..%.2f)",
 		c.name, med(unsampledOff), ulo, uhi, med(heldOff), hlo, hhi)
+	c.reportCounts(b, rounds)
 }
 
 // ci is the confidence interval of the median of xs.
@@ -577,6 +577,7 @@ func (c offCPUBench) reportCounts(b *testing.B, rounds [wallModes][]roundResult)
 	events := func(r roundResult) float64 { return perSec(r, float64(r.counts.events)) }
 	walks := func(r roundResult) float64 { return perSec(r, float64(r.counts.walks)) }
 	var all []roundResult
+	var countLines []string
 	var same, mixed, cross [wallModes][]roundResult
 	for m := range offCPUMode(wallModes) {
 		rs := rounds[m]
@@ -595,24 +596,14 @@ func (c offCPUBench) reportCounts(b *testing.B, rounds [wallModes][]roundResult)
 				busy++
 			}
 		}
-		b.Logf("%s counts %-9s (medians of %d rounds): ns/roundtrip %.0f; pipe: IPIs/trip %.2f, polls apart %.0f%%, "+
+		countLines = append(countLines, fmt.Sprintf("%s counts %-9s (medians of %d rounds): ns/roundtrip %.0f; pipe: IPIs/trip %.2f, polls apart %.0f%%, "+
 			"migrations/1k trips %.2f, involuntary switches/1k trips %.1f, voluntary/trip %.2f, CPU ns/trip %.0f; "+
 			"this process: CPU %.1f%%, switches/s %.0f, processes loaded/s %.1f, rounds started busy %d; "+
 			"other CPU use %.1f%%; IRQ work/s %.0f; off-CPU: sampled switch-outs/1k trips %.1f, events/s %.0f, walks/s %.0f",
 			c.name, m, len(rs), med(rs, nsPerTrip), med(rs, ipis), med(rs, apart),
 			med(rs, migrations), med(rs, invol), med(rs, vol), med(rs, pipeCPU),
 			med(rs, selfCPU), med(rs, selfSw), med(rs, loads), busy,
-			med(rs, foreign), med(rs, irqWork), med(rs, sampled), med(rs, events), med(rs, walks))
-	}
-	// Each round: ns/trip, IPIs/trip, processes loaded and this
-	// process's CPU time in ms.
-	for m := range offCPUMode(wallModes) {
-		var line strings.Builder
-		for _, r := range rounds[m] {
-			fmt.Fprintf(&line, " %.0f/%.2f/%d/%.0f", nsPerTrip(r), ipis(r), r.counts.loads,
-				float64(r.counts.selfCPU.Microseconds())/1000)
-		}
-		b.Logf("%s rounds %-9s (ns/trip/IPIs per trip/processes loaded/this process's CPU ms):%s", c.name, m, line.String())
+			med(rs, foreign), med(rs, irqWork), med(rs, sampled), med(rs, events), med(rs, walks)))
 	}
 	var byPlace strings.Builder
 	for m := range offCPUMode(wallModes) {
@@ -623,10 +614,19 @@ func (c offCPUBench) reportCounts(b *testing.B, rounds [wallModes][]roundResult)
 	ratio := func(place [wallModes][]roundResult, m offCPUMode) float64 {
 		return 100 * (med(place[m], nsPerTrip)/med(place[modeOff], nsPerTrip) - 1)
 	}
+	var equal strings.Builder
+	for _, p := range []struct {
+		name  string
+		place [wallModes][]roundResult
+	}{{"one CPU", same}, {"mixed", mixed}, {"cross-CPU", cross}} {
+		fmt.Fprintf(&equal, "; %s:", p.name)
+		for m := modeOn; m < wallModes; m++ {
+			fmt.Fprintf(&equal, " %s/off %.1f%%", m, ratio(p.place, m))
+		}
+	}
 	b.Logf("%s placement (IPIs/trip < %.1f one CPU, > %.1f cross-CPU, else mixed): rounds one/mixed/cross and their "+
-		"median ns/trip per mode%s; at equal placement, one CPU: on/off %.1f%%, empty/off %.1f%%; cross-CPU: on/off %.1f%%, empty/off %.1f%%",
-		c.name, sameCPUMaxIPIs, crossCPUMinIPIs, byPlace.String(),
-		ratio(same, modeOn), ratio(same, modeEmpty), ratio(cross, modeOn), ratio(cross, modeEmpty))
+		"median ns/trip per mode%s; medians at equal placement%s",
+		c.name, sameCPUMaxIPIs, crossCPUMinIPIs, byPlace.String(), equal.String())
 	series := func(f func(roundResult) float64) []float64 {
 		xs := make([]float64, len(all))
 		for i, r := range all {
@@ -641,6 +641,22 @@ func (c offCPUBench) reportCounts(b *testing.B, rounds [wallModes][]roundResult)
 		c.name, len(all), spearman(t, series(ipis)), spearman(t, series(apart)), spearman(t, series(migrations)),
 		spearman(t, series(invol)), spearman(t, series(pipeCPU)), spearman(t, series(selfCPU)),
 		spearman(t, series(loads)), spearman(t, series(foreign)))
+	// The testing package keeps 10 lines of a benchmark's log: with
+	// wall's two, these are 8.
+	for _, l := range countLines {
+		b.Log(l)
+	}
+	// Each round: ns/trip, IPIs/trip, processes loaded and this
+	// process's CPU time in ms.
+	var line strings.Builder
+	for m := range offCPUMode(wallModes) {
+		fmt.Fprintf(&line, "; %s", m)
+		for _, r := range rounds[m] {
+			fmt.Fprintf(&line, " %.0f/%.2f/%d/%.0f", nsPerTrip(r), ipis(r), r.counts.loads,
+				float64(r.counts.selfCPU.Microseconds())/1000)
+		}
+	}
+	b.Logf("%s rounds (ns/trip/IPIs per trip/processes loaded/this process's CPU ms)%s", c.name, line.String())
 }
 
 // groupOrder is the order of the n modes in group t: the rows of a Williams
