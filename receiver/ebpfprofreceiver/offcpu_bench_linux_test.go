@@ -95,9 +95,13 @@ var (
 // context switches, the IPIs of all CPUs (about 2 per round trip across
 // CPUs, none on one), this process's CPU time (the receiver's user space)
 // and the processes it loaded, the other CPU use of the machine, and the
-// off-CPU program's sampled switch-outs, events and walks. Their medians
-// are logged per mode ("counts" lines), with the rank correlations of the
-// time per round trip with each over all rounds ("correlation" line).
+// off-CPU program's sampled switch-outs, events and walks. The log has,
+// after the slowdowns, the rounds split by placement (by IPIs per round
+// trip) with each mode's median time per round trip at equal placement
+// ("placement"), the rank correlations of the time per round trip with the
+// counts over all rounds ("correlation"), the counts' medians per mode
+// ("counts"), and each round's time, IPIs, loads and receiver CPU
+// ("rounds").
 //
 // "bpf": rounds with the statistics on and both the off-CPU program and
 // the empty one attached, for the BPF time per context switch: the
@@ -507,7 +511,7 @@ func (c offCPUBench) wall(b *testing.B) {
 	b.ReportMetric(eslow, "%slowdown-empty-prog")
 	b.ReportMetric(beyond, "%slowdown-beyond-empty")
 	b.ReportMetric(float64(offTotal.Nanoseconds())/float64(len(onOff)*c.loops), "ns/roundtrip")
-	b.Logf("%s: %d triples of %d round trips; slowdown at the defaults (on/off) median %.2f%%, 90%% CI %.2f..%.2f%%: goal <= %.0f%% %s; "+
+	b.Logf("%s: %d groups of %d round trips; slowdown at the defaults (on/off) median %.2f%%, 90%% CI %.2f..%.2f%%: goal <= %.0f%% %s; "+
 		"empty program (empty/off) %.2f%% (CI %.2f..%.2f); beyond the empty program (on/empty) %.2f%% (CI %.2f..%.2f); "+
 		"rounds with BPF statistics enabled by another process: %d; load average %s before, %s after; on/off %%: %.2f",
 		c.name, len(onOff), c.loops, slow, lo, hi, offCPUGoal, verdict(lo, hi, offCPUGoal),
