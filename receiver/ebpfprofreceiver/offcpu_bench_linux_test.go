@@ -511,16 +511,16 @@ func (c offCPUBench) wall(b *testing.B) {
 	b.ReportMetric(eslow, "%slowdown-empty-prog")
 	b.ReportMetric(beyond, "%slowdown-beyond-empty")
 	b.ReportMetric(float64(offTotal.Nanoseconds())/float64(len(onOff)*c.loops), "ns/roundtrip")
-	b.Logf("%s: %d groups of %d round trips; slowdown at the defaults (on/off) median %.2f%%, 90%% CI %.2f..%.2f%%: goal <= %.0f%% %s; "+
-		"empty program (empty/off) %.2f%% (CI %.2f..%.2f); beyond the empty program (on/empty) %.2f%% (CI %.2f..%.2f); "+
-		"rounds with BPF statistics enabled by another process: %d; load average %s before, %s after; on/off %%: %.2f",
-		c.name, len(onOff), c.loops, slow, lo, hi, offCPUGoal, verdict(lo, hi, offCPUGoal),
-		eslow, elo, ehi, beyond, blo, bhi, foreign, load0, loadAverage(b), onOff)
 	ulo, uhi := ci(unsampledOff)
 	hlo, hhi := ci(heldOff)
-	b.Logf("%s: on at probability 1e-12, nothing followed (unsampled/off) %.2f%% (CI %.2f..%.2f); "+
-		"on with the ringbuf drain held (held/off) %.2f%% (CI %.2f..%.2f)",
-		c.name, med(unsampledOff), ulo, uhi, med(heldOff), hlo, hhi)
+	b.Logf("%s: %d groups of %d round trips; slowdown at the defaults (on/off) median %.2f%%, 90%% CI %.2f..%.2f%%: goal <= %.0f%% %s; "+
+		"empty program (empty/off) %.2f%% (CI %.2f..%.2f); beyond the empty program (on/empty) %.2f%% (CI %.2f..%.2f); "+
+		"on at probability 1e-12, nothing followed (unsampled/off) %.2f%% (CI %.2f..%.2f); "+
+		"on with the ringbuf drain held (held/off) %.2f%% (CI %.2f..%.2f); "+
+		"rounds with BPF statistics enabled by another process: %d; load average %s before, %s after; on/off %%: %.2f",
+		c.name, len(onOff), c.loops, slow, lo, hi, offCPUGoal, verdict(lo, hi, offCPUGoal),
+		eslow, elo, ehi, beyond, blo, bhi, med(unsampledOff), ulo, uhi, med(heldOff), hlo, hhi,
+		foreign, load0, loadAverage(b), onOff)
 	c.reportCounts(b, rounds)
 }
 
@@ -646,7 +646,7 @@ func (c offCPUBench) reportCounts(b *testing.B, rounds [wallModes][]roundResult)
 		spearman(t, series(invol)), spearman(t, series(pipeCPU)), spearman(t, series(selfCPU)),
 		spearman(t, series(loads)), spearman(t, series(foreign)))
 	// The testing package keeps 10 lines of a benchmark's log: with
-	// wall's two, these are 8.
+	// wall's, these are 9.
 	for _, l := range countLines {
 		b.Log(l)
 	}
