@@ -672,6 +672,13 @@ func (w *unitReader) read(start unitStart) (u unitTables) {
 					}
 				}
 				push = idx
+			} else if e.Children {
+				// A declaration or an abstract instance: no code, and
+				// its children (parameters, variables, blocks) none.
+				if err := w.skipChildren(r, e, start.end); err != nil {
+					return unitTables{err: err}
+				}
+				continue
 			}
 		case dwarf.TagInlinedSubroutine:
 			if top < 0 {
