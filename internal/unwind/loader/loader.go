@@ -105,7 +105,9 @@ type Stats struct {
 	Loads, LoadErrors int64
 	// TableErrors counts files whose table could not be built.
 	TableErrors int64
-	// DroppedRequests counts load requests dropped on a full queue.
+	// DroppedRequests counts load requests, and asks for a deferred
+	// file's table (OnDemand; a later sample asks again), dropped on a
+	// full queue.
 	DroppedRequests int64
 	// Compactions counts moves of the tables together, when the row
 	// store's free room was in too small pieces.
