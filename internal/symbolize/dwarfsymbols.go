@@ -105,6 +105,10 @@ const (
 	attrMIPSLinkageName = dwarf.Attr(0x2007)
 	tagPartialUnit      = dwarf.Tag(0x3c)
 	tagSkeletonUnit     = dwarf.Tag(0x4a)
+	// tagCallSite and tagGNUCallSite describe calls; their children are
+	// the calls' parameters, never code.
+	tagCallSite    = dwarf.Tag(0x48)
+	tagGNUCallSite = dwarf.Tag(0x4109)
 	// maxOriginDepth bounds DW_AT_specification / DW_AT_abstract_origin
 	// chains, which a corrupt file could make cyclic.
 	maxOriginDepth = 8
@@ -554,6 +558,11 @@ type unitReader struct {
 	ownRanges bool
 	base      uint64
 	addrSize  int
+	// readSkipped has skipChildren decode what it skips instead of
+	// following DW_AT_sibling (a test compares the two); siblingSkips
+	// counts the subtrees a sibling skipped.
+	readSkipped  bool
+	siblingSkips int
 }
 
 // ranges returns the address ranges of e.
@@ -663,6 +672,13 @@ func (w *unitReader) read(start unitStart) (u unitTables) {
 					}
 				}
 				push = idx
+			} else if e.Children {
+				// A declaration or an abstract instance: no code, and
+				// its children (parameters, variables, blocks) none.
+				if err := w.skipChildren(r, e, start.end); err != nil {
+					return unitTables{err: err}
+				}
+				continue
 			}
 		case dwarf.TagInlinedSubroutine:
 			if top < 0 {
@@ -682,11 +698,11 @@ func (w *unitReader) read(start unitStart) (u unitTables) {
 			}
 			push = idx
 		case dwarf.TagStructType, dwarf.TagClassType, dwarf.TagUnionType, dwarf.TagEnumerationType,
-			dwarf.TagSubroutineType, dwarf.TagArrayType:
+			dwarf.TagSubroutineType, dwarf.TagArrayType, tagCallSite, tagGNUCallSite:
 			// Types hold no code; their member declarations are
 			// reached through DW_AT_specification when needed.
 			if e.Children {
-				if err := skipChildren(r); err != nil {
+				if err := w.skipChildren(r, e, start.end); err != nil {
 					return unitTables{err: err}
 				}
 			}
@@ -1083,10 +1099,19 @@ func (t *dwarfTable) lookup(pc uint64) ([]Frame, bool) {
 	return frames, true
 }
 
-// skipChildren skips the children of the entry just read. Unlike
-// dwarf.Reader.SkipChildren it never follows DW_AT_sibling, which a corrupt
-// file can point backwards into an endless loop.
-func skipChildren(r *progressReader) error {
+// skipChildren skips the children of e, the entry just read, in a unit
+// that ends at end. A DW_AT_sibling (GCC gives one to every DIE with
+// children) skips them undecoded: most of a C or C++ unit is type
+// members, and decoding them was most of a unit's parse and garbage. A
+// sibling not ahead of e within the unit, which only a corrupt file has,
+// is not followed: the children are read through instead, with no
+// recursion.
+func (w *unitReader) skipChildren(r *progressReader, e *dwarf.Entry, end int) error {
+	if sib, ok := e.Val(dwarf.AttrSibling).(dwarf.Offset); ok && sib > e.Offset && int64(sib) < int64(end) && !w.readSkipped {
+		r.r.Seek(sib)
+		w.siblingSkips++
+		return nil
+	}
 	for depth := 1; depth > 0; {
 		e, err := r.Next()
 		if err != nil {

@@ -77,6 +77,15 @@ type Config struct {
 	// so Go holds only the tables not loaded yet. A table evicted from
 	// the row store, or moved by a compaction, is then built again.
 	ReleaseLoaded bool
+	// OnDemand builds a file's table only once a sample of a loaded
+	// process has a frame in it, or when it is the process's executable:
+	// the many libraries a process maps but no sampled stack enters cost
+	// no build. Until then the walk steps through the file by frame
+	// pointers, as through a file whose table is being built, and the
+	// sample that shows the frame asks for the table. Each frame the
+	// table then walks exactly names the next file needed, so a stack
+	// gets every table it needs within a few samples.
+	OnDemand bool
 }
 
 // releaser is the optional method of Tables that ReleaseLoaded uses.
@@ -96,7 +105,9 @@ type Stats struct {
 	Loads, LoadErrors int64
 	// TableErrors counts files whose table could not be built.
 	TableErrors int64
-	// DroppedRequests counts load requests dropped on a full queue.
+	// DroppedRequests counts load requests, and asks for a deferred
+	// file's table (OnDemand; a later sample asks again), dropped on a
+	// full queue.
 	DroppedRequests int64
 	// Compactions counts moves of the tables together, when the row
 	// store's free room was in too small pieces.
@@ -115,6 +126,9 @@ const (
 	// fileFramePointers: no usable CFI (none, Go, too large); frame
 	// pointers for good.
 	fileFramePointers
+	// fileDeferred (OnDemand): no sampled frame was in the file yet; not
+	// opened, no table asked for; frame pointers meanwhile.
+	fileDeferred
 )
 
 // fileEntry is one file mapped by loaded processes.
@@ -144,6 +158,24 @@ type procIdentity struct {
 	exeIno    uint64
 }
 
+// writtenMaps are a process's mappings as the sampler holds them.
+type writtenMaps struct {
+	maps []profiler.UnwindMapping // sorted by Start, as /proc lists them
+	// deferred[i] is set while maps[i]'s file is deferred and not asked
+	// for yet; ndeferred counts them.
+	deferred  []bool
+	ndeferred int
+}
+
+// want is a frame of a sample, at pc, in a deferred file of pid.
+type want struct {
+	pid uint32
+	pc  uint64
+}
+
+// maxHints bounds the frames kept from the sample that queued a load.
+const maxHints = 32
+
 type procEntry struct {
 	id    procIdentity
 	maps  []process.Mapping // executable mappings
@@ -161,12 +193,18 @@ type Loader struct {
 	lastTick time.Time
 
 	built chan process.FileKey
+	// wants carries the frames, in deferred files, of samples of loaded
+	// processes (OnDemand).
+	wants chan want
 
 	mu       sync.Mutex
 	queued   map[uint32]struct{}
 	lastLoad map[uint32]time.Time
 	seen     map[uint32]struct{}
-	written  map[uint32][]profiler.UnwindMapping // what the sampler holds
+	written  map[uint32]*writtenMaps // what the sampler holds
+	// hints are the frames of the sample that queued a process's load
+	// (OnDemand): their files are wanted from the first load on.
+	hints map[uint32][]uint64
 
 	// Owned by the Run goroutine.
 	arena *arena
@@ -206,10 +244,12 @@ func New(cfg Config) *Loader {
 		sweepDue: make(chan struct{}, 1),
 		lastTick: time.Now(),
 		built:    make(chan process.FileKey, cfg.QueueSize),
+		wants:    make(chan want, cfg.QueueSize),
 		queued:   map[uint32]struct{}{},
 		lastLoad: map[uint32]time.Time{},
 		seen:     map[uint32]struct{}{},
-		written:  map[uint32][]profiler.UnwindMapping{},
+		written:  map[uint32]*writtenMaps{},
+		hints:    map[uint32][]uint64{},
 		arena:    newArena(cfg.Sink.UnwindRowCapacity()),
 		files:    map[process.FileKey]*fileEntry{},
 		lru:      list.New(),
@@ -221,7 +261,8 @@ func New(cfg Config) *Loader {
 
 // Observe notes a sample. A process whose tables are not loaded, or whose
 // walk met an address outside its loaded mappings (dlopen, new JIT code),
-// is queued for loading. It never blocks.
+// is queued for loading; with OnDemand, the deferred files the sample has
+// frames in are asked for. It never blocks.
 func (l *Loader) Observe(s *profiler.Sample) {
 	if s.KernelThread || s.PID == 0 {
 		return
@@ -231,6 +272,9 @@ func (l *Loader) Observe(s *profiler.Sample) {
 	defer l.mu.Unlock()
 	if len(l.seen) < 4*l.cfg.MaxProcesses {
 		l.seen[pid] = struct{}{}
+	}
+	if w := l.written[pid]; w != nil && w.ndeferred > 0 && !s.NoTable {
+		l.want(pid, w, s.User)
 	}
 	if !s.NoTable && !s.UnknownMapping {
 		return
@@ -244,9 +288,41 @@ func (l *Loader) Observe(s *profiler.Sample) {
 	select {
 	case l.requests <- pid:
 		l.queued[pid] = struct{}{}
+		if l.cfg.OnDemand && len(s.User) > 0 {
+			l.hints[pid] = append([]uint64(nil), s.User[:min(len(s.User), maxHints)]...)
+		}
 	default:
 		l.dropped.Add(1)
 	}
+}
+
+// want asks for the deferred files that user, a stack of pid, has frames
+// in; l.mu is held.
+func (l *Loader) want(pid uint32, w *writtenMaps, user []uint64) {
+	for i, pc := range user {
+		if i > 0 && pc > 0 {
+			pc-- // a return address: the call is before it
+		}
+		j, ok := mappingAt(w.maps, pc)
+		if !ok || !w.deferred[j] {
+			continue
+		}
+		select {
+		case l.wants <- want{pid: pid, pc: pc}:
+			w.deferred[j] = false
+			w.ndeferred--
+		default:
+			l.dropped.Add(1) // asked again by a later sample
+			return
+		}
+	}
+}
+
+// mappingAt returns the index of the mapping of maps, sorted by Start,
+// that holds pc.
+func mappingAt(maps []profiler.UnwindMapping, pc uint64) (int, bool) {
+	j := sort.Search(len(maps), func(k int) bool { return maps[k].End > pc })
+	return j, j < len(maps) && maps[j].Start <= pc
 }
 
 // Built tells the loader that key's table is ready in Tables (a
@@ -308,6 +384,8 @@ func (l *Loader) Run(ctx context.Context) {
 			l.Load(pid)
 		case key := <-l.built:
 			l.rebuilt(key)
+		case w := <-l.wants:
+			l.wanted(w)
 		case <-ticker:
 			l.sweep()
 		case <-l.sweepDue:
@@ -352,12 +430,22 @@ func (l *Loader) load(pid uint32) error {
 		l.processes.Store(int64(len(l.procs)))
 	}
 	pe.id, pe.seen = id, time.Now()
+	var hints []uint64
+	if l.cfg.OnDemand {
+		l.mu.Lock()
+		hints = l.hints[pid]
+		delete(l.hints, pid)
+		l.mu.Unlock()
+	}
+	exe := process.FileKey{Dev: id.exeDev, Ino: id.exeIno}
 	files := map[*fileEntry]struct{}{}
 	// The process's own tables are not evicted to make room for each
 	// other: a process that needs more than the store holds keeps some
 	// pending instead of thrashing.
 	for i := range maps {
-		if fe := l.file(pid, &maps[i]); fe != nil {
+		m := &maps[i]
+		wanted := !l.cfg.OnDemand || (m.File() && m.Key() == exe) || holdsAny(m, hints)
+		if fe := l.file(pid, m, wanted); fe != nil {
 			files[fe] = struct{}{}
 		}
 	}
@@ -384,9 +472,24 @@ func (l *Loader) load(pid uint32) error {
 	return l.write(pid, pe)
 }
 
+// holdsAny reports whether one of pcs, frames of a stack, is in m.
+func holdsAny(m *process.Mapping, pcs []uint64) bool {
+	for i, pc := range pcs {
+		if i > 0 && pc > 0 {
+			pc--
+		}
+		if pc >= m.Start && pc < m.End {
+			return true
+		}
+	}
+	return false
+}
+
 // write puts pe's mappings into the sampler.
 func (l *Loader) write(pid uint32, pe *procEntry) error {
 	out := make([]profiler.UnwindMapping, 0, len(pe.maps))
+	var deferred []bool
+	ndeferred := 0
 	for i := range pe.maps {
 		m := &pe.maps[i]
 		um := profiler.UnwindMapping{Start: m.Start, End: m.End, Kind: profiler.MappingFramePointer}
@@ -395,6 +498,13 @@ func (l *Loader) write(pid uint32, pe *procEntry) error {
 			switch {
 			case fe == nil || fe.state == filePending:
 				um.Kind = profiler.MappingPending
+			case fe.state == fileDeferred:
+				um.Kind = profiler.MappingPending
+				if deferred == nil {
+					deferred = make([]bool, len(pe.maps))
+				}
+				deferred[i] = true
+				ndeferred++
 			case fe.state == fileRows:
 				if bias, ok := loadBias(fe.loads, m); ok {
 					um.Kind = profiler.MappingCFI
@@ -408,20 +518,27 @@ func (l *Loader) write(pid uint32, pe *procEntry) error {
 	if err := l.cfg.Sink.SetUnwindMappings(pid, out); err != nil {
 		return err
 	}
+	if deferred == nil {
+		deferred = make([]bool, len(out))
+	}
 	l.mu.Lock()
-	l.written[pid] = out
+	l.written[pid] = &writtenMaps{maps: out, deferred: deferred, ndeferred: ndeferred}
 	l.mu.Unlock()
 	return nil
 }
 
 // Ready reports whether pid's mappings are in the sampler with every
-// file's table loaded: its samples are walked with CFI from now on.
+// file's table loaded, but for the files that OnDemand defers and no
+// sample asked for yet: its samples are walked with CFI from now on.
 func (l *Loader) Ready(pid uint32) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	maps, ok := l.written[pid]
-	for _, m := range maps {
-		ok = ok && m.Kind != profiler.MappingPending
+	w, ok := l.written[pid]
+	if !ok {
+		return false
+	}
+	for i, m := range w.maps {
+		ok = ok && (m.Kind != profiler.MappingPending || w.deferred[i])
 	}
 	return ok
 }
@@ -431,10 +548,12 @@ func (l *Loader) Ready(pid uint32) bool {
 func (l *Loader) Covers(pid uint32, addr uint64) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	for _, m := range l.written[pid] {
-		if addr >= m.Start && addr < m.End {
-			return m.Kind != profiler.MappingPending
-		}
+	w := l.written[pid]
+	if w == nil {
+		return false
+	}
+	if j, ok := mappingAt(w.maps, addr); ok {
+		return w.maps[j].Kind != profiler.MappingPending
 	}
 	return false
 }
@@ -457,26 +576,56 @@ func loadBias(loads []elf.ProgHeader, m *process.Mapping) (uint64, bool) {
 	return 0, false
 }
 
-// file returns the entry of m's file, pending the first time. It returns
-// nil when the file cannot be opened now.
-func (l *Loader) file(pid uint32, m *process.Mapping) *fileEntry {
+// file returns the entry of m's file, pending the first time, or
+// deferred when not wanted (OnDemand). A deferred entry that is now
+// wanted is opened. It returns nil when the file cannot be opened now.
+func (l *Loader) file(pid uint32, m *process.Mapping, wanted bool) *fileEntry {
 	key := m.Key()
 	if fe, ok := l.files[key]; ok {
+		if wanted && fe.state == fileDeferred {
+			l.inspect(fe)
+		}
 		return fe
 	}
 	mapping := *m
 	open := func() (*os.File, error) { return process.OpenMapping(int(pid), &mapping) }
+	fe := &fileEntry{key: key, open: open}
+	if !wanted {
+		// Not opened: most libraries a process maps are never on a
+		// sampled stack.
+		fe.state = fileDeferred
+		return l.addFile(fe)
+	}
 	f, err := open()
 	if err != nil {
 		return nil
 	}
-	fe := &fileEntry{key: key, open: open}
+	l.inspectFile(fe, f)
+	return l.addFile(fe)
+}
+
+// inspect opens a deferred file and makes it pending, or frame pointers
+// for good when it has no table to build (Go, not ELF, gone).
+func (l *Loader) inspect(fe *fileEntry) {
+	f, err := fe.open()
+	if err != nil {
+		fe.state = fileFramePointers
+		return
+	}
+	l.inspectFile(fe, f)
+}
+
+// inspectFile reads f, fe's file, which it closes: its loadable segments,
+// and whether it has a table to build.
+func (l *Loader) inspectFile(fe *fileEntry, f *os.File) {
+	defer f.Close()
+	fe.state = filePending
 	ef, err := elf.NewFile(f)
 	if err != nil {
-		f.Close()
 		fe.state = fileFramePointers
-		return l.addFile(fe)
+		return
 	}
+	defer ef.Close()
 	for _, p := range ef.Progs {
 		if p.Type == elf.PT_LOAD {
 			fe.loads = append(fe.loads, p.ProgHeader)
@@ -484,14 +633,42 @@ func (l *Loader) file(pid uint32, m *process.Mapping) *fileEntry {
 	}
 	// Go keeps frame pointers everywhere, and its CFI says nothing about
 	// RBP: frame pointers are exact there.
-	goBinary := ef.Section(".gopclntab") != nil || ef.Section(".go.buildinfo") != nil
-	ef.Close()
-	f.Close()
-	if goBinary {
+	if ef.Section(".gopclntab") != nil || ef.Section(".go.buildinfo") != nil {
 		fe.state = fileFramePointers
-		return l.addFile(fe)
 	}
-	return l.addFile(fe)
+}
+
+// wanted opens the deferred file that a sample had a frame in and asks
+// for its table; the processes mapping it are rewritten once it is
+// loaded, or now when it has none.
+func (l *Loader) wanted(w want) {
+	pe, ok := l.procs[w.pid]
+	if !ok {
+		return
+	}
+	for i := range pe.maps {
+		m := &pe.maps[i]
+		if w.pc < m.Start || w.pc >= m.End || !m.File() {
+			continue
+		}
+		fe := l.files[m.Key()]
+		if fe == nil || fe.state != fileDeferred {
+			return
+		}
+		l.inspect(fe)
+		if fe.state != filePending {
+			l.rewrite(fe)
+			return
+		}
+		l.pinned = pe.files
+		l.materialize(fe)
+		l.pinned = nil
+		if fe.state == filePending {
+			// Being built: the processes mapping it no longer ask.
+			l.rewrite(fe)
+		}
+		return
+	}
 }
 
 // materialize puts a pending file's table into the row store when it is
@@ -694,6 +871,7 @@ func (l *Loader) forget(pid uint32) {
 	l.mu.Lock()
 	delete(l.lastLoad, pid)
 	delete(l.written, pid)
+	delete(l.hints, pid)
 	l.mu.Unlock()
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"os/exec"
+	"strings"
 	"testing"
 	"time"
 
@@ -236,5 +237,81 @@ func TestLoaderSweepsOnTick(t *testing.T) {
 			t.Fatalf("exited process still loaded 10s after a tick with a sweep due: %+v", l.Stats())
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// TestLoaderOnDemand checks OnDemand: loading a process builds only its
+// executable's table; a library it maps gets one only once a sample has a
+// frame in it (a loaded process's sample, or the one that queued the
+// load), and from then on the sampler walks it with CFI; a library no
+// sample entered stays unbuilt.
+func TestLoaderOnDemand(t *testing.T) {
+	testenv.RequireBPF(t)
+	s, err := profiler.New(profiler.Options{Frequency: 1, UnwindRows: 1 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	store := newStore(t)
+	l := New(Config{Sink: s, Tables: store, OnDemand: true})
+	cmd := startSleeper(t, "/usr/bin/python3.11", "-c", "import time; time.sleep(60)")
+	pid := cmd.Process.Pid
+	maps, err := process.ReadMappings(pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lib := func(name string) process.Mapping {
+		t.Helper()
+		for _, m := range maps {
+			if m.Executable() && strings.Contains(m.Path, name) {
+				return m
+			}
+		}
+		t.Fatalf("python3.11 maps no %s: %v", name, maps)
+		return process.Mapping{}
+	}
+	exe, libm, expat, libz := lib("python3.11"), lib("libm.so"), lib("libexpat.so"), lib("libz.so")
+	built := func(m process.Mapping) bool {
+		e, ok := store.Get(m.Key())
+		return ok && e.Table != nil && len(e.Table.Rows) > 0
+	}
+
+	loadAll(t, l, pid)
+	if !built(exe) || !l.Covers(uint32(pid), exe.Start) {
+		t.Fatalf("the executable's table is not loaded: %+v", l.Stats())
+	}
+	for _, m := range []process.Mapping{libm, expat, libz} {
+		if _, ok := store.Get(m.Key()); ok || l.Covers(uint32(pid), m.Start) {
+			t.Fatalf("%s asked for before any sample entered it", m.Path)
+		}
+	}
+
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); l.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	waitCovers := func(m process.Mapping) {
+		t.Helper()
+		deadline := time.Now().Add(30 * time.Second)
+		for !l.Covers(uint32(pid), m.Start) || !built(m) {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s not loaded 30s after a sample entered it: %+v", m.Path, l.Stats())
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	// A walked sample with its leaf in the executable and a return
+	// address into libm.
+	l.Observe(&profiler.Sample{PID: uint32(pid), TID: uint32(pid), CFI: true, User: []uint64{exe.Start + 16, libm.Start + 32}})
+	waitCovers(libm)
+	// A sample of a process not loaded yet (as after an exec) whose frame
+	// pointer stack enters libexpat: the load it queues asks for it.
+	l.Observe(&profiler.Sample{PID: uint32(pid), TID: uint32(pid), NoTable: true, User: []uint64{exe.Start + 16, expat.Start + 32}})
+	waitCovers(expat)
+	if _, ok := store.Get(libz.Key()); ok || l.Covers(uint32(pid), libz.Start) {
+		t.Errorf("%s asked for though no sample entered it", libz.Path)
+	}
+	if !l.Ready(uint32(pid)) {
+		t.Errorf("pid %d not ready with its sampled files loaded: %+v", pid, l.Stats())
 	}
 }
