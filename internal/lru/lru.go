@@ -6,6 +6,7 @@ package lru
 import (
 	"container/list"
 	"sync"
+	"time"
 )
 
 // Stats are a cache's counts since it was created.
@@ -20,12 +21,15 @@ type Stats struct {
 	Hits, Misses uint64
 	// Evictions counts entries removed to stay within MaxCost.
 	Evictions uint64
+	// Expired counts entries removed for being idle longer than MaxIdle.
+	Expired uint64
 }
 
 type entry[K comparable, V any] struct {
 	key   K
 	value V
 	cost  int64
+	used  int64 // when last added or got, in the cache's clock (nanoseconds)
 }
 
 // Cache is a least-recently-used map bounded by the sum of its entries'
@@ -38,6 +42,10 @@ type Cache[K comparable, V any] struct {
 	order   *list.List // front is the most recently used
 	items   map[K]*list.Element
 	stats   Stats
+	// maxIdle, when not zero, is how long an entry stays unused before
+	// it is removed (SetMaxIdle); now is the clock it is measured with.
+	maxIdle time.Duration
+	now     func() time.Time
 }
 
 // New returns a cache holding entries whose summed cost is at most maxCost.
@@ -52,7 +60,75 @@ func New[K comparable, V any](maxCost int64, costOf func(K, V) int64) *Cache[K, 
 		costOf:  costOf,
 		order:   list.New(),
 		items:   make(map[K]*list.Element),
+		now:     time.Now,
 	}
+}
+
+// SetMaxIdle makes the cache remove the entries not used (by Get or Add)
+// for longer than d, at each Add and each RemoveIdle, least recently used
+// first; OnEvict's function is called for them too. A cache filled by
+// what passes (new processes, new addresses) then holds what was used
+// lately, whose size levels off once d has passed, instead of growing
+// toward its bound for as long as new keys come. Zero, the default, keeps
+// entries until they are evicted for room.
+func (c *Cache[K, V]) SetMaxIdle(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.maxIdle == 0 && d > 0 {
+		// Uses so far were not timed: they count from now.
+		now := c.now().UnixNano()
+		for el := c.order.Front(); el != nil; el = el.Next() {
+			el.Value.(*entry[K, V]).used = now
+		}
+	}
+	c.maxIdle = max(d, 0)
+}
+
+// SetClock replaces time.Now as the clock that SetMaxIdle's bound is
+// measured with, for the tests of a cache's owner.
+func (c *Cache[K, V]) SetClock(now func() time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.now = now
+}
+
+// RemoveIdle removes the entries idle for longer than the cache's
+// SetMaxIdle bound, and returns how many it removed.
+func (c *Cache[K, V]) RemoveIdle() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.removeIdle(c.now().UnixNano())
+}
+
+// removeIdle removes the entries last used before now-maxIdle: they are
+// at the back of the order, which is the order of use.
+func (c *Cache[K, V]) removeIdle(now int64) int {
+	if c.maxIdle == 0 {
+		return 0
+	}
+	n := 0
+	for el := c.order.Back(); el != nil; el = c.order.Back() {
+		e := el.Value.(*entry[K, V])
+		if now-e.used <= int64(c.maxIdle) {
+			break
+		}
+		c.removeElement(el)
+		c.stats.Expired++
+		n++
+		if c.onEvict != nil {
+			c.onEvict(e.key, e.value)
+		}
+	}
+	return n
+}
+
+// stamp is the time of a use: the clock is read only when entries can
+// expire.
+func (c *Cache[K, V]) stamp() int64 {
+	if c.maxIdle == 0 {
+		return 0
+	}
+	return c.now().UnixNano()
 }
 
 // OnEvict sets a function called, under the cache's lock, for each entry
@@ -70,7 +146,9 @@ func (c *Cache[K, V]) Get(key K) (V, bool) {
 	if el, ok := c.items[key]; ok {
 		c.order.MoveToFront(el)
 		c.stats.Hits++
-		return el.Value.(*entry[K, V]).value, true
+		e := el.Value.(*entry[K, V])
+		e.used = c.stamp()
+		return e.value, true
 	}
 	c.stats.Misses++
 	var zero V
@@ -101,13 +179,15 @@ func (c *Cache[K, V]) Add(key K, value V) bool {
 	if el, ok := c.items[key]; ok {
 		c.removeElement(el)
 	}
+	now := c.stamp()
+	c.removeIdle(now)
 	if cost > c.maxCost {
 		return false
 	}
 	for c.stats.Cost+cost > c.maxCost {
 		c.evictOldest()
 	}
-	c.items[key] = c.order.PushFront(&entry[K, V]{key: key, value: value, cost: cost})
+	c.items[key] = c.order.PushFront(&entry[K, V]{key: key, value: value, cost: cost, used: now})
 	c.stats.Cost += cost
 	return true
 }

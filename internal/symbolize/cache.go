@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"sync"
+	"time"
 	"unsafe"
 
 	"github.com/bpfcol/bpfcol/internal/lru"
@@ -17,6 +18,10 @@ var ErrCacheClosed = errors.New("binary cache is closed")
 // DefaultMaxBinaryBytes is the bound of a BinaryCache on the heap of the
 // Binaries it holds when NewBinaryCache is given none.
 const DefaultMaxBinaryBytes = 4 << 20
+
+// binaryMaxIdle is how long a Binary, or a file's entry of the index,
+// stays cached unused.
+const binaryMaxIdle = 2 * time.Minute
 
 // opening is a key being opened by one Get; ready is closed once the
 // attempt finished, and err is immutable afterwards.
@@ -110,6 +115,11 @@ func NewBinaryCache(maxBinaries int, maxBytes int64) *BinaryCache {
 	}
 	// Called under c.mu, from Add: no reader can be taking a reference.
 	c.held.OnEvict(func(_ contentKey, b *Binary) { b.Close() })
+	// Files of processes gone (each copy of a binary is a new file), and
+	// Binaries no process samples any more, go after a while instead of
+	// when the bounds are reached.
+	c.held.SetMaxIdle(binaryMaxIdle)
+	c.files.SetMaxIdle(binaryMaxIdle)
 	return c
 }
 

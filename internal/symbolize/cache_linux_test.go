@@ -8,6 +8,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/bpfcol/bpfcol/internal/process"
 )
@@ -149,4 +150,46 @@ func TestBinaryCacheErrorsAndClose(t *testing.T) {
 func fileKeyOf(fi os.FileInfo) (process.FileKey, bool) {
 	id, ok := process.FileIDOf(fi)
 	return id.FileKey, ok
+}
+
+// TestBinaryCacheDropsIdleBinaries opens two binaries, lets binaryMaxIdle
+// pass, and opens a third: the idle ones and their files' entries are
+// gone (each copy of a deployed binary is a new file, so entries of files
+// whose processes exited would otherwise pile up to the bounds), and the
+// next Get of one opens it again. A Binary in use stays.
+func TestBinaryCacheDropsIdleBinaries(t *testing.T) {
+	paths := []string{"/usr/bin/true", "/usr/bin/env", "/usr/bin/cat"}
+	openers := make([]*countingOpener, len(paths))
+	keys := make([]process.FileKey, len(paths))
+	for i, p := range paths {
+		openers[i], keys[i] = &countingOpener{path: p}, keyOf(t, p)
+	}
+	c := NewBinaryCache(8, 0)
+	defer c.Close()
+	now := time.Now()
+	clock := func() time.Time { return now }
+	c.held.SetClock(clock)
+	c.files.SetClock(clock)
+	get := func(i int) *Binary {
+		t.Helper()
+		b, err := c.Get(keys[i], openers[i].open)
+		if err != nil {
+			t.Fatalf("opening %s: %v", paths[i], err)
+		}
+		return b
+	}
+	get(0).Release()
+	get(1).Release()
+	now = now.Add(binaryMaxIdle / 2)
+	get(1).Release() // in use: stays
+	now = now.Add(binaryMaxIdle/2 + time.Second)
+	get(2).Release()
+	if s, f := c.Stats(), c.FileStats(); s.Len != 2 || s.Expired != 1 || f.Len != 2 || f.Expired != 1 {
+		t.Fatalf("binaries %+v, files %+v: want the idle one of three expired from both", s, f)
+	}
+	get(1).Release()
+	get(0).Release()
+	if n0, n1 := openers[0].opens.Load(), openers[1].opens.Load(); n0 != 2 || n1 != 1 {
+		t.Errorf("%s opened %d times, %s %d times: want the expired one opened again, the one in use not", paths[0], n0, paths[1], n1)
+	}
 }

@@ -235,6 +235,9 @@ func NewSymbolizer(cfg SymbolizerConfig) (*Symbolizer, error) {
 			}
 		}
 	}
+	// Each copy of a binary is a new file: the classifications of files
+	// no process maps any more go after a while, not at 4096 entries.
+	s.classified.SetMaxIdle(binaryMaxIdle)
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	return s, nil
 }

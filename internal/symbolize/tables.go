@@ -3,6 +3,7 @@ package symbolize
 import (
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/bpfcol/bpfcol/internal/lru"
 )
@@ -70,7 +71,15 @@ func (c *tableCache) setMax(maxBytes int64) {
 	defer c.mu.Unlock()
 	c.max.Store(maxBytes)
 	c.lru = lru.New(maxBytes, func(_ tableKey, t *parsedTable) int64 { return min(t.cost, max(maxBytes/2, 1)) })
+	c.lru.SetMaxIdle(tableMaxIdle)
 }
+
+// tableMaxIdle is how long a parsed table stays unused before it is
+// dropped. Compile units are parsed as addresses fall into them, and
+// processes that start and exit reach new ones (start-up code) for a long
+// time: held until evicted for room, they grew the heap toward the whole
+// bound over ten minutes and more.
+const tableMaxIdle = 2 * time.Minute
 
 // get returns the table under key, calling parse on a miss. A nil value
 // from parse (nothing usable) is cached like any other, at its cost. The

@@ -8,6 +8,7 @@ import (
 	"go.opentelemetry.io/otel/metric"
 
 	"github.com/bpfcol/bpfcol/internal/bpf/profiler"
+	"github.com/bpfcol/bpfcol/internal/lru"
 	"github.com/bpfcol/bpfcol/receiver/ebpfprofreceiver/internal/metadata"
 )
 
@@ -139,10 +140,12 @@ func (r *profilesReceiver) registerTelemetry() error {
 			return nil
 		}),
 		tb.RegisterEbpfprofCacheEvictionsCallback(func(_ context.Context, o metric.Int64Observer) error {
-			observe(o, int64(r.resolver.NameCacheStats().Evictions), "cache", "frame_names")
-			observe(o, int64(r.aggregator.LeafCacheStats().Evictions), "cache", "leaf_functions")
-			observe(o, int64(r.binaries.Stats().Evictions), "cache", "binaries")
-			observe(o, int64(r.binaries.FileStats().Evictions), "cache", "binary_files")
+			// Entries dropped for room and those dropped unused.
+			dropped := func(s lru.Stats) int64 { return int64(s.Evictions + s.Expired) }
+			observe(o, dropped(r.resolver.NameCacheStats()), "cache", "frame_names")
+			observe(o, dropped(r.aggregator.LeafCacheStats()), "cache", "leaf_functions")
+			observe(o, dropped(r.binaries.Stats()), "cache", "binaries")
+			observe(o, dropped(r.binaries.FileStats()), "cache", "binary_files")
 			return nil
 		}),
 		tb.RegisterEbpfprofCallersRecoveredCallback(func(_ context.Context, o metric.Int64Observer) error {

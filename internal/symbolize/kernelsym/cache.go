@@ -2,6 +2,7 @@ package kernelsym
 
 import (
 	"runtime"
+	"time"
 
 	"github.com/bpfcol/bpfcol/internal/lru"
 )
@@ -23,8 +24,16 @@ type resultCache struct {
 	off     bool // a disabled cache misses every get and keeps nothing
 }
 
+// resultMaxIdle is how long an answer stays cached unused. The kernel
+// paths of processes starting and exiting (exec, page faults, exit) reach
+// new addresses for a long time; without it the cache grew toward its
+// 65536 entries (some 15 MB) for as long as that went on.
+const resultMaxIdle = 2 * time.Minute
+
 func newResultCache(max int) *resultCache {
-	return &resultCache{entries: lru.New[resultKey, Symbol](int64(max), nil), off: max <= 0}
+	c := &resultCache{entries: lru.New[resultKey, Symbol](int64(max), nil), off: max <= 0}
+	c.entries.SetMaxIdle(resultMaxIdle)
+	return c
 }
 
 func (c *resultCache) get(k resultKey) (Symbol, bool) { return c.entries.Get(k) }

@@ -2,6 +2,7 @@ package aggregate
 
 import (
 	"os"
+	"time"
 
 	"github.com/bpfcol/bpfcol/internal/bpf/profiler"
 	"github.com/bpfcol/bpfcol/internal/frame"
@@ -29,6 +30,12 @@ func analyzedCost(_ functionKey, fn *unwind.Function) int64 {
 // maxSlotPCs bounds the cache of answers per sampled PC, least recently
 // used out first.
 const maxSlotPCs = 1 << 12
+
+// leafMaxIdle is how long an analysed function, or a PC's answer, stays
+// cached unused: processes that come and go leave theirs behind (a PC is
+// keyed by file, and each copy of a binary is a new file), and the caches
+// would fill toward their bounds for as long as new ones come.
+const leafMaxIdle = 2 * time.Minute
 
 // functionKey is a function of a binary. The binary is named by its
 // Binary's ID: copies of one build, which the BinaryCache shares, share
@@ -64,11 +71,14 @@ type leafAnalyzer struct {
 }
 
 func newLeafAnalyzer(binaries *symbolize.BinaryCache) *leafAnalyzer {
-	return &leafAnalyzer{
+	l := &leafAnalyzer{
 		binaries:  binaries,
 		functions: lru.New(maxAnalyzedFunctionBytes, analyzedCost),
 		slots:     lru.New[pcKey, int8](maxSlotPCs, nil),
 	}
+	l.functions.SetMaxIdle(leafMaxIdle)
+	l.slots.SetMaxIdle(leafMaxIdle)
+	return l
 }
 
 // lostCaller returns the return address into the leaf's caller when the

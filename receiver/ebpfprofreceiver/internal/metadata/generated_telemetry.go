@@ -333,7 +333,7 @@ func NewTelemetryBuilder(settings component.TelemetrySettings, options ...Teleme
 	errs = errors.Join(errs, err)
 	builder.EbpfprofCacheEvictions, err = builder.meter.Int64ObservableCounter(
 		"otelcol_ebpfprof_cache_evictions",
-		metric.WithDescription("Entries a cache evicted, least recently used first, to stay within its bound. [Development]"),
+		metric.WithDescription("Entries a cache dropped, least recently used first, to stay within its bound or for being unused for 2 minutes. [Development]"),
 		metric.WithUnit("{entry}"),
 	)
 	errs = errors.Join(errs, err)

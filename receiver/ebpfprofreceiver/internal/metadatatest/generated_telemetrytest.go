@@ -40,7 +40,7 @@ func AssertEqualEbpfprofBinariesClassified(t *testing.T, tt *componenttest.Telem
 func AssertEqualEbpfprofCacheEvictions(t *testing.T, tt *componenttest.Telemetry, dps []metricdata.DataPoint[int64], opts ...metricdatatest.Option) {
 	want := metricdata.Metrics{
 		Name:        "otelcol_ebpfprof_cache_evictions",
-		Description: "Entries a cache evicted, least recently used first, to stay within its bound. [Development]",
+		Description: "Entries a cache dropped, least recently used first, to stay within its bound or for being unused for 2 minutes. [Development]",
 		Unit:        "{entry}",
 		Data: metricdata.Sum[int64]{
 			Temporality: metricdata.CumulativeTemporality,

@@ -27,6 +27,14 @@ import (
 // in the first minutes instead of growing the heap for a quarter hour.
 const maxCachedNameBytes = 2 << 20
 
+// nameMaxIdle is how long a named address stays cached unused. Under
+// churn each new process samples start-up code (the loader, libc's and
+// the runtimes' initialisation, an interpreter's imports) at addresses
+// seldom seen again: without it the cache grew toward its bound for ten
+// minutes and more, and the heap with it. Expired, it holds the addresses
+// of the last minutes, a set that stops growing once they have passed.
+const nameMaxIdle = 2 * time.Minute
+
 // namedCost is the heap an entry of the name cache holds: the key, the
 // record and its lines with their strings.
 func namedCost(_ nameKey, n named) int64 {
@@ -143,6 +151,7 @@ func New(binaries *symbolize.BinaryCache, kernel KernelSymbolizer, opts ...Optio
 		names:    lru.New(maxCachedNameBytes, namedCost),
 		jit:      perfmap.New(maxJITProcesses, jitRefreshInterval),
 	}
+	r.names.SetMaxIdle(nameMaxIdle)
 	for _, o := range opts {
 		o(r)
 	}
@@ -194,6 +203,8 @@ func (r *Resolver) Resolve(b *aggregate.Batch) []profilebuilder.Process {
 				bin.Release()
 			}
 		}
+		// Names not used lately go even in a batch that added none.
+		r.names.RemoveIdle()
 	}()
 	st.kernel = r.resolveKernel(b)
 

@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/bpfcol/bpfcol/internal/frame"
 	"github.com/bpfcol/bpfcol/internal/process"
@@ -169,4 +170,52 @@ func TestResolveKernelFrames(t *testing.T) {
 	if s := r.Stats(); s != (Stats{KernelNamed: 3}) {
 		t.Errorf("stats %+v, want 3 named kernel frames", s)
 	}
+}
+
+// TestNameCacheForgetsIdleNames resolves a frame of this test binary, then
+// lets nameMaxIdle pass without it: the next batch, of other addresses,
+// finds the name gone from the cache, so that names of processes long
+// exited do not fill it toward its bound. A name still in use stays.
+func TestNameCacheForgetsIdleNames(t *testing.T) {
+	proc := ownProcess(t)
+	fn := uint64(reflect.ValueOf(probeTarget).Pointer())
+	other := uint64(reflect.ValueOf(ownProcess).Pointer())
+	m := proc.Mapping(fn)
+	if m == nil || proc.Mapping(other) != m {
+		t.Fatalf("no one executable mapping holds %#x and %#x", fn, other)
+	}
+	batchOf := func(addrs ...uint64) *aggregate.Batch {
+		var frames []frame.Frame
+		for _, a := range addrs {
+			f := frame.AtPC(frame.Native, a)
+			f.Mapping = m
+			frames = append(frames, f)
+		}
+		return &aggregate.Batch{Stacks: []*aggregate.Stack{{Process: proc, PID: uint32(proc.PID), Count: 1, Frames: frames}}}
+	}
+	cache := symbolize.NewBinaryCache(8, 0)
+	defer cache.Close()
+	r := New(cache, nil)
+	now := time.Now()
+	r.names.SetClock(func() time.Time { return now })
+
+	r.Resolve(batchOf(fn+1, other+1))
+	if n := r.NameCacheStats().Len; n != 2 {
+		t.Fatalf("%d names cached after naming two addresses, want 2", n)
+	}
+	now = now.Add(nameMaxIdle / 2)
+	r.Resolve(batchOf(other + 1))
+	now = now.Add(nameMaxIdle/2 + time.Second) // fn idle longer than nameMaxIdle
+	r.Resolve(batchOf(other + 2))
+	s := r.NameCacheStats()
+	if s.Len != 2 || s.Expired != 1 {
+		t.Fatalf("name cache %+v: want the idle name expired and the two in use held", s)
+	}
+	key := nameKey{offset: m.FileOffset(fn + 1)}
+	r.names.RemoveFunc(func(k nameKey, _ named) bool {
+		if k.offset == key.offset {
+			t.Errorf("the name of %#x, idle for longer than %s, is still cached", fn+1, nameMaxIdle)
+		}
+		return false
+	})
 }
