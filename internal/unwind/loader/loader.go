@@ -583,12 +583,12 @@ func (l *Loader) file(pid uint32, m *process.Mapping, wanted bool) *fileEntry {
 	key := m.Key()
 	if fe, ok := l.files[key]; ok {
 		if wanted && fe.state == fileDeferred {
+			fe.open = opener(pid, m)
 			l.inspect(fe)
 		}
 		return fe
 	}
-	mapping := *m
-	open := func() (*os.File, error) { return process.OpenMapping(int(pid), &mapping) }
+	open := opener(pid, m)
 	fe := &fileEntry{key: key, open: open}
 	if !wanted {
 		// Not opened: most libraries a process maps are never on a
@@ -602,6 +602,14 @@ func (l *Loader) file(pid uint32, m *process.Mapping, wanted bool) *fileEntry {
 	}
 	l.inspectFile(fe, f)
 	return l.addFile(fe)
+}
+
+// opener opens m's file through pid, a process that maps it now. A
+// deferred entry takes the opener of the process that wants it: the one
+// it was first seen in may be gone by then.
+func opener(pid uint32, m *process.Mapping) func() (*os.File, error) {
+	mapping := *m
+	return func() (*os.File, error) { return process.OpenMapping(int(pid), &mapping) }
 }
 
 // inspect opens a deferred file and makes it pending, or frame pointers
@@ -655,6 +663,7 @@ func (l *Loader) wanted(w want) {
 		if fe == nil || fe.state != fileDeferred {
 			return
 		}
+		fe.open = opener(w.pid, m)
 		l.inspect(fe)
 		if fe.state != filePending {
 			l.rewrite(fe)

@@ -315,3 +315,58 @@ func TestLoaderOnDemand(t *testing.T) {
 		t.Errorf("pid %d not ready with its sampled files loaded: %+v", pid, l.Stats())
 	}
 }
+
+// TestLoaderOnDemandAfterFirstMapperExits: a deferred file is opened
+// through the process whose sample wants it, not through the process it
+// was first seen in, which may have exited meanwhile.
+func TestLoaderOnDemandAfterFirstMapperExits(t *testing.T) {
+	testenv.RequireBPF(t)
+	s, err := profiler.New(profiler.Options{Frequency: 1, UnwindRows: 1 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	store := newStore(t)
+	l := New(Config{Sink: s, Tables: store, OnDemand: true})
+	first := startSleeper(t, "/usr/bin/python3.11", "-c", "import time; time.sleep(60)")
+	second := startSleeper(t, "/usr/bin/python3.11", "-c", "import time; time.sleep(60)")
+	loadAll(t, l, first.Process.Pid)
+	loadAll(t, l, second.Process.Pid)
+	first.Process.Kill()
+	first.Wait()
+
+	pid := second.Process.Pid
+	maps, err := process.ReadMappings(pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var exe, libm process.Mapping
+	for _, m := range maps {
+		switch {
+		case !m.Executable():
+		case strings.Contains(m.Path, "python3.11"):
+			exe = m
+		case strings.Contains(m.Path, "libm.so"):
+			libm = m
+		}
+	}
+	if exe.Path == "" || libm.Path == "" {
+		t.Fatalf("python3.11 maps no executable or libm: %v", maps)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); l.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	l.Observe(&profiler.Sample{PID: uint32(pid), TID: uint32(pid), CFI: true, User: []uint64{exe.Start + 16, libm.Start + 32}})
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		e, ok := store.Get(libm.Key())
+		if ok && e.Table != nil && len(e.Table.Rows) > 0 && l.Covers(uint32(pid), libm.Start) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s not loaded 30s after a sample of pid %d entered it, its first mapper gone: %+v", libm.Path, pid, l.Stats())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
