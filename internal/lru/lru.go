@@ -64,6 +64,12 @@ func New[K comparable, V any](maxCost int64, costOf func(K, V) int64) *Cache[K, 
 	}
 }
 
+// ChurnIdle is the SetMaxIdle bound of the caches whose keys pass with
+// the processes of a host (files, addresses, kernel paths): long enough to
+// keep what the running processes use from report to report, short enough
+// that what exited ones used is gone within minutes.
+const ChurnIdle = 2 * time.Minute
+
 // SetMaxIdle makes the cache remove the entries not used (by Get or Add)
 // for longer than d, at each Add and each RemoveIdle, least recently used
 // first; OnEvict's function is called for them too. A cache filled by

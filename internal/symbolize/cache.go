@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"os"
 	"sync"
-	"time"
 	"unsafe"
 
 	"github.com/bpfcol/bpfcol/internal/lru"
@@ -21,7 +20,7 @@ const DefaultMaxBinaryBytes = 4 << 20
 
 // binaryMaxIdle is how long a Binary, or a file's entry of the index,
 // stays cached unused.
-const binaryMaxIdle = 2 * time.Minute
+const binaryMaxIdle = lru.ChurnIdle
 
 // opening is a key being opened by one Get; ready is closed once the
 // attempt finished, and err is immutable afterwards.

@@ -3,7 +3,6 @@ package symbolize
 import (
 	"sync"
 	"sync/atomic"
-	"time"
 
 	"github.com/bpfcol/bpfcol/internal/lru"
 )
@@ -79,7 +78,7 @@ func (c *tableCache) setMax(maxBytes int64) {
 // processes that start and exit reach new ones (start-up code) for a long
 // time: held until evicted for room, they grew the heap toward the whole
 // bound over ten minutes and more.
-const tableMaxIdle = 2 * time.Minute
+const tableMaxIdle = lru.ChurnIdle
 
 // get returns the table under key, calling parse on a miss. A nil value
 // from parse (nothing usable) is cached like any other, at its cost. The

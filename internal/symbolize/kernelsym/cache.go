@@ -2,7 +2,6 @@ package kernelsym
 
 import (
 	"runtime"
-	"time"
 
 	"github.com/bpfcol/bpfcol/internal/lru"
 )
@@ -28,7 +27,7 @@ type resultCache struct {
 // paths of processes starting and exiting (exec, page faults, exit) reach
 // new addresses for a long time; without it the cache grew toward its
 // 65536 entries (some 15 MB) for as long as that went on.
-const resultMaxIdle = 2 * time.Minute
+const resultMaxIdle = lru.ChurnIdle
 
 func newResultCache(max int) *resultCache {
 	c := &resultCache{entries: lru.New[resultKey, Symbol](int64(max), nil), off: max <= 0}

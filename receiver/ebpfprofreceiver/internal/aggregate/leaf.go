@@ -2,7 +2,6 @@ package aggregate
 
 import (
 	"os"
-	"time"
 
 	"github.com/bpfcol/bpfcol/internal/bpf/profiler"
 	"github.com/bpfcol/bpfcol/internal/frame"
@@ -35,7 +34,7 @@ const maxSlotPCs = 1 << 12
 // cached unused: processes that come and go leave theirs behind (a PC is
 // keyed by file, and each copy of a binary is a new file), and the caches
 // would fill toward their bounds for as long as new ones come.
-const leafMaxIdle = 2 * time.Minute
+const leafMaxIdle = lru.ChurnIdle
 
 // functionKey is a function of a binary. The binary is named by its
 // Binary's ID: copies of one build, which the BinaryCache shares, share

@@ -33,7 +33,7 @@ const maxCachedNameBytes = 2 << 20
 // seldom seen again: without it the cache grew toward its bound for ten
 // minutes and more, and the heap with it. Expired, it holds the addresses
 // of the last minutes, a set that stops growing once they have passed.
-const nameMaxIdle = 2 * time.Minute
+const nameMaxIdle = lru.ChurnIdle
 
 // namedCost is the heap an entry of the name cache holds: the key, the
 // record and its lines with their strings.
