@@ -3,6 +3,7 @@ package ebpfprofreceiver
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"fmt"
 	"math"
 	"os"
@@ -220,7 +221,7 @@ func ranks(xs []float64) []float64 {
 	for i := range idx {
 		idx[i] = i
 	}
-	slices.SortStableFunc(idx, func(a, b int) int { return cmpFloat(xs[a], xs[b]) })
+	slices.SortStableFunc(idx, func(a, b int) int { return cmp.Compare(xs[a], xs[b]) })
 	r := make([]float64, len(xs))
 	for i := 0; i < len(idx); {
 		j := i
@@ -233,16 +234,6 @@ func ranks(xs []float64) []float64 {
 		i = j + 1
 	}
 	return r
-}
-
-func cmpFloat(a, b float64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 func pearson(xs, ys []float64) float64 {

@@ -240,12 +240,10 @@ func TestLoaderSweepsOnTick(t *testing.T) {
 	}
 }
 
-// TestLoaderOnDemand checks OnDemand: loading a process builds only its
-// executable's table; a library it maps gets one only once a sample has a
-// frame in it (a loaded process's sample, or the one that queued the
-// load), and from then on the sampler walks it with CFI; a library no
-// sample entered stays unbuilt.
-func TestLoaderOnDemand(t *testing.T) {
+// newOnDemandLoader returns a loader with OnDemand on, over a real sampler
+// and table store.
+func newOnDemandLoader(t *testing.T) (*Loader, *cfi.Store[process.FileKey]) {
+	t.Helper()
 	testenv.RequireBPF(t)
 	s, err := profiler.New(profiler.Options{Frequency: 1, UnwindRows: 1 << 20})
 	if err != nil {
@@ -254,6 +252,16 @@ func TestLoaderOnDemand(t *testing.T) {
 	t.Cleanup(func() { s.Close() })
 	store := newStore(t)
 	l := New(Config{Sink: s, Tables: store, OnDemand: true})
+	return l, store
+}
+
+// TestLoaderOnDemand checks OnDemand: loading a process builds only its
+// executable's table; a library it maps gets one only once a sample has a
+// frame in it (a loaded process's sample, or the one that queued the
+// load), and from then on the sampler walks it with CFI; a library no
+// sample entered stays unbuilt.
+func TestLoaderOnDemand(t *testing.T) {
+	l, store := newOnDemandLoader(t)
 	cmd := startSleeper(t, "/usr/bin/python3.11", "-c", "import time; time.sleep(60)")
 	pid := cmd.Process.Pid
 	maps, err := process.ReadMappings(pid)
@@ -320,14 +328,7 @@ func TestLoaderOnDemand(t *testing.T) {
 // through the process whose sample wants it, not through the process it
 // was first seen in, which may have exited meanwhile.
 func TestLoaderOnDemandAfterFirstMapperExits(t *testing.T) {
-	testenv.RequireBPF(t)
-	s, err := profiler.New(profiler.Options{Frequency: 1, UnwindRows: 1 << 20})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Close() })
-	store := newStore(t)
-	l := New(Config{Sink: s, Tables: store, OnDemand: true})
+	l, store := newOnDemandLoader(t)
 	first := startSleeper(t, "/usr/bin/python3.11", "-c", "import time; time.sleep(60)")
 	second := startSleeper(t, "/usr/bin/python3.11", "-c", "import time; time.sleep(60)")
 	loadAll(t, l, first.Process.Pid)
