@@ -582,8 +582,11 @@ func loadBias(loads []elf.ProgHeader, m *process.Mapping) (uint64, bool) {
 func (l *Loader) file(pid uint32, m *process.Mapping, wanted bool) *fileEntry {
 	key := m.Key()
 	if fe, ok := l.files[key]; ok {
+		// The latest process to map it opens it from now on: the one
+		// it was first seen in may be gone by the time its table is
+		// wanted, or built again.
+		fe.open = opener(pid, m)
 		if wanted && fe.state == fileDeferred {
-			fe.open = opener(pid, m)
 			l.inspect(fe)
 		}
 		return fe
@@ -604,9 +607,7 @@ func (l *Loader) file(pid uint32, m *process.Mapping, wanted bool) *fileEntry {
 	return l.addFile(fe)
 }
 
-// opener opens m's file through pid, a process that maps it now. A
-// deferred entry takes the opener of the process that wants it: the one
-// it was first seen in may be gone by then.
+// opener opens m's file through pid, a process that maps it now.
 func opener(pid uint32, m *process.Mapping) func() (*os.File, error) {
 	mapping := *m
 	return func() (*os.File, error) { return process.OpenMapping(int(pid), &mapping) }
