@@ -191,11 +191,11 @@ func TestCheckExampleRefuses(t *testing.T) {
 	for example, field := range map[string]string{
 		"receivers:\n  ebpfprof:\n    sampling_frequency: 0\n":                                    "sampling_frequency",
 		"receivers:\n  ebpfprof:\n    error_mode: sometimes\n":                                    "error_mode",
-		"receivers:\n  uprobe:\n    probes: [{id: a, binary: relative, entry: f}]\n":            "probes[0].binary",
+		"receivers:\n  uprobe:\n    probes: [{id: a, binary: relative, entry: f}]\n":              "probes[0].binary",
 		"receivers:\n  uprobe/x:\n    probes: [{id: a, binary: /bin/true, entry: f}]\n    x: 1\n": "x",
-		"exporters:\n  pprof:\n    max_files: 0\n":                                              "max_files",
+		"exporters:\n  pprof:\n    max_files: 0\n":                                                "max_files",
 		"extensions:\n  health_check:\nservice:\n  extensions: [pprof]\n":                         "pprof",
-		"receivers:\n  kprobe:\n":                                                                "kprobe",
+		"receivers:\n  kprobe:\n":                                                                 "kprobe",
 	} {
 		_, err := checkExample(example, map[string]bool{})
 		if err == nil || !strings.Contains(err.Error(), field) {
