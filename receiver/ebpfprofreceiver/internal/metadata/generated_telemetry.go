@@ -351,7 +351,7 @@ func NewTelemetryBuilder(settings component.TelemetrySettings, options ...Teleme
 	errs = errors.Join(errs, err)
 	builder.EbpfprofDebuginfodBytes, err = builder.meter.Int64ObservableCounter(
 		"otelcol_ebpfprof_debuginfod_bytes",
-		metric.WithDescription("Bytes of debug files downloaded from debuginfod. [Development]"),
+		metric.WithDescription("Bytes received from debuginfod, every attempt's body, rejected downloads included. [Development]"),
 		metric.WithUnit("By"),
 	)
 	errs = errors.Join(errs, err)

@@ -86,7 +86,7 @@ func AssertEqualEbpfprofCallersRecovered(t *testing.T, tt *componenttest.Telemet
 func AssertEqualEbpfprofDebuginfodBytes(t *testing.T, tt *componenttest.Telemetry, dps []metricdata.DataPoint[int64], opts ...metricdatatest.Option) {
 	want := metricdata.Metrics{
 		Name:        "otelcol_ebpfprof_debuginfod_bytes",
-		Description: "Bytes of debug files downloaded from debuginfod. [Development]",
+		Description: "Bytes received from debuginfod, every attempt's body, rejected downloads included. [Development]",
 		Unit:        "By",
 		Data: metricdata.Sum[int64]{
 			Temporality: metricdata.CumulativeTemporality,
