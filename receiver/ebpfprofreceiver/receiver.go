@@ -51,7 +51,8 @@ const (
 	// maxBinaries and maxBinaryBytes bound the opened binaries kept for
 	// symbolization, by count (each holds a descriptor and a mapping) and
 	// by their own heap (their parsed tables are bounded apart, by
-	// symbolizer.max_table_bytes). Copies of one build are one binary.
+	// symbolize.SymbolizerConfig.MaxTableBytes, 16 MiB by default). Copies of
+	// one build are one binary.
 	maxBinaries    = 512
 	maxBinaryBytes = 4 << 20
 )
