@@ -1,5 +1,7 @@
-// Package docs checks README.md against the code: its configuration
-// examples load and validate through the components' factories, its
-// configuration tables name every field with the real default, and its
-// self-metrics table names every metric the receivers register.
+// Package docs checks the documents against the code: README.md's
+// configuration examples load and validate through the components'
+// factories, its configuration tables name every field with the real
+// default, its self-metrics table names every metric the receivers
+// register, and docs/ARCHITECTURE.md names every package and only paths
+// that exist.
 package docs
