@@ -77,18 +77,19 @@ var (
 // 1e-12 ("unsampled": the program runs at every switch and follows none).
 // With BPFCOL_OFFCPU_HELD=1 a sixth mode, enabled with the receiver's
 // drain held back ("held": the BPF side in full, no user space work on
-// samples), joins them; it is opt-in because it splits what "on" and
-// "unsampled" already bound, the receiver's user space, whose CPU time
-// the counts report in every round anyway. A group's order is a row of a
-// Williams design, so that each mode takes each place, and follows each
-// other mode, equally often, and the machine's drifting load and what a
-// round leaves behind fall on all alike; a first group warms up and is
-// dropped. Before each round the receiver loads the unwind tables of the
-// pipe's binary from a warm-up run (not in held rounds, which load
-// nothing) and waits for its start-up work to end. Each group gives
-// ratios, on/off, empty/off, on/empty (the cost beyond the hook),
-// switch-counter/off, on/switch-counter (the cost beyond any observer),
-// unsampled/off and held/off; their medians are reported with a distribution-free 90% confidence interval (order
+// samples), joins them; it is opt-in because it only splits what "on"
+// costs beyond "unsampled" between the sampled share's BPF work and the
+// receiver's user space, whose CPU time the counts report in every round
+// anyway. A group's order is a row of a Williams design, so that each
+// mode takes each place, and follows each other mode, equally often, and
+// the machine's drifting load and what a round leaves behind fall on all
+// alike; a first group warms up and is dropped. Before each round the
+// receiver loads the unwind tables of the pipe's binary from a warm-up
+// run (not in held rounds, which load nothing) and waits for its start-up
+// work to end. Each group gives ratios, on/off, empty/off, on/empty (the
+// cost beyond the hook), switch-counter/off, on/switch-counter (the cost
+// beyond any observer), unsampled/off and held/off; their medians are
+// reported with a distribution-free 90% confidence interval (order
 // statistics of the binomial), and the goal, at most 3% slowdown
 // at the defaults, is judged from the on/off interval: met when its upper
 // bound is at most 3%, not met when its lower bound is above, inconclusive
@@ -98,10 +99,11 @@ var (
 //
 // Every wall round also records counts, which the placement does not
 // blur as it does times (roundCounts): the pipe's migrations, CPUs and
-// context switches, all CPUs' context switches, the IPIs of all CPUs (about 2 per round trip across
-// CPUs, none on one), this process's CPU time (the receiver's user space)
-// and the processes it loaded, the other CPU use of the machine, and the
-// off-CPU program's sampled switch-outs, events and walks. The log has,
+// context switches, all CPUs' context switches, the IPIs of all CPUs
+// (about 2 per round trip across CPUs, none on one), this process's CPU
+// time (the receiver's user space) and the processes it loaded, the other
+// CPU use of the machine, and the off-CPU program's sampled switch-outs,
+// events and walks. The log has,
 // after the slowdowns, the rounds split by placement (by IPIs per round
 // trip) with each mode's median time per round trip at equal placement
 // ("placement"), the rank correlations of the time per round trip with the
@@ -651,7 +653,14 @@ func (c offCPUBench) reportCounts(b *testing.B, modes []offCPUMode, rounds [wall
 	events := func(r roundResult) float64 { return perSec(r, float64(r.counts.events)) }
 	walks := func(r roundResult) float64 { return perSec(r, float64(r.counts.walks)) }
 	switches := func(r roundResult) float64 { return perTrip(float64(r.counts.switches)) }
-	counted := func(r roundResult) float64 { return perTrip(float64(r.counts.counted)) }
+	// Only switch-counter rounds count with perf's counter (one that
+	// counted none fails): NaN in the others.
+	counted := func(r roundResult) float64 {
+		if r.counts.counted == 0 {
+			return math.NaN()
+		}
+		return perTrip(float64(r.counts.counted))
+	}
 	var all []roundResult
 	var countLines []string
 	var same, mixed, cross [wallModes][]roundResult
