@@ -990,7 +990,13 @@ func TestMedianCI(t *testing.T) {
 }
 
 func TestGroupOrder(t *testing.T) {
-	// 5 and 6: the benchmark's groups without and with modeHeld.
+	// 5 and 6: the benchmark's groups without and with modeHeld, whose
+	// default number of groups must be whole cycles of the design.
+	for _, n := range []int{5, 6} {
+		if wallTriples%designRows(n) != 0 {
+			t.Errorf("%d groups of %d modes: not whole cycles of %d rows", wallTriples, n, designRows(n))
+		}
+	}
 	for _, n := range []int{3, 4, 5, 6, 7} {
 		rows := designRows(n)
 		if want := n + n%2*n; rows != want {
