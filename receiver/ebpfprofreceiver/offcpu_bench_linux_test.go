@@ -33,13 +33,13 @@ import (
 
 // Shape of BenchmarkOffCPUOverhead: wallTriples groups of wall-clock
 // rounds, one round per mode (the name is from when a group had three),
-// (-short: shortTriples; BPFCOL_OFFCPU_TRIPLES overrides both, for a
-// narrower interval) after one warm-up group, and statsRounds rounds with
-// kernel BPF statistics on.
+// (-short: one cycle of the groups' design, designRows; BPFCOL_OFFCPU_TRIPLES
+// overrides both, for a narrower interval) after one warm-up group, and
+// statsRounds rounds with kernel BPF statistics on. 30 groups are whole
+// cycles of the design for 5 modes (10 rows) and for 6 (6 rows).
 const (
-	wallTriples  = 31
-	shortTriples = 7
-	statsRounds  = 5
+	wallTriples = 30
+	statsRounds = 5
 	// offCPUGoal is the bound on the slowdown at the defaults, in
 	// percent.
 	offCPUGoal = 3.0
@@ -70,18 +70,25 @@ var (
 // "wall": short wall-clock rounds, one pipe run each under a fresh
 // receiver, in groups of one round per mode: off_cpu disabled ("off"),
 // enabled ("on"), disabled with an empty tp_btf/sched_switch program
-// attached ("empty": the floor any program there costs), enabled at
-// probability 1e-12 ("unsampled": the program runs at every switch and
-// follows none), and enabled with the receiver's drain held back
-// ("held": the BPF side in full, no user space work on samples). A
-// group's order is a row of a Williams design, so that each mode takes
-// each place, and follows each other mode, equally often, and the
-// machine's drifting load and what a round leaves behind fall on all
+// attached ("empty": the floor any program there costs), disabled with
+// perf's context switch counter counting on every CPU, no BPF
+// ("switch-counter": the floor any observer of switches costs, which the
+// kernel charges perf's own counter too), and enabled at probability
+// 1e-12 ("unsampled": the program runs at every switch and follows none).
+// With BPFCOL_OFFCPU_HELD=1 a sixth mode, enabled with the receiver's
+// drain held back ("held": the BPF side in full, no user space work on
+// samples), joins them; it is opt-in because it only splits what "on"
+// costs beyond "unsampled" between the sampled share's BPF work and the
+// receiver's user space, whose CPU time the counts report in every round
+// anyway. A group's order is a row of a Williams design, so that each
+// mode takes each place, and follows each other mode, equally often, and
+// the machine's drifting load and what a round leaves behind fall on all
 // alike; a first group warms up and is dropped. Before each round the
-// receiver loads the unwind tables of the pipe's binary from a warm-up run
-// (not in held rounds, which load nothing) and waits for its start-up work
-// to end. Each group gives ratios, on/off, empty/off, on/empty (the cost
-// beyond the hook), unsampled/off and held/off; their medians are
+// receiver loads the unwind tables of the pipe's binary from a warm-up
+// run (not in held rounds, which load nothing) and waits for its start-up
+// work to end. Each group gives ratios, on/off, empty/off, on/empty (the
+// cost beyond the hook), switch-counter/off, on/switch-counter (the cost
+// beyond any observer), unsampled/off and held/off; their medians are
 // reported with a distribution-free 90% confidence interval (order
 // statistics of the binomial), and the goal, at most 3% slowdown
 // at the defaults, is judged from the on/off interval: met when its upper
@@ -92,10 +99,11 @@ var (
 //
 // Every wall round also records counts, which the placement does not
 // blur as it does times (roundCounts): the pipe's migrations, CPUs and
-// context switches, the IPIs of all CPUs (about 2 per round trip across
-// CPUs, none on one), this process's CPU time (the receiver's user space)
-// and the processes it loaded, the other CPU use of the machine, and the
-// off-CPU program's sampled switch-outs, events and walks. The log has,
+// context switches, all CPUs' context switches, the IPIs of all CPUs
+// (about 2 per round trip across CPUs, none on one), this process's CPU
+// time (the receiver's user space) and the processes it loaded, the other
+// CPU use of the machine, and the off-CPU program's sampled switch-outs,
+// events and walks. The log has,
 // after the slowdowns, the rounds split by placement (by IPIs per round
 // trip) with each mode's median time per round trip at equal placement
 // ("placement"), the rank correlations of the time per round trip with the
@@ -117,9 +125,10 @@ var (
 // the round trips asked, or its tasks were seen on two CPUs when pinned to
 // one or on one when pinned to two, the off-CPU program counted, in a round
 // it was on for at the defaults, no short wait (the pipe's) or no event
-// (the sleeper's), or at probability 1e-12 followed a switch-out, or, with
-// the statistics on, either program ran fewer times than the round trips'
-// two switches.
+// (the sleeper's), or at probability 1e-12 followed a switch-out, the
+// switch counter counted fewer switches than the round trips' two or the
+// pipe's tasks made, or, with the statistics on, either program ran fewer
+// times than the round trips' two switches.
 func BenchmarkOffCPUOverhead(b *testing.B) {
 	testenv.RequireBPF(b)
 	perf := testenv.LookPath(b, "perf")
@@ -185,6 +194,9 @@ const (
 	modeOff   offCPUMode = iota // the receiver, off_cpu disabled
 	modeOn                      // the receiver, off_cpu enabled at its defaults
 	modeEmpty                   // modeOff and the empty program
+	// modeOff and perf's context switch counter (switchCounter) enabled
+	// for the pipe's run.
+	modeSwitchCounter
 	// modeOn at probability 1e-12: the program runs at every switch and
 	// follows none, so nothing is walked, recorded or read.
 	modeUnsampled
@@ -195,10 +207,25 @@ const (
 	modeStats // modeOn and the empty program, BPF statistics on
 )
 
-// wallModes are the modes of a wall-clock group, modeOff to modeHeld.
-const wallModes = 5
+// wallModes are the modes a wall-clock group can have, modeOff to
+// modeHeld.
+const wallModes = 6
 
-var modeNames = [...]string{"off", "on", "empty", "unsampled", "held", "stats"}
+var modeNames = [...]string{"off", "on", "empty", "switch-counter", "unsampled", "held", "stats"}
+
+// groupModes are the modes of a wall-clock group: all but modeHeld, which
+// BPFCOL_OFFCPU_HELD=1 adds.
+func groupModes(b *testing.B) []offCPUMode {
+	modes := []offCPUMode{modeOff, modeOn, modeEmpty, modeSwitchCounter, modeUnsampled}
+	switch v := os.Getenv("BPFCOL_OFFCPU_HELD"); v {
+	case "", "0":
+	case "1":
+		modes = append(modes, modeHeld)
+	default:
+		b.Fatalf("BPFCOL_OFFCPU_HELD=%q: not 0 or 1", v)
+	}
+	return modes
+}
 
 func (m offCPUMode) String() string { return modeNames[m] }
 
@@ -280,6 +307,11 @@ func (c offCPUBench) round(b *testing.B, empty *ebpf.Program, mode offCPUMode) r
 		}
 		defer l.Close()
 	}
+	var counter *switchCounter
+	if mode == modeSwitchCounter {
+		counter = openSwitchCounter(b)
+		defer counter.close()
+	}
 	// Held, the receiver reads no sample and so loads no process.
 	if mode != modeHeld {
 		c.warmUp(b, r)
@@ -349,6 +381,9 @@ func (c offCPUBench) round(b *testing.B, empty *ebpf.Program, mode offCPUMode) r
 	var out bytes.Buffer
 	cmd := exec.Command(c.cmd[0], c.cmd[1:]...)
 	cmd.Stdout, cmd.Stderr = &out, &out
+	if counter != nil {
+		counter.set(b, unix.PERF_EVENT_IOC_ENABLE)
+	}
 	if err := cmd.Start(); err != nil {
 		b.Fatalf("starting %s: %v", c.cmd[0], err)
 	}
@@ -356,6 +391,9 @@ func (c offCPUBench) round(b *testing.B, empty *ebpf.Program, mode offCPUMode) r
 	polled := make(chan placement)
 	go func() { polled <- pollPlacement(cmd.Process.Pid, stopPoll) }()
 	err = cmd.Wait()
+	if counter != nil {
+		counter.set(b, unix.PERF_EVENT_IOC_DISABLE)
+	}
 	close(stopPoll)
 	pl := <-polled
 	sys1 := readSystemCounts(b)
@@ -388,6 +426,16 @@ func (c offCPUBench) round(b *testing.B, empty *ebpf.Program, mode offCPUMode) r
 	k.busy = time.Duration(sys1.busyTicks-sys0.busyTicks) * 10 * time.Millisecond
 	k.foreign = max(k.busy-k.pipeCPU-k.selfCPU, 0)
 	k.ipis, k.irqWork = sys1.ipis-sys0.ipis, sys1.irqWork-sys0.irqWork
+	k.switches = sys1.switches - sys0.switches
+	if counter != nil {
+		// Each round trip switches each task out once at least, and
+		// every switch the pipe's tasks made was one on some CPU.
+		k.counted = counter.count(b)
+		if min := max(uint64(2*c.loops), uint64(k.pipeVol+k.pipeInvol)); k.counted < min {
+			b.Fatalf("the context switch counter counted %d switches in a round of %d round trips "+
+				"whose tasks switched %d times", k.counted, c.loops, k.pipeVol+k.pipeInvol)
+		}
+	}
 	k.walks = res.walks
 	k.loads = loads1 - loads0
 	d := func(f func(profiler.Counters) uint64) uint64 { return f(s1.c) - f(s0.c) }
@@ -454,9 +502,11 @@ func perfPipeTime(out []byte, loops int) (time.Duration, error) {
 // wall is the wall-clock part of BenchmarkOffCPUOverhead.
 func (c offCPUBench) wall(b *testing.B) {
 	empty := emptySwitchProgram(b)
+	modes := groupModes(b)
+	rows := designRows(len(modes))
 	triples := wallTriples
 	if testing.Short() {
-		triples = shortTriples
+		triples = rows
 	}
 	if v := os.Getenv("BPFCOL_OFFCPU_TRIPLES"); v != "" {
 		n, err := strconv.Atoi(v)
@@ -465,8 +515,14 @@ func (c offCPUBench) wall(b *testing.B) {
 		}
 		triples = n
 	}
+	// Fewer groups than whole cycles of the design leave some modes more
+	// often first, or after another, than the rest.
+	balanced := "balanced"
+	if triples%rows != 0 {
+		balanced = fmt.Sprintf("NOT balanced: not a multiple of the design's %d rows", rows)
+	}
 	load0 := loadAverage(b)
-	var onOff, emptyOff, onEmpty, unsampledOff, heldOff []float64
+	var onOff, emptyOff, onEmpty, counterOff, onCounter, unsampledOff, heldOff []float64
 	var offTotal time.Duration
 	var rounds [wallModes][]roundResult
 	foreign := 0
@@ -475,8 +531,8 @@ func (c offCPUBench) wall(b *testing.B) {
 		// Group 0 warms up: its rounds are dropped.
 		for t := 0; t <= triples; t++ {
 			var d [wallModes]time.Duration
-			for _, k := range groupOrder(t, wallModes) {
-				mode := offCPUMode(k)
+			for _, k := range groupOrder(t, len(modes)) {
+				mode := modes[k]
 				res := c.round(b, empty, mode)
 				d[mode] = res.pipe
 				if res.foreignStats {
@@ -490,38 +546,54 @@ func (c offCPUBench) wall(b *testing.B) {
 				continue
 			}
 			off, on, bare := d[modeOff].Seconds(), d[modeOn].Seconds(), d[modeEmpty].Seconds()
+			counted := d[modeSwitchCounter].Seconds()
 			onOff = append(onOff, 100*(on/off-1))
 			emptyOff = append(emptyOff, 100*(bare/off-1))
 			onEmpty = append(onEmpty, 100*(on/bare-1))
+			counterOff = append(counterOff, 100*(counted/off-1))
+			onCounter = append(onCounter, 100*(on/counted-1))
 			unsampledOff = append(unsampledOff, 100*(d[modeUnsampled].Seconds()/off-1))
-			heldOff = append(heldOff, 100*(d[modeHeld].Seconds()/off-1))
+			if d[modeHeld] > 0 {
+				heldOff = append(heldOff, 100*(d[modeHeld].Seconds()/off-1))
+			}
 			offTotal += d[modeOff]
 		}
 	}
 	b.StopTimer()
 	med := func(xs []float64) float64 { m, _, _ := medianCI(xs, ciLevel); return m }
 	b.ReportMetric(med(unsampledOff), "%slowdown-unsampled")
-	b.ReportMetric(med(heldOff), "%slowdown-held")
+	if len(heldOff) > 0 {
+		b.ReportMetric(med(heldOff), "%slowdown-held")
+	}
 	slow, lo, hi := medianCI(onOff, ciLevel)
 	eslow, elo, ehi := medianCI(emptyOff, ciLevel)
 	beyond, blo, bhi := medianCI(onEmpty, ciLevel)
+	cslow, clo, chi := medianCI(counterOff, ciLevel)
+	cbeyond, cblo, cbhi := medianCI(onCounter, ciLevel)
 	b.ReportMetric(slow, "%slowdown")
 	b.ReportMetric(lo, "%slowdown-ci90-lo")
 	b.ReportMetric(hi, "%slowdown-ci90-hi")
 	b.ReportMetric(eslow, "%slowdown-empty-prog")
 	b.ReportMetric(beyond, "%slowdown-beyond-empty")
+	b.ReportMetric(cslow, "%slowdown-switch-counter")
+	b.ReportMetric(cbeyond, "%slowdown-beyond-switch-counter")
 	b.ReportMetric(float64(offTotal.Nanoseconds())/float64(len(onOff)*c.loops), "ns/roundtrip")
 	ulo, uhi := ci(unsampledOff)
-	hlo, hhi := ci(heldOff)
-	b.Logf("%s: %d groups of %d round trips; slowdown at the defaults (on/off) median %.2f%%, 90%% CI %.2f..%.2f%%: goal <= %.0f%% %s; "+
+	held := "not run (BPFCOL_OFFCPU_HELD=1 runs it)"
+	if len(heldOff) > 0 {
+		hlo, hhi := ci(heldOff)
+		held = fmt.Sprintf("%.2f%% (CI %.2f..%.2f)", med(heldOff), hlo, hhi)
+	}
+	b.Logf("%s: %d groups (%s) of %d round trips; slowdown at the defaults (on/off) median %.2f%%, 90%% CI %.2f..%.2f%%: goal <= %.0f%% %s; "+
 		"empty program (empty/off) %.2f%% (CI %.2f..%.2f); beyond the empty program (on/empty) %.2f%% (CI %.2f..%.2f); "+
+		"perf's switch counter, no BPF (switch-counter/off) %.2f%% (CI %.2f..%.2f); beyond the counter (on/switch-counter) %.2f%% (CI %.2f..%.2f); "+
 		"on at probability 1e-12, nothing followed (unsampled/off) %.2f%% (CI %.2f..%.2f); "+
-		"on with the ringbuf drain held (held/off) %.2f%% (CI %.2f..%.2f); "+
+		"on with the ringbuf drain held (held/off) %s; "+
 		"rounds with BPF statistics enabled by another process: %d; load average %s before, %s after; on/off %%: %.2f",
-		c.name, len(onOff), c.loops, slow, lo, hi, offCPUGoal, verdict(lo, hi, offCPUGoal),
-		eslow, elo, ehi, beyond, blo, bhi, med(unsampledOff), ulo, uhi, med(heldOff), hlo, hhi,
+		c.name, len(onOff), balanced, c.loops, slow, lo, hi, offCPUGoal, verdict(lo, hi, offCPUGoal),
+		eslow, elo, ehi, beyond, blo, bhi, cslow, clo, chi, cbeyond, cblo, cbhi, med(unsampledOff), ulo, uhi, held,
 		foreign, load0, loadAverage(b), onOff)
-	c.reportCounts(b, rounds)
+	c.reportCounts(b, modes, rounds)
 }
 
 // ci is the confidence interval of the median of xs.
@@ -542,7 +614,7 @@ const (
 // placement with their medians of time per round trip (modes compared at
 // equal placement), and over all rounds the rank correlations of the time
 // per round trip with the counts.
-func (c offCPUBench) reportCounts(b *testing.B, rounds [wallModes][]roundResult) {
+func (c offCPUBench) reportCounts(b *testing.B, modes []offCPUMode, rounds [wallModes][]roundResult) {
 	loops := float64(c.loops)
 	med := func(rs []roundResult, f func(roundResult) float64) float64 {
 		if len(rs) == 0 {
@@ -580,10 +652,19 @@ func (c offCPUBench) reportCounts(b *testing.B, rounds [wallModes][]roundResult)
 	sampled := func(r roundResult) float64 { return 1000 * perTrip(float64(r.counts.sampled)) }
 	events := func(r roundResult) float64 { return perSec(r, float64(r.counts.events)) }
 	walks := func(r roundResult) float64 { return perSec(r, float64(r.counts.walks)) }
+	switches := func(r roundResult) float64 { return perTrip(float64(r.counts.switches)) }
+	// Only switch-counter rounds count with perf's counter (one that
+	// counted none fails): NaN in the others.
+	counted := func(r roundResult) float64 {
+		if r.counts.counted == 0 {
+			return math.NaN()
+		}
+		return perTrip(float64(r.counts.counted))
+	}
 	var all []roundResult
 	var countLines []string
 	var same, mixed, cross [wallModes][]roundResult
-	for m := range offCPUMode(wallModes) {
+	for _, m := range modes {
 		rs := rounds[m]
 		all = append(all, rs...)
 		busy := 0
@@ -603,14 +684,16 @@ func (c offCPUBench) reportCounts(b *testing.B, rounds [wallModes][]roundResult)
 		countLines = append(countLines, fmt.Sprintf("%s counts %-9s (medians of %d rounds): ns/roundtrip %.0f; pipe: IPIs/trip %.2f, polls apart %.0f%%, "+
 			"migrations/1k trips %.2f, involuntary switches/1k trips %.1f, voluntary/trip %.2f, CPU ns/trip %.0f; "+
 			"this process: CPU %.1f%%, switches/s %.0f, processes loaded/s %.1f, rounds started busy %d; "+
-			"other CPU use %.1f%%; IRQ work/s %.0f; off-CPU: sampled switch-outs/1k trips %.1f, events/s %.0f, walks/s %.0f",
+			"other CPU use %.1f%%; IRQ work/s %.0f; all CPUs' switches/trip %.2f, counted by perf's counter %.2f; "+
+			"off-CPU: sampled switch-outs/1k trips %.1f, events/s %.0f, walks/s %.0f",
 			c.name, m, len(rs), med(rs, nsPerTrip), med(rs, ipis), med(rs, apart),
 			med(rs, migrations), med(rs, invol), med(rs, vol), med(rs, pipeCPU),
 			med(rs, selfCPU), med(rs, selfSw), med(rs, loads), busy,
-			med(rs, foreign), med(rs, irqWork), med(rs, sampled), med(rs, events), med(rs, walks)))
+			med(rs, foreign), med(rs, irqWork), med(rs, switches), med(rs, counted),
+			med(rs, sampled), med(rs, events), med(rs, walks)))
 	}
 	var byPlace strings.Builder
-	for m := range offCPUMode(wallModes) {
+	for _, m := range modes {
 		fmt.Fprintf(&byPlace, "; %s %d/%d/%d, ns/trip %.0f/%.0f/%.0f", m,
 			len(same[m]), len(mixed[m]), len(cross[m]),
 			med(same[m], nsPerTrip), med(mixed[m], nsPerTrip), med(cross[m], nsPerTrip))
@@ -624,7 +707,10 @@ func (c offCPUBench) reportCounts(b *testing.B, rounds [wallModes][]roundResult)
 		place [wallModes][]roundResult
 	}{{"one CPU", same}, {"mixed", mixed}, {"cross-CPU", cross}} {
 		fmt.Fprintf(&equal, "; %s:", p.name)
-		for m := modeOn; m < wallModes; m++ {
+		for _, m := range modes {
+			if m == modeOff {
+				continue
+			}
 			fmt.Fprintf(&equal, " %s/off %.1f%%", m, ratio(p.place, m))
 		}
 	}
@@ -646,14 +732,14 @@ func (c offCPUBench) reportCounts(b *testing.B, rounds [wallModes][]roundResult)
 		spearman(t, series(invol)), spearman(t, series(pipeCPU)), spearman(t, series(selfCPU)),
 		spearman(t, series(loads)), spearman(t, series(foreign)))
 	// The testing package keeps 10 lines of a benchmark's log: with
-	// wall's, these are 9.
+	// wall's, these are 9 (10 with modeHeld).
 	for _, l := range countLines {
 		b.Log(l)
 	}
 	// Each round: ns/trip, IPIs/trip, processes loaded and this
 	// process's CPU time in ms.
 	var line strings.Builder
-	for m := range offCPUMode(wallModes) {
+	for _, m := range modes {
 		fmt.Fprintf(&line, "; %s", m)
 		for _, r := range rounds[m] {
 			fmt.Fprintf(&line, " %.0f/%.2f/%d/%.0f", nsPerTrip(r), ipis(r), r.counts.loads,
@@ -669,10 +755,7 @@ func (c offCPUBench) reportCounts(b *testing.B, rounds [wallModes][]roundResult)
 // what a round leaves behind (its receiver's teardown, its garbage) falls
 // on every mode alike.
 func groupOrder(t, n int) []int {
-	rows := n
-	if n%2 == 1 {
-		rows = 2 * n
-	}
+	rows := designRows(n)
 	r := t % rows
 	order := make([]int, n)
 	for j := range order {
@@ -688,6 +771,15 @@ func groupOrder(t, n int) []int {
 		slices.Reverse(order)
 	}
 	return order
+}
+
+// designRows is the number of rows of groupOrder's design for n modes: n
+// for an even n, 2n for an odd one.
+func designRows(n int) int {
+	if n%2 == 1 {
+		return 2 * n
+	}
+	return n
 }
 
 // verdict judges a goal of at most goal from a confidence interval lo..hi.
@@ -898,10 +990,17 @@ func TestMedianCI(t *testing.T) {
 }
 
 func TestGroupOrder(t *testing.T) {
-	for _, n := range []int{3, 4, 5} {
-		rows := n
-		if n%2 == 1 {
-			rows = 2 * n
+	// 5 and 6: the benchmark's groups without and with modeHeld, whose
+	// default number of groups must be whole cycles of the design.
+	for _, n := range []int{5, 6} {
+		if wallTriples%designRows(n) != 0 {
+			t.Errorf("%d groups of %d modes: not whole cycles of %d rows", wallTriples, n, designRows(n))
+		}
+	}
+	for _, n := range []int{3, 4, 5, 6, 7} {
+		rows := designRows(n)
+		if want := n + n%2*n; rows != want {
+			t.Errorf("n=%d: %d rows, want %d", n, rows, want)
 		}
 		places := map[[2]int]int{}
 		follows := map[[2]int]int{}

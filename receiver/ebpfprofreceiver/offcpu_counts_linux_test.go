@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"cmp"
+	"encoding/binary"
 	"fmt"
 	"math"
 	"os"
@@ -13,8 +14,11 @@ import (
 	"syscall"
 	"testing"
 	"time"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/bpfcol/bpfcol/internal/bpf/profiler"
 )
 
 // roundCounts are what a round of BenchmarkOffCPUOverhead counts, rather
@@ -47,6 +51,9 @@ type roundCounts struct {
 	// wake-up on another CPU sends one), and IRQ work (BPF's task work
 	// scheduling and ringbuf wake-ups raise it).
 	ipis, irqWork uint64
+	// Context switches of all CPUs (/proc/stat's ctxt), and in
+	// modeSwitchCounter those perf's counter counted.
+	switches, counted uint64
 	// The off-CPU program: sampled switch-outs (short, kept, merged or
 	// lost), kept waits recorded, user stack walks in task work.
 	sampled, events, walks uint64
@@ -56,6 +63,7 @@ type roundCounts struct {
 type systemCounts struct {
 	busyTicks     uint64
 	ipis, irqWork uint64
+	switches      uint64
 }
 
 func readSystemCounts(b *testing.B) systemCounts {
@@ -76,6 +84,13 @@ func readSystemCounts(b *testing.B) systemCounts {
 			b.Fatalf("/proc/stat field %d %q: %v", i, f[i], err)
 		}
 		s.busyTicks += v
+	}
+	for line := range strings.Lines(string(stat)) {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "ctxt "); ok {
+			if s.switches, err = strconv.ParseUint(v, 10, 64); err != nil {
+				b.Fatalf("/proc/stat's ctxt %q: %v", v, err)
+			}
+		}
 	}
 	irqs, err := os.ReadFile("/proc/interrupts")
 	if err != nil {
@@ -103,6 +118,68 @@ func readSystemCounts(b *testing.B) systemCounts {
 		}
 	}
 	return s
+}
+
+// switchCounter is perf's own observer of context switches: the software
+// event PERF_COUNT_SW_CONTEXT_SWITCHES, counting (no samples, no BPF) on
+// every online CPU. What a round pays for it is what the kernel charges a
+// switch for being watched at all, the floor under any BPF program there.
+type switchCounter struct {
+	fds []int
+}
+
+// openSwitchCounter opens the counter, disabled.
+func openSwitchCounter(b *testing.B) *switchCounter {
+	cpus, err := profiler.OnlineCPUs()
+	if err != nil {
+		b.Fatal(err)
+	}
+	attr := unix.PerfEventAttr{
+		Type:   unix.PERF_TYPE_SOFTWARE,
+		Config: unix.PERF_COUNT_SW_CONTEXT_SWITCHES,
+		Bits:   unix.PerfBitDisabled,
+	}
+	attr.Size = uint32(unsafe.Sizeof(attr))
+	c := &switchCounter{}
+	for _, cpu := range cpus {
+		fd, err := unix.PerfEventOpen(&attr, -1, cpu, -1, unix.PERF_FLAG_FD_CLOEXEC)
+		if err != nil {
+			c.close()
+			b.Fatalf("opening a context switch counter on cpu %d: %v", cpu, err)
+		}
+		c.fds = append(c.fds, fd)
+	}
+	return c
+}
+
+// set enables (PERF_EVENT_IOC_ENABLE) or disables the counter on every
+// CPU.
+func (c *switchCounter) set(b *testing.B, req uint) {
+	for _, fd := range c.fds {
+		if err := unix.IoctlSetInt(fd, req, 0); err != nil {
+			b.Fatalf("switching a context switch counter on or off: %v", err)
+		}
+	}
+}
+
+// count is the switches counted on all CPUs while it was enabled.
+func (c *switchCounter) count(b *testing.B) uint64 {
+	var sum uint64
+	var buf [8]byte
+	for _, fd := range c.fds {
+		if n, err := unix.Read(fd, buf[:]); err != nil || n != len(buf) {
+			b.Fatalf("reading a context switch counter: %d bytes, %v", n, err)
+		}
+		sum += binary.NativeEndian.Uint64(buf[:])
+	}
+	return sum
+}
+
+func (c *switchCounter) close() {
+	for _, fd := range c.fds {
+		unix.Close(fd)
+	}
+	c.fds = nil
 }
 
 // selfUsage is this process's CPU time and context switches.

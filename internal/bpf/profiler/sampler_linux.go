@@ -52,7 +52,7 @@ func New(opts Options) (_ *Sampler, err error) {
 	if err := CheckSupport(); err != nil {
 		return nil, err
 	}
-	cpus, err := onlineCPUs()
+	cpus, err := OnlineCPUs()
 	if err != nil {
 		return nil, err
 	}
@@ -428,8 +428,9 @@ func (s *Sampler) Close() error {
 	return errors.Join(errs...)
 }
 
-// onlineCPUs parses /sys/devices/system/cpu/online ("0-3,5").
-func onlineCPUs() ([]int, error) {
+// OnlineCPUs is the CPUs online now, from /sys/devices/system/cpu/online
+// ("0-3,5").
+func OnlineCPUs() ([]int, error) {
 	data, err := os.ReadFile("/sys/devices/system/cpu/online")
 	if err != nil {
 		return nil, fmt.Errorf("reading online cpus: %w", err)
