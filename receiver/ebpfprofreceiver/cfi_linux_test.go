@@ -109,6 +109,7 @@ func profileWithCFIWhen(t *testing.T, d time.Duration, ready func(*profilesRecei
 		if !stopped {
 			stopped = true
 			run.counters, _ = r.sampler.Counters()
+			t.Logf("tables at the end: %+v", r.unwind.Stats())
 			if err := r.Shutdown(context.Background()); err != nil {
 				t.Error(err)
 			}

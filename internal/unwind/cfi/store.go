@@ -18,6 +18,12 @@ import (
 // on a request after StoreConfig.RetryAfter.
 var ErrPending = errors.New("debug file pending")
 
+// ErrOpen is the error of a build that could not open its binary. It
+// says nothing of the file: the process it was opened through may have
+// exited while another still maps it. Such a build is not held, so the
+// next request, with another opener, builds it again.
+var ErrOpen = errors.New("opening binary")
+
 // ErrTooLarge is the error of a table larger than the store's whole bound.
 var ErrTooLarge = errors.New("unwind table larger than the store's bound")
 
@@ -106,7 +112,8 @@ type request[K comparable] struct {
 
 // NewStore starts a store and its worker. onBuilt, if not nil, is called
 // on the worker after each build (for example to load the table into BPF
-// maps); it may call the store.
+// maps), with the entry built, which is not held when its Err is ErrOpen;
+// it may call the store.
 func NewStore[K comparable](cfg StoreConfig, onBuilt func(K, *Entry)) *Store[K] {
 	if cfg.QueueLen < 1 {
 		cfg.QueueLen = 1
@@ -240,7 +247,9 @@ func (s *Store[K]) work() {
 			// Under mu, so that Release never drops an entry added
 			// between its check and its removal.
 			s.mu.Lock()
-			s.cache.Add(r.key, e)
+			if !errors.Is(err, ErrOpen) {
+				s.cache.Add(r.key, e)
+			}
 			delete(s.inflight, r.key)
 			s.stats.Builds++
 			s.stats.BuildTime += e.BuildTime
@@ -260,7 +269,7 @@ func (s *Store[K]) work() {
 func (s *Store[K]) build(open func() (*os.File, error)) (*Table, error) {
 	f, err := open()
 	if err != nil {
-		return nil, fmt.Errorf("opening binary: %w", err)
+		return nil, fmt.Errorf("%w: %w", ErrOpen, err)
 	}
 	defer f.Close()
 	ef, err := elf.NewFile(f)

@@ -247,3 +247,31 @@ func TestStoreRelease(t *testing.T) {
 	_, ok = s.Get("pending")
 	require.True(t, ok)
 }
+
+// TestStoreOpenFailureNotHeld: a build whose binary could not be opened
+// (the process it was opened through exited) is reported with ErrOpen but
+// not held, so the next request, with another opener, builds the table.
+func TestStoreOpenFailureNotHeld(t *testing.T) {
+	var errs []error
+	ch := make(chan string, 4)
+	s := NewStore[string](StoreConfig{MaxBytes: 64 << 20, QueueLen: 4}, func(k string, e *Entry) {
+		errs = append(errs, e.Err)
+		ch <- k
+	})
+	defer s.Close()
+	gone := func() (*os.File, error) { return os.Open("/proc/0/map_files/gone") }
+
+	require.True(t, s.Request("libc", gone))
+	require.Equal(t, "libc", recvKey(t, ch))
+	require.ErrorIs(t, errs[0], ErrOpen)
+	_, held := s.Get("libc")
+	require.False(t, held, "a build that could not open its binary is not held")
+	require.EqualValues(t, 1, s.Stats().BuildErrors)
+
+	require.True(t, s.Request("libc", opener("/lib/x86_64-linux-gnu/libc.so.6")))
+	require.Equal(t, "libc", recvKey(t, ch))
+	require.NoError(t, errs[1])
+	e, held := s.Get("libc")
+	require.True(t, held)
+	require.NotEmpty(t, e.Table.Rows)
+}

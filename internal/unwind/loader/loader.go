@@ -607,6 +607,46 @@ func (l *Loader) file(pid uint32, m *process.Mapping, wanted bool) *fileEntry {
 	return l.addFile(fe)
 }
 
+// openFile opens fe's file for a build, which runs later on the store's
+// goroutine: through the latest process loaded with it, else through up
+// to maxOpeners other processes loaded with it. The process that asked
+// may exit before the build while others still map the file; its table
+// must not then fall back to frame pointers for every process.
+func (l *Loader) openFile(fe *fileEntry) func() (*os.File, error) {
+	opens := []func() (*os.File, error){fe.open}
+	for pid, pe := range l.procs {
+		if len(opens) > maxOpeners {
+			break
+		}
+		if _, ok := pe.files[fe]; !ok {
+			continue
+		}
+		for i := range pe.maps {
+			if m := &pe.maps[i]; m.File() && m.Key() == fe.key {
+				opens = append(opens, opener(pid, m))
+				break
+			}
+		}
+	}
+	return func() (*os.File, error) {
+		var first error
+		for _, open := range opens {
+			f, err := open()
+			if err == nil {
+				return f, nil
+			}
+			if first == nil {
+				first = err
+			}
+		}
+		return nil, first
+	}
+}
+
+// maxOpeners bounds the other processes a build tries to open a file
+// through.
+const maxOpeners = 4
+
 // opener opens m's file through pid, a process that maps it now.
 func opener(pid uint32, m *process.Mapping) func() (*os.File, error) {
 	mapping := *m
@@ -686,7 +726,7 @@ func (l *Loader) wanted(w want) {
 func (l *Loader) materialize(fe *fileEntry) {
 	e, ok := l.cfg.Tables.Get(fe.key)
 	if !ok {
-		l.cfg.Tables.Request(fe.key, fe.open)
+		l.cfg.Tables.Request(fe.key, l.openFile(fe))
 		return
 	}
 	if e.Table == nil || len(e.Table.Rows) == 0 {
@@ -694,7 +734,7 @@ func (l *Loader) materialize(fe *fileEntry) {
 			l.tableErr.Add(1)
 		}
 		if errors.Is(e.Err, cfi.ErrPending) {
-			l.cfg.Tables.Request(fe.key, fe.open) // built again once fetched
+			l.cfg.Tables.Request(fe.key, l.openFile(fe)) // built again once fetched
 			return
 		}
 		fe.state = fileFramePointers
@@ -745,6 +785,14 @@ func (l *Loader) rebuilt(key process.FileKey) {
 		l.evictions.Add(-1) // replaced, not evicted for room
 	}
 	if fe.state == filePending {
+		if _, held := l.cfg.Tables.Get(key); !held {
+			// Not opened through any process loaded with it
+			// (cfi.ErrOpen: they exited): deferred again, the next
+			// sample in it asks for it through its own process.
+			fe.state = fileDeferred
+			l.rewrite(fe)
+			return
+		}
 		l.materialize(fe)
 	}
 }
@@ -927,7 +975,7 @@ func (l *Loader) sweep() {
 			// Built while its debug file was pending: asked again, the
 			// store rebuilds it once due, and Built brings it here.
 			if e, ok := l.cfg.Tables.Get(fe.key); ok && errors.Is(e.Err, cfi.ErrPending) {
-				l.cfg.Tables.Request(fe.key, fe.open)
+				l.cfg.Tables.Request(fe.key, l.openFile(fe))
 			}
 		}
 	}

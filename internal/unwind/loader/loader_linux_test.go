@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -250,8 +251,12 @@ func newOnDemandLoader(t *testing.T) (*Loader, *cfi.Store[process.FileKey]) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { s.Close() })
-	store := newStore(t)
-	l := New(Config{Sink: s, Tables: store, OnDemand: true})
+	// Wired as the receiver wires them: the store tells the loader of
+	// each build.
+	var l *Loader
+	store := cfi.NewStore[process.FileKey](cfi.StoreConfig{MaxBytes: 256 << 20, QueueLen: 64}, func(key process.FileKey, _ *cfi.Entry) { l.Built(key) })
+	t.Cleanup(func() { store.Close() })
+	l = New(Config{Sink: s, Tables: store, OnDemand: true})
 	return l, store
 }
 
@@ -370,4 +375,134 @@ func TestLoaderOnDemandAfterFirstMapperExits(t *testing.T) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+}
+
+// holdStoreWorker keeps store's one worker busy until the returned release
+// is called, so that builds asked for meanwhile run after it.
+func holdStoreWorker(t *testing.T, store *cfi.Store[process.FileKey]) (release func()) {
+	t.Helper()
+	started, held := make(chan struct{}), make(chan struct{})
+	store.Request(process.FileKey{Ino: ^uint64(0)}, func() (*os.File, error) {
+		close(started)
+		<-held
+		return nil, os.ErrNotExist
+	})
+	<-started
+	var once sync.Once
+	release = func() { once.Do(func() { close(held) }) }
+	t.Cleanup(release)
+	return release
+}
+
+// libmOf returns the executable mappings of python3.11 and libm in pid.
+func libmOf(t *testing.T, pid int) (exe, libm process.Mapping) {
+	t.Helper()
+	maps, err := process.ReadMappings(pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range maps {
+		switch {
+		case !m.Executable():
+		case strings.Contains(m.Path, "python3.11"):
+			exe = m
+		case strings.Contains(m.Path, "libm.so"):
+			libm = m
+		}
+	}
+	if exe.Path == "" || libm.Path == "" {
+		t.Fatalf("python3.11 maps no executable or libm: %v", maps)
+	}
+	return exe, libm
+}
+
+// waitTableBuilt waits until libm's table is built and in the sampler
+// for pid.
+func waitTableBuilt(t *testing.T, l *Loader, store *cfi.Store[process.FileKey], pid int, libm process.Mapping) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		e, ok := store.Get(libm.Key())
+		if ok && e.Table != nil && len(e.Table.Rows) > 0 && l.Covers(uint32(pid), libm.Start) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s has no table 30s after a sample of pid %d entered it: %+v (entry %+v)", libm.Path, pid, l.Stats(), e)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// TestLoaderBuildOutlivesAsker: the process whose sample asked for a
+// library's table exits before the build runs. The build opens the file
+// through another process loaded with it, and the table is built.
+func TestLoaderBuildOutlivesAsker(t *testing.T) {
+	l, store := newOnDemandLoader(t)
+	asker := startSleeper(t, "/usr/bin/python3.11", "-c", "import time; time.sleep(60)")
+	other := startSleeper(t, "/usr/bin/python3.11", "-c", "import time; time.sleep(60)")
+	loadAll(t, l, other.Process.Pid)
+	loadAll(t, l, asker.Process.Pid)
+	exe, libm := libmOf(t, asker.Process.Pid)
+
+	release := holdStoreWorker(t, store)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); l.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	l.Observe(&profiler.Sample{PID: uint32(asker.Process.Pid), TID: uint32(asker.Process.Pid), CFI: true, User: []uint64{exe.Start + 16, libm.Start + 32}})
+	// The build is queued behind the held one.
+	for deadline := time.Now().Add(30 * time.Second); store.Stats().Queued < 2; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("libm's build was never asked for: %+v", l.Stats())
+		}
+	}
+	asker.Process.Kill()
+	asker.Wait()
+	release()
+	_, libm = libmOf(t, other.Process.Pid)
+	waitTableBuilt(t, l, store, other.Process.Pid, libm)
+}
+
+// TestLoaderBuildAfterEveryMapperExited: every process loaded with a
+// library exits before the build asked for it runs. The library is not
+// left to frame pointers for good: the next process's sample in it gets
+// its table built.
+func TestLoaderBuildAfterEveryMapperExited(t *testing.T) {
+	l, store := newOnDemandLoader(t)
+	asker := startSleeper(t, "/usr/bin/python3.11", "-c", "import time; time.sleep(60)")
+	loadAll(t, l, asker.Process.Pid)
+	exe, libm := libmOf(t, asker.Process.Pid)
+
+	release := holdStoreWorker(t, store)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); l.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	l.Observe(&profiler.Sample{PID: uint32(asker.Process.Pid), TID: uint32(asker.Process.Pid), CFI: true, User: []uint64{exe.Start + 16, libm.Start + 32}})
+	for deadline := time.Now().Add(30 * time.Second); store.Stats().Queued < 2; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("libm's build was never asked for: %+v", l.Stats())
+		}
+	}
+	asker.Process.Kill()
+	asker.Wait()
+	release()
+	// The failed build is done: nothing queued, nothing held.
+	for deadline := time.Now().Add(30 * time.Second); store.Stats().Queued > 0; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("libm's build never ran: %+v", store.Stats())
+		}
+	}
+
+	next := startSleeper(t, "/usr/bin/python3.11", "-c", "import time; time.sleep(60)")
+	pid := next.Process.Pid
+	exe, libm = libmOf(t, pid)
+	l.Observe(&profiler.Sample{PID: uint32(pid), TID: uint32(pid), CFI: true, NoTable: true})
+	for deadline := time.Now().Add(30 * time.Second); !l.Ready(uint32(pid)); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("pid %d not loaded: %+v", pid, l.Stats())
+		}
+	}
+	l.Observe(&profiler.Sample{PID: uint32(pid), TID: uint32(pid), CFI: true, User: []uint64{exe.Start + 16, libm.Start + 32}})
+	waitTableBuilt(t, l, store, pid, libm)
 }
