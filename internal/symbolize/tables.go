@@ -24,6 +24,11 @@ const (
 	// kindFull: debug/dwarf's reader of the whole DWARF, for units that
 	// refer to others (Go, LTO).
 	kindFull
+	// kindPrefixIndex: the index of compile units by address of DWARF
+	// read by prefix (dwarfPrefix), from .debug_aranges.
+	kindPrefixIndex
+	// kindPrefixUnit: one compile unit parsed by dwarfPrefix, by index.
+	kindPrefixUnit
 )
 
 // tableKey names one parsed table: the binary (by a number unique in the

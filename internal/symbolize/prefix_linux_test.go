@@ -1,0 +1,103 @@
+package symbolize
+
+import (
+	"debug/elf"
+	"os"
+	"reflect"
+	"testing"
+)
+
+// TestPrefixNamesLibcStartFromTheFront names libc's start-up frame from
+// libc6-dbg's compressed DWARF, as a first start does: only the front of
+// its sections is decompressed for it, a quarter of them at most. Then
+// addresses all over libc name as with the sections decompressed into the
+// heap, whether the prefix answers them or the whole index does, and a
+// restart maps the sections kept whole.
+func TestPrefixNamesLibcStartFromTheFront(t *testing.T) {
+	dbg, syms := libcDebugFile(t)
+	ef, err := elf.Open(dbg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var whole int64
+	for _, name := range []string{".debug_info", ".debug_abbrev", ".debug_line"} {
+		s := ef.Section(name)
+		if s == nil || s.Flags&elf.SHF_COMPRESSED == 0 {
+			t.Fatalf("%s: %s is not compressed", dbg, name)
+		}
+		whole += int64(s.Size)
+	}
+	ef.Close()
+	const start = "__libc_start_call_main"
+	var first uint64
+	var addrs []uint64
+	for i, s := range syms {
+		if elf.ST_TYPE(s.Info) != elf.STT_FUNC || s.Value == 0 || s.Size == 0 {
+			continue
+		}
+		if s.Name == start {
+			first = s.Value + 8
+		}
+		if i%16 == 0 {
+			addrs = append(addrs, s.Value+s.Size/2)
+		}
+	}
+	if first == 0 || len(addrs) < 100 {
+		t.Fatalf("%s: no %s, or %d functions", dbg, start, len(addrs))
+	}
+	addrs = append([]uint64{first}, addrs...)
+
+	useSpill(t, 0)
+	want, hb := lookupAll(t, dbg, addrs)
+	hb.Close()
+
+	_, dir := useSpill(t, 1<<30)
+	f, err := os.Open(dbg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := openBinaryWith(f, newTableCache(64<<20))
+	if err != nil {
+		t.Fatal(err)
+	}
+	frames, ok := b.Symbolize(first)
+	if b.dwarf == nil || b.dwarf.prefix.Load() == nil {
+		t.Fatal("libc6-dbg's DWARF is not read by prefix")
+	}
+	if !ok || frames[len(frames)-1].Function != start || !reflect.DeepEqual(frames, want[0]) {
+		t.Fatalf("%#x named %v, want %v", first, frames, want[0])
+	}
+	st := SectionSpillStats()
+	if st.Inflated == 0 || st.Inflated > whole/4 {
+		t.Errorf("naming %s decompressed %d bytes of .debug_info, .debug_abbrev and .debug_line's %d: want the front only", start, st.Inflated, whole)
+	}
+	t.Logf("naming %s decompressed %d of %d bytes", start, st.Inflated, whole)
+	for i, a := range addrs {
+		if got, _ := b.Symbolize(a); !reflect.DeepEqual(got, want[i]) {
+			t.Errorf("%#x: named %v through the prefix, %v through the heap", a, got, want[i])
+		}
+	}
+	b.Close()
+	if st := SectionSpillStats(); st.Bytes != 0 {
+		t.Errorf("%d spilled bytes left after the Binary closed", st.Bytes)
+	}
+
+	// Every address named, the sections were decompressed whole and kept.
+	spill.Store(nil)
+	if err := setSectionSpill(dir, 1<<30); err != nil {
+		t.Fatal(err)
+	}
+	sp := spill.Load()
+	t.Cleanup(func() { sp.dir.Close() })
+	got, b2 := lookupAll(t, dbg, addrs)
+	if b2.dwarf.prefix.Load() != nil && SectionSpillStats().Reused == 0 {
+		t.Error("a restart read by prefix again the DWARF kept whole")
+	}
+	b2.Close()
+	if !reflect.DeepEqual(got, want) {
+		t.Error("lookups after a restart differ from those through the heap")
+	}
+	if st := SectionSpillStats(); st.Reused == 0 || st.Inflated != 0 && st.Reused != st.Sections {
+		t.Errorf("spill stats after a restart %+v: want the kept sections reused", st)
+	}
+}
