@@ -55,7 +55,12 @@ type prefixIndex struct {
 // newDWARFPrefix returns the prefix reader of img's DWARF, or nil when it
 // is to be read whole: not compressed zlib with .debug_aranges, no spill,
 // or kept whole on disk from an earlier run.
-func newDWARFPrefix(img elfImage) *dwarfPrefix {
+func newDWARFPrefix(img elfImage) (_ *dwarfPrefix) {
+	defer func() {
+		// A file truncated under its mapping faults: the whole index
+		// reads it and says why.
+		_ = recover()
+	}()
 	f := img.f
 	if f.Type == elf.ET_REL || img.data == nil || spill.Load() == nil || !readByPrefix.Load() {
 		return nil

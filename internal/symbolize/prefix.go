@@ -55,10 +55,13 @@ func (sp *sectionSpill) prefix(elfFile *elf.File, s *elf.Section, raw []byte) (_
 	if typ, _, err := compressionHeader(elfFile, raw); err != nil || typ != elf.COMPRESS_ZLIB {
 		return nil, false, nil
 	}
+	// What reads the mapped file, which a truncation under us turns into
+	// a fault (a panic here), comes before reserving room.
 	key := keptKey(s.Name, raw)
 	if sp.isKept(key) {
 		return nil, false, nil
 	}
+	zr := sectionReader(elfFile, s, raw)
 	size := int64(s.Size)
 	if sp.used.Add(size) > sp.max {
 		sp.used.Add(-size)
@@ -85,7 +88,7 @@ func (sp *sectionSpill) prefix(elfFile *elf.File, s *elf.Section, raw []byte) (_
 	if p.m, err = mapFileShared(f, keptHeaderSize+size); err != nil {
 		return fail(err)
 	}
-	p.zr = sectionReader(elfFile, s, raw)
+	p.zr = zr
 	sp.sections.Add(1)
 	return p, true, nil
 }
@@ -106,13 +109,22 @@ func (p *prefixSection) data() []byte { return p.m[keptHeaderSize:] }
 func (p *prefixSection) length() int64 { return p.done.Load() }
 
 // ensure decompresses the content up to n bytes (at most the whole).
-func (p *prefixSection) ensure(n int64) error {
+func (p *prefixSection) ensure(n int64) (err error) {
 	n = min(n, p.size)
 	if p.done.Load() >= n {
 		return nil
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	defer func() {
+		// The compressed bytes are the mapped file, which a truncation
+		// under us turns into a fault: the section fails for good.
+		if r := recover(); r != nil {
+			p.err = fmt.Errorf("decompressing %s: %v", p.name, r)
+			p.closeFile()
+			err = p.err
+		}
+	}()
 	if p.err != nil {
 		return p.err
 	}

@@ -31,16 +31,14 @@ func TestPrefixNamesLibcStartFromTheFront(t *testing.T) {
 	const start = "__libc_start_call_main"
 	var first uint64
 	var addrs []uint64
-	for i, s := range syms {
+	for _, s := range syms {
 		if elf.ST_TYPE(s.Info) != elf.STT_FUNC || s.Value == 0 || s.Size == 0 {
 			continue
 		}
 		if s.Name == start {
 			first = s.Value + 8
 		}
-		if i%16 == 0 {
-			addrs = append(addrs, s.Value+s.Size/2)
-		}
+		addrs = append(addrs, s.Value+s.Size/2)
 	}
 	if first == 0 || len(addrs) < 100 {
 		t.Fatalf("%s: no %s, or %d functions", dbg, start, len(addrs))
@@ -72,17 +70,28 @@ func TestPrefixNamesLibcStartFromTheFront(t *testing.T) {
 		t.Errorf("naming %s decompressed %d bytes of .debug_info, .debug_abbrev and .debug_line's %d: want the front only", start, st.Inflated, whole)
 	}
 	t.Logf("naming %s decompressed %d of %d bytes", start, st.Inflated, whole)
+	byPrefix := 0
 	for i, a := range addrs {
-		if got, _ := b.Symbolize(a); !reflect.DeepEqual(got, want[i]) {
+		on := b.dwarf.prefix.Load() != nil
+		got, _ := b.Symbolize(a)
+		if on && b.dwarf.prefix.Load() != nil {
+			byPrefix++
+		}
+		if !reflect.DeepEqual(got, want[i]) {
 			t.Errorf("%#x: named %v through the prefix, %v through the heap", a, got, want[i])
 		}
 	}
+	if byPrefix == 0 {
+		t.Error("no address named by the prefix")
+	}
+	t.Logf("%d of %d addresses named by the prefix, before one it could not name", byPrefix, len(addrs))
 	b.Close()
 	if st := SectionSpillStats(); st.Bytes != 0 {
 		t.Errorf("%d spilled bytes left after the Binary closed", st.Bytes)
 	}
 
-	// Every address named, the sections were decompressed whole and kept.
+	// Addresses up to libc's end named, .debug_info was decompressed
+	// whole and kept: a restart maps it.
 	spill.Store(nil)
 	if err := setSectionSpill(dir, 1<<30); err != nil {
 		t.Fatal(err)
@@ -90,14 +99,14 @@ func TestPrefixNamesLibcStartFromTheFront(t *testing.T) {
 	sp := spill.Load()
 	t.Cleanup(func() { sp.dir.Close() })
 	got, b2 := lookupAll(t, dbg, addrs)
-	if b2.dwarf.prefix.Load() != nil && SectionSpillStats().Reused == 0 {
+	if b2.dwarf.prefix.Load() != nil {
 		t.Error("a restart read by prefix again the DWARF kept whole")
 	}
 	b2.Close()
 	if !reflect.DeepEqual(got, want) {
 		t.Error("lookups after a restart differ from those through the heap")
 	}
-	if st := SectionSpillStats(); st.Reused == 0 || st.Inflated != 0 && st.Reused != st.Sections {
+	if st := SectionSpillStats(); st.Reused == 0 {
 		t.Errorf("spill stats after a restart %+v: want the kept sections reused", st)
 	}
 }
