@@ -3,7 +3,9 @@ package symbolize
 import (
 	"debug/elf"
 	"os"
+	"path/filepath"
 	"reflect"
+	"strings"
 	"testing"
 )
 
@@ -108,5 +110,83 @@ func TestPrefixNamesLibcStartFromTheFront(t *testing.T) {
 	}
 	if st := SectionSpillStats(); st.Reused == 0 {
 		t.Errorf("spill stats after a restart %+v: want the kept sections reused", st)
+	}
+}
+
+// TestPrefixCorruptStreamKeepsNothing changes a byte near the end of
+// libc6-dbg's compressed .debug_info in a copy: an address of the last
+// units gets no line from DWARF (the stream fails there, then the whole
+// index fails as without prefixes), nothing panics, and the section is
+// not kept for a restart.
+func TestPrefixCorruptStreamKeepsNothing(t *testing.T) {
+	dbg, syms := libcDebugFile(t)
+	ef, err := elf.Open(dbg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := ef.Section(".debug_info")
+	if s == nil || s.Flags&elf.SHF_COMPRESSED == 0 {
+		t.Fatalf("%s: .debug_info is not compressed", dbg)
+	}
+	off, n := s.Offset, s.FileSize
+	ef.Close()
+	var last, first uint64
+	for _, sym := range syms {
+		if elf.ST_TYPE(sym.Info) == elf.STT_FUNC && sym.Size > 0 && sym.Value > last {
+			if sym.Name != "__multf3" && !strings.HasPrefix(sym.Name, "__") {
+				last = sym.Value
+			}
+		}
+		if sym.Name == "__libc_start_call_main" {
+			first = sym.Value + 8
+		}
+	}
+	// Through the intact file, both have lines.
+	useSpill(t, 0)
+	intact, ib := lookupAll(t, dbg, []uint64{first, last + 4})
+	ib.Close()
+	for i, fr := range intact {
+		if len(fr) == 0 || fr[0].Line == 0 {
+			t.Fatalf("address %d named %v without a line in the intact file", i, fr)
+		}
+	}
+	p, f := openCopy(t, dbg)
+	f.Close()
+	data, err := os.ReadFile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	data[off+n*9/10] ^= 0x55
+	if err := os.WriteFile(p, data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, dir := useSpill(t, 1<<30)
+	f, err = os.Open(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := openBinaryWith(f, newTableCache(64<<20))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	if _, ok := b.Symbolize(first); !ok {
+		t.Errorf("%#x not named", first)
+	}
+	if b.dwarf == nil || b.dwarf.prefix.Load() == nil {
+		t.Fatal("the copy's DWARF is not read by prefix")
+	}
+	if fr, _ := b.Symbolize(last + 4); len(fr) > 0 && fr[0].Line > 0 {
+		t.Errorf("%#x named %v: a line from past the corrupt byte", last+4, fr)
+	}
+	key := keptKey(".debug_info", data[off:off+n])
+	names, err := os.ReadDir(filepath.Join(dir, keptSubdir))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range names {
+		if e.Name() == keptName(key) {
+			t.Errorf("the corrupt .debug_info was kept as %s", e.Name())
+		}
 	}
 }

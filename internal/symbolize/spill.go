@@ -427,12 +427,13 @@ func (ss *spilledSections) get(f *elf.File, s *elf.Section, raw []byte) ([]byte,
 		return d, true, nil
 	}
 	if p, ok := ss.prefixes[s.Name]; ok {
-		delete(ss.prefixes, s.Name)
 		d, err := p.whole()
 		if err != nil {
-			p.close()
+			// Still mapped, until closed with the others: the front
+			// read so far may still be in use.
 			return nil, false, err
 		}
+		delete(ss.prefixes, s.Name)
 		ss.keep(s.Name, d, p.close)
 		return d, true, nil
 	}
