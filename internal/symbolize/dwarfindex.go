@@ -443,7 +443,9 @@ func (x *dwarfIndex) lookup(pc uint64) (frames []Frame, ok bool) {
 	if err != nil {
 		return nil, false
 	}
-	x.prefix.Store(nil)
+	if x.prefix.Swap(nil) != nil {
+		x.tables.dropPrefix(x.id)
+	}
 	var buf [4]int32
 	for _, i := range u.covering(pc, buf[:0]) {
 		if t := x.unit(u, i); t != nil {

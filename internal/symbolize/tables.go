@@ -145,6 +145,16 @@ func (c *tableCache) add(key tableKey, v any, cost int64) {
 // element.
 const minTableCost = 128
 
+// dropPrefix drops the tables of binary id read by prefix, once its whole
+// index answers instead.
+func (c *tableCache) dropPrefix(id uint64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.lru.RemoveFunc(func(k tableKey, _ *parsedTable) bool {
+		return k.binary == id && (k.kind == kindPrefixIndex || k.kind == kindPrefixUnit)
+	})
+}
+
 // dropBinary removes every table of the binary numbered id.
 func (c *tableCache) dropBinary(id uint64) {
 	c.mu.Lock()
