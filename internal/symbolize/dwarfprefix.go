@@ -53,8 +53,9 @@ type prefixIndex struct {
 }
 
 // newDWARFPrefix returns the prefix reader of img's DWARF, or nil when it
-// is to be read whole: not compressed zlib with .debug_aranges, no spill,
-// or kept whole on disk from an earlier run.
+// is to be read whole: not compressed with .debug_aranges, or no spill. A
+// section kept whole on disk by an earlier run is mapped whole, and its
+// units still indexed only as lookups need them.
 func newDWARFPrefix(img elfImage) (_ *dwarfPrefix) {
 	defer func() {
 		// A file truncated under its mapping faults: the whole index
@@ -89,10 +90,9 @@ func newDWARFPrefix(img elfImage) (_ *dwarfPrefix) {
 			continue
 		}
 		if i == infoSect || i == abbrevSect || i == lineSect {
+			// One kept whole from an earlier run is mapped whole below,
+			// and units are still indexed as lookups need them.
 			ps, whole, ok, _ := img.spilled.prefix(f, s, raw(s))
-			if i == infoSect && (!ok || whole != nil) {
-				return nil // kept whole, or not to be read so
-			}
 			if ok && whole == nil {
 				p.src.sects[i] = ps.data()
 				switch i {
@@ -192,17 +192,24 @@ func (p *dwarfPrefix) index() *prefixIndex {
 // unit starts there or one before it is not listed in .debug_aranges
 // (checked by the caller through listed).
 func (p *dwarfPrefix) unitAt(hdr uint64) (_ unitStart, i int, ok bool) {
-	info := p.info
-	size := uint64(info.size)
+	// .debug_info is read whole when kept so from an earlier run.
+	size := uint64(len(p.src.info))
+	ensure := func(n uint64) bool { return p.info == nil || p.info.ensure(int64(n)) == nil }
+	have := func() []byte {
+		if p.info == nil {
+			return p.src.info
+		}
+		return p.src.info[:p.info.length()]
+	}
 	if hdr >= size {
 		return unitStart{}, 0, false
 	}
 	// The longest header: 64-bit length, version, unit type, address
 	// size, abbreviation offset, unit ID or signature and type offset.
-	if info.ensure(int64(min(size, hdr+4+8+2+2+8+8+8))) != nil {
+	if !ensure(min(size, hdr+4+8+2+2+8+8+8)) {
 		return unitStart{}, 0, false
 	}
-	b := p.src.info[:info.length()]
+	b := have()
 	if uint64(len(b))-hdr < 4 {
 		return unitStart{}, 0, false
 	}
@@ -217,7 +224,7 @@ func (p *dwarfPrefix) unitAt(hdr uint64) (_ unitStart, i int, ok bool) {
 		return unitStart{}, 0, false
 	}
 	end := hdr + word + n
-	if info.ensure(int64(end)) != nil {
+	if !ensure(end) {
 		return unitStart{}, 0, false
 	}
 	p.mu.Lock()
