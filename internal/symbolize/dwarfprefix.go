@@ -68,6 +68,9 @@ func newDWARFPrefix(img elfImage) (_ *dwarfPrefix) {
 	}
 	var sects [len(dwarfSectionNames)]*elf.Section
 	for _, s := range f.Sections {
+		if strings.HasPrefix(s.Name, ".zdebug_") {
+			return nil // GNU's older compression, whose sizes are not known up front
+		}
 		if suffix, ok := strings.CutPrefix(s.Name, ".debug_"); ok {
 			if i := slices.Index(dwarfSectionNames[:], suffix); i >= 0 && sects[i] == nil {
 				sects[i] = s
