@@ -435,8 +435,8 @@ func (x *dwarfIndex) lookup(pc uint64) (frames []Frame, ok bool) {
 		}
 	}()
 	if p := x.prefix.Load(); p != nil {
-		if frames, ok := x.prefixLookup(p, pc); ok {
-			return frames, true
+		if frames, ok, decided := x.prefixLookup(p, pc); decided {
+			return frames, ok
 		}
 	}
 	u, err := x.units()

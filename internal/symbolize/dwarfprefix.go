@@ -232,20 +232,31 @@ func (p *dwarfPrefix) unitAt(hdr uint64) (_ unitStart, i int, ok bool) {
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if base := p.scannedEnd(); base < end {
-		// On from the last unit read, as one read from the start would.
-		for _, u := range unitDIEOffsets(p.src.info[base:end:end], p.src.order) {
-			u.off += dwarf.Offset(base)
-			u.hdr += int(base)
-			u.end += int(base)
-			p.scanned = append(p.scanned, u)
-		}
-	}
+	p.scanTo(end)
 	i, found := slices.BinarySearchFunc(p.scanned, hdr, func(u unitStart, off uint64) int { return cmp.Compare(uint64(u.hdr), off) })
 	if !found || uint64(p.scanned[i].end) != end {
 		return unitStart{}, 0, false
 	}
 	return p.scanned[i], i, true
+}
+
+// scanTo reads the unit headers up to end, on from the last unit read, as
+// one read from the start would; p.mu is held.
+func (p *dwarfPrefix) scanTo(end uint64) {
+	base := p.scannedEnd()
+	if base >= end {
+		return
+	}
+	for _, u := range unitDIEOffsets(p.src.info[base:end:end], p.src.order) {
+		u.off += dwarf.Offset(base)
+		u.hdr += int(base)
+		u.end += int(base)
+		p.scanned = append(p.scanned, u)
+	}
+	if len(p.scanned) > maxUnits {
+		// The whole index refuses as many.
+		p.scanned, p.unlisted = p.scanned[:maxUnits:maxUnits], true
+	}
 }
 
 // scannedEnd is where the units read so far end.
@@ -329,12 +340,13 @@ func (p *dwarfPrefix) ensureLines(d *dwarf.Data, start unitStart) bool {
 }
 
 // prefixLookup returns the frames at pc when the prefix read so far, and
-// the units it decompresses, give the whole index's answer.
-func (x *dwarfIndex) prefixLookup(p *dwarfPrefix, pc uint64) (frames []Frame, ok bool) {
+// the units it decompresses, give the whole index's answer; decided says
+// they do, named or not.
+func (x *dwarfIndex) prefixLookup(p *dwarfPrefix, pc uint64) (frames []Frame, ok, decided bool) {
 	defer func() {
 		// A hostile file: the whole index decides.
 		if r := recover(); r != nil {
-			frames, ok = nil, false
+			frames, ok, decided = nil, false, false
 		}
 	}()
 	xi := x.tables.get(tableKey{binary: x.id, kind: kindPrefixIndex}, x.data, func() (any, int64) {
@@ -345,7 +357,7 @@ func (x *dwarfIndex) prefixLookup(p *dwarfPrefix, pc uint64) (frames []Frame, ok
 	for _, c := range xi.units.covering(pc, buf[:0]) {
 		start, i, found := p.unitAt(xi.sets[c])
 		if !found || start.addrSize != xi.addrSize[c] || !p.listedBefore(xi, i) {
-			return nil, false
+			return nil, false, false
 		}
 		t := x.tables.get(tableKey{binary: x.id, kind: kindPrefixUnit, unit: int32(i)}, x.data, func() (any, int64) {
 			t := p.table(start)
@@ -356,13 +368,31 @@ func (x *dwarfIndex) prefixLookup(p *dwarfPrefix, pc uint64) (frames []Frame, ok
 			return t, t.size
 		}).(*dwarfTable)
 		if t == nil {
-			return nil, false
+			return nil, false, false
 		}
 		if frames, ok := t.lookup(pc); ok {
-			return frames, true
+			return frames, true, true
 		}
 	}
-	return nil, false
+	// No listed unit names pc (assembly without DWARF: _start,
+	// __restore_rt): the whole index would only add the units not
+	// listed. Reading every unit header, not the whole DWARF, tells
+	// whether there are any.
+	return nil, false, p.allListed(xi)
+}
+
+// allListed reports whether every unit of .debug_info is listed in x,
+// decompressing .debug_info whole to read their headers.
+func (p *dwarfPrefix) allListed(x *prefixIndex) bool {
+	size := uint64(len(p.src.info))
+	if p.info != nil && p.info.ensure(int64(size)) != nil {
+		return false
+	}
+	p.mu.Lock()
+	p.scanTo(size)
+	n := len(p.scanned)
+	p.mu.Unlock()
+	return n > 0 && p.listedBefore(x, n-1)
 }
 
 // table parses the unit at start read alone, as dwarfIndex.unit does; nil
