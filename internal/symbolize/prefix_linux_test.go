@@ -3,8 +3,10 @@ package symbolize
 import (
 	"debug/elf"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -185,6 +187,88 @@ func TestPrefixCorruptStreamKeepsNothing(t *testing.T) {
 	for _, e := range names {
 		if e.Name() == keptName(key) {
 			t.Errorf("the corrupt .debug_info was kept as %s", e.Name())
+		}
+	}
+}
+
+// TestPrefixUnlistedUnitReadWhole links a unit built by gcc, which lists
+// it in .debug_aranges, with one built by clang, which does not, their
+// DWARF compressed: the prefix names the listed unit's function, and an
+// address of the unlisted one has the whole index built, which names it.
+// Every address names as with the sections in the heap.
+func TestPrefixUnlistedUnitReadWhole(t *testing.T) {
+	dir := t.TempDir()
+	src := map[string]string{
+		"a.c": "int fb(int);\nint fa(int x) { return fb(x) * 3 + 1; }\nint main(int argc, char **argv) { return fa(argc) & 1; }\n",
+		"b.c": "int fb(int x) {\n\tint s = 0;\n\tfor (int i = 0; i < x * 100; i++)\n\t\ts += i ^ x;\n\treturn s;\n}\n",
+	}
+	for name, text := range src {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(text), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	bin := filepath.Join(dir, "mix")
+	for _, args := range [][]string{
+		{"gcc", "-g", "-O1", "-c", "a.c", "-o", "a.o"},
+		{"clang", "-g", "-O1", "-c", "b.c", "-o", "b.o"},
+		{"gcc", "a.o", "b.o", "-o", bin, "-Wl,--compress-debug-sections=zlib"},
+	} {
+		cmd := exec.Command(args[0], args[1:]...)
+		cmd.Dir = dir
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("%v (gcc and clang are needed): %v\n%s", args, err, out)
+		}
+	}
+	ef, err := elf.Open(bin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	syms, err := ef.Symbols()
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, aranges := ef.Section(".debug_info"), ef.Section(".debug_aranges")
+	ef.Close()
+	if info == nil || info.Flags&elf.SHF_COMPRESSED == 0 || aranges == nil {
+		t.Fatalf("%s: want compressed .debug_info and .debug_aranges", bin)
+	}
+	at := map[string]uint64{}
+	for _, s := range syms {
+		if elf.ST_TYPE(s.Info) == elf.STT_FUNC && s.Size > 0 {
+			at[s.Name] = s.Value + s.Size/2
+		}
+	}
+	addrs := []uint64{at["fa"], at["main"], at["fb"]}
+	if slices.Contains(addrs, 0) {
+		t.Fatalf("%s: functions at %v", bin, at)
+	}
+
+	useSpill(t, 0)
+	want, hb := lookupAll(t, bin, addrs)
+	hb.Close()
+	for i, fr := range want {
+		if len(fr) == 0 || fr[0].Line == 0 {
+			t.Fatalf("address %d named %v through the heap: want a line", i, fr)
+		}
+	}
+
+	useSpill(t, 64<<20)
+	f, err := os.Open(bin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := openBinaryWith(f, newTableCache(64<<20))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	for i, a := range addrs {
+		got, _ := b.Symbolize(a)
+		if !reflect.DeepEqual(got, want[i]) {
+			t.Errorf("%#x: named %v by prefix, %v through the heap", a, got, want[i])
+		}
+		if prefix := b.dwarf.prefix.Load() != nil; prefix != (i < 2) {
+			t.Errorf("after naming %#x, reading by prefix: %v; want it up to the unlisted unit's address", a, prefix)
 		}
 	}
 }
