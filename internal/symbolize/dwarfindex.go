@@ -443,7 +443,7 @@ func (x *dwarfIndex) lookup(pc uint64) (frames []Frame, ok bool) {
 	if err != nil {
 		return nil, false
 	}
-	if x.prefix.Swap(nil) != nil {
+	if x.prefix.Load() != nil && x.prefix.Swap(nil) != nil {
 		x.tables.dropPrefix(x.id)
 	}
 	var buf [4]int32
