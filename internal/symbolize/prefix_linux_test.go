@@ -1,7 +1,9 @@
 package symbolize
 
 import (
+	"bytes"
 	"debug/elf"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -9,6 +11,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/bpfcol/bpfcol/internal/testworkload"
 )
 
 // TestPrefixNamesLibcStartFromTheFront names libc's start-up frame from
@@ -271,4 +275,78 @@ func TestPrefixUnlistedUnitReadWhole(t *testing.T) {
 			t.Errorf("after naming %#x, reading by prefix: %v; want it up to the unlisted unit's address", a, prefix)
 		}
 	}
+}
+
+// FuzzDWARFPrefix feeds corrupt ELF files with compressed DWARF through a
+// Binary reading it by prefix and one reading it whole, both spilling to
+// disk: nothing may panic, and every lookup must name the same.
+func FuzzDWARFPrefix(f *testing.F) {
+	seed := testworkload.BuildC(f, "cpuhog.c", "-O2", "-g", "-gz=zlib", "-fno-omit-frame-pointer")
+	for _, p := range []string{seed} {
+		data, err := os.ReadFile(p)
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(data)
+	}
+	// In memory where there is some: freeing a file's blocks on this disk
+	// waits for the device, and each input rewrites and removes files.
+	dir := f.TempDir()
+	if shm, err := os.MkdirTemp("/dev/shm", "bpfcol-fuzz-"); err == nil {
+		dir = shm
+		f.Cleanup(func() { os.RemoveAll(shm) })
+	}
+	spills := map[bool]*sectionSpill{}
+	for _, prefix := range []bool{true, false} {
+		sp, err := openSectionSpill(filepath.Join(dir, fmt.Sprint("cache-", prefix)), 64<<20)
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Cleanup(func() { sp.dir.Close() })
+		spills[prefix] = sp
+	}
+	old := spill.Load()
+	f.Cleanup(func() { spill.Store(old); readByPrefix.Store(true) })
+	path := filepath.Join(dir, "bin")
+	f.Fuzz(func(t *testing.T, data []byte) {
+		if len(data) > maxFuzzInput {
+			return
+		}
+		if err := os.WriteFile(path, data, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		ef, err := elf.NewFile(bytes.NewReader(data))
+		if err != nil {
+			return
+		}
+		addrs := slices.Clone(fuzzAddresses)
+		if syms, err := ef.Symbols(); err == nil {
+			for _, s := range syms[:min(len(syms), 64)] {
+				addrs = append(addrs, s.Value, s.Value+s.Size/2)
+			}
+		}
+		names := map[bool][][]Frame{}
+		for _, prefix := range []bool{true, false} {
+			spill.Store(spills[prefix])
+			readByPrefix.Store(prefix)
+			fd, err := os.Open(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, err := openBinaryWith(fd, newTableCache(1<<20))
+			if err != nil {
+				return
+			}
+			for _, a := range addrs {
+				fr, _ := b.Symbolize(a)
+				names[prefix] = append(names[prefix], fr)
+			}
+			b.Close()
+		}
+		for i, a := range addrs {
+			if !reflect.DeepEqual(names[true][i], names[false][i]) {
+				t.Errorf("%#x: named %v by prefix, %v whole", a, names[true][i], names[false][i])
+			}
+		}
+	})
 }
