@@ -223,6 +223,12 @@ func (b *Binary) loadDWARF() {
 			defer guardFaults()()
 			return loadDWARFImage(img)
 		}}
+		if p := newDWARFPrefix(img); p != nil {
+			// The whole index waits for a lookup the prefix cannot answer.
+			x.prefix.Store(p)
+			b.dwarf = x
+			return
+		}
 		if _, err := x.units(); err != nil {
 			b.dwarfErr = fmt.Errorf("reading DWARF: %w", err)
 			return

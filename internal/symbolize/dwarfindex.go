@@ -24,6 +24,9 @@ type dwarfIndex struct {
 	// read leave the RSS after it, like data's.
 	spilled *spilledSections
 	load    func() (dwarfSources, error)
+	// prefix reads compressed DWARF only as far as lookups need, until
+	// the whole index is built; nil when there is none.
+	prefix atomic.Pointer[dwarfPrefix]
 }
 
 // dwarfUnits is the DWARF of a binary with its units indexed by address.
@@ -141,6 +144,23 @@ func arangesByUnit(aranges []byte, order binary.ByteOrder, units []unitStart) ma
 		return nil
 	}
 	listed := map[int32][][2]uint64{}
+	var i int
+	arangeSets(aranges, order, func(infoOff uint64, addrSize int) ([][2]uint64, bool) {
+		var found bool
+		i, found = slices.BinarySearchFunc(units, infoOff, func(u unitStart, off uint64) int { return cmp.Compare(uint64(u.hdr), off) })
+		if !found || units[i].addrSize != uint8(addrSize) {
+			return nil, false
+		}
+		return listed[int32(i)], true
+	}, func(rs [][2]uint64) { listed[int32(i)] = rs })
+	return listed
+}
+
+// arangeSets reads the sets of .debug_aranges in order. For each set of
+// a supported form, start says whether it is taken, returning the ranges
+// to append its own to, and done gets them. A malformed set ends the
+// reading.
+func arangeSets(aranges []byte, order binary.ByteOrder, start func(infoOff uint64, addrSize int) ([][2]uint64, bool), done func(rs [][2]uint64)) {
 	for off := 0; len(aranges)-off >= 4; {
 		set := off
 		n := uint64(order.Uint32(aranges[off:]))
@@ -149,19 +169,19 @@ func arangesByUnit(aranges []byte, order binary.ByteOrder, units []unitStart) ma
 		switch {
 		case n == 0xffffffff:
 			if len(aranges)-off < 8 {
-				return listed
+				return
 			}
 			n, word = order.Uint64(aranges[off:]), 8
 			off += 8
 		case n >= 0xfffffff0:
-			return listed
+			return
 		}
 		if n > uint64(len(aranges)-off) {
-			return listed
+			return
 		}
 		end := off + int(n)
 		if end-off < 2+word+2 {
-			return listed
+			return
 		}
 		vers := order.Uint16(aranges[off:])
 		var infoOff uint64
@@ -171,8 +191,12 @@ func arangesByUnit(aranges []byte, order binary.ByteOrder, units []unitStart) ma
 			infoOff = uint64(order.Uint32(aranges[off+2:]))
 		}
 		addrSize, segSize := int(aranges[off+2+word]), aranges[off+3+word]
-		i, found := slices.BinarySearchFunc(units, infoOff, func(u unitStart, off uint64) int { return cmp.Compare(uint64(u.hdr), off) })
-		if vers != 2 || segSize != 0 || (addrSize != 4 && addrSize != 8) || !found || units[i].addrSize != uint8(addrSize) {
+		if vers != 2 || segSize != 0 || (addrSize != 4 && addrSize != 8) {
+			off = end
+			continue
+		}
+		rs, ok := start(infoOff, addrSize)
+		if !ok {
 			off = end
 			continue
 		}
@@ -180,7 +204,6 @@ func arangesByUnit(aranges []byte, order binary.ByteOrder, units []unitStart) ma
 		// from the set's start.
 		tuple := 2 * addrSize
 		at := set + (off+4+word-set+tuple-1)/tuple*tuple
-		rs := listed[int32(i)]
 		for ; at+tuple <= end; at += tuple {
 			lo, size := uint64(order.Uint32(aranges[at:])), uint64(order.Uint32(aranges[at+4:]))
 			if addrSize == 8 {
@@ -193,10 +216,9 @@ func arangesByUnit(aranges []byte, order binary.ByteOrder, units []unitStart) ma
 				rs = append(rs, [2]uint64{lo, lo + size})
 			}
 		}
-		listed[int32(i)] = rs
+		done(rs)
 		off = end
 	}
-	return listed
 }
 
 // unitRanges returns the address ranges of the unit at start, read
@@ -412,9 +434,17 @@ func (x *dwarfIndex) lookup(pc uint64) (frames []Frame, ok bool) {
 			frames, ok = nil, false
 		}
 	}()
+	if p := x.prefix.Load(); p != nil {
+		if frames, ok, decided := x.prefixLookup(p, pc); decided {
+			return frames, ok
+		}
+	}
 	u, err := x.units()
 	if err != nil {
 		return nil, false
+	}
+	if x.prefix.Load() != nil && x.prefix.Swap(nil) != nil {
+		x.tables.dropPrefix(x.id)
 	}
 	var buf [4]int32
 	for _, i := range u.covering(pc, buf[:0]) {

@@ -11,6 +11,8 @@ import (
 // through section reads.
 func mapFile(*os.File) ([]byte, error) { return nil, nil }
 
+func mapFileShared(*os.File, int64) ([]byte, error) { return nil, errors.ErrUnsupported }
+
 func unmapFile([]byte) error { return nil }
 
 func dropPages([]byte) {}

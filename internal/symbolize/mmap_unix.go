@@ -30,6 +30,20 @@ func mapFile(f *os.File) ([]byte, error) {
 	return data, nil
 }
 
+// mapFileShared maps size bytes of f read-only and shared: pages read
+// before f is written there show what is written after, as a private
+// mapping of a hole need not.
+func mapFileShared(f *os.File, size int64) ([]byte, error) {
+	if size <= 0 || size > maxMappedFile || int64(int(size)) != size {
+		return nil, fmt.Errorf("mapping %s: %d bytes", f.Name(), size)
+	}
+	data, err := syscall.Mmap(int(f.Fd()), 0, int(size), syscall.PROT_READ, syscall.MAP_SHARED)
+	if err != nil {
+		return nil, fmt.Errorf("mapping %s: %w", f.Name(), err)
+	}
+	return data, nil
+}
+
 // maxMappedFile bounds the size of a file mapped.
 const maxMappedFile = 1 << 40
 

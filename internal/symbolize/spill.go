@@ -40,6 +40,9 @@ type sectionSpill struct {
 	sections atomic.Uint64 // sections spilled
 	refused  atomic.Uint64 // sections decompressed into the heap: no room
 	reused   atomic.Uint64 // sections mapped from a kept file
+	// inflated is the bytes decompressed to disk, whole sections' and
+	// the prefixes of those decompressed as far as lookups read.
+	inflated atomic.Int64
 
 	keptMu    sync.Mutex
 	kept      map[string]keptFile // by file name
@@ -172,6 +175,9 @@ func keptKey(name string, raw []byte) [sha256.Size]byte {
 	return k
 }
 
+// keptName is the file name of the kept section of key.
+func keptName(key [sha256.Size]byte) string { return hex.EncodeToString(key[:]) + keptSuffix }
+
 // keptHeader returns the header of a section file.
 func keptHeader(key [sha256.Size]byte, size int64, crc uint32) []byte {
 	b := make([]byte, 0, keptHeaderLen)
@@ -185,7 +191,7 @@ func keptHeader(key [sha256.Size]byte, size int64, crc uint32) []byte {
 // regular file of ours, of the size, with the header, whose content has
 // the checksum the header says. One that is not is removed.
 func (sp *sectionSpill) reuse(key [sha256.Size]byte, size int64) (mapping []byte, ok bool) {
-	name := hex.EncodeToString(key[:]) + keptSuffix
+	name := keptName(key)
 	rel := keptSubdir + "/" + name
 	sp.keptMu.Lock()
 	_, known := sp.kept[name]
@@ -250,7 +256,7 @@ func (sp *sectionSpill) keep(rel string, key [sha256.Size]byte, fileSize int64) 
 	if fileSize > sp.max {
 		return false
 	}
-	name := hex.EncodeToString(key[:]) + keptSuffix
+	name := keptName(key)
 	sp.keptMu.Lock()
 	defer sp.keptMu.Unlock()
 	if k, ok := sp.kept[name]; ok { // replaced below
@@ -276,6 +282,9 @@ type SpillStats struct {
 	Sections, Refused, Reused uint64
 	// KeptBytes is the size of the decompressed sections kept on disk.
 	KeptBytes int64
+	// Inflated is the bytes decompressed to disk so far: a section read
+	// only as far as lookups need (see prefixSection) counts that far.
+	Inflated int64
 }
 
 // SectionSpillStats returns the counts of the process's section spill.
@@ -287,7 +296,7 @@ func SectionSpillStats() SpillStats {
 	sp.keptMu.Lock()
 	kept := sp.keptBytes
 	sp.keptMu.Unlock()
-	return SpillStats{Bytes: sp.used.Load(), Sections: sp.sections.Load(), Refused: sp.refused.Load(), Reused: sp.reused.Load(), KeptBytes: kept}
+	return SpillStats{Bytes: sp.used.Load(), Sections: sp.sections.Load(), Refused: sp.refused.Load(), Reused: sp.reused.Load(), KeptBytes: kept, Inflated: sp.inflated.Load()}
 }
 
 // decompress writes the content of the compressed section s of elfFile,
@@ -368,6 +377,7 @@ func (sp *sectionSpill) decompress(elfFile *elf.File, s *elf.Section, raw []byte
 		return fail(err)
 	}
 	n, err := io.Copy(io.MultiWriter(f, h), io.LimitReader(sectionReader(elfFile, s, raw), size+1))
+	sp.inflated.Add(n)
 	if err == nil && n != size {
 		err = fmt.Errorf("decompressed to %d bytes, header says %d", n, size)
 	}
@@ -397,11 +407,15 @@ type spilledSections struct {
 	mu       sync.Mutex
 	data     map[string][]byte
 	releases []func()
+	// prefixes are the sections decompressed only as far as reads need,
+	// by name, until read whole.
+	prefixes map[string]*prefixSection
 }
 
 // get returns s's spilled content, spilling it on first use; raw is its
 // compressed bytes, nil when not at hand. ok is false when s is to be
-// decompressed into the heap.
+// decompressed into the heap. A section read by prefix so far is
+// decompressed on to its end.
 func (ss *spilledSections) get(f *elf.File, s *elf.Section, raw []byte) ([]byte, bool, error) {
 	sp := spill.Load()
 	if ss == nil || sp == nil {
@@ -412,16 +426,57 @@ func (ss *spilledSections) get(f *elf.File, s *elf.Section, raw []byte) ([]byte,
 	if d, ok := ss.data[s.Name]; ok {
 		return d, true, nil
 	}
+	if p, ok := ss.prefixes[s.Name]; ok {
+		d, err := p.whole()
+		if err != nil {
+			// Still mapped, until closed with the others: the front
+			// read so far may still be in use.
+			return nil, false, err
+		}
+		delete(ss.prefixes, s.Name)
+		ss.keep(s.Name, d, p.close)
+		return d, true, nil
+	}
 	d, release, ok, err := sp.decompress(f, s, raw)
 	if !ok {
 		return nil, false, err
 	}
+	ss.keep(s.Name, d, release)
+	return d, true, nil
+}
+
+func (ss *spilledSections) keep(name string, d []byte, release func()) {
 	if ss.data == nil {
 		ss.data = map[string][]byte{}
 	}
-	ss.data[s.Name] = d
+	ss.data[name] = d
 	ss.releases = append(ss.releases, release)
-	return d, true, nil
+}
+
+// prefix returns s to be decompressed as far as reads need, or whole
+// when it already is; ok is false when s is to be read whole.
+func (ss *spilledSections) prefix(f *elf.File, s *elf.Section, raw []byte) (p *prefixSection, whole []byte, ok bool, err error) {
+	sp := spill.Load()
+	if ss == nil || sp == nil {
+		return nil, nil, false, nil
+	}
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	if d, ok := ss.data[s.Name]; ok {
+		return nil, d, true, nil
+	}
+	if p, ok := ss.prefixes[s.Name]; ok {
+		return p, nil, true, nil
+	}
+	p, ok, err = sp.prefix(f, s, raw)
+	if !ok {
+		return nil, nil, false, err
+	}
+	if ss.prefixes == nil {
+		ss.prefixes = map[string]*prefixSection{}
+	}
+	ss.prefixes[s.Name] = p
+	return p, nil, true, nil
 }
 
 // dropPages takes the spilled pages read so far out of the RSS.
@@ -433,6 +488,9 @@ func (ss *spilledSections) dropPages() {
 	defer ss.mu.Unlock()
 	for _, d := range ss.data {
 		dropPages(d)
+	}
+	for _, p := range ss.prefixes {
+		dropPages(p.data()[:p.length()])
 	}
 }
 
@@ -447,7 +505,10 @@ func (ss *spilledSections) close() {
 	for _, r := range ss.releases {
 		r()
 	}
-	ss.data, ss.releases = nil, nil
+	for _, p := range ss.prefixes {
+		p.close()
+	}
+	ss.data, ss.releases, ss.prefixes = nil, nil, nil
 }
 
 // setSectionSpill has the process's Binaries spill their compressed

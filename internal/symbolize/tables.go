@@ -24,6 +24,11 @@ const (
 	// kindFull: debug/dwarf's reader of the whole DWARF, for units that
 	// refer to others (Go, LTO).
 	kindFull
+	// kindPrefixIndex: the index of compile units by address of DWARF
+	// read by prefix (dwarfPrefix), from .debug_aranges.
+	kindPrefixIndex
+	// kindPrefixUnit: one compile unit parsed by dwarfPrefix, by index.
+	kindPrefixUnit
 )
 
 // tableKey names one parsed table: the binary (by a number unique in the
@@ -139,6 +144,16 @@ func (c *tableCache) add(key tableKey, v any, cost int64) {
 // minTableCost is the least an entry costs: its key, record and list
 // element.
 const minTableCost = 128
+
+// dropPrefix drops the tables of binary id read by prefix, once its whole
+// index answers instead.
+func (c *tableCache) dropPrefix(id uint64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.lru.RemoveFunc(func(k tableKey, _ *parsedTable) bool {
+		return k.binary == id && (k.kind == kindPrefixIndex || k.kind == kindPrefixUnit)
+	})
+}
 
 // dropBinary removes every table of the binary numbered id.
 func (c *tableCache) dropBinary(id uint64) {
