@@ -143,7 +143,7 @@ func (c *sampleCounts) logFields(bpf profiler.Counters, pipelineStopped bool) []
 		undelivered = read - exported - queue - stacks - batch - refused
 	}
 	return []zap.Field{
-		zap.Uint64("samples_taken", bpf.Samples),
+		zap.Uint64("samples_taken", bpf.Recorded()),
 		zap.Uint64("samples_dropped_ringbuf", bpf.DroppedRingbuf),
 		zap.Int64("samples_read", read),
 		zap.Int64("samples_exported", exported),

@@ -30,7 +30,7 @@ func (r *profilesReceiver) registerTelemetry() error {
 			if err != nil {
 				return err
 			}
-			o.Observe(int64(c.Samples))
+			o.Observe(int64(c.Recorded()))
 			return nil
 		}),
 		tb.RegisterEbpfprofSamplesDroppedCallback(func(_ context.Context, o metric.Int64Observer) error {

@@ -375,7 +375,7 @@ func NewTelemetryBuilder(settings component.TelemetrySettings, options ...Teleme
 	errs = errors.Join(errs, err)
 	builder.EbpfprofProcessesUnknown, err = builder.meter.Int64ObservableCounter(
 		"otelcol_ebpfprof_processes_unknown",
-		metric.WithDescription("Samples of processes whose /proc entry could not be read (usually gone already); their user frames have no mapping. [Development]"),
+		metric.WithDescription("Samples of processes whose /proc entry could not be read (usually gone already); they keep only their kernel frames. [Development]"),
 		metric.WithUnit("{sample}"),
 	)
 	errs = errors.Join(errs, err)
@@ -393,7 +393,7 @@ func NewTelemetryBuilder(settings component.TelemetrySettings, options ...Teleme
 	errs = errors.Join(errs, err)
 	builder.EbpfprofSamplesTaken, err = builder.meter.Int64ObservableCounter(
 		"otelcol_ebpfprof_samples_taken",
-		metric.WithDescription("Stack samples recorded by the BPF program. [Development]"),
+		metric.WithDescription("Stack samples recorded by the BPF program, CPU samples and off-CPU events. [Development]"),
 		metric.WithUnit("{sample}"),
 	)
 	errs = errors.Join(errs, err)
