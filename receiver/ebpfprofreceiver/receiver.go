@@ -189,6 +189,11 @@ func (r *profilesReceiver) start(_ context.Context, _ component.Host) error {
 	// runs in this collector: alone, the sampler pays no lookup.
 	var shared *ebpf.Map
 	if scopes.Declared(scopes.Writer) {
+		// What the sampler needs is checked first: without CAP_BPF the
+		// shared map's creation fails too, with EPERM naming nothing.
+		if err := profiler.CheckSupport(); err != nil {
+			return fmt.Errorf("starting ebpfprof receiver: %w", err)
+		}
 		m, err := scopes.Acquire()
 		if err != nil {
 			return fmt.Errorf("starting ebpfprof receiver: %w", err)
