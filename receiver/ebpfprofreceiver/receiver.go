@@ -88,7 +88,10 @@ type profilesReceiver struct {
 	counts           sampleCounts
 	callersRecovered atomic.Int64
 	unknownProcesses atomic.Int64
-	profilesEmitted  atomic.Int64
+	// unmappedLeaves and truncatedStacks count the user stacks the
+	// aggregator dropped or cut (aggregate.Stats).
+	unmappedLeaves, truncatedStacks atomic.Int64
+	profilesEmitted                 atomic.Int64
 	// stopMemoryLimit gives up the Go memory limit (goMemoryLimiter).
 	stopMemoryLimit func()
 	firstSample     atomic.Bool
@@ -373,6 +376,8 @@ func (r *profilesReceiver) aggregate() {
 		r.counts.droppedStacks.Add(b.Stats.DroppedStacksFull)
 		r.callersRecovered.Add(b.Stats.CallersRecovered)
 		r.unknownProcesses.Add(b.Stats.UnknownProcesses)
+		r.unmappedLeaves.Add(b.Stats.UnmappedLeaves)
+		r.truncatedStacks.Add(b.Stats.TruncatedStacks)
 		if len(b.Stacks) == 0 {
 			return
 		}

@@ -156,6 +156,11 @@ func (r *profilesReceiver) registerTelemetry() error {
 			o.Observe(r.unknownProcesses.Load())
 			return nil
 		}),
+		tb.RegisterEbpfprofUserStacksCutCallback(func(_ context.Context, o metric.Int64Observer) error {
+			observe(o, r.unmappedLeaves.Load(), "reason", "leaf_unmapped")
+			observe(o, r.truncatedStacks.Load(), "reason", "impossible_frame")
+			return nil
+		}),
 		tb.RegisterEbpfprofFramesResolvedCallback(func(_ context.Context, o metric.Int64Observer) error {
 			s := r.resolver.Stats()
 			frames := func(v int64, stack, result string) {
