@@ -169,7 +169,7 @@ func (c *Config) logMissingBinaries(logger *zap.Logger) {
 		fi, err := os.Stat(p.Binary)
 		switch {
 		case err != nil:
-			logger.Warn("probe binary not found: nothing is attached for this probe until it exists",
+			logger.Warn("probe binary not found: it is attached when written there or when a process maps it",
 				zap.String("probe", p.ID), zap.String("binary", p.Binary), zap.Error(err))
 		case !fi.Mode().IsRegular():
 			logger.Warn("probe binary is not a regular file: nothing is attached for this probe",
