@@ -305,11 +305,8 @@ func (t *tracker) plan(pid int, tg *target, probes []*compiledProbe) (_ []*planR
 		}
 		if err != nil {
 			// Once per file identity and probe: the result is cached.
-			// A function missing from one of the many libraries a
-			// file_match probe matches is expected; from the one binary
-			// a binary: probe names, it is a mistake in the config.
 			level := t.logger.Warn
-			if errors.Is(err, probesite.ErrNoSymbol) && p.cfg.Binary == "" {
+			if errors.Is(err, probesite.ErrNoSymbol) {
 				level = t.logger.Info
 			}
 			level("probe has nothing to attach to in binary",

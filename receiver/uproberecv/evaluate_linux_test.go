@@ -54,46 +54,6 @@ func TestGuardFaultsTruncatedFile(t *testing.T) {
 	_ = guardFaults(func() { panic("other") })
 }
 
-// TestMissingFunctionLogLevel names a function that does not exist: in the
-// one binary a binary: probe names, that is a mistake in the configuration
-// and a warning; in the libraries a file_match probe matches, where most
-// may lack it, only info.
-func TestMissingFunctionLogLevel(t *testing.T) {
-	testenv.RequireBPF(t)
-	libc := "/usr/lib/x86_64-linux-gnu/libc.so.6"
-	cfg := createDefaultConfig().(*Config)
-	cfg.Probes = []ProbeConfig{
-		{ID: "named", Binary: libc, Entry: "no_such_function_a"},
-		{ID: "matched", FileMatch: `/libc\.so\.6$`, Entry: "no_such_function_b"},
-	}
-	if err := cfg.Validate(); err != nil {
-		t.Fatal(err)
-	}
-	core, logs := observer.New(zap.InfoLevel)
-	set := receivertest.NewNopSettings(metadata.Type)
-	set.Logger = zap.New(core)
-	r, err := newLogsReceiver(set, cfg, new(consumertest.LogsSink))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := r.Start(context.Background(), componentHost{}); err != nil {
-		t.Fatal(err)
-	}
-	if err := r.Shutdown(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	levels := map[string]zapcore.Level{}
-	for _, e := range logs.FilterMessage("probe has nothing to attach to in binary").All() {
-		levels[e.ContextMap()["probe"].(string)] = e.Level
-	}
-	if l, ok := levels["named"]; !ok || l != zapcore.WarnLevel {
-		t.Errorf("binary: probe without its function logged at %v (logged: %v), want warn", l, ok)
-	}
-	if l, ok := levels["matched"]; !ok || l != zapcore.InfoLevel {
-		t.Errorf("file_match probe without its function logged at %v (logged: %v), want info", l, ok)
-	}
-}
-
 // TestMissingBinaryWarnedOnce starts the receiver with a binary: probe on a
 // path that does not exist: one warning names it, with the probe and how
 // it gets attached later, not one from the configuration check and a
