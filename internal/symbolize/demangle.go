@@ -30,9 +30,15 @@ func demangleName(name string) string {
 }
 
 // sourceAndSystemName returns a symbol's name in source form and, when that
-// differs, its raw name (pprofile's system_name).
+// differs, its raw name (pprofile's system_name). The source form has no
+// symbol version: a symbol table spells versioned definitions
+// "clock_nanosleep@@GLIBC_2.17", the function is clock_nanosleep.
 func sourceAndSystemName(raw string) (name, system string) {
-	name = demangleName(raw)
+	name = raw
+	if i := strings.IndexByte(raw, '@'); i > 0 {
+		name = raw[:i]
+	}
+	name = demangleName(name)
 	if name == raw {
 		return raw, ""
 	}

@@ -14,6 +14,7 @@ import (
 
 	"go.opentelemetry.io/collector/component/componenttest"
 	"go.opentelemetry.io/collector/consumer"
+	"go.opentelemetry.io/collector/consumer/consumertest"
 	"go.opentelemetry.io/collector/pdata/pprofile"
 	"go.opentelemetry.io/collector/receiver/receivertest"
 
@@ -382,6 +383,57 @@ spin();
 			}
 		}
 		t.Fatalf("%.1f%% of the samples in fib are complete to main; some that are not: %v", pct(complete, named), some)
+	}
+}
+
+// TestSamplesRightAfterDlopenKeepTheirStack starts a process under the
+// receiver that loads a library 0.3 s after start and then runs in it: its
+// first sample read the process's mappings, without the library. The
+// samples in the library must make the mappings be read again at once,
+// not a second after the first read: until then each of them would lose
+// its whole user stack (a runtime maps its JIT code just so, right after
+// start).
+func TestSamplesRightAfterDlopenKeepTheirStack(t *testing.T) {
+	testenv.RequireBPF(t)
+	lib := testworkload.BuildC(t, "dlopenlib.c", append([]string{"-shared", "-fPIC"}, noFramePointers...)...)
+	bin := testworkload.BuildC(t, "dlopenhot.c", noFramePointers...)
+	sink := new(consumertest.ProfilesSink)
+	cfg := createDefaultConfig().(*Config)
+	cfg.SamplingFrequency = 199
+	cfg.ReportInterval = 500 * time.Millisecond
+	r, err := newProfilesReceiver(receivertest.NewNopSettings(metadata.Type), cfg, sink)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Start(context.Background(), componenttest.NewNopHost()); err != nil {
+		t.Fatal(err)
+	}
+	cmd := startWorkload(t, bin, lib, "0.3")
+	time.Sleep(1500 * time.Millisecond)
+	if err := r.Shutdown(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	var total, empty, inLib int64
+	for _, p := range sink.AllProfiles() {
+		for _, s := range pprofiletest.Samples(p) {
+			if s.PID != int64(cmd.Process.Pid) || s.SampleType != "samples/count" {
+				continue
+			}
+			total += s.Count
+			switch {
+			case len(s.Types) == 0:
+				empty += s.Count
+			case slices.Contains(s.UserNames(), "lib_hot"):
+				inLib += s.Count
+			}
+		}
+	}
+	t.Logf("%d samples of the workload, %d in the library, %d without any frame", total, inLib, empty)
+	if inLib < 50 {
+		t.Fatalf("only %d samples in the library: the test proves nothing", inLib)
+	}
+	if empty > 0 {
+		t.Errorf("%d of %d samples have no frame at all: their user stacks were dropped as outside the process's mappings", empty, total)
 	}
 }
 

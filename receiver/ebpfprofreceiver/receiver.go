@@ -89,7 +89,10 @@ type profilesReceiver struct {
 	counts           sampleCounts
 	callersRecovered atomic.Int64
 	unknownProcesses atomic.Int64
-	profilesEmitted  atomic.Int64
+	// unmappedLeaves and truncatedStacks count the user stacks the
+	// aggregator dropped or cut (aggregate.Stats).
+	unmappedLeaves, truncatedStacks atomic.Int64
+	profilesEmitted                 atomic.Int64
 	// stopMemoryLimit gives up the Go memory limit (goMemoryLimiter).
 	stopMemoryLimit func()
 	firstSample     atomic.Bool
@@ -144,7 +147,7 @@ func (c *sampleCounts) logFields(bpf profiler.Counters, pipelineStopped bool) []
 		undelivered = read - exported - queue - stacks - batch - refused
 	}
 	return []zap.Field{
-		zap.Uint64("samples_taken", bpf.Samples),
+		zap.Uint64("samples_taken", bpf.Recorded()),
 		zap.Uint64("samples_dropped_ringbuf", bpf.DroppedRingbuf),
 		zap.Int64("samples_read", read),
 		zap.Int64("samples_exported", exported),
@@ -190,6 +193,11 @@ func (r *profilesReceiver) start(_ context.Context, _ component.Host) error {
 	// runs in this collector: alone, the sampler pays no lookup.
 	var shared *ebpf.Map
 	if scopes.Declared(scopes.Writer) {
+		// What the sampler needs is checked first: without CAP_BPF the
+		// shared map's creation fails too, with EPERM naming nothing.
+		if err := profiler.CheckSupport(); err != nil {
+			return fmt.Errorf("starting ebpfprof receiver: %w", err)
+		}
 		m, err := scopes.Acquire()
 		if err != nil {
 			return fmt.Errorf("starting ebpfprof receiver: %w", err)
@@ -369,6 +377,8 @@ func (r *profilesReceiver) aggregate() {
 		r.counts.droppedStacks.Add(b.Stats.DroppedStacksFull)
 		r.callersRecovered.Add(b.Stats.CallersRecovered)
 		r.unknownProcesses.Add(b.Stats.UnknownProcesses)
+		r.unmappedLeaves.Add(b.Stats.UnmappedLeaves)
+		r.truncatedStacks.Add(b.Stats.TruncatedStacks)
 		if len(b.Stacks) == 0 {
 			return
 		}

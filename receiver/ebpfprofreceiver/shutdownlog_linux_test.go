@@ -3,6 +3,7 @@ package ebpfprofreceiver
 import (
 	"context"
 	"errors"
+	"os/exec"
 	"sync"
 	"testing"
 	"time"
@@ -115,6 +116,64 @@ func TestShutdownLogAddsUp(t *testing.T) {
 	}
 	if int64(records) >= accepted {
 		t.Errorf("%d records for %d samples: the workload's identical stacks were not aggregated, the test proves nothing", records, accepted)
+	}
+}
+
+// TestShutdownLogAddsUpOffCPU profiles a shell sleeping in a loop with
+// off_cpu on at probability 1: off-CPU events are samples read from the
+// same ringbuf, so samples_taken (and its metric) counts them with the CPU
+// samples, and samples_taken = samples_read still holds in the log.
+func TestShutdownLogAddsUpOffCPU(t *testing.T) {
+	testenv.RequireBPF(t)
+	tt := componenttest.NewTelemetry()
+	defer func() { _ = tt.Shutdown(context.Background()) }()
+	core, logs := observer.New(zapcore.InfoLevel)
+	set := metadatatest.NewSettings(tt)
+	set.Logger = zap.New(core)
+	cfg := createDefaultConfig().(*Config)
+	cfg.ReportInterval = 300 * time.Millisecond
+	cfg.OffCPU = OffCPUConfig{Enabled: true, MinDuration: time.Millisecond, Probability: 1}
+	r, err := newProfilesReceiver(set, cfg, new(consumertest.ProfilesSink))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var atStop profiler.Counters
+	var takenMetric int64
+	r.hooks.afterStop = func() {
+		if atStop, err = r.sampler.Counters(); err != nil {
+			t.Errorf("sampler counters once stopped: %v", err)
+		}
+		takenMetric = point(t, metricPoints(t, tt, "otelcol_ebpfprof_samples_taken"), "samples_taken")
+	}
+	if err := r.Start(context.Background(), componenttest.NewNopHost()); err != nil {
+		t.Fatal(err)
+	}
+	sleeper := exec.Command("/bin/sh", "-c", "for i in 1 2 3 4 5 6 7 8 9 10; do sleep 0.05; done")
+	if out, err := sleeper.CombinedOutput(); err != nil {
+		t.Errorf("sleeping shell: %v: %s", err, out)
+	}
+	if err := r.Shutdown(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+
+	f := shutdownLog(t, logs)
+	num := func(key string) int64 { t.Helper(); return logNum(t, f, key) }
+	t.Logf("sampler at stop: %d CPU samples, %d off-CPU events; shutdown log: %v", atStop.Samples, atStop.OffCPUEvents, f)
+	if atStop.OffCPUEvents == 0 {
+		t.Fatal("no off-CPU event recorded while a shell slept ten times: the test proves nothing")
+	}
+	read, exported, dropped := num("samples_read"), num("samples_exported"), num("samples_dropped")
+	if read != exported+dropped {
+		t.Errorf("samples_read %d != samples_exported %d + samples_dropped %d", read, exported, dropped)
+	}
+	want := int64(atStop.Samples + atStop.OffCPUEvents)
+	if taken := num("samples_taken"); taken != read || taken != want {
+		t.Errorf("samples_taken %d, samples_read %d; the sampler recorded %d CPU samples and %d off-CPU events",
+			taken, read, atStop.Samples, atStop.OffCPUEvents)
+	}
+	if takenMetric != want {
+		t.Errorf("ebpfprof_samples_taken %d at stop; the sampler recorded %d CPU samples and %d off-CPU events",
+			takenMetric, atStop.Samples, atStop.OffCPUEvents)
 	}
 }
 

@@ -30,7 +30,7 @@ func (r *profilesReceiver) registerTelemetry() error {
 			if err != nil {
 				return err
 			}
-			o.Observe(int64(c.Samples))
+			o.Observe(int64(c.Recorded()))
 			return nil
 		}),
 		tb.RegisterEbpfprofSamplesDroppedCallback(func(_ context.Context, o metric.Int64Observer) error {
@@ -154,6 +154,11 @@ func (r *profilesReceiver) registerTelemetry() error {
 		}),
 		tb.RegisterEbpfprofProcessesUnknownCallback(func(_ context.Context, o metric.Int64Observer) error {
 			o.Observe(r.unknownProcesses.Load())
+			return nil
+		}),
+		tb.RegisterEbpfprofUserStacksCutCallback(func(_ context.Context, o metric.Int64Observer) error {
+			observe(o, r.unmappedLeaves.Load(), "reason", "leaf_unmapped")
+			observe(o, r.truncatedStacks.Load(), "reason", "impossible_frame")
 			return nil
 		}),
 		tb.RegisterEbpfprofFramesResolvedCallback(func(_ context.Context, o metric.Int64Observer) error {

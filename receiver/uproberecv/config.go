@@ -124,8 +124,9 @@ func pidMax() int {
 // versionPattern matches symbol versions such as GLIBC_2.2.5.
 var versionPattern = regexp.MustCompile(`^[A-Za-z0-9_.]+$`)
 
-// offsetLike matches what follows a '+' meant as an offset: a digit first.
-var offsetLike = regexp.MustCompile(`^[0-9]`)
+// offsetLike matches what follows a '+' meant as an offset: a digit or a
+// sign first (no symbol has "+-" in it; an offset cannot be negative).
+var offsetLike = regexp.MustCompile(`^[-+0-9]`)
 
 // checkFunction applies the entry grammar on top of probesite.ParseSpec,
 // which keeps anything that is not a valid offset or version as part of
@@ -168,7 +169,7 @@ func (c *Config) logMissingBinaries(logger *zap.Logger) {
 		fi, err := os.Stat(p.Binary)
 		switch {
 		case err != nil:
-			logger.Warn("probe binary not found: nothing is attached for this probe until it exists",
+			logger.Warn("probe binary not found: it is attached when written there or when a process maps it",
 				zap.String("probe", p.ID), zap.String("binary", p.Binary), zap.Error(err))
 		case !fi.Mode().IsRegular():
 			logger.Warn("probe binary is not a regular file: nothing is attached for this probe",

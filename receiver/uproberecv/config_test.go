@@ -126,7 +126,7 @@ func TestConfigEntryGrammar(t *testing.T) {
 	}
 	for _, entry := range []string{
 		"getaddrinfo+0xZZ", "+0x10", "getaddrinfo+0x", "getaddrinfo@@", "get addr info",
-		"getaddrinfo+", "getaddrinfo@GLIBC_2.2.5+0xZZ", "getaddrinfo\t", "get\naddr",
+		"getaddrinfo+", "getaddrinfo@GLIBC_2.2.5+0xZZ", "getaddrinfo\t", "get\naddr", "getaddrinfo+-4", "getaddrinfo+-0x4",
 	} {
 		cfg := &Config{Probes: []ProbeConfig{{ID: "p", Binary: "/bin/x", Entry: entry}}}
 		if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), "probes[0].entry") {

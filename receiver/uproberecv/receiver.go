@@ -155,6 +155,11 @@ func (r *logsReceiver) start(_ context.Context, _ component.Host) (err error) {
 	var shared *ebpf.Map
 	var base uint32
 	if scopes.Declared(scopes.Reader) {
+		// What the probes need is checked first: without CAP_BPF the
+		// shared map's creation fails too, with EPERM naming nothing.
+		if err := scopeprobe.CheckSupport(); err != nil {
+			return fmt.Errorf("starting uprobe receiver: %w", err)
+		}
 		if r.scopes, err = scopes.Acquire(); err != nil {
 			return fmt.Errorf("starting uprobe receiver: %w", err)
 		}

@@ -3,6 +3,7 @@ package uproberecv
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -281,7 +282,13 @@ func (t *tracker) pinBinaries() {
 		done[path] = true
 		f, err := os.Open(path)
 		if err != nil {
-			t.logger.Warn("binary to probe is not there: it is attached when written there or when a process maps it", zap.String("path", path), zap.Error(err))
+			// A path that does not exist was warned about at start,
+			// with its probe (Config.logMissingBinaries).
+			level := t.logger.Warn
+			if errors.Is(err, fs.ErrNotExist) {
+				level = t.logger.Debug
+			}
+			level("binary to probe is not there: it is attached when written there or when a process maps it", zap.String("path", path), zap.Error(err))
 			continue
 		}
 		file, err := process.StatFile(f)

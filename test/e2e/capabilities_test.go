@@ -226,6 +226,55 @@ func TestErrorModeIgnore(t *testing.T) {
 	}
 }
 
+// TestCapabilitiesBothReceivers runs both receivers in one collector, as
+// config/local.yaml and the DaemonSet do: they share a map of open probe
+// scopes, created at start. Without CAP_BPF or CAP_PERFMON the collector
+// must still exit naming the capability, whichever receiver starts first,
+// not with the map creation's bare "operation not permitted".
+func TestCapabilitiesBothReceivers(t *testing.T) {
+	testenv.RequireRoot(t)
+	testenv.RequireBPF(t)
+	const config = `receivers:
+  ebpfprof: {}
+  uprobe:
+    probes:
+      - id: dns_lookup
+        file_match: '/libc\.so\.6$'
+        entry: getaddrinfo
+exporters:
+  debug: {}
+service:
+  pipelines:
+    profiles:
+      receivers: [ebpfprof]
+      exporters: [debug]
+    logs:
+      receivers: [uprobe]
+      exporters: [debug]
+`
+	for _, c := range []struct{ drop, failure string }{
+		{"cap_bpf", "missing capability CAP_BPF"},
+		{"cap_perfmon", "missing capability CAP_PERFMON"},
+	} {
+		t.Run("without "+c.drop, func(t *testing.T) {
+			col := startCollectorWithCaps(t, config, without(minimalCapabilities, c.drop))
+			select {
+			case err := <-col.done:
+				col.done <- err
+				out := col.output.String()
+				if err == nil || !strings.Contains(out, c.failure) {
+					t.Fatalf("want exit with %q, got %v:\n%s", c.failure, err, out)
+				}
+				if strings.Contains(out, "operation not permitted") {
+					t.Fatalf("the exit names the kernel's refusal, not the capability:\n%s", out)
+				}
+			case <-time.After(30 * time.Second):
+				t.Fatalf("still running without the capability:\n%s", col.output)
+			}
+		})
+	}
+}
+
 func copyFile(t *testing.T, from, to string, mode os.FileMode) {
 	t.Helper()
 	data, err := os.ReadFile(from)

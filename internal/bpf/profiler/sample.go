@@ -87,7 +87,8 @@ func (s *Sample) IsPC(i int) bool {
 
 // Counters are the sampler's own counts since it was loaded.
 type Counters struct {
-	// Samples is how many samples were recorded into the ringbuf.
+	// Samples is how many CPU samples were recorded into the ringbuf;
+	// Recorded adds the off-CPU ones.
 	Samples uint64
 	// DroppedRingbuf counts samples lost because the ringbuf was full.
 	DroppedRingbuf uint64
@@ -130,6 +131,10 @@ type Counters struct {
 	// length is unknown.
 	OffCPUUnended uint64
 }
+
+// Recorded returns how many samples were recorded into the ringbuf, CPU
+// and off-CPU: each is read as one sample.
+func (c Counters) Recorded() uint64 { return c.Samples + c.OffCPUEvents }
 
 // Options configures a Sampler.
 type Options struct {

@@ -100,6 +100,10 @@ type Stats struct {
 	// TruncatedStacks counts user stacks cut at an impossible address
 	// (zero, non-canonical, or in no executable mapping).
 	TruncatedStacks int64
+	// UnmappedLeaves counts samples of a read process whose leaf is in
+	// none of its executable mappings, even read again: no frame of the
+	// user stack can be checked, and none is kept.
+	UnmappedLeaves int64
 }
 
 // Batch is everything aggregated over one interval.
@@ -220,7 +224,11 @@ func (a *Aggregator) frames(proc *Process, s *profiler.Sample) []frame.Frame {
 	// Without the process's mappings no user frame can be checked (it
 	// exited before it was read, or was exiting: its maps were empty):
 	// none is emitted.
-	if len(s.User) == 0 || proc == nil || !possibleFrame(proc, s.User[0]) {
+	if len(s.User) == 0 || proc == nil {
+		return frames
+	}
+	if !possibleFrame(proc, s.User[0]) {
+		a.stats.UnmappedLeaves++
 		return frames
 	}
 	user := len(frames)

@@ -150,3 +150,54 @@ func TestAggregateScopes(t *testing.T) {
 		t.Errorf("stack outside scopes: %+v", s)
 	}
 }
+
+// TestAggregateCountsCutUserStacks feeds samples whose user frames cannot
+// all be kept: a leaf in a mapping the first read of the process missed
+// (kept: the mappings are read again at once), a leaf in no mapping even
+// read again (the user stack dropped, counted, and the mappings not read
+// again for the next such sample), and a stack reaching an impossible
+// address (cut there, counted).
+func TestAggregateCountsCutUserStacks(t *testing.T) {
+	text := process.Mapping{Start: 0x1000, End: 0x2000, Perms: "r-xp"}
+	jit := process.Mapping{Start: 0x8000, End: 0x9000, Perms: "r-xp"}
+	reads := 0
+	a := New(Config{ProcessInfo: func(pid int) (*Process, error) {
+		reads++
+		p := &Process{PID: pid, ExePath: "/proc/self/exe", Mappings: []frame.Mapping{{Mapping: text}}}
+		if reads > 1 {
+			// Mapped after the first read, as a runtime maps its JIT code.
+			p.Mappings = append(p.Mappings, frame.Mapping{Mapping: jit})
+		}
+		return p, nil
+	}})
+	sample := func(user ...uint64) *profiler.Sample {
+		return &profiler.Sample{PID: uint32(os.Getpid()), TID: 1, Comm: "t", KtimeNs: 1, UserIP: user[0], User: user}
+	}
+	a.Add(sample(0x1010, 0x1020))
+	a.Add(sample(0x8010, 0x1020))    // in the JIT region: read again, kept
+	a.Add(sample(0x5010, 0x1020))    // in nothing, even read again: dropped
+	a.Add(sample(0x5020, 0x1020))    // no read again so soon: dropped
+	a.Add(sample(0x1010, 0x1020, 0)) // cut at 0
+	b := a.Flush(time.Now())
+
+	if reads != 3 {
+		t.Errorf("process read %d times, want 3: once, again for the JIT region, once more for the unmapped leaf", reads)
+	}
+	if b.Stats.UnmappedLeaves != 2 || b.Stats.TruncatedStacks != 1 {
+		t.Errorf("stats %+v, want 2 unmapped leaves and 1 truncated stack", b.Stats)
+	}
+	userFrames := map[uint64]int{}
+	for _, s := range b.Stacks {
+		if len(s.Frames) > 0 {
+			userFrames[s.Frames[0].Address] = len(s.Frames)
+		} else {
+			userFrames[0] += int(s.Count) * 1000
+		}
+	}
+	if userFrames[0x8010] != 2 {
+		t.Errorf("the sample in the JIT region kept %d frames, want 2: %v", userFrames[0x8010], userFrames)
+	}
+	if userFrames[0] != 2000 {
+		t.Errorf("want the two samples in no mapping without frames: %v", userFrames)
+	}
+}

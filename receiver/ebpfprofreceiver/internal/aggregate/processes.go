@@ -9,19 +9,29 @@ import (
 )
 
 // missRefreshInterval rate-limits re-reading a process's mappings when a
-// sample falls outside all of them (a new library, or a JIT region).
+// sample falls outside all of them (a new library, or a JIT region) and
+// the last such read did not cover its sample. A read that did is not
+// waited for: the next new mapping may come a moment later (a runtime
+// maps its JIT code just after start), and until it is read every sample
+// in it loses its whole user stack.
 const missRefreshInterval = time.Second
 
 type processEntry struct {
 	proc       *Process
 	generation uint64
 	readAt     time.Time
+	// missedAt is when a read for a sample outside the mappings last
+	// found no mapping for it either (the process is gone, or unmapped
+	// it).
+	missedAt time.Time
 }
 
 // processTable caches process metadata by pid. On its first sample of each
 // interval an entry checks that the executable is unchanged (one readlink,
 // which catches exec and most pid reuse); it is read again from /proc when
-// the executable changed, or when a sample falls outside its mappings.
+// the executable changed, or when a sample falls outside its mappings
+// (each new mapping costs one read; reads that find nothing new are
+// rate-limited).
 type processTable struct {
 	max        int
 	read       func(pid int) (*Process, error)
@@ -55,8 +65,11 @@ func (t *processTable) lookup(pid int, ip uint64) *Process {
 		t.refresh(pid, e)
 	case e.generation != t.generation && t.execChanged(pid, e):
 		t.refresh(pid, e)
-	case ip != 0 && e.proc != nil && e.proc.Mapping(ip) == nil && time.Since(e.readAt) > missRefreshInterval:
+	case ip != 0 && e.proc != nil && e.proc.Mapping(ip) == nil && time.Since(e.missedAt) > missRefreshInterval:
 		t.refresh(pid, e)
+		if e.proc.Mapping(ip) == nil {
+			e.missedAt = e.readAt
+		}
 	}
 	e.generation = t.generation
 	return e.proc

@@ -44,6 +44,7 @@ type TelemetryBuilder struct {
 	EbpfprofSymbolizationOutcomes metric.Int64ObservableCounter
 	EbpfprofUnwindStops           metric.Int64ObservableCounter
 	EbpfprofUnwindTableEvictions  metric.Int64ObservableCounter
+	EbpfprofUserStacksCut         metric.Int64ObservableCounter
 }
 
 // TelemetryBuilderOption applies changes to default builder.
@@ -297,6 +298,21 @@ func (builder *TelemetryBuilder) RegisterEbpfprofUnwindTableEvictionsCallback(cb
 	return nil
 }
 
+// RegisterEbpfprofUserStacksCutCallback sets callback for observable EbpfprofUserStacksCut metric.
+func (builder *TelemetryBuilder) RegisterEbpfprofUserStacksCutCallback(cb metric.Int64Callback) error {
+	reg, err := builder.meter.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
+		cb(ctx, &observerInt64{inst: builder.EbpfprofUserStacksCut, obs: o})
+		return nil
+	}, builder.EbpfprofUserStacksCut)
+	if err != nil {
+		return err
+	}
+	builder.mu.Lock()
+	defer builder.mu.Unlock()
+	builder.registrations = append(builder.registrations, reg)
+	return nil
+}
+
 type observerInt64 struct {
 	embedded.Int64Observer
 	inst metric.Int64Observable
@@ -375,7 +391,7 @@ func NewTelemetryBuilder(settings component.TelemetrySettings, options ...Teleme
 	errs = errors.Join(errs, err)
 	builder.EbpfprofProcessesUnknown, err = builder.meter.Int64ObservableCounter(
 		"otelcol_ebpfprof_processes_unknown",
-		metric.WithDescription("Samples of processes whose /proc entry could not be read (usually gone already); their user frames have no mapping. [Development]"),
+		metric.WithDescription("Samples of processes whose /proc entry could not be read (usually gone already); they keep only their kernel frames. [Development]"),
 		metric.WithUnit("{sample}"),
 	)
 	errs = errors.Join(errs, err)
@@ -393,7 +409,7 @@ func NewTelemetryBuilder(settings component.TelemetrySettings, options ...Teleme
 	errs = errors.Join(errs, err)
 	builder.EbpfprofSamplesTaken, err = builder.meter.Int64ObservableCounter(
 		"otelcol_ebpfprof_samples_taken",
-		metric.WithDescription("Stack samples recorded by the BPF program. [Development]"),
+		metric.WithDescription("Stack samples recorded by the BPF program, CPU samples and off-CPU events. [Development]"),
 		metric.WithUnit("{sample}"),
 	)
 	errs = errors.Join(errs, err)
@@ -419,6 +435,12 @@ func NewTelemetryBuilder(settings component.TelemetrySettings, options ...Teleme
 		"otelcol_ebpfprof_unwind_table_evictions",
 		metric.WithDescription("CFI unwind tables evicted from the BPF row store to make room (least recently used first). [Development]"),
 		metric.WithUnit("{table}"),
+	)
+	errs = errors.Join(errs, err)
+	builder.EbpfprofUserStacksCut, err = builder.meter.Int64ObservableCounter(
+		"otelcol_ebpfprof_user_stacks_cut",
+		metric.WithDescription("Samples of known processes whose user stack was dropped or cut short after the kernel walked it. [Development]"),
+		metric.WithUnit("{sample}"),
 	)
 	errs = errors.Join(errs, err)
 	return &builder, errs

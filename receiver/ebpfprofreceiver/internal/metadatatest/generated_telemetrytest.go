@@ -148,7 +148,7 @@ func AssertEqualEbpfprofOffCPUEvents(t *testing.T, tt *componenttest.Telemetry, 
 func AssertEqualEbpfprofProcessesUnknown(t *testing.T, tt *componenttest.Telemetry, dps []metricdata.DataPoint[int64], opts ...metricdatatest.Option) {
 	want := metricdata.Metrics{
 		Name:        "otelcol_ebpfprof_processes_unknown",
-		Description: "Samples of processes whose /proc entry could not be read (usually gone already); their user frames have no mapping. [Development]",
+		Description: "Samples of processes whose /proc entry could not be read (usually gone already); they keep only their kernel frames. [Development]",
 		Unit:        "{sample}",
 		Data: metricdata.Sum[int64]{
 			Temporality: metricdata.CumulativeTemporality,
@@ -196,7 +196,7 @@ func AssertEqualEbpfprofSamplesDropped(t *testing.T, tt *componenttest.Telemetry
 func AssertEqualEbpfprofSamplesTaken(t *testing.T, tt *componenttest.Telemetry, dps []metricdata.DataPoint[int64], opts ...metricdatatest.Option) {
 	want := metricdata.Metrics{
 		Name:        "otelcol_ebpfprof_samples_taken",
-		Description: "Stack samples recorded by the BPF program. [Development]",
+		Description: "Stack samples recorded by the BPF program, CPU samples and off-CPU events. [Development]",
 		Unit:        "{sample}",
 		Data: metricdata.Sum[int64]{
 			Temporality: metricdata.CumulativeTemporality,
@@ -269,6 +269,22 @@ func AssertEqualEbpfprofUnwindTableEvictions(t *testing.T, tt *componenttest.Tel
 		},
 	}
 	got, err := tt.GetMetric("otelcol_ebpfprof_unwind_table_evictions")
+	require.NoError(t, err)
+	metricdatatest.AssertEqual(t, want, got, opts...)
+}
+
+func AssertEqualEbpfprofUserStacksCut(t *testing.T, tt *componenttest.Telemetry, dps []metricdata.DataPoint[int64], opts ...metricdatatest.Option) {
+	want := metricdata.Metrics{
+		Name:        "otelcol_ebpfprof_user_stacks_cut",
+		Description: "Samples of known processes whose user stack was dropped or cut short after the kernel walked it. [Development]",
+		Unit:        "{sample}",
+		Data: metricdata.Sum[int64]{
+			Temporality: metricdata.CumulativeTemporality,
+			IsMonotonic: true,
+			DataPoints:  dps,
+		},
+	}
+	got, err := tt.GetMetric("otelcol_ebpfprof_user_stacks_cut")
 	require.NoError(t, err)
 	metricdatatest.AssertEqual(t, want, got, opts...)
 }
