@@ -377,10 +377,12 @@ func TestLoaderOnDemandAfterFirstMapperExits(t *testing.T) {
 	}
 }
 
-// holdStoreWorker keeps store's one worker busy until the returned release
-// is called, so that builds asked for meanwhile run after it.
-func holdStoreWorker(t *testing.T, store *cfi.Store[process.FileKey]) (release func()) {
+// askThenExit runs l, has asker's sample enter libm while the store's
+// worker is held, so that libm's build is queued, and kills asker before
+// the worker is let go and the build runs.
+func askThenExit(t *testing.T, l *Loader, store *cfi.Store[process.FileKey], asker *exec.Cmd) {
 	t.Helper()
+	exe, libm := libmOf(t, asker.Process.Pid)
 	started, held := make(chan struct{}), make(chan struct{})
 	store.Request(process.FileKey{Ino: ^uint64(0)}, func() (*os.File, error) {
 		close(started)
@@ -389,9 +391,22 @@ func holdStoreWorker(t *testing.T, store *cfi.Store[process.FileKey]) (release f
 	})
 	<-started
 	var once sync.Once
-	release = func() { once.Do(func() { close(held) }) }
+	release := func() { once.Do(func() { close(held) }) }
 	t.Cleanup(release)
-	return release
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); l.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	l.Observe(&profiler.Sample{PID: uint32(asker.Process.Pid), TID: uint32(asker.Process.Pid), CFI: true, User: []uint64{exe.Start + 16, libm.Start + 32}})
+	// The build is queued behind the held one.
+	for deadline := time.Now().Add(30 * time.Second); store.Stats().Queued < 2; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("libm's build was never asked for: %+v", l.Stats())
+		}
+	}
+	asker.Process.Kill()
+	asker.Wait()
+	release()
 }
 
 // libmOf returns the executable mappings of python3.11 and libm in pid.
@@ -442,24 +457,8 @@ func TestLoaderBuildOutlivesAsker(t *testing.T) {
 	other := startSleeper(t, "/usr/bin/python3.11", "-c", "import time; time.sleep(60)")
 	loadAll(t, l, other.Process.Pid)
 	loadAll(t, l, asker.Process.Pid)
-	exe, libm := libmOf(t, asker.Process.Pid)
-
-	release := holdStoreWorker(t, store)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); l.Run(ctx) }()
-	defer func() { cancel(); <-done }()
-	l.Observe(&profiler.Sample{PID: uint32(asker.Process.Pid), TID: uint32(asker.Process.Pid), CFI: true, User: []uint64{exe.Start + 16, libm.Start + 32}})
-	// The build is queued behind the held one.
-	for deadline := time.Now().Add(30 * time.Second); store.Stats().Queued < 2; time.Sleep(5 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("libm's build was never asked for: %+v", l.Stats())
-		}
-	}
-	asker.Process.Kill()
-	asker.Wait()
-	release()
-	_, libm = libmOf(t, other.Process.Pid)
+	askThenExit(t, l, store, asker)
+	_, libm := libmOf(t, other.Process.Pid)
 	waitTableBuilt(t, l, store, other.Process.Pid, libm)
 }
 
@@ -471,22 +470,7 @@ func TestLoaderBuildAfterEveryMapperExited(t *testing.T) {
 	l, store := newOnDemandLoader(t)
 	asker := startSleeper(t, "/usr/bin/python3.11", "-c", "import time; time.sleep(60)")
 	loadAll(t, l, asker.Process.Pid)
-	exe, libm := libmOf(t, asker.Process.Pid)
-
-	release := holdStoreWorker(t, store)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); l.Run(ctx) }()
-	defer func() { cancel(); <-done }()
-	l.Observe(&profiler.Sample{PID: uint32(asker.Process.Pid), TID: uint32(asker.Process.Pid), CFI: true, User: []uint64{exe.Start + 16, libm.Start + 32}})
-	for deadline := time.Now().Add(30 * time.Second); store.Stats().Queued < 2; time.Sleep(5 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("libm's build was never asked for: %+v", l.Stats())
-		}
-	}
-	asker.Process.Kill()
-	asker.Wait()
-	release()
+	askThenExit(t, l, store, asker)
 	// The failed build is done: nothing queued, nothing held.
 	for deadline := time.Now().Add(30 * time.Second); store.Stats().Queued > 0; time.Sleep(5 * time.Millisecond) {
 		if time.Now().After(deadline) {
@@ -496,7 +480,7 @@ func TestLoaderBuildAfterEveryMapperExited(t *testing.T) {
 
 	next := startSleeper(t, "/usr/bin/python3.11", "-c", "import time; time.sleep(60)")
 	pid := next.Process.Pid
-	exe, libm = libmOf(t, pid)
+	exe, libm := libmOf(t, pid)
 	l.Observe(&profiler.Sample{PID: uint32(pid), TID: uint32(pid), CFI: true, NoTable: true})
 	for deadline := time.Now().Add(30 * time.Second); !l.Ready(uint32(pid)); time.Sleep(10 * time.Millisecond) {
 		if time.Now().After(deadline) {
