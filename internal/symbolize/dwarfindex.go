@@ -104,14 +104,7 @@ func newDWARFUnits(src dwarfSources) (_ *dwarfUnits, err error) {
 	if full != nil && src.data == nil {
 		u.full.Store(full)
 	}
-	slices.SortStableFunc(u.ranges, func(a, b unitRange) int { return cmp.Compare(a.lo, b.lo) })
-	u.reach = make([]uint64, len(u.ranges))
-	for i, rg := range u.ranges {
-		u.reach[i] = rg.hi
-		if i > 0 {
-			u.reach[i] = max(rg.hi, u.reach[i-1])
-		}
-	}
+	u.sortRanges()
 	u.cost = int64(cap(u.units))*int64(unsafe.Sizeof(unitStart{})) +
 		int64(cap(u.ranges))*int64(unsafe.Sizeof(unitRange{})) + int64(cap(u.reach))*8 + int64(cap(u.alone))
 	return u, nil
@@ -133,6 +126,18 @@ func unitRangesOf(src *dwarfSources, start unitStart, full *dwarf.Data, units []
 	rs, err := unitRanges(d, src, start)
 	release()
 	return rs, full, alone, err
+}
+
+// sortRanges sorts u's ranges by address and sets reach.
+func (u *dwarfUnits) sortRanges() {
+	slices.SortStableFunc(u.ranges, func(a, b unitRange) int { return cmp.Compare(a.lo, b.lo) })
+	u.reach = make([]uint64, len(u.ranges))
+	for i, rg := range u.ranges {
+		u.reach[i] = rg.hi
+		if i > 0 {
+			u.reach[i] = max(rg.hi, u.reach[i-1])
+		}
+	}
 }
 
 // arangesByUnit reads .debug_aranges into the address ranges of each unit

@@ -177,14 +177,7 @@ func (p *dwarfPrefix) index() *prefixIndex {
 		x.units.ranges[i].unit = rank[x.units.ranges[i].unit]
 	}
 	u := x.units
-	slices.SortStableFunc(u.ranges, func(a, b unitRange) int { return cmp.Compare(a.lo, b.lo) })
-	u.reach = make([]uint64, len(u.ranges))
-	for i, rg := range u.ranges {
-		u.reach[i] = rg.hi
-		if i > 0 {
-			u.reach[i] = max(rg.hi, u.reach[i-1])
-		}
-	}
+	u.sortRanges()
 	x.cost = int64(cap(x.sets))*9 + int64(cap(u.ranges))*int64(unsafe.Sizeof(unitRange{})) + int64(cap(u.reach))*8 +
 		int64(len(x.sets)+1)*int64(unsafe.Sizeof(unitStart{})) // the units scanned, at most one past the listed
 	return x

@@ -342,23 +342,7 @@ func TestLoaderOnDemandAfterFirstMapperExits(t *testing.T) {
 	first.Wait()
 
 	pid := second.Process.Pid
-	maps, err := process.ReadMappings(pid)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var exe, libm process.Mapping
-	for _, m := range maps {
-		switch {
-		case !m.Executable():
-		case strings.Contains(m.Path, "python3.11"):
-			exe = m
-		case strings.Contains(m.Path, "libm.so"):
-			libm = m
-		}
-	}
-	if exe.Path == "" || libm.Path == "" {
-		t.Fatalf("python3.11 maps no executable or libm: %v", maps)
-	}
+	exe, libm := libmOf(t, pid)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { defer close(done); l.Run(ctx) }()
