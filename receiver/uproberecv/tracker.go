@@ -196,6 +196,9 @@ type tracker struct {
 	// kernel's registration, a grace period's wait included), apart from
 	// the wait for the event and the evaluation, for the benchmark.
 	attachCalls *latencies
+	// detacher closes detached binaries' uprobes off the lock and the
+	// event loop.
+	detacher *detacher
 
 	// mu guards the maps below, never a file read, a parse or a syscall:
 	// binaries are evaluated and attached outside it (pending), and the
@@ -232,6 +235,7 @@ func newTracker(logger *zap.Logger, cfgs []ProbeConfig, a attacher, negative *ne
 		plans:       newPlanCache(maxPlans, opts.now),
 		latency:     newLatencies(),
 		attachCalls: newLatencies(),
+		detacher:    newDetacher(logger),
 		binaries:    map[process.FileKey]*attachedBinary{},
 		pending:     map[process.FileKey]*pendingBinary{},
 		held:        map[int]map[process.FileKey]struct{}{},
@@ -482,7 +486,7 @@ func (t *tracker) attachFileOf(d *safefs.Dir, name string, written bool, skip ma
 		if o != b && o.path == path && len(o.holders) == 0 && !o.pinned {
 			// Replaced at its path (a new version moved over it): the
 			// old inode runs no more processes from there.
-			t.detachLocked(o, "replaced at its path")
+			t.detachLocked(o, "replaced at its path", false)
 		}
 	}
 	if written && b.path != path && !b.pinned {
@@ -779,7 +783,7 @@ func (t *tracker) idleLocked(b *attachedBinary, now time.Time) {
 		return
 	}
 	if t.opts.retain.MaxBinaries <= 0 || t.opts.retain.MaxAge <= 0 {
-		t.detachLocked(b, "its last process exited")
+		t.detachLocked(b, "its last process exited", false)
 		return
 	}
 	b.idleSince = now
@@ -795,7 +799,7 @@ func (t *tracker) idleLocked(b *attachedBinary, now time.Time) {
 		}
 	}
 	if idle > t.opts.retain.MaxBinaries {
-		t.detachLocked(oldest, "evicted: retain.max_binaries binaries without a process")
+		t.detachLocked(oldest, "evicted: retain.max_binaries binaries without a process", false)
 	}
 }
 
@@ -807,17 +811,20 @@ func (t *tracker) sweep() {
 	defer t.mu.Unlock()
 	for _, b := range t.binaries {
 		if len(b.holders) == 0 && !b.pinned && !b.idleSince.IsZero() && now.Sub(b.idleSince) > t.opts.retain.MaxAge {
-			t.detachLocked(b, "evicted: idle for retain.max_age")
+			t.detachLocked(b, "evicted: idle for retain.max_age", false)
 		}
 	}
 	t.expireInfosLocked(now)
 }
 
-func (t *tracker) detachLocked(b *attachedBinary, why string) {
-	for _, a := range b.attachments {
-		if err := a.Close(); err != nil {
-			t.logger.Warn("detaching uprobes", zap.String("path", b.path), zap.Error(err))
-		}
+// detachLocked forgets b and has its uprobes closed: at once when now,
+// else by the detacher, so that neither the lock nor the caller (the event
+// loop) waits for the kernel's unregistration.
+func (t *tracker) detachLocked(b *attachedBinary, why string, now bool) {
+	if now {
+		closeNow(t.logger, b.path, b.attachments)
+	} else {
+		t.detacher.detach(b.path, b.attachments)
 	}
 	for pid := range b.holders {
 		delete(t.held[pid], b.key)
@@ -976,8 +983,9 @@ func (t *tracker) binary(pid int, tg *target, matched []*compiledProbe, at uint6
 		b := t.binaries[key]
 		if b != nil && known(tg.file) && known(b.file) && !b.file.Same(tg.file) {
 			// Changed in place since it was attached: its uprobes were
-			// placed for other code.
-			t.detachLocked(b, "the file changed")
+			// placed for other code, and go before new ones are placed
+			// on the same inode.
+			t.detachLocked(b, "the file changed", true)
 			b = nil
 		}
 		var missing []*compiledProbe
@@ -1065,8 +1073,9 @@ func (t *tracker) newBinary(pid int, tg *target, p *pendingBinary, matched []*co
 		return false, true, false
 	}
 	t.mu.Lock()
-	// Other evaluations under way may add binaries too: count them.
-	full := len(t.binaries)+len(t.pending)-1 >= maxBinaries
+	// Other evaluations under way may add binaries too, and detached ones
+	// keep their uprobes until closed: count them.
+	full := len(t.binaries)+len(t.pending)+t.detacher.pending()-1 >= maxBinaries
 	if full {
 		t.finishLocked(key, p)
 	}
@@ -1109,7 +1118,7 @@ func (t *tracker) newBinary(pid int, tg *target, p *pendingBinary, matched []*co
 				continue
 			}
 			if len(o.holders) == 0 {
-				t.detachLocked(o, "replaced at its path")
+				t.detachLocked(o, "replaced at its path", false)
 			} else {
 				// Still running: kept while it runs, then like any
 				// binary whose last process exited.
@@ -1158,12 +1167,9 @@ func (t *tracker) addProbes(pid int, tg *target, b *attachedBinary, p *pendingBi
 	return pid != 0, false
 }
 
+// closeAttachments has as, attached for nobody, closed by the detacher.
 func (t *tracker) closeAttachments(path string, as []attachment) {
-	for _, a := range as {
-		if err := a.Close(); err != nil {
-			t.logger.Warn("detaching uprobes", zap.String("path", path), zap.Error(err))
-		}
-	}
+	t.detacher.detach(path, as)
 }
 
 func (t *tracker) holdLocked(pid int, b *attachedBinary) {
@@ -1180,19 +1186,21 @@ func (t *tracker) holdLocked(pid int, b *attachedBinary) {
 	h[b.key] = struct{}{}
 }
 
-// close stops rescans and detaches every binary.
+// close stops rescans and detaches every binary, returning once their
+// uprobes are closed.
 func (t *tracker) close() {
 	t.mu.Lock()
-	defer t.mu.Unlock()
 	t.closed = true
 	for timer := range t.timers {
 		timer.Stop()
 	}
 	t.timers = nil
 	for _, b := range t.binaries {
-		t.detachLocked(b, "shutdown")
+		t.detachLocked(b, "shutdown", false)
 	}
 	t.held = map[int]map[process.FileKey]struct{}{}
+	t.mu.Unlock()
+	t.detacher.wait()
 }
 
 // attachedCount returns how many binaries are attached and how many

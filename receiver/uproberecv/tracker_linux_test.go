@@ -30,6 +30,9 @@ type fakeAttacher struct {
 	// a value when an Attach starts waiting on it.
 	gate    chan struct{}
 	entered chan struct{}
+	// closeGate, when set, holds every Close of an attachment until it is
+	// closed, as the kernel's unregistration waits for grace periods.
+	closeGate chan struct{}
 
 	mu          sync.Mutex
 	fail        error
@@ -42,11 +45,19 @@ type fakeAttacher struct {
 
 type fakeAttachment struct {
 	sites  int
+	gate   chan struct{}
 	closed atomic.Int32
 }
 
-func (a *fakeAttachment) Links() int   { return a.sites }
-func (a *fakeAttachment) Close() error { a.closed.Add(1); return nil }
+func (a *fakeAttachment) Links() int { return a.sites }
+
+func (a *fakeAttachment) Close() error {
+	if a.gate != nil {
+		<-a.gate
+	}
+	a.closed.Add(1)
+	return nil
+}
 
 func (f *fakeAttacher) Attach(path string, sites []scopeprobe.Site) (attachment, error) {
 	f.mu.Lock()
@@ -64,7 +75,7 @@ func (f *fakeAttacher) Attach(path string, sites []scopeprobe.Site) (attachment,
 	if fail != nil {
 		return nil, fail
 	}
-	a := &fakeAttachment{sites: len(sites)}
+	a := &fakeAttachment{sites: len(sites), gate: f.closeGate}
 	f.mu.Lock()
 	f.attachments = append(f.attachments, a)
 	f.mu.Unlock()
@@ -172,11 +183,50 @@ func TestTrackerRefcountsByProcess(t *testing.T) {
 	if binaries, _ := fx.tracker.attachedCount(fx.key); binaries != 0 {
 		t.Fatalf("%d binaries attached after the last exit, want 0", binaries)
 	}
+	// Closed off the event loop: wait for the detacher.
+	fx.tracker.detacher.wait()
 	if n := attachments[0].closed.Load(); n != 1 {
 		t.Fatalf("detached %d times after the last exit, want 1", n)
 	}
 	if got := fx.tracker.stats.detached.Load(); got != 1 {
 		t.Errorf("detached stat %d, want 1", got)
+	}
+}
+
+// TestTrackerDetachDoesNotHoldAttach checks that closing a detached
+// binary's uprobes, which in the kernel waits for RCU grace periods (tens
+// to hundreds of milliseconds), holds neither the exit that detached it
+// nor the next exec's attach: both go on while the close is under way.
+func TestTrackerDetachDoesNotHoldAttach(t *testing.T) {
+	fake := &fakeAttacher{closeGate: make(chan struct{})}
+	fx := newTrackerFixture(t, fake, 2)
+	release := sync.OnceFunc(func() { close(fake.closeGate) })
+	t.Cleanup(release)
+	fx.tracker.exec(fx.pids[0], process.FileID{}, "", 0)
+	done := make(chan struct{})
+	go func() {
+		// Its last process exits: detached (nothing is retained).
+		fx.tracker.exit(fx.pids[0])
+		// The binary runs again: attached afresh.
+		fx.tracker.exec(fx.pids[1], process.FileID{}, "", 0)
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the exit, or the next exec's attach, waited for the detached uprobes to close")
+	}
+	calls, attachments := fake.counts()
+	if calls != 2 || !fx.tracker.isAttached(fx.key) {
+		t.Fatalf("%d attach calls, attached %v: want the binary attached again while the old uprobes close", calls, fx.tracker.isAttached(fx.key))
+	}
+	if n := attachments[0].closed.Load(); n != 0 {
+		t.Fatalf("old attachment closed %d times before its close could finish", n)
+	}
+	release()
+	fx.tracker.detacher.wait()
+	if n, m := attachments[0].closed.Load(), attachments[1].closed.Load(); n != 1 || m != 0 {
+		t.Fatalf("closed %d and %d times, want the detached one once and the attached one not", n, m)
 	}
 }
 
@@ -224,6 +274,7 @@ func TestTrackerExitDuringAttach(t *testing.T) {
 	within(t, "the exit", func() { fx.tracker.exit(pid) })
 	close(fake.gate)
 	<-done
+	fx.tracker.detacher.wait()
 	_, attachments := fake.counts()
 	if len(attachments) != 1 || attachments[0].closed.Load() != 1 {
 		t.Fatalf("attachment of a process that exited meanwhile not detached once: %d attachments", len(attachments))
@@ -324,6 +375,7 @@ func TestTrackerRetains(t *testing.T) {
 	}
 	advance(31 * time.Second)
 	fx.tracker.sweep()
+	fx.tracker.detacher.wait()
 	if binaries, _ := fx.tracker.attachedCount(fx.key); binaries != 0 || attachments[0].closed.Load() != 1 {
 		t.Fatalf("%d binaries after retain.max_age, want 0 and one detach", binaries)
 	}
@@ -501,6 +553,7 @@ func TestTrackerAttachesWrittenFiles(t *testing.T) {
 		t.Fatal(err)
 	}
 	written("a", true)
+	tr.detacher.wait()
 	calls, after := fake.counts()
 	if !attached("a") || calls != 3 || before[0].closed.Load() != 1 {
 		t.Fatalf("a new version moved over a file: %d attach calls, old one closed %d times; want 3 and 1", calls, before[0].closed.Load())
@@ -517,6 +570,7 @@ func TestTrackerAttachesWrittenFiles(t *testing.T) {
 		t.Fatal(err)
 	}
 	written("a", true)
+	tr.detacher.wait()
 	calls2, after2 := fake.counts()
 	if calls2 != calls+1 || after[2].closed.Load() != 1 {
 		t.Fatalf("a file moved over a from a temporary name: %d attach calls (want %d), replaced version closed %d times (want 1)", calls2, calls+1, after[2].closed.Load())
@@ -581,6 +635,7 @@ func TestTrackerAttachesNewVersionOfBinary(t *testing.T) {
 		t.Fatal(err)
 	}
 	tr.written(dirwatch.Change{Dir: d, Name: "app", Written: true})
+	tr.detacher.wait()
 	calls, attachments := fake.counts()
 	if !tr.isAttached(keyOf(t, bin)) || tr.isAttached(old) || calls != 2 || attachments[0].closed.Load() != 1 {
 		t.Fatalf("after a new version moved over the binary: new attached %v, old attached %v, %d attach calls (want 2)",
