@@ -15,6 +15,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/bpfcol/bpfcol/internal/bpf/scopeprobe"
+	"github.com/bpfcol/bpfcol/internal/ktime"
 	"github.com/bpfcol/bpfcol/internal/lru"
 	"github.com/bpfcol/bpfcol/internal/probesite"
 	"github.com/bpfcol/bpfcol/internal/process"
@@ -136,7 +137,8 @@ func (c *planCache) usable(r *planResult) (ready, permanent bool) {
 // and the caches, so it runs without the lock. It returns the attachments,
 // and whether that verdict is conclusive: from reading the binary or
 // permanent failures, not from a failure to open it or a transient one.
-func (t *tracker) evaluate(pid int, tg *target, probes []*compiledProbe) (_ []attachment, conclusive bool) {
+// callAt is set to when the attach call began (ktime).
+func (t *tracker) evaluate(pid int, tg *target, probes []*compiledProbe, callAt *int64) (_ []attachment, conclusive bool) {
 	conclusive = true
 	cacheable := known(tg.file)
 	type planned struct {
@@ -194,6 +196,7 @@ func (t *tracker) evaluate(pid int, tg *target, probes []*compiledProbe) (_ []at
 	}
 	defer done()
 	attachStart := time.Now()
+	*callAt = ktime.MonotonicNanos()
 	a, err := t.attacher.Attach(attachPath, sites)
 	t.attachCalls.record(attachCallKey, time.Since(attachStart))
 	if err == nil {
@@ -366,8 +369,13 @@ type latencies struct {
 
 const maxLatencySamples = 4096
 
-// attachCallKey files the attach calls' durations in tracker.attachCalls.
-const attachCallKey = "attach_call"
+// Keys of tracker.attachCalls: the attach calls' durations, and the time
+// from an exec or mapping to its attach call (the event's notice, the
+// lookup, and waiting behind other events).
+const (
+	attachCallKey = "attach_call"
+	beforeCallKey = "before_call"
+)
 
 func newLatencies() *latencies {
 	return &latencies{samples: map[string][]time.Duration{}, next: map[string]int{}, total: map[string]int64{}}

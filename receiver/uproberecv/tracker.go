@@ -120,6 +120,9 @@ type pendingBinary struct {
 	// exits or execs meanwhile, so it must not hold the result.
 	pid      int
 	released bool
+	// callAt is when the evaluation began attaching (ktime; zero when it
+	// did not): what came before is the event's notice and the lookup.
+	callAt int64
 }
 
 // trackerStats are discovery's counts since start.
@@ -1023,6 +1026,9 @@ func (t *tracker) binary(pid int, tg *target, matched []*compiledProbe, at uint6
 			counted := p.released // its exit counted it already
 			t.mu.Unlock()
 			latency := time.Duration(ktime.MonotonicNanos() - int64(at))
+			if p.callAt > int64(at) {
+				t.attachCalls.record(beforeCallKey, time.Duration(p.callAt-int64(at)))
+			}
 			if counted {
 				t.latency.record(trigger, latency)
 			} else {
@@ -1084,7 +1090,7 @@ func (t *tracker) newBinary(pid int, tg *target, p *pendingBinary, matched []*co
 		t.logger.Warn("not attaching: too many binaries attached", zap.String("path", tg.path), zap.Int("limit", maxBinaries))
 		return false, false, false
 	}
-	as, conclusive := t.evaluate(pid, tg, matched)
+	as, conclusive := t.evaluate(pid, tg, matched, &p.callAt)
 	// Only a binary actually read and found wanting is cached: one whose
 	// process exited before it could be opened may be fine.
 	if len(as) == 0 && conclusive && known(tg.file) && t.negative != nil {
@@ -1144,7 +1150,7 @@ func (t *tracker) newBinary(pid int, tg *target, p *pendingBinary, matched []*co
 // and commits the result. again reports that b was detached meanwhile (its
 // last process exited): the caller starts over.
 func (t *tracker) addProbes(pid int, tg *target, b *attachedBinary, p *pendingBinary, missing []*compiledProbe) (held, again bool) {
-	as, _ := t.evaluate(pid, tg, missing)
+	as, _ := t.evaluate(pid, tg, missing, &p.callAt)
 
 	t.mu.Lock()
 	defer t.mu.Unlock()

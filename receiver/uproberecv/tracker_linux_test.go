@@ -17,6 +17,7 @@ import (
 
 	"github.com/bpfcol/bpfcol/internal/bpf/scopeprobe"
 	"github.com/bpfcol/bpfcol/internal/dirwatch"
+	"github.com/bpfcol/bpfcol/internal/ktime"
 	"github.com/bpfcol/bpfcol/internal/negcache"
 	"github.com/bpfcol/bpfcol/internal/process"
 	"github.com/bpfcol/bpfcol/internal/safefs"
@@ -227,6 +228,26 @@ func TestTrackerDetachDoesNotHoldAttach(t *testing.T) {
 	fx.tracker.detacher.wait()
 	if n, m := attachments[0].closed.Load(), attachments[1].closed.Load(); n != 1 || m != 0 {
 		t.Fatalf("closed %d and %d times, want the detached one once and the attached one not", n, m)
+	}
+}
+
+// TestTrackerAttachLatencySplit checks that an exec's attach latency is
+// split into the time before the attach call (the event's notice and the
+// lookup) and the call itself, one sample each, that add up to no more
+// than the latency the metric gets.
+func TestTrackerAttachLatencySplit(t *testing.T) {
+	fake := &fakeAttacher{}
+	fx := newTrackerFixture(t, fake, 1)
+	at := uint64(ktime.MonotonicNanos())
+	fx.tracker.exec(fx.pids[0], process.FileID{}, "", at)
+	n, latency, _ := fx.tracker.latency.percentiles(triggerExec)
+	nb, before, _ := fx.tracker.attachCalls.percentiles(beforeCallKey)
+	nc, call, _ := fx.tracker.attachCalls.percentiles(attachCallKey)
+	if n != 1 || nb != 1 || nc != 1 {
+		t.Fatalf("%d latency samples, %d before the call, %d of the call: want one each", n, nb, nc)
+	}
+	if before <= 0 || before+call > latency {
+		t.Errorf("before the call %v, the call %v, the whole latency %v: want the parts within the whole", before, call, latency)
 	}
 }
 
