@@ -827,7 +827,7 @@ func (t *tracker) detachLocked(b *attachedBinary, why string, now bool) {
 	if now {
 		closeNow(t.logger, b.path, b.attachments)
 	} else {
-		t.detacher.detach(b.path, b.attachments)
+		t.closeAttachments(b.path, b.attachments)
 	}
 	for pid := range b.holders {
 		delete(t.held[pid], b.key)
@@ -1173,8 +1173,14 @@ func (t *tracker) addProbes(pid int, tg *target, b *attachedBinary, p *pendingBi
 	return pid != 0, false
 }
 
-// closeAttachments has as, attached for nobody, closed by the detacher.
+// closeAttachments has as, attached for nobody, closed by the detacher;
+// at once after close, which waited for the detacher already (the probes
+// are closed next).
 func (t *tracker) closeAttachments(path string, as []attachment) {
+	if t.closed {
+		closeNow(t.logger, path, as)
+		return
+	}
 	t.detacher.detach(path, as)
 }
 
@@ -1193,7 +1199,7 @@ func (t *tracker) holdLocked(pid int, b *attachedBinary) {
 }
 
 // close stops rescans and detaches every binary, returning once their
-// uprobes are closed.
+// uprobes, and those handed to the detacher before, are closed.
 func (t *tracker) close() {
 	t.mu.Lock()
 	t.closed = true
@@ -1202,6 +1208,7 @@ func (t *tracker) close() {
 	}
 	t.timers = nil
 	for _, b := range t.binaries {
+		// Closed at once: closed is set.
 		t.detachLocked(b, "shutdown", false)
 	}
 	t.held = map[int]map[process.FileKey]struct{}{}
