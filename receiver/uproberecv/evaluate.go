@@ -168,10 +168,13 @@ func (t *tracker) evaluate(pid int, tg *target, probes []*compiledProbe, callAt 
 		}
 	}
 	if len(toPlan) > 0 {
-		results, ok := t.plan(pid, tg, toPlan)
+		results, logPlacements, ok := t.plan(pid, tg, toPlan)
 		if !ok {
 			return nil, false
 		}
+		// Logged once the uprobes are in: the calls made until then are
+		// missed.
+		defer logPlacements()
 		for i, p := range toPlan {
 			r := results[i]
 			if cacheable {
@@ -273,12 +276,18 @@ func (t *tracker) attachFailed(tg *target, p *compiledProbe, r *planResult, err 
 }
 
 // plan opens the binary and plans each probe. ok is false when the binary
-// could not be opened.
-func (t *tracker) plan(pid int, tg *target, probes []*compiledProbe) (_ []*planResult, ok bool) {
+// could not be opened. logPlacements logs where each probe was placed.
+func (t *tracker) plan(pid int, tg *target, probes []*compiledProbe) (_ []*planResult, logPlacements func(), ok bool) {
+	var placements [][]zap.Field
+	logPlacements = func() {
+		for _, fields := range placements {
+			t.logger.Info("probe placement", fields...)
+		}
+	}
 	f, err := tg.open()
 	if err != nil {
 		t.logger.Debug("opening binary", zap.String("path", tg.path), zap.Int("pid", pid), zap.Error(err))
-		return nil, false
+		return nil, logPlacements, false
 	}
 	t.stats.evaluations.Add(1)
 	results := make([]*planResult, len(probes))
@@ -286,14 +295,14 @@ func (t *tracker) plan(pid int, tg *target, probes []*compiledProbe) (_ []*planR
 	if fault := guardFaults(func() { bin, err = probesite.Open(f) }); fault != nil {
 		f.Close()
 		t.logger.Info("binary not read", zap.String("path", tg.path), zap.Error(fault))
-		return nil, false
+		return nil, logPlacements, false
 	}
 	if err != nil {
 		t.logger.Info("binary has nothing to instrument: not ELF", zap.String("path", tg.path), zap.Error(err))
 		for i := range results {
 			results[i] = &planResult{err: err, reason: "not ELF", permanent: true}
 		}
-		return results, true
+		return results, logPlacements, true
 	}
 	defer bin.Close()
 	for i, p := range probes {
@@ -304,7 +313,7 @@ func (t *tracker) plan(pid int, tg *target, probes []*compiledProbe) (_ []*planR
 		if fault != nil {
 			// Its identity changed with its size: nothing is kept for it.
 			t.logger.Info("binary not read", zap.String("path", tg.path), zap.Error(fault))
-			return nil, false
+			return nil, logPlacements, false
 		}
 		if err != nil {
 			// Once per file identity and probe: the result is cached.
@@ -318,10 +327,10 @@ func (t *tracker) plan(pid int, tg *target, probes []*compiledProbe) (_ []*planR
 			continue
 		}
 		results[i] = &planResult{sites: plan.Sites, notes: plan.Notes}
-		t.logger.Info("probe placement", zap.String("probe", p.cfg.ID), zap.String("path", tg.path),
-			zap.Strings("choices", plan.Notes), zap.Bool("go", bin.IsGo()), zap.Duration("lookup_cpu", cpu))
+		placements = append(placements, []zap.Field{zap.String("probe", p.cfg.ID), zap.String("path", tg.path),
+			zap.Strings("choices", plan.Notes), zap.Bool("go", bin.IsGo()), zap.Duration("lookup_cpu", cpu)})
 	}
-	return results, true
+	return results, logPlacements, true
 }
 
 // errFileShrank says a binary was truncated while it was read.

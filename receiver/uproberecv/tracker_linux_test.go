@@ -12,7 +12,9 @@ import (
 	"testing"
 	"time"
 
+	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"
+	"go.uber.org/zap/zaptest/observer"
 	"golang.org/x/sys/unix"
 
 	"github.com/bpfcol/bpfcol/internal/bpf/scopeprobe"
@@ -34,6 +36,8 @@ type fakeAttacher struct {
 	// closeGate, when set, holds every Close of an attachment until it is
 	// closed, as the kernel's unregistration waits for grace periods.
 	closeGate chan struct{}
+	// onAttach, when set, is called as each Attach begins.
+	onAttach func()
 
 	mu          sync.Mutex
 	fail        error
@@ -61,6 +65,9 @@ func (a *fakeAttachment) Close() error {
 }
 
 func (f *fakeAttacher) Attach(path string, sites []scopeprobe.Site) (attachment, error) {
+	if f.onAttach != nil {
+		f.onAttach()
+	}
 	f.mu.Lock()
 	f.calls++
 	f.paths = append(f.paths, path)
@@ -248,6 +255,25 @@ func TestTrackerAttachLatencySplit(t *testing.T) {
 	}
 	if before <= 0 || before+call > latency {
 		t.Errorf("before the call %v, the call %v, the whole latency %v: want the parts within the whole", before, call, latency)
+	}
+}
+
+// TestTrackerAttachesBeforeLogging checks that a binary's uprobes are
+// attached before its probes' placements are logged: a logger that writes
+// slowly (a pipe, a busy journal) must not add to the calls missed.
+func TestTrackerAttachesBeforeLogging(t *testing.T) {
+	fake := &fakeAttacher{}
+	fx := newTrackerFixture(t, fake, 1)
+	core, logs := observer.New(zap.InfoLevel)
+	fx.tracker.logger = zap.New(core)
+	placedBefore := -1
+	fake.onAttach = func() { placedBefore = logs.FilterMessage("probe placement").Len() }
+	fx.tracker.exec(fx.pids[0], process.FileID{}, "", 0)
+	if placedBefore != 0 {
+		t.Errorf("%d placements logged before the attach, want 0", placedBefore)
+	}
+	if n := logs.FilterMessage("probe placement").Len(); n != 1 {
+		t.Errorf("%d placements logged, want 1", n)
 	}
 }
 
