@@ -83,6 +83,13 @@ func (r *profilesReceiver) registerTelemetry() error {
 			o.Observe(r.unwind.Stats().Evictions)
 			return nil
 		}),
+		tb.RegisterEbpfprofUnwindErrorsCallback(func(_ context.Context, o metric.Int64Observer) error {
+			u := r.unwind.Stats()
+			observe(o, u.LoadErrors, "reason", "process_load")
+			observe(o, u.TableErrors, "reason", "table_build")
+			observe(o, u.DroppedRequests, "reason", "request_dropped")
+			return nil
+		}),
 		tb.RegisterEbpfprofProfilesEmittedCallback(func(_ context.Context, o metric.Int64Observer) error {
 			o.Observe(r.profilesEmitted.Load())
 			return nil
