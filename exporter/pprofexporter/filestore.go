@@ -122,7 +122,7 @@ func (s *fileStore) replace(name string, data []byte) error {
 		werr = s.root.Rename(tmp, name)
 	}
 	if werr != nil {
-		_ = s.root.Remove(tmp) // a leftover is a hidden .tmp- file, removed by no one else
+		_ = s.root.Remove(tmp) // best effort: a leftover .tmp- file is hidden and never rotated
 		return fmt.Errorf("writing %s: %w", filepath.Join(s.dir, name), werr)
 	}
 	return nil
