@@ -27,6 +27,10 @@ func (e *pprofExporter) start(context.Context, component.Host) error {
 	return e.store.open()
 }
 
+func (e *pprofExporter) shutdown(context.Context) error {
+	return e.store.close()
+}
+
 // pushProfiles writes one file per call. A call without samples writes
 // nothing, so latest.pb.gz keeps the last interval that had any.
 func (e *pprofExporter) pushProfiles(_ context.Context, pd pprofile.Profiles) error {

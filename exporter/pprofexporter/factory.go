@@ -28,6 +28,7 @@ func createProfiles(ctx context.Context, set exporter.Settings, cfg component.Co
 	// fails for a reason (full disk, permissions) a retry will not fix.
 	return xexporterhelper.NewProfiles(ctx, set, cfg, e.pushProfiles,
 		exporterhelper.WithStart(e.start),
+		exporterhelper.WithShutdown(e.shutdown),
 		exporterhelper.WithCapabilities(consumer.Capabilities{MutatesData: false}),
 	)
 }

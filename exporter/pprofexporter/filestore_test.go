@@ -155,3 +155,99 @@ func TestLatestReplacedAtomically(t *testing.T) {
 	}
 	t.Logf("%d complete reads during 200 replacements", reads)
 }
+
+// TestLinksInDirectoryNotFollowed plants symlinks under the names the store
+// writes and rotates: the files they point at must stay as they were, and
+// what the store writes must be regular files readable by others.
+func TestLinksInDirectoryNotFollowed(t *testing.T) {
+	dir := t.TempDir()
+	outside := t.TempDir()
+	victim := filepath.Join(outside, "victim")
+	if err := os.WriteFile(victim, []byte("not a profile"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	planted := []string{
+		latestName,
+		exportPrefix + "19990101T000000.000000000Z" + exportSuffix,
+		exportPrefix + "19990101T000000.000000001Z" + exportSuffix,
+	}
+	for _, name := range planted {
+		if err := os.Symlink(victim, filepath.Join(dir, name)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s := newFileStore(dir, 1)
+	if err := s.open(); err != nil {
+		t.Fatal(err)
+	}
+	defer s.close()
+	var written string
+	for i := range 3 {
+		path, err := s.write([]byte(fmt.Sprintf("export %d", i)))
+		if err != nil {
+			t.Fatalf("write %d: %v", i, err)
+		}
+		written = path
+	}
+	if data, err := os.ReadFile(victim); err != nil || string(data) != "not a profile" {
+		t.Errorf("the file a planted link points at holds %q (%v)", data, err)
+	}
+	if fi, err := os.Stat(victim); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Errorf("the file a planted link points at changed mode: %v (%v)", fi.Mode(), err)
+	}
+	for _, path := range []string{written, filepath.Join(dir, latestName)} {
+		fi, err := os.Lstat(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !fi.Mode().IsRegular() || fi.Mode().Perm() != 0o644 {
+			t.Errorf("%s: mode %v, want a regular file with mode 0644", path, fi.Mode())
+		}
+	}
+	// Rotation counts only regular files: the planted links stay, and
+	// so does the one export kept.
+	for _, name := range planted[1:] {
+		if fi, err := os.Lstat(filepath.Join(dir, name)); err != nil || fi.Mode()&os.ModeSymlink == 0 {
+			t.Errorf("%s: rotation touched a link it does not own: %v", name, err)
+		}
+	}
+	var kept []string
+	for _, path := range exportFiles(t, dir) {
+		if fi, err := os.Lstat(path); err == nil && fi.Mode().IsRegular() {
+			kept = append(kept, path)
+		}
+	}
+	if len(kept) != 1 || kept[0] != written {
+		t.Errorf("kept %v, want only %s", kept, written)
+	}
+}
+
+// TestDirectorySwappedForLink replaces the directory by a link after open:
+// the store keeps writing into the directory it opened, never through the
+// link.
+func TestDirectorySwappedForLink(t *testing.T) {
+	parent := t.TempDir()
+	dir := filepath.Join(parent, "profiles")
+	outside := t.TempDir()
+	s := newFileStore(dir, 2)
+	if err := s.open(); err != nil {
+		t.Fatal(err)
+	}
+	defer s.close()
+	moved := filepath.Join(parent, "moved")
+	if err := os.Rename(dir, moved); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(outside, dir); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.write([]byte("export")); err != nil {
+		t.Fatal(err)
+	}
+	if entries, err := os.ReadDir(outside); err != nil || len(entries) != 0 {
+		t.Errorf("the link's target holds %d entries (%v), want none", len(entries), err)
+	}
+	if data, err := os.ReadFile(filepath.Join(moved, latestName)); err != nil || string(data) != "export" {
+		t.Errorf("the opened directory's latest.pb.gz holds %q (%v)", data, err)
+	}
+}

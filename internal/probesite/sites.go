@@ -272,26 +272,6 @@ func (b *Binary) AfterStackCheck(fn Function) (uint64, error) {
 	return fn.Start, nil
 }
 
-// ReturnAddresses decodes fn from its start to its end and returns the
-// address of every RET instruction. Decoding must succeed throughout:
-// a uprobe in the middle of an instruction would corrupt the program.
-func (b *Binary) ReturnAddresses(fn Function) ([]uint64, error) {
-	code := b.analyse(fn)
-	if code.err != nil {
-		return nil, code.err
-	}
-	var rets []uint64
-	for i := range code.insts {
-		if code.insts[i].inst.Op == x86asm.RET {
-			rets = append(rets, fn.Start+code.insts[i].off)
-		}
-	}
-	if len(rets) == 0 {
-		return nil, fmt.Errorf("%s: %w", fn.Name, ErrNoReturn)
-	}
-	return rets, nil
-}
-
 // ErrNoReturn reports a function without a RET instruction (it ends in a
 // tail call or never returns), whose return cannot be probed.
 var ErrNoReturn = errors.New("no RET instruction")

@@ -7,6 +7,8 @@ import (
 	"strconv"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/bpfcol/bpfcol/internal/safefs"
 )
 
 // OpenMapping opens the file behind a file mapping of pid. It tries
@@ -58,12 +60,20 @@ func MappedFilePath(pid int, m *Mapping) string {
 	return rootPath(pid) + m.Path
 }
 
-// OpenInRoot opens path as the process pid sees it: resolved inside
-// /proc/PID/root, so that neither ".." nor a symlink leads out of that
-// root. A pid of 0 or less opens path in our own root.
+// OpenInRoot opens the regular file at path as the process pid sees it:
+// resolved inside /proc/PID/root, so that neither ".." nor a symlink leads
+// out of that root. A pid of 0 or less opens path in our own root. Anything
+// but a regular file (a FIFO whose open would wait for a writer, a device)
+// is refused with safefs.ErrNotRegular.
 func OpenInRoot(pid int, path string) (*os.File, error) {
+	// O_NONBLOCK: opening a FIFO must not wait for a writer.
+	const flags = unix.O_RDONLY | unix.O_NONBLOCK | unix.O_NOCTTY | unix.O_CLOEXEC
 	if pid <= 0 {
-		return os.Open(path)
+		fd, err := unix.Open(path, flags, 0)
+		if err != nil {
+			return nil, &os.PathError{Op: "open", Path: path, Err: err}
+		}
+		return regularFile(fd, path)
 	}
 	root := rootPath(pid)
 	dir, err := unix.Open(root, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
@@ -72,13 +82,32 @@ func OpenInRoot(pid int, path string) (*os.File, error) {
 	}
 	defer unix.Close(dir)
 	fd, err := unix.Openat2(dir, path, &unix.OpenHow{
-		Flags:   unix.O_RDONLY | unix.O_CLOEXEC,
+		Flags:   flags,
 		Resolve: unix.RESOLVE_IN_ROOT | unix.RESOLVE_NO_MAGICLINKS,
 	})
 	if err != nil {
 		return nil, &os.PathError{Op: "openat2", Path: root + path, Err: err}
 	}
-	return os.NewFile(uintptr(fd), root+path), nil
+	return regularFile(fd, root+path)
+}
+
+// regularFile returns fd as a blocking *os.File if it is a regular file,
+// else closes it.
+func regularFile(fd int, name string) (*os.File, error) {
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		unix.Close(fd)
+		return nil, &os.PathError{Op: "fstat", Path: name, Err: err}
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFREG {
+		unix.Close(fd)
+		return nil, &os.PathError{Op: "open", Path: name, Err: safefs.ErrNotRegular}
+	}
+	if err := unix.SetNonblock(fd, false); err != nil {
+		unix.Close(fd)
+		return nil, &os.PathError{Op: "open", Path: name, Err: err}
+	}
+	return os.NewFile(uintptr(fd), name), nil
 }
 
 func rootPath(pid int) string { return "/proc/" + strconv.Itoa(pid) + "/root" }

@@ -315,14 +315,18 @@ func (d *Dir) Mkdir(rel string, perm fs.FileMode) error {
 	return nil
 }
 
-// CreateTemp creates a new file with mode 0600 in the directory dirRel,
-// its name pattern followed by random characters, and returns it with its
-// path relative to d.
+// CreateTemp creates a new file with mode 0600 in the directory dirRel
+// ("." for d itself), its name pattern followed by random characters, and
+// returns it with its path relative to d.
 func (d *Dir) CreateTemp(dirRel, pattern string) (*os.File, string, error) {
+	prefix := dirRel + "/" + pattern
+	if dirRel == "." {
+		prefix = pattern
+	}
 	var b [8]byte
 	for range 100 {
 		rand.Read(b[:])
-		rel := dirRel + "/" + pattern + hex.EncodeToString(b[:])
+		rel := prefix + hex.EncodeToString(b[:])
 		fd, err := d.openat(rel, unix.O_RDWR|unix.O_CREAT|unix.O_EXCL, 0o600)
 		if errors.Is(err, unix.EEXIST) {
 			continue

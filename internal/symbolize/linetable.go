@@ -165,9 +165,6 @@ func (t *lineTable) each(f func(lineRow)) {
 	}
 }
 
-// empty reports whether the table has no rows.
-func (t *lineTable) empty() bool { return len(t.starts) == 0 }
-
 // heapSize is the bytes the table holds.
 func (t *lineTable) heapSize() int64 {
 	return int64(cap(t.starts))*8 + int64(cap(t.offs))*4 + int64(cap(t.data)) + int64(unsafe.Sizeof(*t))

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"os"
 	"syscall"
+
+	"golang.org/x/sys/unix"
 )
 
 // mapFile maps f read-only and private. Symbol tables are read from the
@@ -44,9 +46,6 @@ func mapFileShared(f *os.File, size int64) ([]byte, error) {
 	return data, nil
 }
 
-// maxMappedFile bounds the size of a file mapped.
-const maxMappedFile = 1 << 40
-
 func unmapFile(data []byte) error {
 	if data == nil {
 		return nil
@@ -59,7 +58,7 @@ func unmapFile(data []byte) error {
 // them in again from the cache.
 func dropPages(data []byte) {
 	if len(data) > 0 {
-		_ = syscall.Madvise(data, syscall.MADV_DONTNEED)
+		_ = unix.Madvise(data, unix.MADV_DONTNEED)
 	}
 }
 

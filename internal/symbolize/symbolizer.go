@@ -30,6 +30,7 @@ const (
 	ModeFile
 )
 
+// String names the mode in logs and errors.
 func (m Mode) String() string {
 	switch m {
 	case ModeSkip:

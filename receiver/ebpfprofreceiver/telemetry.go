@@ -83,6 +83,13 @@ func (r *profilesReceiver) registerTelemetry() error {
 			o.Observe(r.unwind.Stats().Evictions)
 			return nil
 		}),
+		tb.RegisterEbpfprofUnwindErrorsCallback(func(_ context.Context, o metric.Int64Observer) error {
+			u := r.unwind.Stats()
+			observe(o, u.LoadErrors, "reason", "process_load")
+			observe(o, u.TableErrors, "reason", "table_build")
+			observe(o, u.DroppedRequests, "reason", "request_dropped")
+			return nil
+		}),
 		tb.RegisterEbpfprofProfilesEmittedCallback(func(_ context.Context, o metric.Int64Observer) error {
 			o.Observe(r.profilesEmitted.Load())
 			return nil
@@ -137,6 +144,7 @@ func (r *profilesReceiver) registerTelemetry() error {
 			leaves := r.aggregator.LeafCacheStats()
 			observe(o, int64(leaves.Len), "cache", "leaf_functions")
 			observe(o, leaves.Cost, "cache", "leaf_function_bytes")
+			observe(o, int64(r.kernelSyms.Stats().Cache.Len), "cache", "kernel_names")
 			return nil
 		}),
 		tb.RegisterEbpfprofCacheEvictionsCallback(func(_ context.Context, o metric.Int64Observer) error {
@@ -146,6 +154,7 @@ func (r *profilesReceiver) registerTelemetry() error {
 			observe(o, dropped(r.aggregator.LeafCacheStats()), "cache", "leaf_functions")
 			observe(o, dropped(r.binaries.Stats()), "cache", "binaries")
 			observe(o, dropped(r.binaries.FileStats()), "cache", "binary_files")
+			observe(o, dropped(r.kernelSyms.Stats().Cache), "cache", "kernel_names")
 			return nil
 		}),
 		tb.RegisterEbpfprofCallersRecoveredCallback(func(_ context.Context, o metric.Int64Observer) error {

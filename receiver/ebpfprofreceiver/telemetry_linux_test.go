@@ -94,9 +94,11 @@ func TestPipelineStatsPublished(t *testing.T) {
 	cp := metricPoints(t, tt, cacheSize)
 	names := point(t, cp, cacheSize, attribute.String("cache", "frame_names"))
 	leaves := point(t, cp, cacheSize, attribute.String("cache", "leaf_functions"))
+	kernelNames := point(t, cp, cacheSize, attribute.String("cache", "kernel_names"))
 	ep := metricPoints(t, tt, evictions)
 	point(t, ep, evictions, attribute.String("cache", "frame_names"))
 	point(t, ep, evictions, attribute.String("cache", "leaf_functions"))
+	point(t, ep, evictions, attribute.String("cache", "kernel_names"))
 	callers := point(t, metricPoints(t, tt, recovered), recovered)
 	point(t, metricPoints(t, tt, unknown), unknown)
 
@@ -104,6 +106,9 @@ func TestPipelineStatsPublished(t *testing.T) {
 		userNamed, kernelNamed, names, leaves, callers)
 	if userNamed == 0 || names == 0 {
 		t.Errorf("%d user frames named, %d names cached: the resolver's counts are not published", userNamed, names)
+	}
+	if kernelNamed > 0 && kernelNames == 0 {
+		t.Errorf("%d kernel frames named, none cached: the kernel symbolizer's cache is not published", kernelNamed)
 	}
 	if leaves == 0 || callers == 0 {
 		t.Errorf("%d leaf functions analysed, %d callers recovered: the aggregator's counts are not published", leaves, callers)

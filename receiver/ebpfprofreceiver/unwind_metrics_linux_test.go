@@ -60,6 +60,13 @@ func TestUnwindMetrics(t *testing.T) {
 	if _, err := tt.GetMetric("otelcol_ebpfprof_unwind_table_evictions"); err != nil {
 		t.Errorf("evictions not published: %v", err)
 	}
+	errs := sumPoints(t, tt, "otelcol_ebpfprof_unwind_errors", "reason")
+	t.Logf("unwind errors: %v", errs)
+	for _, reason := range []string{"process_load", "table_build", "request_dropped"} {
+		if _, ok := errs[reason]; !ok {
+			t.Errorf("no data point for unwind error %q", reason)
+		}
+	}
 }
 
 func sumPoints(t *testing.T, tt *componenttest.Telemetry, name, attr string) map[string]int64 {

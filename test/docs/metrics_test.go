@@ -82,7 +82,7 @@ func readMetadata(t *testing.T) map[string]declaredMetric {
 // partialValues are the metrics whose README row rightly lists only some
 // of their attribute's enum: the code observes no other value.
 var partialValues = map[string]string{
-	// telemetry.go observes evictions of the four caches that evict by
+	// telemetry.go observes evictions of the five caches that evict by
 	// LRU; the unwind tables have ebpfprof_unwind_table_evictions.
 	"ebpfprof_cache_evictions": "cache",
 }

@@ -1,21 +1,21 @@
-//go:build !linux
+//go:build !linux || !amd64
 
 package ksymprog
 
 import "errors"
 
-var errNotLinux = errors.New("the BPF kernel symbol formatter runs only on linux")
+var errNotLinux = errors.New("the BPF kernel symbol formatter runs only on linux/amd64")
 
-// Formatter is the loaded kernel address formatter. It exists only on linux.
+// Formatter is the loaded kernel address formatter. It exists only on linux/amd64.
 type Formatter struct{}
 
-// CheckSupport reports that the formatter needs linux.
+// CheckSupport reports that the formatter needs linux/amd64.
 func CheckSupport() error { return errNotLinux }
 
-// Load fails: the formatter needs linux.
+// Load fails: the formatter needs linux/amd64.
 func Load() (*Formatter, error) { return nil, errNotLinux }
 
-// Format fails: the formatter needs linux.
+// Format fails: the formatter needs linux/amd64.
 func (*Formatter) Format([]uint64, []bool, func(int, []byte, bool)) error { return errNotLinux }
 
 // Close does nothing.

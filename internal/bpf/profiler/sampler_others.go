@@ -1,4 +1,4 @@
-//go:build !linux
+//go:build !linux || !amd64
 
 package profiler
 
@@ -9,27 +9,27 @@ import (
 	"github.com/bpfcol/bpfcol/internal/unwind/cfi"
 )
 
-var errNotLinux = errors.New("the BPF stack sampler runs only on linux")
+var errNotLinux = errors.New("the BPF stack sampler runs only on linux/amd64")
 
-// Sampler is a loaded and attached stack sampler. It exists only on linux.
+// Sampler is a loaded and attached stack sampler. It exists only on linux/amd64.
 type Sampler struct{}
 
-// CheckSupport reports that sampling needs linux.
+// CheckSupport reports that sampling needs linux/amd64.
 func CheckSupport() error { return errNotLinux }
 
-// New fails: sampling needs linux.
+// New fails: sampling needs linux/amd64.
 func New(Options) (*Sampler, error) { return nil, errNotLinux }
 
-// Read fails: sampling needs linux.
+// Read fails: sampling needs linux/amd64.
 func (*Sampler) Read(*Sample) error { return errNotLinux }
 
-// SetDeadline does nothing: sampling needs linux.
+// SetDeadline does nothing: sampling needs linux/amd64.
 func (*Sampler) SetDeadline(time.Time) {}
 
-// Counters fails: sampling needs linux.
+// Counters fails: sampling needs linux/amd64.
 func (*Sampler) Counters() (Counters, error) { return Counters{}, errNotLinux }
 
-// CPUs is zero: sampling needs linux.
+// CPUs is zero: sampling needs linux/amd64.
 func (*Sampler) CPUs() int { return 0 }
 
 // Stop does nothing.
@@ -41,29 +41,32 @@ func (*Sampler) Flush() error { return nil }
 // Close does nothing.
 func (*Sampler) Close() error { return nil }
 
-// UnwindRowCapacity is zero: sampling needs linux.
+// UnwindRowCapacity is zero: sampling needs linux/amd64.
 func (*Sampler) UnwindRowCapacity() uint32 { return 0 }
 
-// WriteUnwindRows fails: sampling needs linux.
+// WriteUnwindRows fails: sampling needs linux/amd64.
 func (*Sampler) WriteUnwindRows(uint32, []cfi.Row, uint64) error { return errNotLinux }
 
-// SetUnwindMappings fails: sampling needs linux.
+// SetUnwindMappings fails: sampling needs linux/amd64.
 func (*Sampler) SetUnwindMappings(uint32, []UnwindMapping) error { return errNotLinux }
 
-// DeleteUnwindMappings fails: sampling needs linux.
+// DeleteUnwindMappings fails: sampling needs linux/amd64.
 func (*Sampler) DeleteUnwindMappings(uint32) error { return errNotLinux }
 
-// RunStats fails: sampling needs linux.
+// RunStats fails: sampling needs linux/amd64.
 func (*Sampler) RunStats() (time.Duration, uint64, error) { return 0, 0, errNotLinux }
 
-// OffCPURunStats fails: sampling needs linux.
+// OffCPURunStats fails: sampling needs linux/amd64.
 func (*Sampler) OffCPURunStats() (time.Duration, uint64, error) { return 0, 0, errNotLinux }
 
-// OffCPUWalkStats fails: sampling needs linux.
+// OffCPUWalkStats fails: sampling needs linux/amd64.
 func (*Sampler) OffCPUWalkStats() (time.Duration, uint64, error) { return 0, 0, errNotLinux }
 
-// OffCPUTaskWork is false: sampling needs linux.
+// OffCPUTaskWork is false: sampling needs linux/amd64.
 func (*Sampler) OffCPUTaskWork() bool { return false }
 
-// CheckOffCPUTaskWork fails: sampling needs linux.
+// CheckOffCPUTaskWork fails: sampling needs linux/amd64.
 func CheckOffCPUTaskWork() error { return errNotLinux }
+
+// OnlineCPUs fails: sampling needs linux/amd64.
+func OnlineCPUs() ([]int, error) { return nil, errNotLinux }

@@ -1,3 +1,5 @@
+//go:build linux && amd64
+
 package profiler
 
 import (
@@ -12,12 +14,14 @@ import (
 	"github.com/bpfcol/bpfcol/internal/unwind/cfi"
 )
 
-func init() {
-	// The Go mirror of struct unwind_row must stay the generated one.
-	if unsafe.Sizeof(encodedRow{}) != unsafe.Sizeof(profilerUnwindRow{}) || UnwindRowBytes != unsafe.Sizeof(encodedRow{}) {
-		panic("profiler: encodedRow does not match struct unwind_row")
-	}
-}
+// The Go mirror of struct unwind_row must stay the generated one: a size
+// apart fails the build (a wrong array length, or a negative one).
+var (
+	_ [0]struct{} = [unsafe.Sizeof(encodedRow{}) - unsafe.Sizeof(profilerUnwindRow{})]struct{}{}
+	_ [0]struct{} = [unsafe.Sizeof(profilerUnwindRow{}) - unsafe.Sizeof(encodedRow{})]struct{}{}
+	_ [0]struct{} = [UnwindRowBytes - unsafe.Sizeof(encodedRow{})]struct{}{}
+	_ [0]struct{} = [unsafe.Sizeof(encodedRow{}) - UnwindRowBytes]struct{}{}
+)
 
 func unwindRows(opts Options) uint32 {
 	n := opts.UnwindRows

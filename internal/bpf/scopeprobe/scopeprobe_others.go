@@ -1,27 +1,29 @@
-//go:build !linux
+//go:build !linux || !amd64
 
 package scopeprobe
 
 import (
 	"errors"
 	"time"
+
+	"github.com/cilium/ebpf"
 )
 
-var errNotLinux = errors.New("uprobes need linux")
+var errNotLinux = errors.New("uprobes need linux/amd64")
 
-// Probes are the loaded scope programs. They exist only on linux.
+// Probes are the loaded scope programs. They exist only on linux/amd64.
 type Probes struct{}
 
 // Attachment is the set of uprobes put on one binary.
 type Attachment struct{}
 
-// CheckSupport reports that uprobes need linux.
+// CheckSupport reports that uprobes need linux/amd64.
 func CheckSupport() error { return errNotLinux }
 
-// New fails: uprobes need linux.
+// New fails: uprobes need linux/amd64.
 func New(Options) (*Probes, error) { return nil, errNotLinux }
 
-// Attach fails: uprobes need linux.
+// Attach fails: uprobes need linux/amd64.
 func (*Probes) Attach(string, []Site) (*Attachment, error) { return nil, errNotLinux }
 
 // SetDeadline does nothing.
@@ -30,17 +32,20 @@ func (*Probes) SetDeadline(time.Time) {}
 // Flush does nothing.
 func (*Probes) Flush() error { return nil }
 
-// Read fails: uprobes need linux.
+// Read fails: uprobes need linux/amd64.
 func (*Probes) Read(*Record) error { return errNotLinux }
 
-// Counters fails: uprobes need linux.
+// Counters fails: uprobes need linux/amd64.
 func (*Probes) Counters() (Counters, error) { return Counters{}, errNotLinux }
 
-// Fill fails: uprobes need linux.
+// Fill fails: uprobes need linux/amd64.
 func (*Probes) Fill(uint32, uint32) error { return errNotLinux }
 
-// Prepare fails: uprobes need linux.
+// Prepare fails: uprobes need linux/amd64.
 func (*Probes) Prepare(uint32, bool) error { return errNotLinux }
+
+// ProgramIDs fails: uprobes need linux/amd64.
+func (*Probes) ProgramIDs() ([]ebpf.ProgramID, error) { return nil, errNotLinux }
 
 // Close does nothing.
 func (*Probes) Close() error { return nil }
@@ -54,13 +59,13 @@ func (*Attachment) Multi() bool { return false }
 // Close does nothing.
 func (*Attachment) Close() error { return nil }
 
-// Warmer keeps uprobe registration fast. It exists only on linux.
+// Warmer keeps uprobe registration fast. It exists only on linux/amd64.
 type Warmer struct{}
 
 // WarmerStats count what a Warmer did.
 type WarmerStats struct{ Writes, Skipped, Errors uint64 }
 
-// StartWarmer fails: uprobes need linux.
+// StartWarmer fails: uprobes need linux/amd64.
 func (*Probes) StartWarmer(time.Duration, int) (*Warmer, error) { return nil, errNotLinux }
 
 // Stats is zero.
@@ -75,5 +80,5 @@ type ExpediteStats struct {
 	SetFor                     time.Duration
 }
 
-// ExpediteStats returns zero: uprobes need linux.
+// ExpediteStats returns zero: uprobes need linux/amd64.
 func (*Probes) ExpediteStats() ExpediteStats { return ExpediteStats{} }

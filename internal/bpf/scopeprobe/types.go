@@ -32,6 +32,7 @@ const (
 	ReturnProbe
 )
 
+// String names the kind in logs and errors.
 func (k SiteKind) String() string {
 	switch k {
 	case Entry:

@@ -11,11 +11,13 @@ import (
 
 	"github.com/cilium/ebpf"
 
+	"github.com/bpfcol/bpfcol/internal/lru"
 	"github.com/bpfcol/bpfcol/internal/symbolize"
 )
 
 // maxUnresolved bounds the addresses remembered as unknown to the current
 // snapshot, so the same stray address does not trigger a re-read per batch.
+// Beyond it the least recently seen is forgotten, not all of them at once.
 const maxUnresolved = 4096
 
 // kallsymsSource is the fallback: a parsed /proc/kallsyms snapshot, read
@@ -40,11 +42,11 @@ type kallsymsSource struct {
 	lastBPF    symbolize.KernelSymbol // highest [bpf] symbol: kallsyms has no end for it
 	signature  uint64
 	sawAllBPF  bool // the signature covered BPF programs
-	unresolved map[resultKey]struct{}
+	unresolved *lru.Cache[resultKey, struct{}]
 }
 
 func newKallsymsSource(open func() (io.ReadCloser, error), stats *Stats) *kallsymsSource {
-	return &kallsymsSource{open: open, stats: stats, changed: changeSignature, unresolved: make(map[resultKey]struct{})}
+	return &kallsymsSource{open: open, stats: stats, changed: changeSignature, unresolved: lru.New[resultKey, struct{}](maxUnresolved, nil)}
 }
 
 func (k *kallsymsSource) lookup(addrs []uint64, isReturn []bool, out []Symbol) error {
@@ -77,7 +79,7 @@ func (k *kallsymsSource) resolve(addrs []uint64, isReturn []bool, out []Symbol) 
 	for i, a := range addrs {
 		out[i] = k.lookupOne(a, isReturn[i])
 		if !out[i].OK {
-			if _, seen := k.unresolved[resultKey{a, isReturn[i]}]; !seen {
+			if _, seen := k.unresolved.Get(resultKey{a, isReturn[i]}); !seen {
 				unknown++
 			}
 		}
@@ -90,10 +92,7 @@ func (k *kallsymsSource) remember(addrs []uint64, isReturn []bool, out []Symbol)
 		if out[i].OK {
 			continue
 		}
-		if len(k.unresolved) >= maxUnresolved {
-			clear(k.unresolved)
-		}
-		k.unresolved[resultKey{addrs[i], isReturn[i]}] = struct{}{}
+		k.unresolved.Add(resultKey{addrs[i], isReturn[i]}, struct{}{})
 	}
 }
 
@@ -143,7 +142,7 @@ func (k *kallsymsSource) read(sig uint64, sawAllBPF bool) error {
 		return fmt.Errorf("reading kallsyms: %w", err)
 	}
 	k.syms, k.lastBPF, k.signature, k.sawAllBPF = syms, lastBPFSymbol(text), sig, sawAllBPF
-	clear(k.unresolved)
+	k.unresolved.Purge()
 	k.stats.KallsymsReads++
 	return nil
 }

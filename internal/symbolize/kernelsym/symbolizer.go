@@ -40,6 +40,9 @@ type Stats struct {
 	Cache lru.Stats
 	// KallsymsReads counts full parses of /proc/kallsyms (fallback only).
 	KallsymsReads uint64
+	// Unresolved is the set of addresses known to be in no symbol of the
+	// current kallsyms snapshot (fallback only), and what it forgot.
+	Unresolved lru.Stats
 	// BPFAddresses counts addresses sent to the BPF formatter.
 	BPFAddresses uint64
 }
@@ -106,6 +109,9 @@ func (s *Symbolizer) Stats() Stats {
 	defer s.mu.Unlock()
 	st := s.stats
 	st.Cache = s.cache.entries.Stats()
+	if s.kallsyms != nil {
+		st.Unresolved = s.kallsyms.unresolved.Stats()
+	}
 	return st
 }
 

@@ -14,11 +14,13 @@ import (
 	"context"
 	"debug/elf"
 	"errors"
+	"io/fs"
 	"math"
 	"os"
 	"sort"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/bpfcol/bpfcol/internal/bpf/profiler"
@@ -101,9 +103,12 @@ type Stats struct {
 	RowBytes, CapacityBytes int64
 	// Evictions counts file tables evicted to make room.
 	Evictions int64
-	// Loads counts process loads; LoadErrors those that failed.
+	// Loads counts process loads; LoadErrors those that failed (not
+	// those of a process that exited meanwhile), and processes whose
+	// mappings could not be deleted from the sampler.
 	Loads, LoadErrors int64
-	// TableErrors counts files whose table could not be built.
+	// TableErrors counts files whose table could not be built, or
+	// written into the sampler's row store.
 	TableErrors int64
 	// DroppedRequests counts load requests, and asks for a deferred
 	// file's table (OnDemand; a later sample asks again), dropped on a
@@ -399,7 +404,8 @@ func (l *Loader) Run(ctx context.Context) {
 func (l *Loader) Load(pid uint32) error {
 	l.loads.Add(1)
 	err := l.load(pid)
-	if err != nil {
+	// A process that exited before it was read is no failure.
+	if err != nil && !errors.Is(err, fs.ErrNotExist) && !errors.Is(err, syscall.ESRCH) {
 		l.loadErrors.Add(1)
 	}
 	return err
@@ -887,6 +893,7 @@ func (l *Loader) compact() bool {
 		fe.state = filePending
 		l.rewrite(fe)
 		if err := l.cfg.Sink.WriteUnwindRows(next, e.Table.Rows, fe.base); err != nil {
+			l.tableErr.Add(1)
 			l.evict(fe)
 			continue
 		}
@@ -918,7 +925,9 @@ func (l *Loader) evict(fe *fileEntry) {
 
 // forget drops a process from the sampler and releases its files.
 func (l *Loader) forget(pid uint32) {
-	_ = l.cfg.Sink.DeleteUnwindMappings(pid)
+	if err := l.cfg.Sink.DeleteUnwindMappings(pid); err != nil {
+		l.loadErrors.Add(1)
+	}
 	if pe, ok := l.procs[pid]; ok {
 		for fe := range pe.files {
 			fe.refs--

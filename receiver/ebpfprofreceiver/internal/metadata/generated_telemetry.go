@@ -42,6 +42,7 @@ type TelemetryBuilder struct {
 	EbpfprofSamplesTaken          metric.Int64ObservableCounter
 	EbpfprofStacksLost            metric.Int64ObservableCounter
 	EbpfprofSymbolizationOutcomes metric.Int64ObservableCounter
+	EbpfprofUnwindErrors          metric.Int64ObservableCounter
 	EbpfprofUnwindStops           metric.Int64ObservableCounter
 	EbpfprofUnwindTableEvictions  metric.Int64ObservableCounter
 	EbpfprofUserStacksCut         metric.Int64ObservableCounter
@@ -268,6 +269,21 @@ func (builder *TelemetryBuilder) RegisterEbpfprofSymbolizationOutcomesCallback(c
 	return nil
 }
 
+// RegisterEbpfprofUnwindErrorsCallback sets callback for observable EbpfprofUnwindErrors metric.
+func (builder *TelemetryBuilder) RegisterEbpfprofUnwindErrorsCallback(cb metric.Int64Callback) error {
+	reg, err := builder.meter.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
+		cb(ctx, &observerInt64{inst: builder.EbpfprofUnwindErrors, obs: o})
+		return nil
+	}, builder.EbpfprofUnwindErrors)
+	if err != nil {
+		return err
+	}
+	builder.mu.Lock()
+	defer builder.mu.Unlock()
+	builder.registrations = append(builder.registrations, reg)
+	return nil
+}
+
 // RegisterEbpfprofUnwindStopsCallback sets callback for observable EbpfprofUnwindStops metric.
 func (builder *TelemetryBuilder) RegisterEbpfprofUnwindStopsCallback(cb metric.Int64Callback) error {
 	reg, err := builder.meter.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
@@ -423,6 +439,12 @@ func NewTelemetryBuilder(settings component.TelemetrySettings, options ...Teleme
 		"otelcol_ebpfprof_symbolization_outcomes",
 		metric.WithDescription("Debug info lookups by outcome. [Development]"),
 		metric.WithUnit("{lookup}"),
+	)
+	errs = errors.Join(errs, err)
+	builder.EbpfprofUnwindErrors, err = builder.meter.Int64ObservableCounter(
+		"otelcol_ebpfprof_unwind_errors",
+		metric.WithDescription("Unwind table work that failed or was dropped; the stacks of the processes and files concerned are walked with frame pointers meanwhile. [Development]"),
+		metric.WithUnit("{event}"),
 	)
 	errs = errors.Join(errs, err)
 	builder.EbpfprofUnwindStops, err = builder.meter.Int64ObservableCounter(

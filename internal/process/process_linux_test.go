@@ -1,6 +1,7 @@
 package process
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -9,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/bpfcol/bpfcol/internal/safefs"
 	"github.com/bpfcol/bpfcol/internal/testenv"
 
 	"golang.org/x/sys/unix"
@@ -247,5 +249,24 @@ func TestRunning(t *testing.T) {
 	_ = cmd.Wait()
 	if Running(pid) {
 		t.Fatal("a reaped child counts as running")
+	}
+}
+
+// TestOpenInRootRefusesFIFO plants a FIFO where a file is looked for: the
+// open must fail at once as not a regular file, not wait for a writer.
+func TestOpenInRootRefusesFIFO(t *testing.T) {
+	fifo := filepath.Join(t.TempDir(), "planted.debug")
+	if err := unix.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, pid := range []int{os.Getpid(), 0} {
+		f, err := OpenInRoot(pid, fifo)
+		if err == nil {
+			f.Close()
+			t.Fatalf("OpenInRoot(%d, FIFO) opened it", pid)
+		}
+		if !errors.Is(err, safefs.ErrNotRegular) {
+			t.Errorf("OpenInRoot(%d, FIFO): %v, want %v", pid, err, safefs.ErrNotRegular)
+		}
 	}
 }
