@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -280,4 +281,15 @@ func openFDs(t testing.TB) int {
 		t.Fatal(err)
 	}
 	return len(entries)
+}
+
+// discoveryState describes what the tracker did about lib, and the
+// process watcher's counts: a test that recorded nothing says why.
+func discoveryState(t testing.TB, r *logsReceiver, lib string) string {
+	t.Helper()
+	st := &r.tracker.stats
+	c, err := r.watcher.Counters()
+	return fmt.Sprintf("%s attached %v; scans %d, evaluations %d, negative hits %d, mappings unnamed %d, exited before attach %d, binaries attached %d detached %d; watcher events %d lost %d (%v)",
+		filepath.Base(lib), r.tracker.isAttached(keyOf(t, lib)), st.scans.Load(), st.evaluations.Load(), st.negativeHits.Load(),
+		st.mappingsUnnamed.Load(), st.exitedBeforeAttach.Load(), st.attached.Load(), st.detached.Load(), c.Events, c.LostRingbuf, err)
 }

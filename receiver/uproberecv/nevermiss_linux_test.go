@@ -241,6 +241,9 @@ func runDlopener(t *testing.T, r *logsReceiver, sink *consumertest.LogsSink, bin
 		t.Fatalf("workload wrote %d calls, dlopen %d", len(at), dlopenStart)
 	}
 	pid := int64(cmd.Process.Pid)
+	// What discovery did, for a run that recorded nothing: taken before
+	// shutdown closes the watcher and detaches the library.
+	state := discoveryState(t, r, lib)
 	// Shutdown detaches the uprobes and hands on every record left in the
 	// ringbuf: after it, every call's record is in the sink, none in flight
 	// (under load a fixed wait could count before the last ones came).
@@ -249,7 +252,7 @@ func runDlopener(t *testing.T, r *logsReceiver, sink *consumertest.LogsSink, bin
 	}
 	recs := recordsByPID(flatten(sink), "late")[pid]
 	if len(recs) == 0 || len(recs) > calls {
-		t.Fatalf("%d records for %d calls", len(recs), calls)
+		t.Fatalf("%d records for %d calls; %s", len(recs), calls, state)
 	}
 	// Records start inside their call: convert their Unix start back to
 	// CLOCK_MONOTONIC. The first call recorded is the last one begun by
