@@ -191,7 +191,17 @@ type Symbolizer struct {
 	}
 }
 
-// NewSymbolizer returns a Symbolizer for cfg.
+// CacheDirError is NewSymbolizer's error when SymbolizerConfig.CacheDir
+// cannot be used (a link, another user's, not writable). Without a CacheDir
+// a Symbolizer still reads the debug files on the host; only fetching and
+// caching need one.
+type CacheDirError struct{ Err error }
+
+func (e *CacheDirError) Error() string { return e.Err.Error() }
+func (e *CacheDirError) Unwrap() error { return e.Err }
+
+// NewSymbolizer returns a Symbolizer for cfg. An unusable cfg.CacheDir is
+// a *CacheDirError.
 func NewSymbolizer(cfg SymbolizerConfig) (*Symbolizer, error) {
 	if cfg.SystemDebugDir == "" {
 		cfg.SystemDebugDir = "/usr/lib/debug"
@@ -224,14 +234,15 @@ func NewSymbolizer(cfg SymbolizerConfig) (*Symbolizer, error) {
 	}
 	if cfg.CacheDir != "" {
 		if s.cache, err = debugcache.Open(cfg.CacheDir, cfg.CacheMaxSize); err != nil {
-			return nil, err
+			return nil, &CacheDirError{Err: err}
 		}
 		if cfg.MaxSpillBytes == 0 {
 			cfg.MaxSpillBytes = DefaultMaxSpillBytes
 		}
 		if cfg.MaxSpillBytes > 0 {
 			if err := setSectionSpill(cfg.CacheDir, cfg.MaxSpillBytes); err != nil {
-				return nil, err
+				s.cache.Close()
+				return nil, &CacheDirError{Err: err}
 			}
 		}
 	}

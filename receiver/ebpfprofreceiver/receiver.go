@@ -226,7 +226,17 @@ func (r *profilesReceiver) start(_ context.Context, _ component.Host) error {
 	// From here on Shutdown owns what Start created.
 	r.sampler, r.kernelSyms = sampler, kernelSyms
 	r.binaries = symbolize.NewBinaryCache(maxBinaries, maxBinaryBytes)
-	if r.symbolizer, err = symbolize.NewSymbolizer(r.cfg.Symbolizer.symbolizeConfig()); err != nil {
+	scfg := r.cfg.Symbolizer.symbolizeConfig()
+	r.symbolizer, err = symbolize.NewSymbolizer(scfg)
+	if cacheErr := (*symbolize.CacheDirError)(nil); errors.As(err, &cacheErr) {
+		// Only fetching and caching need the directory: the debug files
+		// on the host (/usr/lib/debug, debug_directories) are still read.
+		r.set.Logger.Warn("debug files not fetched from debuginfod nor cached: the cache directory cannot be used",
+			zap.String("cache_dir", scfg.CacheDir), zap.Error(err))
+		scfg.CacheDir = ""
+		r.symbolizer, err = symbolize.NewSymbolizer(scfg)
+	}
+	if err != nil {
 		r.set.Logger.Warn("user frames named from the mapped binaries only", zap.Error(err))
 	}
 	r.startUnwind()
