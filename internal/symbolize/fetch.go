@@ -1,11 +1,15 @@
 package symbolize
 
 import (
+	"context"
 	"debug/elf"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
+	"time"
+
+	"go.uber.org/zap"
 
 	"github.com/bpfcol/bpfcol/internal/symbolize/debuginfod"
 )
@@ -78,11 +82,33 @@ func (s *Symbolizer) startFetch(buildID string) bool {
 				s.stats.fetchFailures.Add(1)
 			}
 			s.failedFetch.Add(buildID)
+			s.logFetchFailure(buildID, err)
 			return
 		}
 		s.stats.fetches.Add(1)
 	}()
 	return true
+}
+
+// logFetchFailure warns of a failed fetch, so that a server that cannot be
+// reached or sends garbage shows in the log and not only in the metrics.
+// A file no server has is not a fault. Called with s.mu held.
+func (s *Symbolizer) logFetchFailure(buildID string, err error) {
+	if errors.Is(err, debuginfod.ErrNotFound) || errors.Is(err, context.Canceled) {
+		return
+	}
+	now := time.Now()
+	if !s.fetchLoggedAt.IsZero() && now.Sub(s.fetchLoggedAt) < fetchFailureLogInterval {
+		s.fetchUnlogged++
+		return
+	}
+	s.cfg.Logger.Warn("debug info not fetched from debuginfod: this binary's frames stay unnamed while the failure is remembered",
+		zap.String("build_id", buildID),
+		zap.Duration("retried_after", s.cfg.NegativeTTL),
+		zap.Int("failures_not_logged_since_last", s.fetchUnlogged),
+		zap.Duration("log_interval", fetchFailureLogInterval),
+		zap.Error(err))
+	s.fetchLoggedAt, s.fetchUnlogged = now, 0
 }
 
 // FetchFailed reports whether buildID is in the failed-fetch negative cache.

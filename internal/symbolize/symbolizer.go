@@ -7,6 +7,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.uber.org/zap"
+
 	"github.com/bpfcol/bpfcol/internal/lru"
 	"github.com/bpfcol/bpfcol/internal/negcache"
 	"github.com/bpfcol/bpfcol/internal/process"
@@ -86,6 +88,11 @@ type SymbolizerConfig struct {
 	NegativeTTL time.Duration
 	// Getenv reads the environment; default os.Getenv.
 	Getenv func(string) string
+	// Logger gets a warning when a fetch fails for another reason than
+	// every server not having the file (unreachable, timed out, a body
+	// that is not the file, too large), at most one per
+	// fetchFailureLogInterval; default none.
+	Logger *zap.Logger
 }
 
 // Defaults of SymbolizerConfig.
@@ -101,6 +108,10 @@ const (
 	maxDebugFileBytes = 2 << 20
 	// maxClassified bounds the per-binary classification memo.
 	maxClassified = 4096
+	// fetchFailureLogInterval spaces the warnings about failed fetches:
+	// a misconfigured server fails every fetch, and the metrics count
+	// them all.
+	fetchFailureLogInterval = 10 * time.Minute
 )
 
 // SymbolizerStats counts outcomes since the Symbolizer was created.
@@ -182,6 +193,10 @@ type Symbolizer struct {
 	mu      sync.Mutex
 	pending map[string]bool // build-ids being fetched
 	closed  bool
+	// fetchLoggedAt is when a failed fetch was last logged; fetchUnlogged
+	// counts the failures since that were not.
+	fetchLoggedAt time.Time
+	fetchUnlogged int
 
 	stats struct {
 		modeSkip, modeProcess, modeFile              atomic.Int64
@@ -217,6 +232,9 @@ func NewSymbolizer(cfg SymbolizerConfig) (*Symbolizer, error) {
 	}
 	if cfg.NegativeTTL <= 0 {
 		cfg.NegativeTTL = DefaultNegativeTTL
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = zap.NewNop()
 	}
 	dcfg, err := debuginfod.ConfigFromEnv(cfg.Debuginfod, cfg.Getenv)
 	if err != nil {

@@ -227,6 +227,7 @@ func (r *profilesReceiver) start(_ context.Context, _ component.Host) error {
 	r.sampler, r.kernelSyms = sampler, kernelSyms
 	r.binaries = symbolize.NewBinaryCache(maxBinaries, maxBinaryBytes)
 	scfg := r.cfg.Symbolizer.symbolizeConfig()
+	scfg.Logger = r.set.Logger
 	r.symbolizer, err = symbolize.NewSymbolizer(scfg)
 	if cacheErr := (*symbolize.CacheDirError)(nil); errors.As(err, &cacheErr) {
 		// Only fetching and caching need the directory: the debug files
