@@ -104,9 +104,10 @@ func (s *Symbolizer) logFetchFailure(buildID string, err error) {
 	}
 	s.cfg.Logger.Warn("debug info not fetched from debuginfod: this binary's frames stay unnamed while the failure is remembered",
 		zap.String("build_id", buildID),
-		zap.Duration("retried_after", s.cfg.NegativeTTL),
+		// Strings: the collector's encoder writes durations as bare seconds.
+		zap.Stringer("retried_after", s.cfg.NegativeTTL),
 		zap.Int("failures_not_logged_since_last", s.fetchUnlogged),
-		zap.Duration("log_interval", fetchFailureLogInterval),
+		zap.Stringer("next_warning_after", fetchFailureLogInterval),
 		zap.Error(err))
 	s.fetchLoggedAt, s.fetchUnlogged = now, 0
 }
