@@ -112,6 +112,11 @@ func (s *Symbolizer) logFetchFailure(buildID string, err error) {
 	s.fetchLoggedAt, s.fetchUnlogged = now, 0
 }
 
+// FetchingConfigured reports whether debuginfod servers are configured,
+// from the config or the environment, whether or not a cache directory
+// lets them be used.
+func (s *Symbolizer) FetchingConfigured() bool { return s.client.Enabled() }
+
 // FetchFailed reports whether buildID is in the failed-fetch negative cache.
 func (s *Symbolizer) FetchFailed(buildID string) bool {
 	return s.failedFetch.Contains(buildID)

@@ -96,3 +96,38 @@ func TestUnusableCacheDirKeepsLocalDebugFiles(t *testing.T) {
 		t.Errorf("no frame of the stripped binary named from %s with cache_dir refused", dbg)
 	}
 }
+
+// TestDebuginfodWithoutCacheDirWarns starts the receiver with a debuginfod
+// server but no cache_dir, in an environment without $HOME or
+// $XDG_CACHE_HOME to default to (a service manager's): nothing can be
+// fetched, and the receiver says so instead of ignoring the server.
+func TestDebuginfodWithoutCacheDirWarns(t *testing.T) {
+	testenv.RequireBPF(t)
+	t.Setenv("HOME", "")
+	t.Setenv("XDG_CACHE_HOME", "")
+	core, logs := observer.New(zapcore.WarnLevel)
+	set := receivertest.NewNopSettings(metadata.Type)
+	set.Logger = zap.New(core)
+	cfg := createDefaultConfig().(*Config)
+	cfg.Symbolizer.Debuginfod.URLs = []string{"http://127.0.0.1:1"}
+	r, err := newProfilesReceiver(set, cfg, new(consumertest.ProfilesSink))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Start(context.Background(), componenttest.NewNopHost()); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Shutdown(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	warned := false
+	for _, e := range logs.All() {
+		t.Logf("warning: %s %v", e.Message, e.ContextMap())
+		if strings.Contains(e.Message, "debuginfod") && strings.Contains(e.Message, "cache_dir") {
+			warned = true
+		}
+	}
+	if !warned {
+		t.Error("no warning that the debuginfod server is not used for want of a cache directory")
+	}
+}
