@@ -3,6 +3,8 @@
 package symbolize
 
 import (
+	"fmt"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -12,13 +14,67 @@ import (
 	"testing"
 	"time"
 
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"go.uber.org/zap/zaptest/observer"
+
 	"github.com/bpfcol/bpfcol/internal/symbolize/debuginfod"
 )
+
+// TestFetchFailureWarningsSpaced points the Symbolizer at a port nothing
+// listens on: the first failed fetch is logged, naming the server; the
+// next ones, within fetchFailureLogInterval, are counted and not logged.
+func TestFetchFailureWarningsSpaced(t *testing.T) {
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	url := "http://" + lis.Addr().String()
+	lis.Close()
+	core, logs := observer.New(zapcore.WarnLevel)
+	s, err := NewSymbolizer(SymbolizerConfig{
+		SystemDebugDir: t.TempDir(),
+		CacheDir:       t.TempDir(),
+		Debuginfod:     debuginfod.Config{URLs: []string{url}, Timeout: time.Second, Retries: -1},
+		Getenv:         func(string) string { return "" },
+		Logger:         zap.New(core),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	ids := []string{strings.Repeat("ab", 20), strings.Repeat("cd", 20), strings.Repeat("ef", 20)}
+	for _, id := range ids {
+		if !s.startFetch(id) {
+			t.Fatalf("fetch of %s not started", id)
+		}
+		for s.FetchPending(id) {
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	if st := s.Stats(); st.FetchFailures != int64(len(ids)) {
+		t.Fatalf("stats %+v: want %d fetch failures", st, len(ids))
+	}
+	warnings := logs.All()
+	for _, e := range warnings {
+		t.Logf("warning: %s %v", e.Message, e.ContextMap())
+	}
+	if len(warnings) != 1 {
+		t.Fatalf("%d warnings for %d failed fetches within %v, want 1", len(warnings), len(ids), fetchFailureLogInterval)
+	}
+	if m := warnings[0].ContextMap(); m["build_id"] != ids[0] || !strings.Contains(fmt.Sprint(m["error"]), url) {
+		t.Errorf("warning %v does not name build-id %s and server %s", m, ids[0], url)
+	}
+	if s.fetchUnlogged != len(ids)-1 {
+		t.Errorf("%d failures counted as not logged, want %d", s.fetchUnlogged, len(ids)-1)
+	}
+}
 
 // TestFetchFaults points the Symbolizer at servers that misbehave (a fake
 // server is the only way to make a real one fail on cue). Each case must
 // end within its timeout, name nothing, cache the failure by build-id, and
-// not ask the server again while the failure is cached.
+// not ask the server again while the failure is cached; every failure but
+// the server not having the file is logged as a warning naming the server.
 func TestFetchFaults(t *testing.T) {
 	ws := builtDWARFWorkloads(t)
 	full := ws[0].path
@@ -84,6 +140,7 @@ func TestFetchFaults(t *testing.T) {
 			if strings.HasPrefix(tc.name, "oversize") {
 				maxSize = int64(len(fullELF) / 2)
 			}
+			core, logs := observer.New(zapcore.WarnLevel)
 			s, err := NewSymbolizer(SymbolizerConfig{
 				SystemDebugDir: t.TempDir(),
 				CacheDir:       t.TempDir(),
@@ -92,6 +149,7 @@ func TestFetchFaults(t *testing.T) {
 					Retries: 1, Backoff: 10 * time.Millisecond,
 				},
 				Getenv: func(string) string { return "" },
+				Logger: zap.New(core),
 			})
 			if err != nil {
 				t.Fatal(err)
@@ -155,6 +213,20 @@ func TestFetchFaults(t *testing.T) {
 			}
 			if p, _ := filepath.Glob(filepath.Join(s.cfg.CacheDir, ".build-id", "*", "*")); len(p) != 0 {
 				t.Errorf("cache holds %v after a failed fetch", p)
+			}
+			warnings := logs.All()
+			for _, e := range warnings {
+				t.Logf("warning: %s %v", e.Message, e.ContextMap())
+			}
+			switch {
+			case tc.name == "404" && len(warnings) != 0:
+				t.Errorf("%d warnings for a file the server does not have, want none", len(warnings))
+			case tc.name != "404" && len(warnings) != 1:
+				t.Errorf("%d warnings for the failed fetch, want 1", len(warnings))
+			case tc.name != "404":
+				if m := warnings[0].ContextMap(); m["build_id"] != id || !strings.Contains(fmt.Sprint(m["error"]), srv.URL) {
+					t.Errorf("warning %v does not name build-id %s and server %s", m, id, srv.URL)
+				}
 			}
 			t.Logf("%s: %d requests, failed after %v", tc.name, before, time.Since(start).Round(time.Millisecond))
 		})

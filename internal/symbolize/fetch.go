@@ -1,11 +1,15 @@
 package symbolize
 
 import (
+	"context"
 	"debug/elf"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
+	"time"
+
+	"go.uber.org/zap"
 
 	"github.com/bpfcol/bpfcol/internal/symbolize/debuginfod"
 )
@@ -78,12 +82,40 @@ func (s *Symbolizer) startFetch(buildID string) bool {
 				s.stats.fetchFailures.Add(1)
 			}
 			s.failedFetch.Add(buildID)
+			s.logFetchFailure(buildID, err)
 			return
 		}
 		s.stats.fetches.Add(1)
 	}()
 	return true
 }
+
+// logFetchFailure warns of a failed fetch, so that a server that cannot be
+// reached or sends garbage shows in the log and not only in the metrics.
+// A file no server has is not a fault. Called with s.mu held.
+func (s *Symbolizer) logFetchFailure(buildID string, err error) {
+	if errors.Is(err, debuginfod.ErrNotFound) || errors.Is(err, context.Canceled) {
+		return
+	}
+	now := time.Now()
+	if !s.fetchLoggedAt.IsZero() && now.Sub(s.fetchLoggedAt) < fetchFailureLogInterval {
+		s.fetchUnlogged++
+		return
+	}
+	s.cfg.Logger.Warn("debug info not fetched from debuginfod: this binary's frames stay unnamed while the failure is remembered",
+		zap.String("build_id", buildID),
+		// Strings: the collector's encoder writes durations as bare seconds.
+		zap.Stringer("retried_after", s.cfg.NegativeTTL),
+		zap.Int("failures_not_logged_since_last", s.fetchUnlogged),
+		zap.Stringer("next_warning_after", fetchFailureLogInterval),
+		zap.Error(err))
+	s.fetchLoggedAt, s.fetchUnlogged = now, 0
+}
+
+// FetchingConfigured reports whether debuginfod servers are configured,
+// from the config or the environment, whether or not a cache directory
+// lets them be used.
+func (s *Symbolizer) FetchingConfigured() bool { return s.client.Enabled() }
 
 // FetchFailed reports whether buildID is in the failed-fetch negative cache.
 func (s *Symbolizer) FetchFailed(buildID string) bool {

@@ -7,6 +7,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.uber.org/zap"
+
 	"github.com/bpfcol/bpfcol/internal/lru"
 	"github.com/bpfcol/bpfcol/internal/negcache"
 	"github.com/bpfcol/bpfcol/internal/process"
@@ -87,6 +89,11 @@ type SymbolizerConfig struct {
 	NegativeTTL time.Duration
 	// Getenv reads the environment; default os.Getenv.
 	Getenv func(string) string
+	// Logger gets a warning when a fetch fails for another reason than
+	// every server not having the file (unreachable, timed out, a body
+	// that is not the file, too large), at most one per
+	// fetchFailureLogInterval; default none.
+	Logger *zap.Logger
 }
 
 // Defaults of SymbolizerConfig.
@@ -102,6 +109,10 @@ const (
 	maxDebugFileBytes = 2 << 20
 	// maxClassified bounds the per-binary classification memo.
 	maxClassified = 4096
+	// fetchFailureLogInterval spaces the warnings about failed fetches:
+	// a misconfigured server fails every fetch, and the metrics count
+	// them all.
+	fetchFailureLogInterval = 10 * time.Minute
 )
 
 // SymbolizerStats counts outcomes since the Symbolizer was created.
@@ -183,6 +194,10 @@ type Symbolizer struct {
 	mu      sync.Mutex
 	pending map[string]bool // build-ids being fetched
 	closed  bool
+	// fetchLoggedAt is when a failed fetch was last logged; fetchUnlogged
+	// counts the failures since that were not.
+	fetchLoggedAt time.Time
+	fetchUnlogged int
 
 	stats struct {
 		modeSkip, modeProcess, modeFile              atomic.Int64
@@ -192,7 +207,17 @@ type Symbolizer struct {
 	}
 }
 
-// NewSymbolizer returns a Symbolizer for cfg.
+// CacheDirError is NewSymbolizer's error when SymbolizerConfig.CacheDir
+// cannot be used (a link, another user's, not writable). Without a CacheDir
+// a Symbolizer still reads the debug files on the host; only fetching and
+// caching need one.
+type CacheDirError struct{ Err error }
+
+func (e *CacheDirError) Error() string { return e.Err.Error() }
+func (e *CacheDirError) Unwrap() error { return e.Err }
+
+// NewSymbolizer returns a Symbolizer for cfg. An unusable cfg.CacheDir is
+// a *CacheDirError.
 func NewSymbolizer(cfg SymbolizerConfig) (*Symbolizer, error) {
 	if cfg.SystemDebugDir == "" {
 		cfg.SystemDebugDir = "/usr/lib/debug"
@@ -208,6 +233,9 @@ func NewSymbolizer(cfg SymbolizerConfig) (*Symbolizer, error) {
 	}
 	if cfg.NegativeTTL <= 0 {
 		cfg.NegativeTTL = DefaultNegativeTTL
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = zap.NewNop()
 	}
 	dcfg, err := debuginfod.ConfigFromEnv(cfg.Debuginfod, cfg.Getenv)
 	if err != nil {
@@ -225,14 +253,15 @@ func NewSymbolizer(cfg SymbolizerConfig) (*Symbolizer, error) {
 	}
 	if cfg.CacheDir != "" {
 		if s.cache, err = debugcache.Open(cfg.CacheDir, cfg.CacheMaxSize); err != nil {
-			return nil, err
+			return nil, &CacheDirError{Err: err}
 		}
 		if cfg.MaxSpillBytes == 0 {
 			cfg.MaxSpillBytes = DefaultMaxSpillBytes
 		}
 		if cfg.MaxSpillBytes > 0 {
 			if err := setSectionSpill(cfg.CacheDir, cfg.MaxSpillBytes); err != nil {
-				return nil, err
+				s.cache.Close()
+				return nil, &CacheDirError{Err: err}
 			}
 		}
 	}

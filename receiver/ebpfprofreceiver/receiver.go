@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -226,7 +227,26 @@ func (r *profilesReceiver) start(_ context.Context, _ component.Host) error {
 	// From here on Shutdown owns what Start created.
 	r.sampler, r.kernelSyms = sampler, kernelSyms
 	r.binaries = symbolize.NewBinaryCache(maxBinaries, maxBinaryBytes)
-	if r.symbolizer, err = symbolize.NewSymbolizer(r.cfg.Symbolizer.symbolizeConfig()); err != nil {
+	scfg := r.cfg.Symbolizer.symbolizeConfig()
+	scfg.Logger = r.set.Logger
+	r.symbolizer, err = symbolize.NewSymbolizer(scfg)
+	if err == nil && scfg.CacheDir == "" && r.symbolizer.FetchingConfigured() {
+		// No cache_dir and no user cache directory to default to (a
+		// service started without $HOME): the servers would be ignored
+		// without a word.
+		_, dirErr := os.UserCacheDir()
+		r.set.Logger.Warn("debug files not fetched from debuginfod: no cache directory to keep them in; set symbolizer::cache_dir",
+			zap.NamedError("user_cache_dir", dirErr))
+	}
+	if cacheErr := (*symbolize.CacheDirError)(nil); errors.As(err, &cacheErr) {
+		// Only fetching and caching need the directory: the debug files
+		// on the host (/usr/lib/debug, debug_directories) are still read.
+		r.set.Logger.Warn("debug files not fetched from debuginfod nor cached: the cache directory cannot be used",
+			zap.String("cache_dir", scfg.CacheDir), zap.Error(err))
+		scfg.CacheDir = ""
+		r.symbolizer, err = symbolize.NewSymbolizer(scfg)
+	}
+	if err != nil {
 		r.set.Logger.Warn("user frames named from the mapped binaries only", zap.Error(err))
 	}
 	r.startUnwind()

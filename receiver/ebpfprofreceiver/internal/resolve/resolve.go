@@ -307,6 +307,9 @@ func (st *batchState) kernelMapping(module string) *frame.Mapping {
 
 func (r *Resolver) userFrame(st *batchState, pid uint32, f frame.Frame) frame.Frame {
 	am := f.Mapping // the aggregator's
+	if am != nil && am.Path == symbolize.VDSOPath {
+		return r.vdsoFrame(st, am, f)
+	}
 	if am != nil && !am.File() {
 		// Anonymous executable memory: JIT code, named from the
 		// runtime's perf map when it writes one. It keeps its address
@@ -346,6 +349,31 @@ func (r *Resolver) userFrame(st *batchState, pid uint32, f frame.Frame) frame.Fr
 	if n.outcome != userUnmapped {
 		f.Address, f.Lines = n.vaddr, n.lines
 	}
+	return f
+}
+
+// vdsoFrame names a frame in the kernel's vDSO from bpfcol's own copy of
+// it, which a process's [vdso] of the same size is.
+func (r *Resolver) vdsoFrame(st *batchState, am *frame.Mapping, f frame.Frame) frame.Frame {
+	bin, size, err := symbolize.VDSO()
+	if err != nil || am.End-am.Start != size {
+		f.Mapping = r.mapping(st, am, nil)
+		r.counts[userUnnamed].Add(1)
+		return f
+	}
+	f.Mapping = r.mapping(st, am, bin)
+	vaddr, ok := bin.Mapper().FileOffsetToVirtualAddress(am.FileOffset(f.Address))
+	if !ok {
+		r.counts[userUnmapped].Add(1)
+		return f
+	}
+	frames, ok := bin.Symbolize(vaddr)
+	if !ok {
+		r.counts[userUnnamed].Add(1)
+		return f
+	}
+	r.counts[userNamed].Add(1)
+	f.Address, f.Lines = vaddr, linesOf(frames)
 	return f
 }
 
