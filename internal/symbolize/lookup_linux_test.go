@@ -243,3 +243,51 @@ func TestLookupFunctionDemangled(t *testing.T) {
 	}
 	t.Logf("%d demangled names of %d functions resolved", checked, len(mangled))
 }
+
+// globalCXX has C++ functions of the global namespace: one name with one
+// function, one overloaded, and a C one.
+const globalCXX = `
+#include <cstdio>
+__attribute__((noinline)) int tally(int x) { return std::printf("%d", x); }
+__attribute__((noinline)) int scale(int x) { return std::printf("%d", x * 2); }
+__attribute__((noinline)) double scale(double x) { return std::printf("%f", x * 2); }
+extern "C" __attribute__((noinline)) int plain_c(int x) { return std::printf("%d", x + 1); }
+int main(int argc, char **) { return tally(argc) + scale(argc) + (int)scale(1.5) + plain_c(argc); }
+`
+
+// TestLookupFunctionGlobalCXX finds a C++ function of the global namespace
+// by its bare name, as perf and gdb print it (tally for _Z5tallyi), where
+// nm -C says it is; an overloaded bare name lists its candidates.
+func TestLookupFunctionGlobalCXX(t *testing.T) {
+	requireTools(t, "g++", "nm")
+	dir := t.TempDir()
+	src, bin := dir+"/global.cc", dir+"/global"
+	if err := os.WriteFile(src, []byte(globalCXX), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	run(t, "", "g++", "-O2", "-o", bin, src)
+	addr := map[string]uint64{}
+	for _, f := range nmFunctions(t, bin) {
+		addr[f.name] = f.addr
+	}
+	b := openWorkload(t, bin)
+	for name, mangled := range map[string]string{"tally": "_Z5tallyi", "plain_c": "plain_c"} {
+		want, ok := addr[mangled]
+		if !ok {
+			t.Fatalf("nm does not list %s", mangled)
+		}
+		fn, err := b.LookupFunction(name, "")
+		if err != nil || fn.Start != want || fn.Name != mangled {
+			t.Errorf("LookupFunction(%s) = %+v, %v; nm says %s at %#x", name, fn, err, mangled, want)
+		}
+	}
+	_, err := b.LookupFunction("scale", "")
+	for _, mangled := range []string{"_Z5scalei", "_Z5scaled"} {
+		if err == nil || !strings.Contains(err.Error(), mangled) || !strings.Contains(err.Error(), "several functions") {
+			t.Errorf("LookupFunction(scale): %v; want an ambiguity listing %s", err, mangled)
+		}
+	}
+	if _, err := b.LookupFunction("scal", ""); !errors.Is(err, ErrNoFunction) {
+		t.Errorf("LookupFunction(scal): %v, want ErrNoFunction", err)
+	}
+}
