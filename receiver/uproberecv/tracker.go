@@ -154,6 +154,11 @@ type trackerStats struct {
 	// matching library among them stays unattached (until another process
 	// maps it).
 	mappingsUnnamed atomic.Int64
+	// execPathsUnresolved counts exec events with a relative path (execve
+	// given ./prog) that no working directory turned into the executed
+	// file's absolute path: such a process is found only by reading its
+	// /proc entries, so one gone before is neither attached nor described.
+	execPathsUnresolved atomic.Int64
 }
 
 // trackerOptions are a tracker's knobs.
@@ -616,6 +621,39 @@ func (t *tracker) exec(pid int, exe process.FileID, path string, at uint64) {
 		t.timers[timer] = struct{}{}
 		t.mu.Unlock()
 	}
+}
+
+// absoluteExecPath returns the absolute path, as the process sees it, of
+// the executable exe that pid exec'd by path. A relative path (execve given
+// ./prog) is joined to the working directory of pid, or of its parent ppid
+// when pid is gone already (a short process), and kept only when the file
+// there is exe. Otherwise path is returned as it is, and counted.
+func (t *tracker) absoluteExecPath(pid, ppid int, path string, exe process.FileID) string {
+	if path == "" || filepath.IsAbs(path) || !known(exe) {
+		return path
+	}
+	for _, p := range []int{pid, ppid} {
+		if p <= 0 {
+			continue
+		}
+		proc := "/proc/" + strconv.Itoa(p)
+		cwd, err := os.Readlink(proc + "/cwd")
+		if err != nil || !filepath.IsAbs(cwd) {
+			continue
+		}
+		abs := filepath.Join(cwd, path)
+		// Through the process's root, as it sees the path; stat only, and
+		// the identity decides.
+		fi, err := os.Stat(proc + "/root" + abs)
+		if err != nil {
+			continue
+		}
+		if id, ok := process.FileIDOf(fi); ok && id.Same(exe) {
+			return abs
+		}
+	}
+	t.stats.execPathsUnresolved.Add(1)
+	return path
 }
 
 // lostExec counts a process gone before its mappings could be read, when
