@@ -30,6 +30,9 @@ type fakeAttacher struct {
 	// a value when an Attach starts waiting on it.
 	gate    chan struct{}
 	entered chan struct{}
+	// closeGate, when set, holds every Close of its attachments until it
+	// is closed, as the kernel's grace periods hold a link's close.
+	closeGate chan struct{}
 
 	mu          sync.Mutex
 	fail        error
@@ -42,11 +45,18 @@ type fakeAttacher struct {
 
 type fakeAttachment struct {
 	sites  int
+	gate   chan struct{}
 	closed atomic.Int32
 }
 
-func (a *fakeAttachment) Links() int   { return a.sites }
-func (a *fakeAttachment) Close() error { a.closed.Add(1); return nil }
+func (a *fakeAttachment) Links() int { return a.sites }
+func (a *fakeAttachment) Close() error {
+	if a.gate != nil {
+		<-a.gate
+	}
+	a.closed.Add(1)
+	return nil
+}
 
 func (f *fakeAttacher) Attach(path string, sites []scopeprobe.Site) (attachment, error) {
 	f.mu.Lock()
@@ -64,7 +74,7 @@ func (f *fakeAttacher) Attach(path string, sites []scopeprobe.Site) (attachment,
 	if fail != nil {
 		return nil, fail
 	}
-	a := &fakeAttachment{sites: len(sites)}
+	a := &fakeAttachment{sites: len(sites), gate: f.closeGate}
 	f.mu.Lock()
 	f.attachments = append(f.attachments, a)
 	f.mu.Unlock()
@@ -165,6 +175,8 @@ func TestTrackerRefcountsByProcess(t *testing.T) {
 	if binaries, holders := fx.tracker.attachedCount(fx.key); binaries != 1 || holders != 1 {
 		t.Fatalf("after 2 of 3 exits: %d binaries with %d holders, want 1 with 1", binaries, holders)
 	}
+	// Detached binaries are closed by a goroutine of their own.
+	fx.tracker.waitClosed()
 	if n := attachments[0].closed.Load(); n != 0 {
 		t.Fatalf("detached %d times while a process still runs the binary", n)
 	}
@@ -172,6 +184,8 @@ func TestTrackerRefcountsByProcess(t *testing.T) {
 	if binaries, _ := fx.tracker.attachedCount(fx.key); binaries != 0 {
 		t.Fatalf("%d binaries attached after the last exit, want 0", binaries)
 	}
+	// Detached binaries are closed by a goroutine of their own.
+	fx.tracker.waitClosed()
 	if n := attachments[0].closed.Load(); n != 1 {
 		t.Fatalf("detached %d times after the last exit, want 1", n)
 	}
@@ -225,6 +239,8 @@ func TestTrackerExitDuringAttach(t *testing.T) {
 	close(fake.gate)
 	<-done
 	_, attachments := fake.counts()
+	// Detached binaries are closed by a goroutine of their own.
+	fx.tracker.waitClosed()
 	if len(attachments) != 1 || attachments[0].closed.Load() != 1 {
 		t.Fatalf("attachment of a process that exited meanwhile not detached once: %d attachments", len(attachments))
 	}
@@ -310,6 +326,8 @@ func TestTrackerRetains(t *testing.T) {
 	}
 	fx.tracker.exec(fx.pids[1], process.FileID{}, "", 0)
 	calls, attachments := fake.counts()
+	// Detached binaries are closed by a goroutine of their own.
+	fx.tracker.waitClosed()
 	if calls != 1 || attachments[0].closed.Load() != 0 {
 		t.Fatalf("%d attach calls for a retained binary's next process, want 1", calls)
 	}
@@ -324,6 +342,8 @@ func TestTrackerRetains(t *testing.T) {
 	}
 	advance(31 * time.Second)
 	fx.tracker.sweep()
+	// Detached binaries are closed by a goroutine of their own.
+	fx.tracker.waitClosed()
 	if binaries, _ := fx.tracker.attachedCount(fx.key); binaries != 0 || attachments[0].closed.Load() != 1 {
 		t.Fatalf("%d binaries after retain.max_age, want 0 and one detach", binaries)
 	}
@@ -335,6 +355,8 @@ func TestTrackerRetains(t *testing.T) {
 	}
 	fx.tracker.exec(fx.pids[2], process.FileID{}, "", 0)
 	calls, attachments = fake.counts()
+	// Detached binaries are closed by a goroutine of their own.
+	fx.tracker.waitClosed()
 	if calls != 3 || attachments[1].closed.Load() != 1 {
 		t.Fatalf("%d attach calls, second attachment closed %d times: a changed file must be detached and attached again",
 			calls, attachments[1].closed.Load())
@@ -371,6 +393,8 @@ func TestTrackerPinsBinary(t *testing.T) {
 	fx.tracker.exec(fx.pids[0], process.FileID{}, "", 0)
 	fx.tracker.exit(fx.pids[0])
 	calls, attachments := fake.counts()
+	// Detached binaries are closed by a goroutine of their own.
+	fx.tracker.waitClosed()
 	if binaries, _ := fx.tracker.attachedCount(fx.key); calls != 1 || binaries != 1 || attachments[0].closed.Load() != 0 {
 		t.Fatalf("%d attach calls, %d binaries after the process exited: want the pinned binary kept", calls, binaries)
 	}
@@ -502,6 +526,8 @@ func TestTrackerAttachesWrittenFiles(t *testing.T) {
 	}
 	written("a", true)
 	calls, after := fake.counts()
+	// Detached binaries are closed by a goroutine of their own.
+	tr.waitClosed()
 	if !attached("a") || calls != 3 || before[0].closed.Load() != 1 {
 		t.Fatalf("a new version moved over a file: %d attach calls, old one closed %d times; want 3 and 1", calls, before[0].closed.Load())
 	}
@@ -518,6 +544,8 @@ func TestTrackerAttachesWrittenFiles(t *testing.T) {
 	}
 	written("a", true)
 	calls2, after2 := fake.counts()
+	// Detached binaries are closed by a goroutine of their own.
+	tr.waitClosed()
 	if calls2 != calls+1 || after[2].closed.Load() != 1 {
 		t.Fatalf("a file moved over a from a temporary name: %d attach calls (want %d), replaced version closed %d times (want 1)", calls2, calls+1, after[2].closed.Load())
 	}
@@ -529,6 +557,8 @@ func TestTrackerAttachesWrittenFiles(t *testing.T) {
 	}
 	written("a", true)
 	calls, _ = fake.counts()
+	// Detached binaries are closed by a goroutine of their own.
+	tr.waitClosed()
 	if calls != 5 || after[3].closed.Load() != 1 {
 		t.Fatalf("a file rewritten in place: %d attach calls, previous closed %d times; want 5 and 1", calls, after[3].closed.Load())
 	}
@@ -582,11 +612,51 @@ func TestTrackerAttachesNewVersionOfBinary(t *testing.T) {
 	}
 	tr.written(dirwatch.Change{Dir: d, Name: "app", Written: true})
 	calls, attachments := fake.counts()
+	// Detached binaries are closed by a goroutine of their own.
+	tr.waitClosed()
 	if !tr.isAttached(keyOf(t, bin)) || tr.isAttached(old) || calls != 2 || attachments[0].closed.Load() != 1 {
 		t.Fatalf("after a new version moved over the binary: new attached %v, old attached %v, %d attach calls (want 2)",
 			tr.isAttached(keyOf(t, bin)), tr.isAttached(old), calls)
 	}
 	if got := tr.stats.attachedOnWrite.Load(); got != 1 {
 		t.Errorf("%d files counted as attached on write, want 1", got)
+	}
+}
+
+// TestTrackerDetachDoesNotBlockEvents detaches a binary whose close takes
+// as long as the kernel's grace periods make it (held here until
+// released): meanwhile the exit that detached it returns, and another
+// process's exec is handled. The close then completes, once.
+func TestTrackerDetachDoesNotBlockEvents(t *testing.T) {
+	fake := &fakeAttacher{closeGate: make(chan struct{})}
+	fx := newTrackerFixture(t, fake, 2)
+	fx.tracker.exec(fx.pids[0], process.FileID{}, "", 0)
+	_, attachments := fake.counts()
+	if len(attachments) != 1 {
+		t.Fatalf("%d attachments, want 1", len(attachments))
+	}
+	released := false
+	release := func() {
+		if !released {
+			released = true
+			close(fake.closeGate)
+		}
+	}
+	defer release()
+	within(t, "the exit detaching the binary", func() { fx.tracker.exit(fx.pids[0]) })
+	if binaries, _ := fx.tracker.attachedCount(fx.key); binaries != 0 {
+		t.Fatalf("%d binaries attached after the last exit, want 0", binaries)
+	}
+	within(t, "another process's exec", func() { fx.tracker.exec(fx.pids[1], process.FileID{}, "", 0) })
+	if _, holders := fx.tracker.attachedCount(fx.key); holders != 1 {
+		t.Fatalf("%d holders after the exec, want 1", holders)
+	}
+	if n := attachments[0].closed.Load(); n != 0 {
+		t.Fatalf("closed %d times while its close is held", n)
+	}
+	release()
+	fx.tracker.waitClosed()
+	if n := attachments[0].closed.Load(); n != 1 {
+		t.Errorf("closed %d times, want 1", n)
 	}
 }
