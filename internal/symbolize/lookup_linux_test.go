@@ -291,3 +291,42 @@ func TestLookupFunctionGlobalCXX(t *testing.T) {
 		t.Errorf("LookupFunction(scal): %v, want ErrNoFunction", err)
 	}
 }
+
+// TestLookupFunctionSameLocalName looks up a static function that two
+// source files define: the ambiguity lists both addresses nm shows, and
+// says that no name picks one (both have the same symbol name).
+func TestLookupFunctionSameLocalName(t *testing.T) {
+	requireTools(t, "gcc", "nm")
+	dir := t.TempDir()
+	for name, src := range map[string]string{
+		"a.c": "static __attribute__((noinline)) int helper(int x) { return x * 2; }\nint a(int x) { return helper(x); }\nint b(int);\nint main(int argc, char **argv) { return a(argc) + b(argc); }\n",
+		"b.c": "static __attribute__((noinline)) int helper(int x) { return x * 3; }\nint b(int x) { return helper(x); }\n",
+	} {
+		if err := os.WriteFile(dir+"/"+name, []byte(src), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	bin := dir + "/twice"
+	run(t, "", "gcc", "-O2", "-o", bin, dir+"/a.c", dir+"/b.c")
+	var addrs []uint64
+	for _, f := range nmFunctions(t, bin) {
+		if f.name == "helper" {
+			addrs = append(addrs, f.addr)
+		}
+	}
+	if len(addrs) != 2 {
+		t.Fatalf("nm lists %d functions named helper, want 2", len(addrs))
+	}
+	_, err := openWorkload(t, bin).LookupFunction("helper", "")
+	if err == nil {
+		t.Fatal("helper resolved, want an ambiguity")
+	}
+	for _, a := range addrs {
+		if !strings.Contains(err.Error(), "at 0x"+strconv.FormatUint(a, 16)+"]") {
+			t.Errorf("%v: does not list helper at %#x", err, a)
+		}
+	}
+	if !strings.Contains(err.Error(), "no name tells apart") {
+		t.Errorf("%v: does not say that no name picks one", err)
+	}
+}
