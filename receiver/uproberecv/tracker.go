@@ -290,7 +290,8 @@ func (t *tracker) pinBinaries() {
 			continue
 		}
 		done[path] = true
-		f, err := os.Open(path)
+		// Without blocking: a FIFO at the path must not stall the start.
+		f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
 		if err != nil {
 			// A path that does not exist was warned about at start,
 			// with its probe (Config.logMissingBinaries).
@@ -301,10 +302,19 @@ func (t *tracker) pinBinaries() {
 			level("binary to probe is not there: it is attached when written there or when a process maps it", zap.String("path", path), zap.Error(err))
 			continue
 		}
-		file, err := process.StatFile(f)
+		fi, err := f.Stat()
+		var file process.FileID
+		if err == nil {
+			file, err = process.StatFile(f)
+		}
 		f.Close()
 		if err != nil {
 			t.logger.Warn("binary to probe cannot be stated: it is attached when a process maps it", zap.String("path", path), zap.Error(err))
+			continue
+		}
+		if !fi.Mode().IsRegular() {
+			// Warned about at start, with its probe: a directory or a
+			// device has nothing to read.
 			continue
 		}
 		var matched []*compiledProbe
@@ -315,7 +325,7 @@ func (t *tracker) pinBinaries() {
 				matched = append(matched, &t.probes[j])
 			}
 		}
-		tg := &target{path: path, attachPath: path, file: file, open: func() (*os.File, error) { return os.Open(path) }}
+		tg := &target{path: path, attachPath: path, file: file, open: func() (*os.File, error) { return openSame(path, file) }}
 		t.binary(0, tg, matched, 0, "")
 	}
 }

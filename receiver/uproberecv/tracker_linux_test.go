@@ -660,3 +660,40 @@ func TestTrackerDetachDoesNotBlockEvents(t *testing.T) {
 		t.Errorf("closed %d times, want 1", n)
 	}
 }
+
+// TestPinBinariesSkipsNonFiles names a FIFO and a directory as binary:
+// paths beside a real binary: the start neither blocks on the FIFO (no
+// writer ever opens it) nor reads either of them, and the real binary is
+// attached. Both were warned about at start (Config.logMissingBinaries).
+func TestPinBinariesSkipsNonFiles(t *testing.T) {
+	bin := testworkload.BuildC(t, "scopesleep.c", "-O2", "-g", "-pthread")
+	dir := t.TempDir()
+	fifo := filepath.Join(dir, "fifo")
+	if err := unix.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg := []ProbeConfig{
+		{ID: "fifo", Binary: fifo, Entry: "scoped_sleep", Exit: "return"},
+		{ID: "dir", Binary: dir, Entry: "scoped_sleep", Exit: "return"},
+		{ID: "real", Binary: bin, Entry: "scoped_sleep", Exit: "return"},
+	}
+	fake := &fakeAttacher{}
+	tr, err := newTracker(zaptest.NewLogger(t), cfg, fake, negcache.NewFiles(negativeTTL, maxNegative), process.NewInfoCache(64), trackerOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tr.close()
+	done := make(chan struct{})
+	go func() { tr.pinBinaries(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		// The blocked goroutine is left behind: the test failed.
+		t.Fatal("pinBinaries blocked opening a FIFO named as binary:")
+	}
+	calls, _ := fake.counts()
+	if evaluated := tr.stats.evaluations.Load(); calls != 1 || evaluated != 1 || !tr.isAttached(keyOf(t, bin)) {
+		t.Errorf("%d attach calls, %d binaries evaluated, %s attached %v; want the real binary only",
+			calls, evaluated, bin, tr.isAttached(keyOf(t, bin)))
+	}
+}
