@@ -464,6 +464,7 @@ func (r *logsReceiver) Shutdown(ctx context.Context) error {
 		zap.Int64("process_events", r.eventsRead.Load()),
 		zap.Int64("processes_scanned", st.scans.Load()),
 		zap.Int64("binaries_evaluated", st.evaluations.Load()),
+		zap.Int64("binaries_evicted", st.evicted.Load()),
 		zap.Int64("negative_cache_hits", st.negativeHits.Load()),
 		zap.Int64("execs_answered_from_event", st.quietExecs.Load()),
 		zap.Int64("known_failures_skipped", st.knownFailures.Load()),

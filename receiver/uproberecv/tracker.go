@@ -138,8 +138,9 @@ type trackerStats struct {
 	// knownFailures counts probes not planned or attached again because
 	// the binary or the kernel refused them before (see planCache).
 	knownFailures atomic.Int64
-	// attached and detached count binaries.
-	attached, detached atomic.Int64
+	// attached and detached count binaries; evicted counts the retained
+	// ones detached for retain's bounds.
+	attached, detached, evicted atomic.Int64
 	// exitedBeforeAttach counts processes that exited before the binary
 	// they ran or mapped was attached: their calls until then are lost.
 	exitedBeforeAttach atomic.Int64
@@ -849,6 +850,7 @@ func (t *tracker) idleLocked(b *attachedBinary, now time.Time) {
 	}
 	if idle > t.opts.retain.MaxBinaries {
 		t.detachLocked(oldest, "evicted: retain.max_binaries binaries without a process")
+		t.stats.evicted.Add(1)
 	}
 }
 
@@ -861,6 +863,7 @@ func (t *tracker) sweep() {
 	for _, b := range t.binaries {
 		if len(b.holders) == 0 && !b.pinned && !b.idleSince.IsZero() && now.Sub(b.idleSince) > t.opts.retain.MaxAge {
 			t.detachLocked(b, "evicted: idle for retain.max_age")
+			t.stats.evicted.Add(1)
 		}
 	}
 	t.expireInfosLocked(now)

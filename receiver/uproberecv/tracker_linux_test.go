@@ -337,8 +337,8 @@ func TestTrackerRetains(t *testing.T) {
 	fx.tracker.exit(fx.pids[1])
 	advance(30 * time.Second)
 	fx.tracker.sweep()
-	if binaries, _ := fx.tracker.attachedCount(fx.key); binaries != 1 {
-		t.Fatal("evicted before retain.max_age")
+	if binaries, _ := fx.tracker.attachedCount(fx.key); binaries != 1 || fx.tracker.stats.evicted.Load() != 0 {
+		t.Fatalf("evicted before retain.max_age (%d evictions counted)", fx.tracker.stats.evicted.Load())
 	}
 	advance(31 * time.Second)
 	fx.tracker.sweep()
@@ -346,6 +346,9 @@ func TestTrackerRetains(t *testing.T) {
 	fx.tracker.waitClosed()
 	if binaries, _ := fx.tracker.attachedCount(fx.key); binaries != 0 || attachments[0].closed.Load() != 1 {
 		t.Fatalf("%d binaries after retain.max_age, want 0 and one detach", binaries)
+	}
+	if got := fx.tracker.stats.evicted.Load(); got != 1 {
+		t.Fatalf("%d evictions counted after retain.max_age, want 1", got)
 	}
 
 	// The file changes in place (same inode, new mtime): attached afresh.
@@ -360,6 +363,9 @@ func TestTrackerRetains(t *testing.T) {
 	if calls != 3 || attachments[1].closed.Load() != 1 {
 		t.Fatalf("%d attach calls, second attachment closed %d times: a changed file must be detached and attached again",
 			calls, attachments[1].closed.Load())
+	}
+	if got := fx.tracker.stats.evicted.Load(); got != 1 {
+		t.Errorf("%d evictions counted, want 1: a changed file's detach is no eviction", got)
 	}
 
 	// A second binary idle beyond max_binaries evicts the older.
@@ -695,5 +701,52 @@ func TestPinBinariesSkipsNonFiles(t *testing.T) {
 	if evaluated := tr.stats.evaluations.Load(); calls != 1 || evaluated != 1 || !tr.isAttached(keyOf(t, bin)) {
 		t.Errorf("%d attach calls, %d binaries evaluated, %s attached %v; want the real binary only",
 			calls, evaluated, bin, tr.isAttached(keyOf(t, bin)))
+	}
+}
+
+// TestTrackerCountsEvictions writes five copies of a binary into a watched
+// directory with retain.max_binaries 2: the two written last stay
+// attached, the three others are detached, and the three evictions are
+// counted.
+func TestTrackerCountsEvictions(t *testing.T) {
+	bin := testworkload.BuildC(t, "scopesleep.c", "-O2", "-g", "-pthread")
+	dir := t.TempDir()
+	fake := &fakeAttacher{}
+	cfg := []ProbeConfig{{ID: "sleep", FileMatch: "^" + regexp.QuoteMeta(dir) + "/[^/]+$", Entry: "scoped_sleep", Exit: "return"}}
+	opts := trackerOptions{retain: RetainConfig{MaxBinaries: 2, MaxAge: time.Hour}}
+	tr, err := newTracker(zaptest.NewLogger(t), cfg, fake, negcache.NewFiles(negativeTTL, maxNegative), process.NewInfoCache(64), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tr.close()
+	d, err := safefs.OpenNoLinks(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	names := []string{"a", "b", "c", "d", "e"}
+	for _, name := range names {
+		copyFile(t, bin, filepath.Join(dir, name))
+		tr.written(dirwatch.Change{Dir: d, Name: name, Written: true})
+		// Idle since differs between files only by the clock's steps.
+		time.Sleep(2 * time.Millisecond)
+	}
+	var kept []string
+	for _, name := range names {
+		if tr.isAttached(keyOf(t, filepath.Join(dir, name))) {
+			kept = append(kept, name)
+		}
+	}
+	tr.waitClosed()
+	_, attachments := fake.counts()
+	closed := 0
+	for _, a := range attachments {
+		closed += int(a.closed.Load())
+	}
+	if len(kept) != 2 || kept[0] != "d" || kept[1] != "e" || closed != 3 {
+		t.Errorf("attached %v with %d attachments closed, want [d e] and 3", kept, closed)
+	}
+	if got := tr.stats.evicted.Load(); got != 3 {
+		t.Errorf("%d evictions counted, want 3", got)
 	}
 }
