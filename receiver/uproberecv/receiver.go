@@ -136,6 +136,7 @@ func (r *logsReceiver) start(_ context.Context, _ component.Host) (err error) {
 		return nil
 	}
 	r.cfg.logMissingBinaries(r.set.Logger)
+	r.cfg.logLinkedDirs(r.set.Logger)
 	defer func() {
 		if err != nil {
 			r.closeAll()
