@@ -1,6 +1,7 @@
 package probesite
 
 import (
+	"errors"
 	"math"
 	"os/exec"
 	"regexp"
@@ -180,6 +181,11 @@ func TestUSDTSites(t *testing.T) {
 		if s.Kind != wantKind || s.Offset != pc || s.RefCtrOffset != sem || sem == 0 || s.ProbeID != 2 {
 			t.Errorf("%s: %+v, want %s at %#x with semaphore at %#x", n, s, wantKind, pc, sem)
 		}
+	}
+	// A name the binary lacks is an error listing the probes it has.
+	if _, err := b.PlanProbe(0, "usdt:bpfcol:nope", "usdt:bpfcol:end"); !errors.Is(err, ErrNoSymbol) ||
+		!strings.Contains(err.Error(), "bpfcol:begin, bpfcol:end") {
+		t.Errorf("usdt:bpfcol:nope: %v, want ErrNoSymbol listing bpfcol:begin, bpfcol:end", err)
 	}
 	for _, bad := range [][2]string{{"usdt:bpfcol:begin", "return"}, {"usdt:bpfcol:nope", "usdt:bpfcol:end"}, {"usdt:bpfcol:begin", "f_push"}} {
 		if _, err := b.PlanProbe(0, bad[0], bad[1]); err == nil {
