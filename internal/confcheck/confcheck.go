@@ -1,6 +1,7 @@
 // Package confcheck catches values that the collector's config decoding
 // would silently change: a number with a fraction decoded into an integer
-// field is truncated (sampling_frequency: 20.9 would run at 20 Hz).
+// field is truncated (sampling_frequency: 20.9 would run at 20 Hz), and a
+// duration given as a bare number is taken as nanoseconds.
 package confcheck
 
 import (
@@ -9,6 +10,7 @@ import (
 	"math"
 	"reflect"
 	"strings"
+	"time"
 
 	"go.opentelemetry.io/collector/confmap"
 )
@@ -42,9 +44,23 @@ func join(path, name string) string {
 	return path + "::" + name
 }
 
+var durationType = reflect.TypeOf(time.Duration(0))
+
 func walk(raw any, t reflect.Type, path string) []error {
 	for t.Kind() == reflect.Pointer {
 		t = t.Elem()
+	}
+	if t == durationType {
+		// A bare number decodes as nanoseconds: min_duration: 5 would keep
+		// every call of 5 ns or more, not of 5 ms.
+		switch v := raw.(type) {
+		case int, int8, int16, int32, int64, uint, uint8, uint16, uint32, uint64, float32, float64:
+			if reflect.ValueOf(v).IsZero() {
+				return nil
+			}
+			return []error{fmt.Errorf("%s: %v has no unit: write it with one, such as %vms, %vs or %vns", path, raw, raw, raw, raw)}
+		}
+		return nil
 	}
 	switch t.Kind() {
 	case reflect.Struct:

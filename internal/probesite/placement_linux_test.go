@@ -1,6 +1,8 @@
 package probesite
 
 import (
+	"errors"
+	"math"
 	"os/exec"
 	"regexp"
 	"strconv"
@@ -180,6 +182,11 @@ func TestUSDTSites(t *testing.T) {
 			t.Errorf("%s: %+v, want %s at %#x with semaphore at %#x", n, s, wantKind, pc, sem)
 		}
 	}
+	// A name the binary lacks is an error listing the probes it has.
+	if _, err := b.PlanProbe(0, "usdt:bpfcol:nope", "usdt:bpfcol:end"); !errors.Is(err, ErrNoSymbol) ||
+		!strings.Contains(err.Error(), "bpfcol:begin, bpfcol:end") {
+		t.Errorf("usdt:bpfcol:nope: %v, want ErrNoSymbol listing bpfcol:begin, bpfcol:end", err)
+	}
 	for _, bad := range [][2]string{{"usdt:bpfcol:begin", "return"}, {"usdt:bpfcol:nope", "usdt:bpfcol:end"}, {"usdt:bpfcol:begin", "f_push"}} {
 		if _, err := b.PlanProbe(0, bad[0], bad[1]); err == nil {
 			t.Errorf("%s -> %s planned", bad[0], bad[1])
@@ -241,5 +248,53 @@ func TestPlacedPairsCount(t *testing.T) {
 				t.Errorf("%d records for %d calls, counters %+v (sites %+v)", records, calls+1, c, plan.Sites)
 			}
 		})
+	}
+}
+
+// TestExplicitOffsetBoundaries asks for an entry at every byte of a
+// harness function: an offset objdump shows an instruction starting at is
+// planned there as given; one inside an instruction (where the breakpoint
+// byte would become part of that instruction) is refused, and so is one
+// past the end, including an offset that wraps the address around.
+func TestExplicitOffsetBoundaries(t *testing.T) {
+	bin := testworkload.BuildC(t, "fastprobe.c", harnessFlags...)
+	b := open(t, bin)
+	for _, name := range []string{"f_lea", "f_push", "f_endbr"} {
+		fn, err := b.Lookup(Spec{Name: name})
+		if err != nil {
+			t.Fatal(err)
+		}
+		starts := map[uint64]bool{}
+		for _, in := range objdumpFunction(t, bin, fn) {
+			starts[in.addr-fn.Start] = true
+		}
+		if fn.End <= fn.Start || len(starts) < 2 {
+			t.Fatalf("%s: size %d, %d instructions", name, fn.End-fn.Start, len(starts))
+		}
+		inside := 0
+		for rel := uint64(1); rel < fn.End-fn.Start; rel++ {
+			ref := name + "+" + strconv.FormatUint(rel, 10)
+			plan, err := b.PlanProbe(1, ref, ExitReturn)
+			if starts[rel] {
+				want, _ := b.FileOffset(fn.Start + rel)
+				if err != nil || plan.Sites[0].Offset != want {
+					t.Errorf("%s, an instruction start: %+v, %v", ref, plan.Sites, err)
+				}
+				continue
+			}
+			inside++
+			if err == nil || !strings.Contains(err.Error(), "inside the instruction") {
+				t.Errorf("%s, inside an instruction: planned %+v, %v", ref, plan.Sites, err)
+			}
+		}
+		if inside == 0 {
+			t.Errorf("%s: no byte inside an instruction was tried", name)
+		}
+		for _, rel := range []uint64{fn.End - fn.Start, math.MaxUint64, -(fn.Start - 0x10)} {
+			ref := name + "+" + strconv.FormatUint(rel, 10)
+			if plan, err := b.PlanProbe(1, ref, ExitReturn); err == nil || !strings.Contains(err.Error(), "past the function's end") {
+				t.Errorf("%s: planned %+v, %v", ref, plan.Sites, err)
+			}
+		}
 	}
 }

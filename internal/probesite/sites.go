@@ -167,16 +167,41 @@ func (b *Binary) entrySite(id uint32, fn Function, code *functionCode, spec Spec
 	if err != nil {
 		return scopeprobe.Site{}, "", err
 	}
-	addr := fn.Start + rel
-	if fn.End > fn.Start && addr >= fn.End {
+	// Compared as offsets: an address sum could wrap around below the
+	// function (main+0xffffffffffffffff is main-1).
+	if (fn.End > fn.Start && rel >= fn.End-fn.Start) || fn.Start+rel < fn.Start {
 		return scopeprobe.Site{}, "", fmt.Errorf("%s: offset %#x is past the function's end", ref, spec.Offset)
 	}
-	off, err := b.FileOffset(addr)
+	if err := checkBoundary(code, spec.Offset); err != nil {
+		return scopeprobe.Site{}, "", fmt.Errorf("%s: %w", ref, err)
+	}
+	off, err := b.FileOffset(fn.Start + rel)
 	if err != nil {
 		return scopeprobe.Site{}, "", err
 	}
 	return scopeprobe.Site{Kind: scopeprobe.Entry, Offset: off, Symbol: siteName(fn, rel), ProbeID: id, ScopeByGoroutine: fn.Go},
 		fn.Name + ": " + note, nil
+}
+
+// checkBoundary refuses an explicit offset inside an instruction of the
+// decoded code. The kernel accepts any byte whose own decoding it can
+// emulate or single-step, but the CPU still runs the instruction the byte
+// belongs to, with the breakpoint as one of its bytes: the program then
+// computes wrong values or crashes instead of trapping.
+func checkBoundary(code *functionCode, off uint64) error {
+	if off == 0 || code.err != nil {
+		return nil
+	}
+	if _, ok := findInstruction(code.insts, off); ok {
+		return nil
+	}
+	for i := range code.insts {
+		in := &code.insts[i]
+		if in.off < off && off < in.end() {
+			return fmt.Errorf("offset %#x is inside the instruction at +%#x (%d bytes), not at its start: a uprobe there would change what the program runs", off, in.off, in.inst.Len)
+		}
+	}
+	return nil
 }
 
 func siteName(fn Function, rel uint64) string {

@@ -3,6 +3,8 @@ package probesite
 import (
 	"errors"
 	"fmt"
+	"sort"
+	"strings"
 
 	"github.com/bpfcol/bpfcol/internal/bpf/scopeprobe"
 	"github.com/bpfcol/bpfcol/internal/usdt"
@@ -18,7 +20,7 @@ const usdtPrefix = "usdt:"
 func (b *Binary) usdtSites(id uint32, spec Spec, kind scopeprobe.SiteKind, byGoroutine bool) ([]scopeprobe.Site, error) {
 	probes, err := usdt.Read(b.elf)
 	if errors.Is(err, usdt.ErrNoNotes) {
-		return nil, fmt.Errorf("usdt:%s:%s: %w", spec.Provider, spec.Name, ErrNoSymbol)
+		return nil, fmt.Errorf("usdt:%s:%s: the binary has no USDT probes (no .note.stapsdt): %w", spec.Provider, spec.Name, ErrNoSymbol)
 	}
 	if err != nil {
 		return nil, err
@@ -44,7 +46,7 @@ func (b *Binary) usdtSites(id uint32, spec Spec, kind scopeprobe.SiteKind, byGor
 		sites = append(sites, site)
 	}
 	if len(sites) == 0 {
-		return nil, fmt.Errorf("usdt:%s:%s: %w", spec.Provider, spec.Name, ErrNoSymbol)
+		return nil, fmt.Errorf("usdt:%s:%s: the binary's USDT probes are %s: %w", spec.Provider, spec.Name, usdtNames(probes), ErrNoSymbol)
 	}
 	return sites, nil
 }
@@ -83,4 +85,27 @@ func (b *Binary) dataFileOffset(vaddr uint64) (uint64, error) {
 		return 0, fmt.Errorf("address %#x is in no file-backed segment", vaddr)
 	}
 	return off, nil
+}
+
+// maxListedUSDT bounds the probes a missing USDT probe's error lists.
+const maxListedUSDT = 20
+
+// usdtNames lists the distinct provider:name of probes, for an error
+// about a name none of them has (a typo, or the wrong provider).
+func usdtNames(probes []usdt.Probe) string {
+	seen := map[string]bool{}
+	var names []string
+	for _, p := range probes {
+		n := p.Provider + ":" + p.Name
+		if seen[n] {
+			continue
+		}
+		seen[n] = true
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	if len(names) > maxListedUSDT {
+		return strings.Join(names[:maxListedUSDT], ", ") + fmt.Sprintf(" and %d more", len(names)-maxListedUSDT)
+	}
+	return strings.Join(names, ", ")
 }

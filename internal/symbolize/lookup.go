@@ -90,13 +90,29 @@ func (b *Binary) LookupFunction(name, version string) (fs FunctionSymbol, err er
 	if fn, ok, err := b.pickFunction(name, version, syms[i:j]); ok || err != nil {
 		return fn, err
 	}
-	if strings.ContainsAny(name, ":()<> ") {
+	// A plain identifier may be a C++ function of the global namespace
+	// without its parameters (helper for _Z6helperi), as perf and gdb
+	// show it; one that needs no identifier in the mangled name (a
+	// keyword) would have every mangled name demangled, and is no such
+	// function anyway.
+	if strings.ContainsAny(name, ":()<> ") || (plainIdentifier(name) && len(mangledNeedles(name)) > 0) {
 		matched := demangledMatches(syms, name)
 		if fn, ok, err := b.pickFunction(name, version, matched); ok || err != nil {
 			return fn, err
 		}
 	}
 	return FunctionSymbol{}, fmt.Errorf("looking up %s: %w", name, ErrNoFunction)
+}
+
+// plainIdentifier reports whether name is one C identifier.
+func plainIdentifier(name string) bool {
+	for i := 0; i < len(name); i++ {
+		c := name[i]
+		if !identStart(c) && (i == 0 || c < '0' || c > '9') {
+			return false
+		}
+	}
+	return name != ""
 }
 
 // demangledMatch reports whether the mangled symbol sym demangles to want,

@@ -112,6 +112,15 @@ func ambiguityError(name string, cands []namedSymbol) error {
 	var b strings.Builder
 	fmt.Fprintf(&b, "looking up %s: several functions of that name at different addresses; name one by its mangled name or its full demangled signature:", name)
 	seen := map[string]bool{}
+	names := map[string]bool{}
+	for _, s := range cands {
+		names[s.name] = true
+	}
+	if len(names) == 1 {
+		// Local symbols of one name, from different source files: neither
+		// spelling tells them apart.
+		fmt.Fprintf(&b, " (all are %s, local functions of different source files that no name tells apart: probe a function that calls the one you want)", cands[0].name)
+	}
 	listed := 0
 	for _, s := range cands {
 		key := s.name + "@" + strconv.FormatUint(s.start, 16)

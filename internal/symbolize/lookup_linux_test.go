@@ -243,3 +243,90 @@ func TestLookupFunctionDemangled(t *testing.T) {
 	}
 	t.Logf("%d demangled names of %d functions resolved", checked, len(mangled))
 }
+
+// globalCXX has C++ functions of the global namespace: one name with one
+// function, one overloaded, and a C one.
+const globalCXX = `
+#include <cstdio>
+__attribute__((noinline)) int tally(int x) { return std::printf("%d", x); }
+__attribute__((noinline)) int scale(int x) { return std::printf("%d", x * 2); }
+__attribute__((noinline)) double scale(double x) { return std::printf("%f", x * 2); }
+extern "C" __attribute__((noinline)) int plain_c(int x) { return std::printf("%d", x + 1); }
+int main(int argc, char **) { return tally(argc) + scale(argc) + (int)scale(1.5) + plain_c(argc); }
+`
+
+// TestLookupFunctionGlobalCXX finds a C++ function of the global namespace
+// by its bare name, as perf and gdb print it (tally for _Z5tallyi), where
+// nm -C says it is; an overloaded bare name lists its candidates.
+func TestLookupFunctionGlobalCXX(t *testing.T) {
+	requireTools(t, "g++", "nm")
+	dir := t.TempDir()
+	src, bin := dir+"/global.cc", dir+"/global"
+	if err := os.WriteFile(src, []byte(globalCXX), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	run(t, "", "g++", "-O2", "-o", bin, src)
+	addr := map[string]uint64{}
+	for _, f := range nmFunctions(t, bin) {
+		addr[f.name] = f.addr
+	}
+	b := openWorkload(t, bin)
+	for name, mangled := range map[string]string{"tally": "_Z5tallyi", "plain_c": "plain_c"} {
+		want, ok := addr[mangled]
+		if !ok {
+			t.Fatalf("nm does not list %s", mangled)
+		}
+		fn, err := b.LookupFunction(name, "")
+		if err != nil || fn.Start != want || fn.Name != mangled {
+			t.Errorf("LookupFunction(%s) = %+v, %v; nm says %s at %#x", name, fn, err, mangled, want)
+		}
+	}
+	_, err := b.LookupFunction("scale", "")
+	for _, mangled := range []string{"_Z5scalei", "_Z5scaled"} {
+		if err == nil || !strings.Contains(err.Error(), mangled) || !strings.Contains(err.Error(), "several functions") {
+			t.Errorf("LookupFunction(scale): %v; want an ambiguity listing %s", err, mangled)
+		}
+	}
+	if _, err := b.LookupFunction("scal", ""); !errors.Is(err, ErrNoFunction) {
+		t.Errorf("LookupFunction(scal): %v, want ErrNoFunction", err)
+	}
+}
+
+// TestLookupFunctionSameLocalName looks up a static function that two
+// source files define: the ambiguity lists both addresses nm shows, and
+// says that no name picks one (both have the same symbol name).
+func TestLookupFunctionSameLocalName(t *testing.T) {
+	requireTools(t, "gcc", "nm")
+	dir := t.TempDir()
+	for name, src := range map[string]string{
+		"a.c": "static __attribute__((noinline)) int helper(int x) { return x * 2; }\nint a(int x) { return helper(x); }\nint b(int);\nint main(int argc, char **argv) { return a(argc) + b(argc); }\n",
+		"b.c": "static __attribute__((noinline)) int helper(int x) { return x * 3; }\nint b(int x) { return helper(x); }\n",
+	} {
+		if err := os.WriteFile(dir+"/"+name, []byte(src), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	bin := dir + "/twice"
+	run(t, "", "gcc", "-O2", "-o", bin, dir+"/a.c", dir+"/b.c")
+	var addrs []uint64
+	for _, f := range nmFunctions(t, bin) {
+		if f.name == "helper" {
+			addrs = append(addrs, f.addr)
+		}
+	}
+	if len(addrs) != 2 {
+		t.Fatalf("nm lists %d functions named helper, want 2", len(addrs))
+	}
+	_, err := openWorkload(t, bin).LookupFunction("helper", "")
+	if err == nil {
+		t.Fatal("helper resolved, want an ambiguity")
+	}
+	for _, a := range addrs {
+		if !strings.Contains(err.Error(), "at 0x"+strconv.FormatUint(a, 16)+"]") {
+			t.Errorf("%v: does not list helper at %#x", err, a)
+		}
+	}
+	if !strings.Contains(err.Error(), "no name tells apart") {
+		t.Errorf("%v: does not say that no name picks one", err)
+	}
+}

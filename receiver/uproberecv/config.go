@@ -178,6 +178,27 @@ func (c *Config) logMissingBinaries(logger *zap.Logger) {
 	}
 }
 
+// logLinkedDirs logs once, at start, every file_match anchored on a
+// directory reached through a symlink: processes map files by their real
+// path, which such a regex never matches, so its files are attached only
+// from the directory at start or when written there, and a library loaded
+// after its attachment was let go is missed without a trace.
+func (c *Config) logLinkedDirs(logger *zap.Logger) {
+	for i := range c.Probes {
+		p := &c.Probes[i]
+		dir, ok := literalDir(p.FileMatch)
+		if !ok {
+			continue
+		}
+		real, err := filepath.EvalSymlinks(dir)
+		if err != nil || real == dir {
+			continue
+		}
+		logger.Warn("file_match names a directory through a symlink: processes map its files by their real path, which the regex does not match; name the real directory",
+			zap.String("probe", p.ID), zap.String("file_match", p.FileMatch), zap.String("directory", dir), zap.String("real_directory", real))
+	}
+}
+
 // RetainConfig bounds the attached binaries no process runs now. Binaries
 // named by binary: are attached from start and never count here.
 type RetainConfig struct {

@@ -3,6 +3,7 @@ package uproberecv
 import (
 	"os"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -212,5 +213,35 @@ func TestConfigMissingBinaryLogged(t *testing.T) {
 		if e.ContextMap()["probe"] != want || !strings.Contains(e.Message, "probe binary") {
 			t.Errorf("line %d: %q %v, want probe %s", i, e.Message, e.ContextMap(), want)
 		}
+	}
+}
+
+// TestConfigLinkedDirLogged: a file_match anchored on a directory that is
+// a symlink, or under one, gets one warning naming the real directory;
+// one anchored on the real directory, or not anchored, none.
+func TestConfigLinkedDirLogged(t *testing.T) {
+	root := t.TempDir()
+	real := filepath.Join(root, "real")
+	if err := os.Mkdir(real, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	link := filepath.Join(root, "link")
+	if err := os.Symlink(real, link); err != nil {
+		t.Fatal(err)
+	}
+	cfg := &Config{Probes: []ProbeConfig{
+		{ID: "linked", FileMatch: "^" + regexp.QuoteMeta(link) + `/libx\.so$`, Entry: "f"},
+		{ID: "real", FileMatch: "^" + regexp.QuoteMeta(real) + `/libx\.so$`, Entry: "f"},
+		{ID: "loose", FileMatch: `/libx\.so$`, Entry: "f"},
+		{ID: "binary", Binary: filepath.Join(link, "libx.so"), Entry: "f"},
+	}}
+	core, logs := observer.New(zap.InfoLevel)
+	cfg.logLinkedDirs(zap.New(core))
+	if logs.Len() != 1 {
+		t.Fatalf("%d log lines, want 1: %v", logs.Len(), logs.All())
+	}
+	m := logs.All()[0].ContextMap()
+	if m["probe"] != "linked" || m["directory"] != link || m["real_directory"] != real {
+		t.Errorf("logged %v, want probe linked, directory %s, real_directory %s", m, link, real)
 	}
 }

@@ -136,6 +136,7 @@ func (r *logsReceiver) start(_ context.Context, _ component.Host) (err error) {
 		return nil
 	}
 	r.cfg.logMissingBinaries(r.set.Logger)
+	r.cfg.logLinkedDirs(r.set.Logger)
 	defer func() {
 		if err != nil {
 			r.closeAll()
@@ -266,7 +267,7 @@ func (r *logsReceiver) watchProcesses() {
 		r.eventsRead.Add(1)
 		switch ev.Kind {
 		case procwatch.Exec:
-			r.tracker.exec(int(ev.PID), ev.File, ev.Path, ev.KTime)
+			r.tracker.exec(int(ev.PID), ev.File, r.tracker.absoluteExecPath(int(ev.PID), int(ev.ParentPID), ev.Path, ev.File), ev.KTime)
 		case procwatch.Exit:
 			r.tracker.exit(int(ev.PID))
 		case procwatch.MapExec:
@@ -464,12 +465,14 @@ func (r *logsReceiver) Shutdown(ctx context.Context) error {
 		zap.Int64("process_events", r.eventsRead.Load()),
 		zap.Int64("processes_scanned", st.scans.Load()),
 		zap.Int64("binaries_evaluated", st.evaluations.Load()),
+		zap.Int64("binaries_evicted", st.evicted.Load()),
 		zap.Int64("negative_cache_hits", st.negativeHits.Load()),
 		zap.Int64("execs_answered_from_event", st.quietExecs.Load()),
 		zap.Int64("known_failures_skipped", st.knownFailures.Load()),
 		zap.Int64("processes_exited_before_attach", st.exitedBeforeAttach.Load()),
 		zap.Int64("files_attached_on_write", st.attachedOnWrite.Load()),
 		zap.Int64("mappings_unnamed", st.mappingsUnnamed.Load()),
+		zap.Int64("exec_paths_unresolved", st.execPathsUnresolved.Load()),
 		zap.Uint64("watched_dir_queue_overflows", dirs.Overflows),
 		zap.Uint64("watched_dir_files_dropped", dirs.Dropped),
 		zap.Duration("symbol_lookup_cpu", time.Duration(st.lookupCPUNanos.Load())),

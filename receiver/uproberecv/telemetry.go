@@ -61,6 +61,10 @@ func (r *logsReceiver) registerTelemetry() error {
 			o.Observe(r.tracker.stats.evaluations.Load())
 			return nil
 		}),
+		tb.RegisterUprobeBinariesEvictedCallback(func(_ context.Context, o metric.Int64Observer) error {
+			o.Observe(r.tracker.stats.evicted.Load())
+			return nil
+		}),
 		tb.RegisterUprobeNegativeCacheHitsCallback(func(_ context.Context, o metric.Int64Observer) error {
 			o.Observe(r.tracker.stats.negativeHits.Load())
 			return nil

@@ -141,8 +141,9 @@ type trackerStats struct {
 	// knownFailures counts probes not planned or attached again because
 	// the binary or the kernel refused them before (see planCache).
 	knownFailures atomic.Int64
-	// attached and detached count binaries.
-	attached, detached atomic.Int64
+	// attached and detached count binaries; evicted counts the retained
+	// ones detached for retain's bounds.
+	attached, detached, evicted atomic.Int64
 	// exitedBeforeAttach counts processes that exited before the binary
 	// they ran or mapped was attached: their calls until then are lost.
 	exitedBeforeAttach atomic.Int64
@@ -157,6 +158,11 @@ type trackerStats struct {
 	// matching library among them stays unattached (until another process
 	// maps it).
 	mappingsUnnamed atomic.Int64
+	// execPathsUnresolved counts exec events with a relative path (execve
+	// given ./prog) that no working directory turned into the executed
+	// file's absolute path: such a process is found only by reading its
+	// /proc entries, so one gone before is neither attached nor described.
+	execPathsUnresolved atomic.Int64
 }
 
 // trackerOptions are a tracker's knobs.
@@ -287,7 +293,8 @@ func (t *tracker) pinBinaries() {
 			continue
 		}
 		done[path] = true
-		f, err := os.Open(path)
+		// Without blocking: a FIFO at the path must not stall the start.
+		f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
 		if err != nil {
 			// A path that does not exist was warned about at start,
 			// with its probe (Config.logMissingBinaries).
@@ -298,10 +305,19 @@ func (t *tracker) pinBinaries() {
 			level("binary to probe is not there: it is attached when written there or when a process maps it", zap.String("path", path), zap.Error(err))
 			continue
 		}
-		file, err := process.StatFile(f)
+		fi, err := f.Stat()
+		var file process.FileID
+		if err == nil {
+			file, err = process.StatFile(f)
+		}
 		f.Close()
 		if err != nil {
 			t.logger.Warn("binary to probe cannot be stated: it is attached when a process maps it", zap.String("path", path), zap.Error(err))
+			continue
+		}
+		if !fi.Mode().IsRegular() {
+			// Warned about at start, with its probe: a directory or a
+			// device has nothing to read.
 			continue
 		}
 		var matched []*compiledProbe
@@ -312,7 +328,7 @@ func (t *tracker) pinBinaries() {
 				matched = append(matched, &t.probes[j])
 			}
 		}
-		tg := &target{path: path, attachPath: path, file: file, open: func() (*os.File, error) { return os.Open(path) }}
+		tg := &target{path: path, attachPath: path, file: file, open: func() (*os.File, error) { return openSame(path, file) }}
 		t.binary(0, tg, matched, 0, "")
 	}
 }
@@ -625,6 +641,39 @@ func (t *tracker) exec(pid int, exe process.FileID, path string, at uint64) {
 	}
 }
 
+// absoluteExecPath returns the absolute path, as the process sees it, of
+// the executable exe that pid exec'd by path. A relative path (execve given
+// ./prog) is joined to the working directory of pid, or of its parent ppid
+// when pid is gone already (a short process), and kept only when the file
+// there is exe. Otherwise path is returned as it is, and counted.
+func (t *tracker) absoluteExecPath(pid, ppid int, path string, exe process.FileID) string {
+	if path == "" || filepath.IsAbs(path) || !known(exe) {
+		return path
+	}
+	for _, p := range []int{pid, ppid} {
+		if p <= 0 {
+			continue
+		}
+		proc := "/proc/" + strconv.Itoa(p)
+		cwd, err := os.Readlink(proc + "/cwd")
+		if err != nil || !filepath.IsAbs(cwd) {
+			continue
+		}
+		abs := filepath.Join(cwd, path)
+		// Through the process's root, as it sees the path; stat only, and
+		// the identity decides.
+		fi, err := os.Stat(proc + "/root" + abs)
+		if err != nil {
+			continue
+		}
+		if id, ok := process.FileIDOf(fi); ok && id.Same(exe) {
+			return abs
+		}
+	}
+	t.stats.execPathsUnresolved.Add(1)
+	return path
+}
+
 // lostExec counts a process gone before its mappings could be read, when
 // its executable needed attaching: one a probe matches, not attached, not
 // known to have nothing.
@@ -803,6 +852,7 @@ func (t *tracker) idleLocked(b *attachedBinary, now time.Time) {
 	}
 	if idle > t.opts.retain.MaxBinaries {
 		t.detachLocked(oldest, "evicted: retain.max_binaries binaries without a process", false)
+		t.stats.evicted.Add(1)
 	}
 }
 
@@ -815,6 +865,7 @@ func (t *tracker) sweep() {
 	for _, b := range t.binaries {
 		if len(b.holders) == 0 && !b.pinned && !b.idleSince.IsZero() && now.Sub(b.idleSince) > t.opts.retain.MaxAge {
 			t.detachLocked(b, "evicted: idle for retain.max_age", false)
+			t.stats.evicted.Add(1)
 		}
 	}
 	t.expireInfosLocked(now)
@@ -1208,7 +1259,10 @@ func (t *tracker) close() {
 	}
 	t.timers = nil
 	for _, b := range t.binaries {
-		// Closed at once: closed is set.
+		// By the detacher, in parallel (closed is set, so closeAttachments
+		// would close them one by one), and waited for below.
+		t.detacher.detach(b.path, b.attachments)
+		b.attachments = nil
 		t.detachLocked(b, "shutdown", false)
 	}
 	t.held = map[int]map[process.FileKey]struct{}{}

@@ -184,6 +184,8 @@ func TestTrackerRefcountsByProcess(t *testing.T) {
 	if binaries, holders := fx.tracker.attachedCount(fx.key); binaries != 1 || holders != 1 {
 		t.Fatalf("after 2 of 3 exits: %d binaries with %d holders, want 1 with 1", binaries, holders)
 	}
+	// Detached binaries are closed by a goroutine of their own.
+	fx.tracker.detacher.wait()
 	if n := attachments[0].closed.Load(); n != 0 {
 		t.Fatalf("detached %d times while a process still runs the binary", n)
 	}
@@ -323,6 +325,8 @@ func TestTrackerExitDuringAttach(t *testing.T) {
 	<-done
 	fx.tracker.detacher.wait()
 	_, attachments := fake.counts()
+	// Detached binaries are closed by a goroutine of their own.
+	fx.tracker.detacher.wait()
 	if len(attachments) != 1 || attachments[0].closed.Load() != 1 {
 		t.Fatalf("attachment of a process that exited meanwhile not detached once: %d attachments", len(attachments))
 	}
@@ -408,6 +412,8 @@ func TestTrackerRetains(t *testing.T) {
 	}
 	fx.tracker.exec(fx.pids[1], process.FileID{}, "", 0)
 	calls, attachments := fake.counts()
+	// Detached binaries are closed by a goroutine of their own.
+	fx.tracker.detacher.wait()
 	if calls != 1 || attachments[0].closed.Load() != 0 {
 		t.Fatalf("%d attach calls for a retained binary's next process, want 1", calls)
 	}
@@ -417,14 +423,17 @@ func TestTrackerRetains(t *testing.T) {
 	fx.tracker.exit(fx.pids[1])
 	advance(30 * time.Second)
 	fx.tracker.sweep()
-	if binaries, _ := fx.tracker.attachedCount(fx.key); binaries != 1 {
-		t.Fatal("evicted before retain.max_age")
+	if binaries, _ := fx.tracker.attachedCount(fx.key); binaries != 1 || fx.tracker.stats.evicted.Load() != 0 {
+		t.Fatalf("evicted before retain.max_age (%d evictions counted)", fx.tracker.stats.evicted.Load())
 	}
 	advance(31 * time.Second)
 	fx.tracker.sweep()
 	fx.tracker.detacher.wait()
 	if binaries, _ := fx.tracker.attachedCount(fx.key); binaries != 0 || attachments[0].closed.Load() != 1 {
 		t.Fatalf("%d binaries after retain.max_age, want 0 and one detach", binaries)
+	}
+	if got := fx.tracker.stats.evicted.Load(); got != 1 {
+		t.Fatalf("%d evictions counted after retain.max_age, want 1", got)
 	}
 
 	// The file changes in place (same inode, new mtime): attached afresh.
@@ -434,9 +443,14 @@ func TestTrackerRetains(t *testing.T) {
 	}
 	fx.tracker.exec(fx.pids[2], process.FileID{}, "", 0)
 	calls, attachments = fake.counts()
+	// Detached binaries are closed by a goroutine of their own.
+	fx.tracker.detacher.wait()
 	if calls != 3 || attachments[1].closed.Load() != 1 {
 		t.Fatalf("%d attach calls, second attachment closed %d times: a changed file must be detached and attached again",
 			calls, attachments[1].closed.Load())
+	}
+	if got := fx.tracker.stats.evicted.Load(); got != 1 {
+		t.Errorf("%d evictions counted, want 1: a changed file's detach is no eviction", got)
 	}
 
 	// A second binary idle beyond max_binaries evicts the older.
@@ -470,6 +484,8 @@ func TestTrackerPinsBinary(t *testing.T) {
 	fx.tracker.exec(fx.pids[0], process.FileID{}, "", 0)
 	fx.tracker.exit(fx.pids[0])
 	calls, attachments := fake.counts()
+	// Detached binaries are closed by a goroutine of their own.
+	fx.tracker.detacher.wait()
 	if binaries, _ := fx.tracker.attachedCount(fx.key); calls != 1 || binaries != 1 || attachments[0].closed.Load() != 0 {
 		t.Fatalf("%d attach calls, %d binaries after the process exited: want the pinned binary kept", calls, binaries)
 	}
@@ -602,6 +618,8 @@ func TestTrackerAttachesWrittenFiles(t *testing.T) {
 	written("a", true)
 	tr.detacher.wait()
 	calls, after := fake.counts()
+	// Detached binaries are closed by a goroutine of their own.
+	tr.detacher.wait()
 	if !attached("a") || calls != 3 || before[0].closed.Load() != 1 {
 		t.Fatalf("a new version moved over a file: %d attach calls, old one closed %d times; want 3 and 1", calls, before[0].closed.Load())
 	}
@@ -619,6 +637,8 @@ func TestTrackerAttachesWrittenFiles(t *testing.T) {
 	written("a", true)
 	tr.detacher.wait()
 	calls2, after2 := fake.counts()
+	// Detached binaries are closed by a goroutine of their own.
+	tr.detacher.wait()
 	if calls2 != calls+1 || after[2].closed.Load() != 1 {
 		t.Fatalf("a file moved over a from a temporary name: %d attach calls (want %d), replaced version closed %d times (want 1)", calls2, calls+1, after[2].closed.Load())
 	}
@@ -630,6 +650,8 @@ func TestTrackerAttachesWrittenFiles(t *testing.T) {
 	}
 	written("a", true)
 	calls, _ = fake.counts()
+	// Detached binaries are closed by a goroutine of their own.
+	tr.detacher.wait()
 	if calls != 5 || after[3].closed.Load() != 1 {
 		t.Fatalf("a file rewritten in place: %d attach calls, previous closed %d times; want 5 and 1", calls, after[3].closed.Load())
 	}
@@ -684,11 +706,97 @@ func TestTrackerAttachesNewVersionOfBinary(t *testing.T) {
 	tr.written(dirwatch.Change{Dir: d, Name: "app", Written: true})
 	tr.detacher.wait()
 	calls, attachments := fake.counts()
+	// Detached binaries are closed by a goroutine of their own.
+	tr.detacher.wait()
 	if !tr.isAttached(keyOf(t, bin)) || tr.isAttached(old) || calls != 2 || attachments[0].closed.Load() != 1 {
 		t.Fatalf("after a new version moved over the binary: new attached %v, old attached %v, %d attach calls (want 2)",
 			tr.isAttached(keyOf(t, bin)), tr.isAttached(old), calls)
 	}
 	if got := tr.stats.attachedOnWrite.Load(); got != 1 {
 		t.Errorf("%d files counted as attached on write, want 1", got)
+	}
+}
+
+// TestPinBinariesSkipsNonFiles names a FIFO and a directory as binary:
+// paths beside a real binary: the start neither blocks on the FIFO (no
+// writer ever opens it) nor reads either of them, and the real binary is
+// attached. Both were warned about at start (Config.logMissingBinaries).
+func TestPinBinariesSkipsNonFiles(t *testing.T) {
+	bin := testworkload.BuildC(t, "scopesleep.c", "-O2", "-g", "-pthread")
+	dir := t.TempDir()
+	fifo := filepath.Join(dir, "fifo")
+	if err := unix.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg := []ProbeConfig{
+		{ID: "fifo", Binary: fifo, Entry: "scoped_sleep", Exit: "return"},
+		{ID: "dir", Binary: dir, Entry: "scoped_sleep", Exit: "return"},
+		{ID: "real", Binary: bin, Entry: "scoped_sleep", Exit: "return"},
+	}
+	fake := &fakeAttacher{}
+	tr, err := newTracker(zaptest.NewLogger(t), cfg, fake, negcache.NewFiles(negativeTTL, maxNegative), process.NewInfoCache(64), trackerOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tr.close()
+	done := make(chan struct{})
+	go func() { tr.pinBinaries(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		// The blocked goroutine is left behind: the test failed.
+		t.Fatal("pinBinaries blocked opening a FIFO named as binary:")
+	}
+	calls, _ := fake.counts()
+	if evaluated := tr.stats.evaluations.Load(); calls != 1 || evaluated != 1 || !tr.isAttached(keyOf(t, bin)) {
+		t.Errorf("%d attach calls, %d binaries evaluated, %s attached %v; want the real binary only",
+			calls, evaluated, bin, tr.isAttached(keyOf(t, bin)))
+	}
+}
+
+// TestTrackerCountsEvictions writes five copies of a binary into a watched
+// directory with retain.max_binaries 2: the two written last stay
+// attached, the three others are detached, and the three evictions are
+// counted.
+func TestTrackerCountsEvictions(t *testing.T) {
+	bin := testworkload.BuildC(t, "scopesleep.c", "-O2", "-g", "-pthread")
+	dir := t.TempDir()
+	fake := &fakeAttacher{}
+	cfg := []ProbeConfig{{ID: "sleep", FileMatch: "^" + regexp.QuoteMeta(dir) + "/[^/]+$", Entry: "scoped_sleep", Exit: "return"}}
+	opts := trackerOptions{retain: RetainConfig{MaxBinaries: 2, MaxAge: time.Hour}}
+	tr, err := newTracker(zaptest.NewLogger(t), cfg, fake, negcache.NewFiles(negativeTTL, maxNegative), process.NewInfoCache(64), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tr.close()
+	d, err := safefs.OpenNoLinks(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	names := []string{"a", "b", "c", "d", "e"}
+	for _, name := range names {
+		copyFile(t, bin, filepath.Join(dir, name))
+		tr.written(dirwatch.Change{Dir: d, Name: name, Written: true})
+		// Idle since differs between files only by the clock's steps.
+		time.Sleep(2 * time.Millisecond)
+	}
+	var kept []string
+	for _, name := range names {
+		if tr.isAttached(keyOf(t, filepath.Join(dir, name))) {
+			kept = append(kept, name)
+		}
+	}
+	tr.detacher.wait()
+	_, attachments := fake.counts()
+	closed := 0
+	for _, a := range attachments {
+		closed += int(a.closed.Load())
+	}
+	if len(kept) != 2 || kept[0] != "d" || kept[1] != "e" || closed != 3 {
+		t.Errorf("attached %v with %d attachments closed, want [d e] and 3", kept, closed)
+	}
+	if got := tr.stats.evicted.Load(); got != 3 {
+		t.Errorf("%d evictions counted, want 3", got)
 	}
 }

@@ -64,7 +64,9 @@ struct proc_event {
 	// When it happened, bpf_ktime_get_ns (CLOCK_MONOTONIC).
 	u64 ktime;
 	u32 flags; // enum proc_event_flag
-	u32 pad;
+	// Exec only: the parent's tgid, whose cwd a relative path was most
+	// likely given against (user space checks the file's identity).
+	u32 ppid;
 	// Exec and mapping, with PROC_EVENT_HAS_PATH: NUL-terminated; an exec's
 	// path is as given to execve, so it may be relative.
 	char path[PROC_EVENT_PATH_MAX];
@@ -107,6 +109,8 @@ struct files_struct {
 struct task_struct___procevents {
 	unsigned int in_execve : 1;
 	struct files_struct *files;
+	struct task_struct___procevents *real_parent;
+	int tgid;
 } __attribute__((preserve_access_index));
 
 #define NR_MMAP 9 // x86-64
@@ -177,6 +181,8 @@ int on_exec(struct bpf_raw_tracepoint_args *ctx)
 	const char *interp = BPF_CORE_READ(bprm, interp);
 	if (interp && bpf_probe_read_kernel_str(e->path, sizeof(e->path), interp) > 0)
 		e->flags |= PROC_EVENT_HAS_PATH;
+	struct task_struct___procevents *task = (void *)bpf_get_current_task();
+	e->ppid = BPF_CORE_READ(task, real_parent, tgid);
 	submit(e);
 	return 0;
 }

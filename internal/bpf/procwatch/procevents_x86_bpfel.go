@@ -32,7 +32,7 @@ type proceventsProcEvent struct {
 	ExeMtimeNsec uint64
 	Ktime        uint64
 	Flags        uint32
-	Pad          uint32
+	Ppid         uint32
 	Path         [256]int8
 }
 

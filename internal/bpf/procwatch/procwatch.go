@@ -38,6 +38,10 @@ type Event struct {
 	Path string
 	// InExecve marks a MapExec event made by execve itself.
 	InExecve bool
+	// ParentPID is, for Exec, the process's parent (whose working
+	// directory a relative Path was most likely given against); zero
+	// otherwise.
+	ParentPID uint32
 }
 
 // Counters are the BPF side's own counts since load.

@@ -202,6 +202,10 @@ func (w *Watcher) Read(dst *Event) error {
 	}
 	dst.PID = ev.Pid
 	dst.KTime = ev.Ktime
+	dst.ParentPID = 0
+	if dst.Kind == Exec {
+		dst.ParentPID = ev.Ppid
+	}
 	dst.File = process.FileID{}
 	if ev.ExeIno != 0 {
 		// The kernel's internal dev_t is major << 20 | minor.

@@ -59,7 +59,13 @@ func TestExecAndExitOfChild(t *testing.T) {
 				if ev.KTime == 0 {
 					t.Error("exec event without a time")
 				}
+				if ev.ParentPID != uint32(os.Getpid()) {
+					t.Errorf("exec event parent %d, want the test process %d", ev.ParentPID, os.Getpid())
+				}
 			case Exit:
+				if ev.ParentPID != 0 {
+					t.Errorf("exit event parent %d, want none", ev.ParentPID)
+				}
 				sawExit = true
 			}
 		case <-timeout:

@@ -31,6 +31,7 @@ type TelemetryBuilder struct {
 	UprobeAttachLatency               metric.Float64Histogram
 	UprobeBinariesAttached            metric.Int64ObservableGauge
 	UprobeBinariesEvaluated           metric.Int64ObservableCounter
+	UprobeBinariesEvicted             metric.Int64ObservableCounter
 	UprobeEntriesFiltered             metric.Int64ObservableCounter
 	UprobeExitsWithoutEntry           metric.Int64ObservableCounter
 	UprobeExportRequests              metric.Int64ObservableCounter
@@ -76,6 +77,21 @@ func (builder *TelemetryBuilder) RegisterUprobeBinariesEvaluatedCallback(cb metr
 		cb(ctx, &observerInt64{inst: builder.UprobeBinariesEvaluated, obs: o})
 		return nil
 	}, builder.UprobeBinariesEvaluated)
+	if err != nil {
+		return err
+	}
+	builder.mu.Lock()
+	defer builder.mu.Unlock()
+	builder.registrations = append(builder.registrations, reg)
+	return nil
+}
+
+// RegisterUprobeBinariesEvictedCallback sets callback for observable UprobeBinariesEvicted metric.
+func (builder *TelemetryBuilder) RegisterUprobeBinariesEvictedCallback(cb metric.Int64Callback) error {
+	reg, err := builder.meter.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
+		cb(ctx, &observerInt64{inst: builder.UprobeBinariesEvicted, obs: o})
+		return nil
+	}, builder.UprobeBinariesEvicted)
 	if err != nil {
 		return err
 	}
@@ -294,6 +310,12 @@ func NewTelemetryBuilder(settings component.TelemetrySettings, options ...Teleme
 	builder.UprobeBinariesEvaluated, err = builder.meter.Int64ObservableCounter(
 		"otelcol_uprobe_binaries_evaluated",
 		metric.WithDescription("Binaries opened and searched for the probed symbols, once per file identity and probe set; execs answered by an attached binary or a cache are not counted. [Development]"),
+		metric.WithUnit("{binary}"),
+	)
+	errs = errors.Join(errs, err)
+	builder.UprobeBinariesEvicted, err = builder.meter.Int64ObservableCounter(
+		"otelcol_uprobe_binaries_evicted",
+		metric.WithDescription("Retained binaries detached without a process to make room (retain.max_binaries) or idle too long (retain.max_age); their next process is attached at its exec, its calls until then missed. [Development]"),
 		metric.WithUnit("{binary}"),
 	)
 	errs = errors.Join(errs, err)

@@ -66,6 +66,22 @@ func AssertEqualUprobeBinariesEvaluated(t *testing.T, tt *componenttest.Telemetr
 	metricdatatest.AssertEqual(t, want, got, opts...)
 }
 
+func AssertEqualUprobeBinariesEvicted(t *testing.T, tt *componenttest.Telemetry, dps []metricdata.DataPoint[int64], opts ...metricdatatest.Option) {
+	want := metricdata.Metrics{
+		Name:        "otelcol_uprobe_binaries_evicted",
+		Description: "Retained binaries detached without a process to make room (retain.max_binaries) or idle too long (retain.max_age); their next process is attached at its exec, its calls until then missed. [Development]",
+		Unit:        "{binary}",
+		Data: metricdata.Sum[int64]{
+			Temporality: metricdata.CumulativeTemporality,
+			IsMonotonic: true,
+			DataPoints:  dps,
+		},
+	}
+	got, err := tt.GetMetric("otelcol_uprobe_binaries_evicted")
+	require.NoError(t, err)
+	metricdatatest.AssertEqual(t, want, got, opts...)
+}
+
 func AssertEqualUprobeEntriesFiltered(t *testing.T, tt *componenttest.Telemetry, dps []metricdata.DataPoint[int64], opts ...metricdatatest.Option) {
 	want := metricdata.Metrics{
 		Name:        "otelcol_uprobe_entries_filtered",
