@@ -139,8 +139,33 @@ func newTrackerFixtureWith(t *testing.T, fake *fakeAttacher, processes int, opts
 	for range processes {
 		cmd := testworkload.Start(t, bin, never, os.DevNull, "1")
 		fx.pids = append(fx.pids, cmd.Process.Pid)
+		waitExecMapped(t, cmd.Process.Pid, f.FileKey)
 	}
 	return fx
+}
+
+// waitExecMapped waits until pid maps key executable. Start returns once
+// execve is past its point of no return, which closes the pipe it waits
+// on before the kernel maps the new program's segments: a scan right
+// then can find none yet. (A real exec event comes from
+// sched_process_exec, after they are mapped.)
+func waitExecMapped(t *testing.T, pid int, key process.FileKey) {
+	t.Helper()
+	mapped := func() bool {
+		maps, err := process.ReadMappings(pid)
+		if err != nil {
+			return false
+		}
+		for i := range maps {
+			if maps[i].Executable() && maps[i].Key() == key {
+				return true
+			}
+		}
+		return false
+	}
+	if !waitFor(10*time.Second, mapped) {
+		t.Fatalf("process %d never mapped its program executable", pid)
+	}
 }
 
 // within fails the test when fn does not return in time: the tracker's
