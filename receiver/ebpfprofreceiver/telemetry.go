@@ -9,6 +9,7 @@ import (
 
 	"github.com/bpfcol/bpfcol/internal/bpf/profiler"
 	"github.com/bpfcol/bpfcol/internal/lru"
+	"github.com/bpfcol/bpfcol/internal/symbolize"
 	"github.com/bpfcol/bpfcol/receiver/ebpfprofreceiver/internal/metadata"
 )
 
@@ -116,6 +117,10 @@ func (r *profilesReceiver) registerTelemetry() error {
 			observe(o, s.NegativeHits, "outcome", "negative_hit")
 			observe(o, s.Pending, "outcome", "pending")
 			observe(o, s.Unmapped, "outcome", "unmapped")
+			return nil
+		}),
+		tb.RegisterEbpfprofParserPanicsCallback(func(_ context.Context, o metric.Int64Observer) error {
+			o.Observe(symbolize.ParserPanics())
 			return nil
 		}),
 		tb.RegisterEbpfprofDebuginfodBytesCallback(func(_ context.Context, o metric.Int64Observer) error {

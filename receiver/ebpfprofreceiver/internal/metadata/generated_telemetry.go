@@ -36,6 +36,7 @@ type TelemetryBuilder struct {
 	EbpfprofFramesResolved        metric.Int64ObservableCounter
 	EbpfprofKernelSymbolizer      metric.Int64ObservableGauge
 	EbpfprofOffCPUEvents          metric.Int64ObservableCounter
+	EbpfprofParserPanics          metric.Int64ObservableCounter
 	EbpfprofProcessesUnknown      metric.Int64ObservableCounter
 	EbpfprofProfilesEmitted       metric.Int64ObservableCounter
 	EbpfprofSamplesDropped        metric.Int64ObservableCounter
@@ -170,6 +171,21 @@ func (builder *TelemetryBuilder) RegisterEbpfprofOffCPUEventsCallback(cb metric.
 		cb(ctx, &observerInt64{inst: builder.EbpfprofOffCPUEvents, obs: o})
 		return nil
 	}, builder.EbpfprofOffCPUEvents)
+	if err != nil {
+		return err
+	}
+	builder.mu.Lock()
+	defer builder.mu.Unlock()
+	builder.registrations = append(builder.registrations, reg)
+	return nil
+}
+
+// RegisterEbpfprofParserPanicsCallback sets callback for observable EbpfprofParserPanics metric.
+func (builder *TelemetryBuilder) RegisterEbpfprofParserPanicsCallback(cb metric.Int64Callback) error {
+	reg, err := builder.meter.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
+		cb(ctx, &observerInt64{inst: builder.EbpfprofParserPanics, obs: o})
+		return nil
+	}, builder.EbpfprofParserPanics)
 	if err != nil {
 		return err
 	}
@@ -403,6 +419,12 @@ func NewTelemetryBuilder(settings component.TelemetrySettings, options ...Teleme
 		"otelcol_ebpfprof_off_cpu_events",
 		metric.WithDescription("Sampled switch-outs (off_cpu), by outcome at the thread's switch-in. [Development]"),
 		metric.WithUnit("{event}"),
+	)
+	errs = errors.Join(errs, err)
+	builder.EbpfprofParserPanics, err = builder.meter.Int64ObservableCounter(
+		"otelcol_ebpfprof_parser_panics",
+		metric.WithDescription("Panics recovered while parsing a binary's or debug file's symbols or debug info, other than a fault reading a file truncated under us; each is a parser bug met on some input, whose lookup failed. [Development]"),
+		metric.WithUnit("{panic}"),
 	)
 	errs = errors.Join(errs, err)
 	builder.EbpfprofProcessesUnknown, err = builder.meter.Int64ObservableCounter(
