@@ -39,11 +39,11 @@ func (r *profilesReceiver) registerTelemetry() error {
 			if err != nil {
 				return err
 			}
-			observe(o, int64(c.DroppedRingbuf), "reason", "ringbuf_full")
-			observe(o, r.counts.droppedQueue.Load(), "reason", "queue_full")
-			observe(o, r.counts.droppedStacks.Load(), "reason", "stack_table_full")
-			observe(o, r.counts.droppedBatch.Load(), "reason", "batch_queue_full")
-			observe(o, r.counts.refused.Load(), "reason", "export_refused")
+			observe(o, int64(c.DroppedRingbuf), "reason", dropRingbufFull)
+			observe(o, r.counts.droppedQueue.Load(), "reason", dropQueueFull)
+			observe(o, r.counts.droppedStacks.Load(), "reason", dropStackTableFull)
+			observe(o, r.counts.droppedBatch.Load(), "reason", dropBatchQueueFull)
+			observe(o, r.counts.refused.Load(), "reason", dropExportRefused)
 			return nil
 		}),
 		tb.RegisterEbpfprofStacksLostCallback(func(_ context.Context, o metric.Int64Observer) error {
