@@ -84,6 +84,10 @@ func (r *profilesReceiver) registerTelemetry() error {
 			o.Observe(r.unwind.Stats().Evictions)
 			return nil
 		}),
+		tb.RegisterEbpfprofUnwindTableCompactionsCallback(func(_ context.Context, o metric.Int64Observer) error {
+			o.Observe(r.unwind.Stats().Compactions)
+			return nil
+		}),
 		tb.RegisterEbpfprofUnwindErrorsCallback(func(_ context.Context, o metric.Int64Observer) error {
 			u := r.unwind.Stats()
 			observe(o, u.LoadErrors, "reason", "process_load")

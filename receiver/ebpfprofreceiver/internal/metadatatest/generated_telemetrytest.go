@@ -289,6 +289,22 @@ func AssertEqualEbpfprofUnwindStops(t *testing.T, tt *componenttest.Telemetry, d
 	metricdatatest.AssertEqual(t, want, got, opts...)
 }
 
+func AssertEqualEbpfprofUnwindTableCompactions(t *testing.T, tt *componenttest.Telemetry, dps []metricdata.DataPoint[int64], opts ...metricdatatest.Option) {
+	want := metricdata.Metrics{
+		Name:        "otelcol_ebpfprof_unwind_table_compactions",
+		Description: "Times the BPF row store's tables were moved together because its free room was in pieces too small for a new table; the moved tables' stacks are walked with frame pointers meanwhile. [Development]",
+		Unit:        "{compaction}",
+		Data: metricdata.Sum[int64]{
+			Temporality: metricdata.CumulativeTemporality,
+			IsMonotonic: true,
+			DataPoints:  dps,
+		},
+	}
+	got, err := tt.GetMetric("otelcol_ebpfprof_unwind_table_compactions")
+	require.NoError(t, err)
+	metricdatatest.AssertEqual(t, want, got, opts...)
+}
+
 func AssertEqualEbpfprofUnwindTableEvictions(t *testing.T, tt *componenttest.Telemetry, dps []metricdata.DataPoint[int64], opts ...metricdatatest.Option) {
 	want := metricdata.Metrics{
 		Name:        "otelcol_ebpfprof_unwind_table_evictions",
