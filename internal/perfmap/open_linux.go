@@ -9,11 +9,12 @@ import (
 	"strconv"
 	"strings"
 
-	"golang.org/x/sys/unix"
+	"github.com/bpfcol/bpfcol/internal/process"
 )
 
 // openPerfMap opens /tmp/perf-NSPID.map inside pid's root, where NSPID is
-// the pid as the process itself sees it. No symlink leads out of the root.
+// the pid as the process itself sees it. No symlink is followed, and
+// only a regular file is opened.
 // It also returns the process's start time, which tells a reused pid apart.
 func openPerfMap(pid int) (io.ReadSeekCloser, string, error) {
 	proc := "/proc/" + strconv.Itoa(pid)
@@ -21,24 +22,12 @@ func openPerfMap(pid int) (io.ReadSeekCloser, string, error) {
 	if err != nil {
 		return nil, "", err
 	}
-	root, err := unix.Open(proc+"/root", unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return nil, "", fmt.Errorf("opening root of pid %d: %w", pid, err)
-	}
-	defer unix.Close(root)
+	// /tmp is world-writable: a symlink there could lead to a file only
+	// we may read, so none is followed.
 	path := fmt.Sprintf("/tmp/perf-%d.map", nspid)
-	fd, err := unix.Openat2(root, path, &unix.OpenHow{
-		Flags:   unix.O_RDONLY | unix.O_CLOEXEC | unix.O_NOFOLLOW | unix.O_NONBLOCK,
-		Resolve: unix.RESOLVE_IN_ROOT | unix.RESOLVE_NO_MAGICLINKS | unix.RESOLVE_NO_SYMLINKS,
-	})
+	f, err := process.OpenInRootNoSymlinks(pid, path)
 	if err != nil {
-		return nil, "", fmt.Errorf("opening %s of pid %d: %w", path, pid, err)
-	}
-	f := os.NewFile(uintptr(fd), proc+"/root"+path)
-	// Only a regular file: a FIFO or device would block or never end.
-	if fi, err := f.Stat(); err != nil || !fi.Mode().IsRegular() {
-		f.Close()
-		return nil, "", fmt.Errorf("opening %s of pid %d: not a regular file", path, pid)
+		return nil, "", fmt.Errorf("opening perf map of pid %d: %w", pid, err)
 	}
 	return f, start, nil
 }

@@ -66,29 +66,37 @@ func MappedFilePath(pid int, m *Mapping) string {
 // but a regular file (a FIFO whose open would wait for a writer, a device)
 // is refused with safefs.ErrNotRegular.
 func OpenInRoot(pid int, path string) (*os.File, error) {
+	return openInRoot(pid, path, 0)
+}
+
+// OpenInRootNoSymlinks is OpenInRoot refusing a symlink anywhere on the
+// path (ELOOP): for files in world-writable directories such as /tmp,
+// where any user could plant a link to a file only we may read.
+func OpenInRootNoSymlinks(pid int, path string) (*os.File, error) {
+	return openInRoot(pid, path, unix.RESOLVE_NO_SYMLINKS)
+}
+
+// openInRoot opens path in pid's root (ours for a pid of 0 or less),
+// resolved with the extra RESOLVE_* flags.
+func openInRoot(pid int, path string, resolve uint64) (*os.File, error) {
 	// O_NONBLOCK: opening a FIFO must not wait for a writer.
 	const flags = unix.O_RDONLY | unix.O_NONBLOCK | unix.O_NOCTTY | unix.O_CLOEXEC
-	if pid <= 0 {
-		fd, err := unix.Open(path, flags, 0)
+	dir, name := unix.AT_FDCWD, path
+	if pid > 0 {
+		root := rootPath(pid)
+		fd, err := unix.Open(root, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 		if err != nil {
-			return nil, &os.PathError{Op: "open", Path: path, Err: err}
+			return nil, &os.PathError{Op: "open", Path: root, Err: err}
 		}
-		return regularFile(fd, path)
+		defer unix.Close(fd)
+		dir, name = fd, root+path
+		resolve |= unix.RESOLVE_IN_ROOT | unix.RESOLVE_NO_MAGICLINKS
 	}
-	root := rootPath(pid)
-	dir, err := unix.Open(root, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	fd, err := unix.Openat2(dir, path, &unix.OpenHow{Flags: flags, Resolve: resolve})
 	if err != nil {
-		return nil, &os.PathError{Op: "open", Path: root, Err: err}
+		return nil, &os.PathError{Op: "openat2", Path: name, Err: err}
 	}
-	defer unix.Close(dir)
-	fd, err := unix.Openat2(dir, path, &unix.OpenHow{
-		Flags:   flags,
-		Resolve: unix.RESOLVE_IN_ROOT | unix.RESOLVE_NO_MAGICLINKS,
-	})
-	if err != nil {
-		return nil, &os.PathError{Op: "openat2", Path: root + path, Err: err}
-	}
-	return regularFile(fd, root+path)
+	return regularFile(fd, name)
 }
 
 // regularFile returns fd as a blocking *os.File if it is a regular file,

@@ -21,3 +21,7 @@ func MappedFilePath(_ int, m *Mapping) string { return m.Path }
 
 // OpenInRoot opens path in our own root: without /proc there is no other.
 func OpenInRoot(_ int, path string) (*os.File, error) { return os.Open(path) }
+
+// OpenInRootNoSymlinks needs openat2's RESOLVE_NO_SYMLINKS, which only
+// linux has.
+func OpenInRootNoSymlinks(int, string) (*os.File, error) { return nil, errNeedsLinux }

@@ -260,13 +260,57 @@ func TestOpenInRootRefusesFIFO(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, pid := range []int{os.Getpid(), 0} {
-		f, err := OpenInRoot(pid, fifo)
-		if err == nil {
-			f.Close()
-			t.Fatalf("OpenInRoot(%d, FIFO) opened it", pid)
+		for name, open := range map[string]func(int, string) (*os.File, error){"OpenInRoot": OpenInRoot, "OpenInRootNoSymlinks": OpenInRootNoSymlinks} {
+			f, err := open(pid, fifo)
+			if err == nil {
+				f.Close()
+				t.Fatalf("%s(%d, FIFO) opened it", name, pid)
+			}
+			if !errors.Is(err, safefs.ErrNotRegular) {
+				t.Errorf("%s(%d, FIFO): %v, want %v", name, pid, err, safefs.ErrNotRegular)
+			}
 		}
-		if !errors.Is(err, safefs.ErrNotRegular) {
-			t.Errorf("OpenInRoot(%d, FIFO): %v, want %v", pid, err, safefs.ErrNotRegular)
+	}
+}
+
+// TestOpenInRootNoSymlinks plants a symlink to a file in a world-writable
+// directory's stead: OpenInRoot follows it inside the root, the strict
+// variant refuses it (as a last component and on the way), in our root
+// and in /proc/PID/root alike, yet opens the plain path.
+func TestOpenInRootNoSymlinks(t *testing.T) {
+	dir := t.TempDir()
+	target := filepath.Join(dir, "secret")
+	if err := os.WriteFile(target, []byte("x"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	link := filepath.Join(dir, "perf-1.map")
+	if err := os.Symlink(target, link); err != nil {
+		t.Fatal(err)
+	}
+	linkedDir := filepath.Join(dir, "linked")
+	if err := os.Symlink(dir, linkedDir); err != nil {
+		t.Fatal(err)
+	}
+	for _, pid := range []int{os.Getpid(), 0} {
+		f, err := OpenInRoot(pid, link)
+		if err != nil {
+			t.Fatalf("OpenInRoot(%d, symlink): %v", pid, err)
 		}
+		f.Close()
+		for _, path := range []string{link, filepath.Join(linkedDir, "secret")} {
+			f, err := OpenInRootNoSymlinks(pid, path)
+			if err == nil {
+				f.Close()
+				t.Fatalf("OpenInRootNoSymlinks(%d, %s) followed a symlink", pid, path)
+			}
+			if !errors.Is(err, unix.ELOOP) {
+				t.Errorf("OpenInRootNoSymlinks(%d, %s): %v, want ELOOP", pid, path, err)
+			}
+		}
+		f, err = OpenInRootNoSymlinks(pid, target)
+		if err != nil {
+			t.Fatalf("OpenInRootNoSymlinks(%d, %s): %v", pid, target, err)
+		}
+		f.Close()
 	}
 }

@@ -255,6 +255,7 @@ func (b *Binary) Symbolize(vaddr uint64) (frames []Frame, ok bool) {
 	defer guardFaults()()
 	defer func() {
 		if r := recover(); r != nil {
+			_ = recovered(r, "symbolizing")
 			frames, ok = nil, false
 		}
 	}()
@@ -334,6 +335,7 @@ func (b *Binary) FunctionStart(vaddr uint64) (start, end uint64, ok bool) {
 	defer guardFaults()()
 	defer func() {
 		if r := recover(); r != nil {
+			_ = recovered(r, "finding a function's start")
 			start, end, ok = 0, 0, false
 		}
 	}()

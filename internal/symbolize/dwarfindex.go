@@ -70,7 +70,7 @@ func newDWARFUnits(src dwarfSources) (_ *dwarfUnits, err error) {
 		// debug/dwarf reports most corruption as errors, but a hostile
 		// file must never take the profiler down.
 		if r := recover(); r != nil {
-			err = fmt.Errorf("decoding DWARF: %v", r)
+			err = recovered(r, "decoding DWARF")
 		}
 	}()
 	units := unitDIEOffsets(src.info, src.order)
@@ -436,6 +436,7 @@ func (x *dwarfIndex) lookup(pc uint64) (frames []Frame, ok bool) {
 		// debug/dwarf reports most corruption as errors, but a hostile
 		// file must never take the profiler down.
 		if r := recover(); r != nil {
+			_ = recovered(r, "looking up DWARF")
 			frames, ok = nil, false
 		}
 	}()

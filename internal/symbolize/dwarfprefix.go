@@ -59,8 +59,10 @@ type prefixIndex struct {
 func newDWARFPrefix(img elfImage) (_ *dwarfPrefix) {
 	defer func() {
 		// A file truncated under its mapping faults: the whole index
-		// reads it and says why.
-		_ = recover()
+		// reads it and says why. Any other panic is counted.
+		if r := recover(); r != nil {
+			_ = recovered(r, "reading the DWARF prefix")
+		}
 	}()
 	f := img.f
 	if f.Type == elf.ET_REL || img.data == nil || spill.Load() == nil || !readByPrefix.Load() {
@@ -339,6 +341,7 @@ func (x *dwarfIndex) prefixLookup(p *dwarfPrefix, pc uint64) (frames []Frame, ok
 	defer func() {
 		// A hostile file: the whole index decides.
 		if r := recover(); r != nil {
+			_ = recovered(r, "looking up the DWARF prefix")
 			frames, ok, decided = nil, false, false
 		}
 	}()

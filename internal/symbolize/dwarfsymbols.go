@@ -261,7 +261,7 @@ func loadDWARFImage(img elfImage) (dwarfSources, error) {
 			defer guardFaults()()
 			defer func() {
 				if r := recover(); r != nil {
-					errs[i] = fmt.Errorf("reading %s: %v", s.Name, r)
+					errs[i] = recovered(r, "reading "+s.Name)
 				}
 			}()
 			b, heap, err := img.section(s)
@@ -612,7 +612,7 @@ func rangeList(b []byte, base uint64, addrSize int, order binary.ByteOrder) [][2
 func (w *unitReader) read(start unitStart) (u unitTables) {
 	defer func() {
 		if r := recover(); r != nil {
-			u = unitTables{err: fmt.Errorf("decoding DWARF: %v", r)}
+			u = unitTables{err: recovered(r, fmt.Sprintf("decoding DWARF unit at 0x%x", start.off))}
 		}
 	}()
 	w.r.Seek(start.off)

@@ -16,7 +16,8 @@ var fuzzAddresses = []uint64{0, 1, 0x1000, 0x1139, 0x401000, 0x401139, 1<<63 - 1
 const maxFuzzInput = 1 << 20
 
 // FuzzOpenBinary feeds corrupt ELF files through OpenBinary and every
-// lookup a profile can trigger. Nothing may panic or hang.
+// lookup a profile can trigger. Nothing may panic or hang, nor
+// recover a panic that is not a fault (ParserPanics).
 func FuzzOpenBinary(f *testing.F) {
 	dir := f.TempDir()
 	f.Fuzz(func(t *testing.T, data []byte) {
@@ -31,6 +32,12 @@ func FuzzOpenBinary(f *testing.F) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		before := ParserPanics()
+		defer func() {
+			if n := ParserPanics() - before; n != 0 {
+				t.Fatalf("%d parser panics recovered", n)
+			}
+		}()
 		b, err := OpenBinary(file)
 		if err != nil {
 			return
@@ -59,6 +66,12 @@ func FuzzDWARF(f *testing.F) {
 		if err != nil {
 			return
 		}
+		before := ParserPanics()
+		defer func() {
+			if n := ParserPanics() - before; n != 0 {
+				t.Fatalf("%d parser panics recovered", n)
+			}
+		}()
 		src, err := loadDWARFSources(ef)
 		if err != nil {
 			return
@@ -84,6 +97,12 @@ func FuzzGopclntab(f *testing.F) {
 		if len(data) > maxFuzzInput {
 			return
 		}
+		before := ParserPanics()
+		defer func() {
+			if n := ParserPanics() - before; n != 0 {
+				t.Fatalf("%d parser panics recovered", n)
+			}
+		}()
 		tab, err := parseGoPclntab(data, textStart)
 		if err != nil {
 			return

@@ -74,7 +74,7 @@ func parseGoPclntab(data []byte, textStart uint64) (t *goSymbolTable, err error)
 	// table must not take the profiler down.
 	defer func() {
 		if r := recover(); r != nil {
-			t, err = nil, fmt.Errorf("decoding .gopclntab: %v", r)
+			t, err = nil, recovered(r, "decoding .gopclntab")
 		}
 	}()
 	table, err := gosym.NewTable(nil, gosym.NewLineTable(data, textStart))
@@ -192,6 +192,7 @@ func goTextStartFromRelocations(img elfImage, pclntab []byte) (uint64, bool) {
 func (t *goSymbolTable) lookup(pc uint64) (frames []Frame, ok bool) {
 	defer func() {
 		if r := recover(); r != nil {
+			_ = recovered(r, "looking up .gopclntab")
 			frames, ok = nil, false
 		}
 	}()
@@ -221,6 +222,7 @@ func (t *goSymbolTable) lookup(pc uint64) (frames []Frame, ok bool) {
 func (t *goSymbolTable) functionRange(pc uint64) (start, end uint64, ok bool) {
 	defer func() {
 		if r := recover(); r != nil {
+			_ = recovered(r, "looking up .gopclntab")
 			start, end, ok = 0, 0, false
 		}
 	}()

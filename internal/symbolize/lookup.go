@@ -59,7 +59,7 @@ func (b *Binary) LookupFunction(name, version string) (fs FunctionSymbol, err er
 	defer func() {
 		// A fault reading the mapped file (truncated meanwhile).
 		if r := recover(); r != nil {
-			fs, err = FunctionSymbol{}, fmt.Errorf("looking up %s: reading %s: %v", name, b.file.Name(), r)
+			fs, err = FunctionSymbol{}, recovered(r, fmt.Sprintf("looking up %s: reading %s", name, b.file.Name()))
 		}
 	}()
 	if name == "" {

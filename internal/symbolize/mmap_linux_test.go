@@ -34,6 +34,7 @@ func TestTruncatedBinaryFaultsAreRecovered(t *testing.T) {
 	if err := os.Truncate(p, 4096); err != nil {
 		t.Fatal(err)
 	}
+	panics := ParserPanics()
 	after := uint64(reflect.ValueOf(mib).Pointer())
 	if fr, ok := b.Symbolize(after); ok {
 		t.Errorf("Symbolize(%#x) = %v after the file was truncated", after, fr)
@@ -43,6 +44,9 @@ func TestTruncatedBinaryFaultsAreRecovered(t *testing.T) {
 	}
 	if _, err := b.LookupFunction("github.com/bpfcol/bpfcol/internal/symbolize.mib", ""); err == nil {
 		t.Error("LookupFunction found a function after the file was truncated")
+	}
+	if n := ParserPanics() - panics; n != 0 {
+		t.Errorf("%d faults counted as parser panics", n)
 	}
 }
 
@@ -65,6 +69,7 @@ func TestTruncatedDWARFFaultsAreRecovered(t *testing.T) {
 	if err := os.Truncate(p, 4096); err != nil {
 		t.Fatal(err)
 	}
+	panics := ParserPanics()
 	b.loadDWARF()
 	if b.dwarfErr == nil {
 		t.Fatal("the DWARF of a truncated file was read without an error")
@@ -74,6 +79,9 @@ func TestTruncatedDWARFFaultsAreRecovered(t *testing.T) {
 		if fr, ok := b.Symbolize(a); ok && len(fr) > 0 && fr[0].Line > 0 {
 			t.Errorf("Symbolize(%#x) = %v: a line from a truncated file", a, fr)
 		}
+	}
+	if n := ParserPanics() - panics; n != 0 {
+		t.Errorf("%d faults counted as parser panics", n)
 	}
 }
 

@@ -120,7 +120,7 @@ func (p *prefixSection) ensure(n int64) (err error) {
 		// The compressed bytes are the mapped file, which a truncation
 		// under us turns into a fault: the section fails for good.
 		if r := recover(); r != nil {
-			p.err = fmt.Errorf("decompressing %s: %v", p.name, r)
+			p.err = recovered(r, "decompressing "+p.name)
 			p.closeFile()
 			err = p.err
 		}

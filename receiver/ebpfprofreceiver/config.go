@@ -25,6 +25,15 @@ const (
 	maxSamplingFrequency = 1000
 )
 
+// Limits on the report interval: below 100ms a profile holds too few
+// samples to be read; above 10m every profile comes late, and an
+// interval's distinct stacks, held until its report, hit their bound
+// (the excess dropped as stack_table_full).
+const (
+	minReportInterval = 100 * time.Millisecond
+	maxReportInterval = 10 * time.Minute
+)
+
 // Config is the configuration of the ebpfprof receiver.
 type Config struct {
 	// SamplingFrequency is how many stacks are sampled per second on each CPU.
@@ -194,8 +203,8 @@ func (c *Config) Validate() error {
 	if c.SamplingFrequency < minSamplingFrequency || c.SamplingFrequency > maxSamplingFrequency {
 		errs = append(errs, fmt.Errorf("sampling_frequency: %d Hz is outside [%d, %d]", c.SamplingFrequency, minSamplingFrequency, maxSamplingFrequency))
 	}
-	if c.ReportInterval < 100*time.Millisecond {
-		errs = append(errs, fmt.Errorf("report_interval: %s is shorter than 100ms", c.ReportInterval))
+	if c.ReportInterval < minReportInterval || c.ReportInterval > maxReportInterval {
+		errs = append(errs, fmt.Errorf("report_interval: %s is outside [%s, %s]", c.ReportInterval, minReportInterval, maxReportInterval))
 	}
 	if c.GoMemoryLimit != 0 && c.GoMemoryLimit < minGoMemoryLimit {
 		errs = append(errs, fmt.Errorf("go_memory_limit: %d is below %d (0 turns it off)", c.GoMemoryLimit, minGoMemoryLimit))

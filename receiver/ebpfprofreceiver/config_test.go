@@ -148,3 +148,22 @@ func TestGoMemoryLimitValidate(t *testing.T) {
 		}
 	}
 }
+
+func TestReportIntervalValidate(t *testing.T) {
+	cfg := createDefaultConfig().(*Config)
+	for _, ok := range []time.Duration{100 * time.Millisecond, 5 * time.Second, 10 * time.Minute} {
+		c := *cfg
+		c.ReportInterval = ok
+		if err := c.Validate(); err != nil {
+			t.Errorf("report_interval %s: Validate() = %v", ok, err)
+		}
+	}
+	for _, bad := range []time.Duration{0, 99 * time.Millisecond, 10*time.Minute + time.Second, 100000 * time.Hour} {
+		c := *cfg
+		c.ReportInterval = bad
+		err := c.Validate()
+		if err == nil || !strings.Contains(err.Error(), "report_interval: "+bad.String()+" is outside [100ms, 10m0s]") {
+			t.Errorf("report_interval %s: Validate() = %v, want an error naming the field and its range", bad, err)
+		}
+	}
+}

@@ -132,6 +132,16 @@ type sampleCounts struct {
 	refused atomic.Int64
 }
 
+// The reasons a sample was dropped, as the ebpfprof_samples_dropped metric
+// names them; the shutdown log names its counts samples_dropped_REASON.
+const (
+	dropRingbufFull    = "ringbuf_full"
+	dropQueueFull      = "queue_full"
+	dropStackTableFull = "stack_table_full"
+	dropBatchQueueFull = "batch_queue_full"
+	dropExportRefused  = "export_refused"
+)
+
 // logFields returns the counts as the shutdown log writes them, with the
 // sampler's own counters: the samples it recorded into the ringbuf and
 // those the full ringbuf dropped. When the pipeline did not stop in time,
@@ -149,14 +159,14 @@ func (c *sampleCounts) logFields(bpf profiler.Counters, pipelineStopped bool) []
 	}
 	return []zap.Field{
 		zap.Uint64("samples_taken", bpf.Recorded()),
-		zap.Uint64("samples_dropped_ringbuf", bpf.DroppedRingbuf),
+		zap.Uint64("samples_dropped_"+dropRingbufFull, bpf.DroppedRingbuf),
 		zap.Int64("samples_read", read),
 		zap.Int64("samples_exported", exported),
 		zap.Int64("samples_dropped", queue+stacks+batch+refused+undelivered),
-		zap.Int64("samples_dropped_queue", queue),
-		zap.Int64("samples_dropped_stacks_full", stacks),
-		zap.Int64("samples_dropped_batch_queue", batch),
-		zap.Int64("samples_refused_downstream", refused),
+		zap.Int64("samples_dropped_"+dropQueueFull, queue),
+		zap.Int64("samples_dropped_"+dropStackTableFull, stacks),
+		zap.Int64("samples_dropped_"+dropBatchQueueFull, batch),
+		zap.Int64("samples_dropped_"+dropExportRefused, refused),
 		zap.Int64("samples_dropped_shutdown_timeout", undelivered),
 	}
 }

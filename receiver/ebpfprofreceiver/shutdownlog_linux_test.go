@@ -82,8 +82,8 @@ func TestShutdownLogAddsUp(t *testing.T) {
 	f := shutdownLog(t, logs)
 	num := func(key string) int64 { t.Helper(); return logNum(t, f, key) }
 	read, exported, dropped := num("samples_read"), num("samples_exported"), num("samples_dropped")
-	reasons := num("samples_dropped_queue") + num("samples_dropped_stacks_full") +
-		num("samples_dropped_batch_queue") + num("samples_refused_downstream")
+	reasons := num("samples_dropped_queue_full") + num("samples_dropped_stack_table_full") +
+		num("samples_dropped_batch_queue_full") + num("samples_dropped_export_refused")
 	t.Logf("shutdown log: %v", f)
 	if read < 100 {
 		t.Fatalf("only %d samples read in 2s of a CPU-bound workload", read)
@@ -100,16 +100,16 @@ func TestShutdownLogAddsUp(t *testing.T) {
 	if taken := num("samples_taken"); read != taken || taken != int64(atStop.Samples) {
 		t.Errorf("samples_read %d, samples_taken %d, the sampler recorded %d", read, taken, atStop.Samples)
 	}
-	if rb := num("samples_dropped_ringbuf"); rb != int64(atStop.DroppedRingbuf) {
-		t.Errorf("samples_dropped_ringbuf %d, the sampler counted %d", rb, atStop.DroppedRingbuf)
+	if rb := num("samples_dropped_ringbuf_full"); rb != int64(atStop.DroppedRingbuf) {
+		t.Errorf("samples_dropped_ringbuf_full %d, the sampler counted %d", rb, atStop.DroppedRingbuf)
 	}
 	if n := num("samples_dropped_shutdown_timeout"); n != 0 {
 		t.Errorf("samples_dropped_shutdown_timeout %d without a shutdown deadline", n)
 	}
 	mu.Lock()
 	defer mu.Unlock()
-	if calls < 2 || num("samples_refused_downstream") == 0 {
-		t.Errorf("%d batches offered, %d samples refused: the refusal path was not taken", calls, num("samples_refused_downstream"))
+	if calls < 2 || num("samples_dropped_export_refused") == 0 {
+		t.Errorf("%d batches offered, %d samples refused: the refusal path was not taken", calls, num("samples_dropped_export_refused"))
 	}
 	if exported != accepted {
 		t.Errorf("samples_exported %d, but the accepted profiles weigh %d samples", exported, accepted)
@@ -255,8 +255,8 @@ func TestShutdownLogCountsRingbufDrops(t *testing.T) {
 	f := shutdownLog(t, logs)
 	num := func(key string) int64 { t.Helper(); return logNum(t, f, key) }
 	t.Logf("ringbuf drops scraped while running %d, at stop %d; shutdown log: %v", dropsRunning, dropsAtStop, f)
-	if rb := num("samples_dropped_ringbuf"); rb < dropsRunning || rb != dropsAtStop {
-		t.Errorf("shutdown log samples_dropped_ringbuf %d; the metric said %d while running and %d at stop", rb, dropsRunning, dropsAtStop)
+	if rb := num("samples_dropped_ringbuf_full"); rb < dropsRunning || rb != dropsAtStop {
+		t.Errorf("shutdown log samples_dropped_ringbuf_full %d; the metric said %d while running and %d at stop", rb, dropsRunning, dropsAtStop)
 	}
 	read, taken := num("samples_read"), num("samples_taken")
 	if taken != takenAtStop || read != taken {
@@ -335,8 +335,8 @@ func TestShutdownDeadlineCountsUndelivered(t *testing.T) {
 	if undelivered == 0 {
 		t.Error("samples_dropped_shutdown_timeout 0 while the consumer held a batch")
 	}
-	reasons := num("samples_dropped_queue") + num("samples_dropped_stacks_full") +
-		num("samples_dropped_batch_queue") + num("samples_refused_downstream") + undelivered
+	reasons := num("samples_dropped_queue_full") + num("samples_dropped_stack_table_full") +
+		num("samples_dropped_batch_queue_full") + num("samples_dropped_export_refused") + undelivered
 	if dropped != reasons {
 		t.Errorf("samples_dropped %d is not the sum of its reasons, %d", dropped, reasons)
 	}

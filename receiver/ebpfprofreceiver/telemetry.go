@@ -9,6 +9,7 @@ import (
 
 	"github.com/bpfcol/bpfcol/internal/bpf/profiler"
 	"github.com/bpfcol/bpfcol/internal/lru"
+	"github.com/bpfcol/bpfcol/internal/symbolize"
 	"github.com/bpfcol/bpfcol/receiver/ebpfprofreceiver/internal/metadata"
 )
 
@@ -38,11 +39,11 @@ func (r *profilesReceiver) registerTelemetry() error {
 			if err != nil {
 				return err
 			}
-			observe(o, int64(c.DroppedRingbuf), "reason", "ringbuf_full")
-			observe(o, r.counts.droppedQueue.Load(), "reason", "queue_full")
-			observe(o, r.counts.droppedStacks.Load(), "reason", "stack_table_full")
-			observe(o, r.counts.droppedBatch.Load(), "reason", "batch_queue_full")
-			observe(o, r.counts.refused.Load(), "reason", "export_refused")
+			observe(o, int64(c.DroppedRingbuf), "reason", dropRingbufFull)
+			observe(o, r.counts.droppedQueue.Load(), "reason", dropQueueFull)
+			observe(o, r.counts.droppedStacks.Load(), "reason", dropStackTableFull)
+			observe(o, r.counts.droppedBatch.Load(), "reason", dropBatchQueueFull)
+			observe(o, r.counts.refused.Load(), "reason", dropExportRefused)
 			return nil
 		}),
 		tb.RegisterEbpfprofStacksLostCallback(func(_ context.Context, o metric.Int64Observer) error {
@@ -83,6 +84,10 @@ func (r *profilesReceiver) registerTelemetry() error {
 			o.Observe(r.unwind.Stats().Evictions)
 			return nil
 		}),
+		tb.RegisterEbpfprofUnwindTableCompactionsCallback(func(_ context.Context, o metric.Int64Observer) error {
+			o.Observe(r.unwind.Stats().Compactions)
+			return nil
+		}),
 		tb.RegisterEbpfprofUnwindErrorsCallback(func(_ context.Context, o metric.Int64Observer) error {
 			u := r.unwind.Stats()
 			observe(o, u.LoadErrors, "reason", "process_load")
@@ -116,6 +121,10 @@ func (r *profilesReceiver) registerTelemetry() error {
 			observe(o, s.NegativeHits, "outcome", "negative_hit")
 			observe(o, s.Pending, "outcome", "pending")
 			observe(o, s.Unmapped, "outcome", "unmapped")
+			return nil
+		}),
+		tb.RegisterEbpfprofParserPanicsCallback(func(_ context.Context, o metric.Int64Observer) error {
+			o.Observe(symbolize.ParserPanics())
 			return nil
 		}),
 		tb.RegisterEbpfprofDebuginfodBytesCallback(func(_ context.Context, o metric.Int64Observer) error {

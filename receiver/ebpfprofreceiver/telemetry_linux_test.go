@@ -82,6 +82,7 @@ func TestPipelineStatsPublished(t *testing.T) {
 		evictions = "otelcol_ebpfprof_cache_evictions"
 		recovered = "otelcol_ebpfprof_callers_recovered"
 		unknown   = "otelcol_ebpfprof_processes_unknown"
+		panics    = "otelcol_ebpfprof_parser_panics"
 	)
 	fp := metricPoints(t, tt, frames)
 	stack, result := attribute.Key("stack"), attribute.Key("result")
@@ -101,6 +102,10 @@ func TestPipelineStatsPublished(t *testing.T) {
 	point(t, ep, evictions, attribute.String("cache", "kernel_names"))
 	callers := point(t, metricPoints(t, tt, recovered), recovered)
 	point(t, metricPoints(t, tt, unknown), unknown)
+	// Naming a C workload and the system's libraries meets no parser bug.
+	if n := point(t, metricPoints(t, tt, panics), panics); n != 0 {
+		t.Errorf("%d parser panics recovered", n)
+	}
 
 	t.Logf("frames named: %d user, %d kernel; caches: %d frame names, %d leaf functions; %d callers recovered",
 		userNamed, kernelNamed, names, leaves, callers)

@@ -60,6 +60,9 @@ func TestUnwindMetrics(t *testing.T) {
 	if _, err := tt.GetMetric("otelcol_ebpfprof_unwind_table_evictions"); err != nil {
 		t.Errorf("evictions not published: %v", err)
 	}
+	if _, err := tt.GetMetric("otelcol_ebpfprof_unwind_table_compactions"); err != nil {
+		t.Errorf("compactions not published: %v", err)
+	}
 	errs := sumPoints(t, tt, "otelcol_ebpfprof_unwind_errors", "reason")
 	t.Logf("unwind errors: %v", errs)
 	for _, reason := range []string{"process_load", "table_build", "request_dropped"} {

@@ -71,8 +71,8 @@ func TestShutdownLogMatchesRingbufDropMetric(t *testing.T) {
 		return v
 	}
 	t.Logf("ringbuf drops scraped after SIGCONT %.0f; shutdown log: %v", scraped, f)
-	if rb := num("samples_dropped_ringbuf"); rb < scraped {
-		t.Errorf("shutdown log samples_dropped_ringbuf %.0f, the metric said %.0f", rb, scraped)
+	if rb := num("samples_dropped_ringbuf_full"); rb < scraped {
+		t.Errorf("shutdown log samples_dropped_ringbuf_full %.0f, the metric said %.0f", rb, scraped)
 	}
 	read := num("samples_read")
 	if read != num("samples_taken") {

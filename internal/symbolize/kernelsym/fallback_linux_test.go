@@ -120,8 +120,8 @@ func TestFallbackChild(t *testing.T) {
 		t.Logf("logged reason: %v", reasons[0].ContextMap()["error"])
 		// Nothing loaded between the passes: one read, whatever the
 		// change signature could see.
-		if st := s.Stats(); st.KallsymsReads != 1 || opens != 1 {
-			t.Errorf("kallsyms read %d times (%d opens) for 3 unchanged passes, want once", st.KallsymsReads, opens)
+		if s.kallsyms.reads != 1 || opens != 1 {
+			t.Errorf("kallsyms read %d times (%d opens) for 3 unchanged passes, want once", s.kallsyms.reads, opens)
 		}
 	case PathBPF:
 		if len(reasons) != 0 || opens != 0 {

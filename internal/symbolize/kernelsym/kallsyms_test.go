@@ -13,8 +13,7 @@ import (
 // once when full would read it again here.
 func TestUnresolvedForgetsOldestOnly(t *testing.T) {
 	const text = "ffffffff81000000 T _stext\nffffffff81001000 T other\nffffffff81002000 T _etext\n"
-	var st Stats
-	k := newKallsymsSource(func() (io.ReadCloser, error) { return io.NopCloser(strings.NewReader(text)), nil }, &st)
+	k := newKallsymsSource(func() (io.ReadCloser, error) { return io.NopCloser(strings.NewReader(text)), nil })
 	// Not every BPF program seen: an unknown address may be a new one,
 	// which is what makes a re-read worth it.
 	k.changed = func() (uint64, bool) { return 1, false }
@@ -37,12 +36,12 @@ func TestUnresolvedForgetsOldestOnly(t *testing.T) {
 		}
 	}
 	lookup(addrs)
-	if st.KallsymsReads != 1 {
-		t.Fatalf("kallsyms read %d times for the first batch, want once", st.KallsymsReads)
+	if k.reads != 1 {
+		t.Fatalf("kallsyms read %d times for the first batch, want once", k.reads)
 	}
 	lookup(addrs[extra:])
-	if st.KallsymsReads != 1 {
-		t.Errorf("kallsyms read %d times: addresses just found in no symbol were forgotten", st.KallsymsReads)
+	if k.reads != 1 {
+		t.Errorf("kallsyms read %d times: addresses just found in no symbol were forgotten", k.reads)
 	}
 	if s := k.unresolved.Stats(); s.Len != maxUnresolved || s.Evictions != extra {
 		t.Errorf("unresolved set %+v: want %d held, %d forgotten", s, maxUnresolved, extra)

@@ -38,13 +38,6 @@ type Options struct {
 type Stats struct {
 	// Cache is the result cache's size, hits, misses and evictions.
 	Cache lru.Stats
-	// KallsymsReads counts full parses of /proc/kallsyms (fallback only).
-	KallsymsReads uint64
-	// Unresolved is the set of addresses known to be in no symbol of the
-	// current kallsyms snapshot (fallback only), and what it forgot.
-	Unresolved lru.Stats
-	// BPFAddresses counts addresses sent to the BPF formatter.
-	BPFAddresses uint64
 }
 
 // formatter is the BPF program's interface, so tests can make it fail.
@@ -61,7 +54,6 @@ type Symbolizer struct {
 	formatter formatter       // PathBPF
 	kallsyms  *kallsymsSource // PathKallsyms
 	cache     *resultCache
-	stats     Stats
 	pending   []int // indexes of cache misses, reused between calls
 	missAddrs []uint64
 	missRet   []bool
@@ -96,7 +88,7 @@ func newSymbolizer(opts Options, load func() (formatter, error)) (*Symbolizer, e
 	}
 	logger.Warn("kernel symbols: the BPF formatter cannot load, reading /proc/kallsyms instead", zap.Error(err))
 	s.path = PathKallsyms
-	s.kallsyms = newKallsymsSource(open, &s.stats)
+	s.kallsyms = newKallsymsSource(open)
 	return s, nil
 }
 
@@ -107,12 +99,7 @@ func (s *Symbolizer) Path() string { return s.path }
 func (s *Symbolizer) Stats() Stats {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	st := s.stats
-	st.Cache = s.cache.entries.Stats()
-	if s.kallsyms != nil {
-		st.Unresolved = s.kallsyms.unresolved.Stats()
-	}
-	return st
+	return Stats{Cache: s.cache.entries.Stats()}
 }
 
 // Symbolize names addrs[i]: as a return address when isReturn[i] (the
@@ -149,7 +136,6 @@ func (s *Symbolizer) Symbolize(addrs []uint64, isReturn []bool) ([]Symbol, error
 	if len(s.pending) == 0 {
 		return out, nil
 	}
-	s.stats.BPFAddresses += uint64(len(s.pending))
 	err := s.formatter.Format(s.missAddrs, s.missRet, func(j int, text []byte, truncated bool) {
 		sym := parseKernelText(text, truncated)
 		out[s.pending[j]] = sym

@@ -25,27 +25,29 @@ func Tracer(settings component.TelemetrySettings) trace.Tracer {
 // TelemetryBuilder provides an interface for components to report telemetry
 // as defined in metadata and user config.
 type TelemetryBuilder struct {
-	meter                         metric.Meter
-	mu                            sync.Mutex
-	registrations                 []metric.Registration
-	EbpfprofBinariesClassified    metric.Int64ObservableCounter
-	EbpfprofCacheEvictions        metric.Int64ObservableCounter
-	EbpfprofCacheSize             metric.Int64ObservableGauge
-	EbpfprofCallersRecovered      metric.Int64ObservableCounter
-	EbpfprofDebuginfodBytes       metric.Int64ObservableCounter
-	EbpfprofFramesResolved        metric.Int64ObservableCounter
-	EbpfprofKernelSymbolizer      metric.Int64ObservableGauge
-	EbpfprofOffCPUEvents          metric.Int64ObservableCounter
-	EbpfprofProcessesUnknown      metric.Int64ObservableCounter
-	EbpfprofProfilesEmitted       metric.Int64ObservableCounter
-	EbpfprofSamplesDropped        metric.Int64ObservableCounter
-	EbpfprofSamplesTaken          metric.Int64ObservableCounter
-	EbpfprofStacksLost            metric.Int64ObservableCounter
-	EbpfprofSymbolizationOutcomes metric.Int64ObservableCounter
-	EbpfprofUnwindErrors          metric.Int64ObservableCounter
-	EbpfprofUnwindStops           metric.Int64ObservableCounter
-	EbpfprofUnwindTableEvictions  metric.Int64ObservableCounter
-	EbpfprofUserStacksCut         metric.Int64ObservableCounter
+	meter                          metric.Meter
+	mu                             sync.Mutex
+	registrations                  []metric.Registration
+	EbpfprofBinariesClassified     metric.Int64ObservableCounter
+	EbpfprofCacheEvictions         metric.Int64ObservableCounter
+	EbpfprofCacheSize              metric.Int64ObservableGauge
+	EbpfprofCallersRecovered       metric.Int64ObservableCounter
+	EbpfprofDebuginfodBytes        metric.Int64ObservableCounter
+	EbpfprofFramesResolved         metric.Int64ObservableCounter
+	EbpfprofKernelSymbolizer       metric.Int64ObservableGauge
+	EbpfprofOffCPUEvents           metric.Int64ObservableCounter
+	EbpfprofParserPanics           metric.Int64ObservableCounter
+	EbpfprofProcessesUnknown       metric.Int64ObservableCounter
+	EbpfprofProfilesEmitted        metric.Int64ObservableCounter
+	EbpfprofSamplesDropped         metric.Int64ObservableCounter
+	EbpfprofSamplesTaken           metric.Int64ObservableCounter
+	EbpfprofStacksLost             metric.Int64ObservableCounter
+	EbpfprofSymbolizationOutcomes  metric.Int64ObservableCounter
+	EbpfprofUnwindErrors           metric.Int64ObservableCounter
+	EbpfprofUnwindStops            metric.Int64ObservableCounter
+	EbpfprofUnwindTableCompactions metric.Int64ObservableCounter
+	EbpfprofUnwindTableEvictions   metric.Int64ObservableCounter
+	EbpfprofUserStacksCut          metric.Int64ObservableCounter
 }
 
 // TelemetryBuilderOption applies changes to default builder.
@@ -179,6 +181,21 @@ func (builder *TelemetryBuilder) RegisterEbpfprofOffCPUEventsCallback(cb metric.
 	return nil
 }
 
+// RegisterEbpfprofParserPanicsCallback sets callback for observable EbpfprofParserPanics metric.
+func (builder *TelemetryBuilder) RegisterEbpfprofParserPanicsCallback(cb metric.Int64Callback) error {
+	reg, err := builder.meter.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
+		cb(ctx, &observerInt64{inst: builder.EbpfprofParserPanics, obs: o})
+		return nil
+	}, builder.EbpfprofParserPanics)
+	if err != nil {
+		return err
+	}
+	builder.mu.Lock()
+	defer builder.mu.Unlock()
+	builder.registrations = append(builder.registrations, reg)
+	return nil
+}
+
 // RegisterEbpfprofProcessesUnknownCallback sets callback for observable EbpfprofProcessesUnknown metric.
 func (builder *TelemetryBuilder) RegisterEbpfprofProcessesUnknownCallback(cb metric.Int64Callback) error {
 	reg, err := builder.meter.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
@@ -299,6 +316,21 @@ func (builder *TelemetryBuilder) RegisterEbpfprofUnwindStopsCallback(cb metric.I
 	return nil
 }
 
+// RegisterEbpfprofUnwindTableCompactionsCallback sets callback for observable EbpfprofUnwindTableCompactions metric.
+func (builder *TelemetryBuilder) RegisterEbpfprofUnwindTableCompactionsCallback(cb metric.Int64Callback) error {
+	reg, err := builder.meter.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
+		cb(ctx, &observerInt64{inst: builder.EbpfprofUnwindTableCompactions, obs: o})
+		return nil
+	}, builder.EbpfprofUnwindTableCompactions)
+	if err != nil {
+		return err
+	}
+	builder.mu.Lock()
+	defer builder.mu.Unlock()
+	builder.registrations = append(builder.registrations, reg)
+	return nil
+}
+
 // RegisterEbpfprofUnwindTableEvictionsCallback sets callback for observable EbpfprofUnwindTableEvictions metric.
 func (builder *TelemetryBuilder) RegisterEbpfprofUnwindTableEvictionsCallback(cb metric.Int64Callback) error {
 	reg, err := builder.meter.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
@@ -405,6 +437,12 @@ func NewTelemetryBuilder(settings component.TelemetrySettings, options ...Teleme
 		metric.WithUnit("{event}"),
 	)
 	errs = errors.Join(errs, err)
+	builder.EbpfprofParserPanics, err = builder.meter.Int64ObservableCounter(
+		"otelcol_ebpfprof_parser_panics",
+		metric.WithDescription("Panics recovered while parsing a binary's or debug file's symbols or debug info, other than a fault reading a file truncated under us; each is a parser bug met on some input, whose lookup failed. [Development]"),
+		metric.WithUnit("{panic}"),
+	)
+	errs = errors.Join(errs, err)
 	builder.EbpfprofProcessesUnknown, err = builder.meter.Int64ObservableCounter(
 		"otelcol_ebpfprof_processes_unknown",
 		metric.WithDescription("Samples of processes whose /proc entry could not be read (usually gone already); they keep only their kernel frames. [Development]"),
@@ -451,6 +489,12 @@ func NewTelemetryBuilder(settings component.TelemetrySettings, options ...Teleme
 		"otelcol_ebpfprof_unwind_stops",
 		metric.WithDescription("User stack walks by why they stopped. [Development]"),
 		metric.WithUnit("{stack}"),
+	)
+	errs = errors.Join(errs, err)
+	builder.EbpfprofUnwindTableCompactions, err = builder.meter.Int64ObservableCounter(
+		"otelcol_ebpfprof_unwind_table_compactions",
+		metric.WithDescription("Times the BPF row store's tables were moved together because its free room was in pieces too small for a new table; the moved tables' stacks are walked with frame pointers meanwhile. [Development]"),
+		metric.WithUnit("{compaction}"),
 	)
 	errs = errors.Join(errs, err)
 	builder.EbpfprofUnwindTableEvictions, err = builder.meter.Int64ObservableCounter(

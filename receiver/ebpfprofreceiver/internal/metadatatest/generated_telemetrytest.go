@@ -145,6 +145,22 @@ func AssertEqualEbpfprofOffCPUEvents(t *testing.T, tt *componenttest.Telemetry, 
 	metricdatatest.AssertEqual(t, want, got, opts...)
 }
 
+func AssertEqualEbpfprofParserPanics(t *testing.T, tt *componenttest.Telemetry, dps []metricdata.DataPoint[int64], opts ...metricdatatest.Option) {
+	want := metricdata.Metrics{
+		Name:        "otelcol_ebpfprof_parser_panics",
+		Description: "Panics recovered while parsing a binary's or debug file's symbols or debug info, other than a fault reading a file truncated under us; each is a parser bug met on some input, whose lookup failed. [Development]",
+		Unit:        "{panic}",
+		Data: metricdata.Sum[int64]{
+			Temporality: metricdata.CumulativeTemporality,
+			IsMonotonic: true,
+			DataPoints:  dps,
+		},
+	}
+	got, err := tt.GetMetric("otelcol_ebpfprof_parser_panics")
+	require.NoError(t, err)
+	metricdatatest.AssertEqual(t, want, got, opts...)
+}
+
 func AssertEqualEbpfprofProcessesUnknown(t *testing.T, tt *componenttest.Telemetry, dps []metricdata.DataPoint[int64], opts ...metricdatatest.Option) {
 	want := metricdata.Metrics{
 		Name:        "otelcol_ebpfprof_processes_unknown",
@@ -269,6 +285,22 @@ func AssertEqualEbpfprofUnwindStops(t *testing.T, tt *componenttest.Telemetry, d
 		},
 	}
 	got, err := tt.GetMetric("otelcol_ebpfprof_unwind_stops")
+	require.NoError(t, err)
+	metricdatatest.AssertEqual(t, want, got, opts...)
+}
+
+func AssertEqualEbpfprofUnwindTableCompactions(t *testing.T, tt *componenttest.Telemetry, dps []metricdata.DataPoint[int64], opts ...metricdatatest.Option) {
+	want := metricdata.Metrics{
+		Name:        "otelcol_ebpfprof_unwind_table_compactions",
+		Description: "Times the BPF row store's tables were moved together because its free room was in pieces too small for a new table; the moved tables' stacks are walked with frame pointers meanwhile. [Development]",
+		Unit:        "{compaction}",
+		Data: metricdata.Sum[int64]{
+			Temporality: metricdata.CumulativeTemporality,
+			IsMonotonic: true,
+			DataPoints:  dps,
+		},
+	}
+	got, err := tt.GetMetric("otelcol_ebpfprof_unwind_table_compactions")
 	require.NoError(t, err)
 	metricdatatest.AssertEqual(t, want, got, opts...)
 }
