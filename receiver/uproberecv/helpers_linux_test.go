@@ -289,7 +289,34 @@ func discoveryState(t testing.TB, r *logsReceiver, lib string) string {
 	t.Helper()
 	st := &r.tracker.stats
 	c, err := r.watcher.Counters()
-	return fmt.Sprintf("%s attached %v; scans %d, evaluations %d, negative hits %d, mappings unnamed %d, exited before attach %d, binaries attached %d detached %d; watcher events %d lost %d (%v)",
+	pc, perr := r.probes.Counters()
+	n, p50, p99 := r.tracker.latency.percentiles(triggerMapping)
+	return fmt.Sprintf("%s attached %v; scans %d, evaluations %d, negative hits %d, mappings unnamed %d, exited before attach %d, binaries attached %d detached %d; mapping to attach latency n=%d p50 %s p99 %s; watcher events %d lost %d (%v); probes %+v (%v)",
 		filepath.Base(lib), r.tracker.isAttached(keyOf(t, lib)), st.scans.Load(), st.evaluations.Load(), st.negativeHits.Load(),
-		st.mappingsUnnamed.Load(), st.exitedBeforeAttach.Load(), st.attached.Load(), st.detached.Load(), c.Events, c.LostRingbuf, err)
+		st.mappingsUnnamed.Load(), st.exitedBeforeAttach.Load(), st.attached.Load(), st.detached.Load(), n, p50, p99, c.Events, c.LostRingbuf, err, pc, perr)
+}
+
+// programRuns describes how often each of the receiver's scope programs
+// ran and missed a run by recursion (counted while stats are enabled).
+func programRuns(r *logsReceiver) string {
+	ids, err := r.probes.ProgramIDs()
+	if err != nil {
+		return err.Error()
+	}
+	var parts []string
+	for _, id := range ids {
+		prog, err := ebpf.NewProgramFromID(id)
+		if err != nil {
+			parts = append(parts, fmt.Sprintf("%d: %v", id, err))
+			continue
+		}
+		st, err := prog.Stats()
+		prog.Close()
+		if err != nil {
+			parts = append(parts, fmt.Sprintf("%d: %v", id, err))
+			continue
+		}
+		parts = append(parts, fmt.Sprintf("%d ran %d missed %d", id, st.RunCount, st.RecursionMisses))
+	}
+	return strings.Join(parts, ", ")
 }

@@ -13,8 +13,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cilium/ebpf"
 	"go.opentelemetry.io/collector/consumer/consumertest"
 	"go.uber.org/zap/zaptest"
+	"golang.org/x/sys/unix"
 
 	"github.com/bpfcol/bpfcol/internal/ktime"
 	"github.com/bpfcol/bpfcol/internal/process"
@@ -219,6 +221,9 @@ func runDlopener(t *testing.T, r *logsReceiver, sink *consumertest.LogsSink, bin
 	t.Helper()
 	const calls = 500
 	out := filepath.Join(t.TempDir(), "out")
+	if stats, err := ebpf.EnableStats(uint32(unix.BPF_STATS_RUN_TIME)); err == nil {
+		defer stats.Close()
+	}
 	cmd := testworkload.Start(t, bin, lib, "1000", strconv.Itoa(calls), out)
 	lines := readOutput(t, out, 30*time.Second)
 	if err := cmd.Wait(); err != nil {
@@ -226,12 +231,15 @@ func runDlopener(t *testing.T, r *logsReceiver, sink *consumertest.LogsSink, bin
 	}
 	var dlopenStart, dlopenEnd int64
 	var at []int64
+	var code string
 	for _, line := range lines {
 		f := strings.Fields(line)
 		switch {
 		case f[0] == "dlopen" && len(f) == 3:
 			dlopenStart, _ = strconv.ParseInt(f[1], 10, 64)
 			dlopenEnd, _ = strconv.ParseInt(f[2], 10, 64)
+		case f[0] == "code" && len(f) == 2:
+			code = f[1]
 		case f[0] == "call" && len(f) == 2:
 			v, _ := strconv.ParseInt(f[1], 10, 64)
 			at = append(at, v)
@@ -243,7 +251,10 @@ func runDlopener(t *testing.T, r *logsReceiver, sink *consumertest.LogsSink, bin
 	pid := int64(cmd.Process.Pid)
 	// What discovery did, for a run that recorded nothing: taken before
 	// shutdown closes the watcher and detaches the library.
-	state := discoveryState(t, r, lib)
+	state := discoveryState(t, r, lib) + "; programs " + programRuns(r)
+	if links, err := exec.Command("bpftool", "link", "show").Output(); err == nil {
+		state += "; links:\n" + string(links)
+	}
 	// Shutdown detaches the uprobes and hands on every record left in the
 	// ringbuf: after it, every call's record is in the sink, none in flight
 	// (under load a fixed wait could count before the last ones came).
@@ -252,7 +263,7 @@ func runDlopener(t *testing.T, r *logsReceiver, sink *consumertest.LogsSink, bin
 	}
 	recs := recordsByPID(flatten(sink), "late")[pid]
 	if len(recs) == 0 || len(recs) > calls {
-		t.Fatalf("%d records for %d calls; %s", len(recs), calls, state)
+		t.Fatalf("%d records for %d calls; lib_call's code after the calls %s; %s", len(recs), calls, code, state)
 	}
 	// Records start inside their call: convert their Unix start back to
 	// CLOCK_MONOTONIC. The first call recorded is the last one begun by

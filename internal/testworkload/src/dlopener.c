@@ -2,6 +2,8 @@
 // lib_call every millisecond, CALLS times, and writes to OUT_FILE:
 //   dlopen START_NS END_NS
 //   call START_NS            (one per call, CLOCK_MONOTONIC)
+//   code HEX                 (lib_call's first 16 bytes after the calls:
+//                            an int3 (cc) shows a uprobe in this process)
 //   done
 // so a test can tell which calls came how long after the library was mapped.
 //
@@ -53,6 +55,10 @@ int main(int argc, char **argv) {
 	fprintf(out, "dlopen %llu %llu\n", t0, t1);
 	for (int i = 0; i < calls; i++)
 		fprintf(out, "call %llu\n", at[i]);
+	fprintf(out, "code ");
+	for (int i = 0; i < 16; i++)
+		fprintf(out, "%02x", ((const unsigned char *)call)[i]);
+	fprintf(out, "\n");
 	fprintf(out, "done\n");
 	fclose(out);
 	return 0;
