@@ -32,8 +32,12 @@ type Config struct {
 	// Binaries caches opened binaries; the aggregator opens every binary it
 	// sees a sample in, so it can still be read after its process exits.
 	Binaries *symbolize.BinaryCache
-	// ProcessInfo reads a process's metadata; nil reads /proc.
+	// ProcessInfo reads a process's metadata; nil reads /proc, then
+	// Snapshots.
 	ProcessInfo func(pid int) (*Process, error)
+	// Snapshots, when set, holds the mappings of processes that exited
+	// before their samples were read, and opens the files behind them.
+	Snapshots *process.Snapshots
 }
 
 // Process is what the profile says about one process.
@@ -150,7 +154,7 @@ func New(cfg Config) *Aggregator {
 		cfg.MaxProcesses = 8192
 	}
 	if cfg.ProcessInfo == nil {
-		cfg.ProcessInfo = readProcess
+		cfg.ProcessInfo = func(pid int) (*Process, error) { return readProcess(pid, cfg.Snapshots) }
 	}
 	a := &Aggregator{
 		cfg:    cfg,
@@ -343,7 +347,7 @@ func (a *Aggregator) holdBinaries(proc *Process, frames []frame.Frame) {
 			proc.held = map[process.FileKey]struct{}{}
 		}
 		proc.held[key] = struct{}{}
-		bin, err := a.cfg.Binaries.Get(key, func() (*os.File, error) { return process.OpenMapping(proc.PID, m) })
+		bin, err := a.cfg.Binaries.Get(key, func() (*os.File, error) { return a.cfg.Snapshots.Open(proc.PID, m) })
 		if err == nil {
 			bin.Release()
 		}

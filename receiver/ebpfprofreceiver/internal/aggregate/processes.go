@@ -112,21 +112,37 @@ func (t *processTable) endInterval() {
 	t.generation++
 }
 
-func readProcess(pid int) (*Process, error) {
+// readProcess reads pid from /proc; a process gone (or a zombie, whose
+// mappings are gone) is taken from its snapshot, if snaps has one.
+func readProcess(pid int, snaps *process.Snapshots) (*Process, error) {
 	maps, err := process.ReadMappings(pid)
-	if err != nil {
+	if err != nil || len(maps) == 0 {
+		if snaps != nil {
+			if maps, exe, ok := snaps.Mappings(pid); ok {
+				return newProcess(pid, maps, exe), nil
+			}
+		}
+		if err == nil {
+			return newProcess(pid, nil, ""), nil
+		}
 		return nil, err
 	}
+	exe, _ := process.ExecutablePath(pid)
+	p := newProcess(pid, maps, exe)
+	p.ContainerID, _ = process.ContainerID(pid)
+	return p, nil
+}
+
+func newProcess(pid int, maps []process.Mapping, exe string) *Process {
 	var exec []frame.Mapping
 	for _, m := range maps {
 		if m.Executable() {
 			exec = append(exec, frame.Mapping{Mapping: m})
 		}
 	}
-	p := &Process{PID: pid, Mappings: exec}
-	if p.ExePath, err = process.ExecutablePath(pid); err == nil {
-		p.ExeName = filepath.Base(p.ExePath)
+	p := &Process{PID: pid, Mappings: exec, ExePath: exe}
+	if exe != "" {
+		p.ExeName = filepath.Base(exe)
 	}
-	p.ContainerID, _ = process.ContainerID(pid)
-	return p, nil
+	return p
 }

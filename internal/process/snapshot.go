@@ -1,0 +1,333 @@
+package process
+
+import (
+	"os"
+	"sync"
+	"time"
+)
+
+// Snapshots keeps the executable mappings of processes read while they
+// lived, and an open file behind each, so that the samples of a process
+// that exited before they were read can still be attributed and named.
+// A snapshot outlives its process by a fixed time (Linger), then goes.
+//
+// It is bounded: at most MaxProcesses snapshots (the oldest dropped first,
+// counted in Stats.Dropped) and at most MaxFiles open files, shared by all
+// snapshots of the same file (a snapshot whose file would exceed the bound
+// keeps the mapping without the file, counted in Stats.FilesNotHeld). Safe
+// for concurrent use.
+type Snapshots struct {
+	cfg SnapshotConfig
+
+	mu    sync.Mutex
+	procs map[int]*snapshot
+	order []*snapshot // oldest first; entries whose pid was taken again are stale
+	files map[FileKey]*heldFile
+	stats SnapshotStats
+}
+
+// SnapshotConfig bounds Snapshots.
+type SnapshotConfig struct {
+	// MaxProcesses bounds the snapshots kept, live or exited. Zero means
+	// 4096.
+	MaxProcesses int
+	// MaxFiles bounds the files held open. Zero means 256.
+	MaxFiles int
+	// Linger is how long a snapshot stays after its process exited: one
+	// report interval plus the sample read period covers its last samples.
+	Linger time.Duration
+	// read reads a process's mappings and open opens a mapped file; tests
+	// replace them.
+	read func(pid int) ([]Mapping, error)
+	open func(pid int, m *Mapping) (*os.File, error)
+}
+
+// SnapshotStats are the counts of Snapshots.
+type SnapshotStats struct {
+	// Processes and Files are the snapshots and open files held now.
+	Processes, Files int64
+	// Taken counts snapshots read; Expired those dropped after their
+	// process exited and Linger passed; Dropped those dropped early for
+	// room (MaxProcesses).
+	Taken, Expired, Dropped int64
+	// FilesNotHeld counts mapped files a snapshot could not hold open
+	// (MaxFiles reached, or the open failed).
+	FilesNotHeld int64
+}
+
+type snapshot struct {
+	pid      int
+	exePath  string
+	maps     []Mapping
+	files    []*heldFile
+	exitedAt time.Time // zero while alive
+	gone     bool
+}
+
+type heldFile struct {
+	f    *os.File
+	refs int
+}
+
+// NewSnapshots returns an empty store.
+func NewSnapshots(cfg SnapshotConfig) *Snapshots {
+	if cfg.MaxProcesses <= 0 {
+		cfg.MaxProcesses = 4096
+	}
+	if cfg.MaxFiles <= 0 {
+		cfg.MaxFiles = 256
+	}
+	if cfg.read == nil {
+		cfg.read = ReadMappings
+	}
+	if cfg.open == nil {
+		cfg.open = OpenMapping
+	}
+	return &Snapshots{cfg: cfg, procs: map[int]*snapshot{}, files: map[FileKey]*heldFile{}}
+}
+
+// Take reads pid's executable mappings now and keeps them in place of any
+// earlier snapshot of pid (an exec replaced the image). exePath is the
+// executable as the process sees it, "" to read it. A process already gone
+// keeps its earlier snapshot; Take reports whether it read one.
+func (s *Snapshots) Take(pid int, exePath string) bool {
+	all, err := s.cfg.read(pid)
+	if err != nil || len(all) == 0 {
+		return false // gone, or a zombie with no mappings left
+	}
+	if exePath == "" {
+		exePath, _ = ExecutablePath(pid)
+	}
+	var maps []Mapping
+	for _, m := range all {
+		if m.Executable() {
+			maps = append(maps, m)
+		}
+	}
+	// Files are opened outside the lock; those already held are not.
+	s.mu.Lock()
+	var toOpen []int
+	for i := range maps {
+		if maps[i].File() && s.files[maps[i].Key()] == nil {
+			toOpen = append(toOpen, i)
+		}
+	}
+	s.mu.Unlock()
+	opened := map[FileKey]*os.File{}
+	for _, i := range toOpen {
+		m := &maps[i]
+		if _, ok := opened[m.Key()]; ok {
+			continue
+		}
+		if f, err := s.cfg.open(pid, m); err == nil {
+			opened[m.Key()] = f
+		}
+	}
+
+	snap := &snapshot{pid: pid, exePath: exePath, maps: maps}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for i := range maps {
+		m := &maps[i]
+		if !m.File() || hasFile(snap.files, s.files[m.Key()]) {
+			continue
+		}
+		hf := s.files[m.Key()]
+		if hf == nil {
+			f := opened[m.Key()]
+			if f == nil {
+				s.stats.FilesNotHeld++
+				continue
+			}
+			if len(s.files) >= s.cfg.MaxFiles {
+				s.stats.FilesNotHeld++
+				continue
+			}
+			delete(opened, m.Key())
+			hf = &heldFile{f: f}
+			s.files[m.Key()] = hf
+		}
+		if hasFile(snap.files, hf) {
+			continue
+		}
+		hf.refs++
+		snap.files = append(snap.files, hf)
+	}
+	for _, f := range opened {
+		f.Close() // raced with another Take of the same file, or over the bound
+	}
+	if old := s.procs[pid]; old != nil {
+		s.release(old)
+	} else if len(s.procs) >= s.cfg.MaxProcesses {
+		s.dropOldest()
+	}
+	s.procs[pid] = snap
+	s.order = append(s.order, snap)
+	s.stats.Taken++
+	return true
+}
+
+func hasFile(files []*heldFile, hf *heldFile) bool {
+	for _, f := range files {
+		if f == hf {
+			return true
+		}
+	}
+	return false
+}
+
+// Refresh reads pid's mappings again if it has a snapshot and has not
+// exited, keeping the earlier read if it is gone now.
+func (s *Snapshots) Refresh(pid int) {
+	s.mu.Lock()
+	snap := s.procs[pid]
+	live := snap != nil && snap.exitedAt.IsZero()
+	exe := ""
+	if live {
+		exe = snap.exePath
+	}
+	s.mu.Unlock()
+	if live {
+		s.Take(pid, exe)
+	}
+}
+
+// Exited notes that pid exited at now: its snapshot goes once Linger has
+// passed.
+func (s *Snapshots) Exited(pid int, now time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if snap := s.procs[pid]; snap != nil && snap.exitedAt.IsZero() {
+		snap.exitedAt = now
+	}
+	s.expire(now)
+}
+
+// Expire drops the snapshots whose process exited more than Linger before
+// now.
+func (s *Snapshots) Expire(now time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.expire(now)
+}
+
+func (s *Snapshots) expire(now time.Time) {
+	for pid, snap := range s.procs {
+		if !snap.exitedAt.IsZero() && now.Sub(snap.exitedAt) > s.cfg.Linger {
+			delete(s.procs, pid)
+			s.release(snap)
+			s.stats.Expired++
+		}
+	}
+	s.compactOrder()
+}
+
+// dropOldest drops the oldest snapshot, exited ones first; s.mu is held.
+func (s *Snapshots) dropOldest() {
+	victim := (*snapshot)(nil)
+	for _, snap := range s.order {
+		if snap.gone {
+			continue
+		}
+		if !snap.exitedAt.IsZero() {
+			victim = snap
+			break
+		}
+		if victim == nil {
+			victim = snap
+		}
+	}
+	if victim == nil {
+		return
+	}
+	delete(s.procs, victim.pid)
+	s.release(victim)
+	s.stats.Dropped++
+	s.compactOrder()
+}
+
+// release lets go of snap's files; s.mu is held.
+func (s *Snapshots) release(snap *snapshot) {
+	snap.gone = true
+	for _, hf := range snap.files {
+		if hf.refs--; hf.refs == 0 {
+			for k, v := range s.files {
+				if v == hf {
+					delete(s.files, k)
+				}
+			}
+			hf.f.Close()
+		}
+	}
+	snap.files = nil
+}
+
+// compactOrder removes released snapshots from order once they are half
+// of it, so it stays within twice the snapshots held.
+func (s *Snapshots) compactOrder() {
+	if len(s.order) < 2*len(s.procs)+16 {
+		return
+	}
+	kept := s.order[:0]
+	for _, snap := range s.order {
+		if !snap.gone {
+			kept = append(kept, snap)
+		}
+	}
+	clear(s.order[len(kept):])
+	s.order = kept
+}
+
+// Mappings returns the executable mappings and executable path of pid's
+// snapshot.
+func (s *Snapshots) Mappings(pid int) (maps []Mapping, exePath string, ok bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	snap := s.procs[pid]
+	if snap == nil {
+		return nil, "", false
+	}
+	return snap.maps, snap.exePath, true
+}
+
+// Open opens the file behind mapping m of pid as OpenMapping does, and when
+// the process is gone returns a new descriptor of the file a snapshot
+// holds for the same device and inode. Nothing is opened by path: the
+// held file is the one the process mapped.
+func (s *Snapshots) Open(pid int, m *Mapping) (*os.File, error) {
+	if s == nil {
+		return OpenMapping(pid, m)
+	}
+	f, err := s.cfg.open(pid, m)
+	if err == nil {
+		return f, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	hf := s.files[m.Key()]
+	if hf == nil {
+		return nil, err
+	}
+	return dupFile(hf.f)
+}
+
+// Stats returns the store's counts.
+func (s *Snapshots) Stats() SnapshotStats {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st := s.stats
+	st.Processes, st.Files = int64(len(s.procs)), int64(len(s.files))
+	return st
+}
+
+// Close closes every held file.
+func (s *Snapshots) Close() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for pid, snap := range s.procs {
+		delete(s.procs, pid)
+		s.release(snap)
+	}
+	s.order = nil
+	return nil
+}
