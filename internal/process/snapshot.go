@@ -55,10 +55,18 @@ type SnapshotStats struct {
 	FilesNotHeld int64
 }
 
+// Snapshot is what a process's snapshot tells of it.
+type Snapshot struct {
+	// Mappings are its executable mappings.
+	Mappings []Mapping
+	// ExePath is its executable as it saw it; ContainerID its container
+	// ("" outside one).
+	ExePath, ContainerID string
+}
+
 type snapshot struct {
-	pid      int
-	exePath  string
-	maps     []Mapping
+	pid int
+	Snapshot
 	files    []*heldFile
 	exitedAt time.Time // zero while alive
 	gone     bool
@@ -98,6 +106,7 @@ func (s *Snapshots) Take(pid int, exePath string) bool {
 	if exePath == "" {
 		exePath, _ = ExecutablePath(pid)
 	}
+	container, _ := ContainerID(pid)
 	var maps []Mapping
 	for _, m := range all {
 		if m.Executable() {
@@ -124,7 +133,7 @@ func (s *Snapshots) Take(pid int, exePath string) bool {
 		}
 	}
 
-	snap := &snapshot{pid: pid, exePath: exePath, maps: maps}
+	snap := &snapshot{pid: pid, Snapshot: Snapshot{Mappings: maps, ExePath: exePath, ContainerID: container}}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for i := range maps {
@@ -184,7 +193,7 @@ func (s *Snapshots) Refresh(pid int) {
 	live := snap != nil && snap.exitedAt.IsZero()
 	exe := ""
 	if live {
-		exe = snap.exePath
+		exe = snap.ExePath
 	}
 	s.mu.Unlock()
 	if live {
@@ -278,16 +287,18 @@ func (s *Snapshots) compactOrder() {
 	s.order = kept
 }
 
-// Mappings returns the executable mappings and executable path of pid's
-// snapshot.
-func (s *Snapshots) Mappings(pid int) (maps []Mapping, exePath string, ok bool) {
+// Get returns pid's snapshot. Its Mappings must not be modified.
+func (s *Snapshots) Get(pid int) (Snapshot, bool) {
+	if s == nil {
+		return Snapshot{}, false
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	snap := s.procs[pid]
 	if snap == nil {
-		return nil, "", false
+		return Snapshot{}, false
 	}
-	return snap.maps, snap.exePath, true
+	return snap.Snapshot, true
 }
 
 // Open opens the file behind mapping m of pid as OpenMapping does, and when
@@ -311,8 +322,11 @@ func (s *Snapshots) Open(pid int, m *Mapping) (*os.File, error) {
 	return dupFile(hf.f)
 }
 
-// Stats returns the store's counts.
+// Stats returns the store's counts; a nil store has none.
 func (s *Snapshots) Stats() SnapshotStats {
+	if s == nil {
+		return SnapshotStats{}
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	st := s.stats
@@ -322,6 +336,9 @@ func (s *Snapshots) Stats() SnapshotStats {
 
 // Close closes every held file.
 func (s *Snapshots) Close() error {
+	if s == nil {
+		return nil
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for pid, snap := range s.procs {

@@ -117,15 +117,14 @@ func (t *processTable) endInterval() {
 func readProcess(pid int, snaps *process.Snapshots) (*Process, error) {
 	maps, err := process.ReadMappings(pid)
 	if err != nil || len(maps) == 0 {
-		if snaps != nil {
-			if maps, exe, ok := snaps.Mappings(pid); ok {
-				return newProcess(pid, maps, exe), nil
-			}
+		if snap, ok := snaps.Get(pid); ok {
+			p := newProcess(pid, snap.Mappings, snap.ExePath)
+			p.ContainerID = snap.ContainerID
+			return p, nil
 		}
-		if err == nil {
-			return newProcess(pid, nil, ""), nil
+		if err != nil {
+			return nil, err
 		}
-		return nil, err
 	}
 	exe, _ := process.ExecutablePath(pid)
 	p := newProcess(pid, maps, exe)
