@@ -99,6 +99,12 @@ func NewSnapshots(cfg SnapshotConfig) *Snapshots {
 // executable as the process sees it, "" to read it. A process already gone
 // keeps its earlier snapshot; Take reports whether it read one.
 func (s *Snapshots) Take(pid int, exePath string) bool {
+	return s.take(pid, exePath, nil)
+}
+
+// take reads and stores pid's snapshot; with prev set (a re-read) only in
+// place of prev, and only while its process has not been seen to exit.
+func (s *Snapshots) take(pid int, exePath string, prev *snapshot) bool {
 	all, err := s.cfg.read(pid)
 	if err != nil || len(all) == 0 {
 		return false // gone, or a zombie with no mappings left
@@ -113,11 +119,13 @@ func (s *Snapshots) Take(pid int, exePath string) bool {
 			maps = append(maps, m)
 		}
 	}
-	// Files are opened outside the lock; those already held are not.
+	// Files are opened outside the lock; those already held are not, nor
+	// those beyond the bound.
 	s.mu.Lock()
 	var toOpen []int
+	room := s.cfg.MaxFiles - len(s.files)
 	for i := range maps {
-		if maps[i].File() && s.files[maps[i].Key()] == nil {
+		if maps[i].File() && s.files[maps[i].Key()] == nil && len(toOpen) < room {
 			toOpen = append(toOpen, i)
 		}
 	}
@@ -136,6 +144,12 @@ func (s *Snapshots) Take(pid int, exePath string) bool {
 	snap := &snapshot{pid: pid, Snapshot: Snapshot{Mappings: maps, ExePath: exePath, ContainerID: container}}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if prev != nil && (s.procs[pid] != prev || !prev.exitedAt.IsZero()) {
+		for _, f := range opened {
+			f.Close()
+		}
+		return false // exited, or exec'd again, since the re-read began
+	}
 	for i := range maps {
 		m := &maps[i]
 		if !m.File() || hasFile(snap.files, s.files[m.Key()]) {
@@ -191,13 +205,9 @@ func (s *Snapshots) Refresh(pid int) {
 	s.mu.Lock()
 	snap := s.procs[pid]
 	live := snap != nil && snap.exitedAt.IsZero()
-	exe := ""
-	if live {
-		exe = snap.ExePath
-	}
 	s.mu.Unlock()
 	if live {
-		s.Take(pid, exe)
+		s.take(pid, snap.ExePath, snap)
 	}
 }
 

@@ -1,0 +1,166 @@
+package process
+
+import (
+	"errors"
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+	"testing"
+	"time"
+)
+
+// fakeProcs stands in for /proc where the test needs a process to vanish
+// at a chosen moment: pid → its mappings, each file mapping backed by a
+// real file of the test.
+type fakeProcs struct {
+	maps  map[int][]Mapping
+	files map[FileKey]string
+	opens int
+}
+
+var errGone = errors.New("no such process")
+
+func (f *fakeProcs) read(pid int) ([]Mapping, error) {
+	m, ok := f.maps[pid]
+	if !ok {
+		return nil, errGone
+	}
+	return m, nil
+}
+
+func (f *fakeProcs) open(pid int, m *Mapping) (*os.File, error) {
+	if _, ok := f.maps[pid]; !ok {
+		return nil, errGone
+	}
+	f.opens++
+	return os.Open(f.files[m.Key()])
+}
+
+func newFake(t *testing.T, files int) (*fakeProcs, []Mapping) {
+	t.Helper()
+	f := &fakeProcs{maps: map[int][]Mapping{}, files: map[FileKey]string{}}
+	var maps []Mapping
+	for i := range files {
+		p := filepath.Join(t.TempDir(), "bin"+strconv.Itoa(i))
+		if err := os.WriteFile(p, []byte("contents of "+p), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		m := Mapping{Start: uint64(i+1) << 20, End: uint64(i+2) << 20, Perms: "r-xp", Dev: 1, Inode: uint64(100 + i), Path: p}
+		f.files[m.Key()] = p
+		maps = append(maps, m)
+	}
+	// A data mapping is not kept.
+	maps = append(maps, Mapping{Start: 1 << 40, End: 1<<40 + 4096, Perms: "rw-p"})
+	return f, maps
+}
+
+func newTestSnapshots(f *fakeProcs, cfg SnapshotConfig) *Snapshots {
+	cfg.read, cfg.open = f.read, f.open
+	return NewSnapshots(cfg)
+}
+
+func TestSnapshotOutlivesProcessForLinger(t *testing.T) {
+	f, maps := newFake(t, 2)
+	s := newTestSnapshots(f, SnapshotConfig{Linger: time.Second})
+	defer s.Close()
+	f.maps[7] = maps
+	if !s.Take(7, "/bin/x") {
+		t.Fatal("Take of a live process read nothing")
+	}
+	delete(f.maps, 7) // it exits
+	exited := time.Now()
+	s.Exited(7, exited)
+	if s.Take(7, "") {
+		t.Error("Take of a gone process said it read")
+	}
+	snap, ok := s.Get(7)
+	if !ok || len(snap.Mappings) != 2 || snap.ExePath != "/bin/x" {
+		t.Fatalf("snapshot after exit = %+v, %v; want the 2 executable mappings of /bin/x", snap, ok)
+	}
+	// Its files open from what the snapshot holds, though /proc has none.
+	for i := range snap.Mappings {
+		m := &snap.Mappings[i]
+		file, err := s.Open(7, m)
+		if err != nil {
+			t.Fatalf("opening %s after exit: %v", m.Path, err)
+		}
+		got, _ := io.ReadAll(io.NewSectionReader(file, 0, 1<<20))
+		file.Close()
+		if string(got) != "contents of "+m.Path {
+			t.Errorf("file opened for %s holds %q", m.Path, got)
+		}
+	}
+	s.Expire(exited.Add(time.Second / 2))
+	if _, ok := s.Get(7); !ok {
+		t.Fatal("snapshot dropped before Linger passed")
+	}
+	s.Expire(exited.Add(2 * time.Second))
+	if _, ok := s.Get(7); ok {
+		t.Fatal("snapshot kept after Linger passed")
+	}
+	st := s.Stats()
+	if st.Processes != 0 || st.Files != 0 || st.Expired != 1 || st.Dropped != 0 {
+		t.Errorf("stats after expiry = %+v; want nothing held, 1 expired", st)
+	}
+	if _, err := s.Open(7, &snap.Mappings[0]); err == nil {
+		t.Error("a file was opened for a process whose snapshot is gone")
+	}
+}
+
+func TestSnapshotsBounded(t *testing.T) {
+	f, maps := newFake(t, 3)
+	s := newTestSnapshots(f, SnapshotConfig{MaxProcesses: 4, MaxFiles: 2, Linger: time.Hour})
+	defer s.Close()
+	for pid := 1; pid <= 6; pid++ {
+		f.maps[pid] = maps
+		s.Take(pid, "/bin/x")
+		if pid == 2 {
+			s.Exited(2, time.Now())
+		}
+	}
+	st := s.Stats()
+	if st.Processes != 4 || st.Dropped != 2 {
+		t.Fatalf("stats = %+v; want 4 processes kept and 2 dropped", st)
+	}
+	// The exited process goes first, then the oldest.
+	for pid, want := range map[int]bool{1: false, 2: false, 3: true, 6: true} {
+		if _, ok := s.Get(pid); ok != want {
+			t.Errorf("snapshot of pid %d kept = %v, want %v", pid, ok, want)
+		}
+	}
+	// Two of the three files are held, shared by every snapshot, each
+	// opened once; the third is not opened at all.
+	if st.Files != 2 {
+		t.Errorf("%d files held, want 2", st.Files)
+	}
+	if st.FilesNotHeld != 6 {
+		t.Errorf("%d files not held, want 6 (the third file of 6 processes)", st.FilesNotHeld)
+	}
+	if f.opens != 2 {
+		t.Errorf("%d opens, want 2 (the held files, once)", f.opens)
+	}
+}
+
+func TestSnapshotRefreshSkipsExited(t *testing.T) {
+	f, maps := newFake(t, 1)
+	s := newTestSnapshots(f, SnapshotConfig{Linger: time.Hour})
+	defer s.Close()
+	f.maps[9] = maps[:1]
+	s.Take(9, "/bin/x")
+	f.maps[9] = maps // ld.so mapped more since the exec
+	s.Refresh(9)
+	if st := s.Stats(); st.Taken != 2 {
+		t.Fatalf("Refresh of a live process: %d reads, want 2", st.Taken)
+	}
+	s.Exited(9, time.Now())
+	s.Refresh(9) // a late re-read must not revive the snapshot
+	s.Refresh(10)
+	if st := s.Stats(); st.Taken != 2 {
+		t.Errorf("Refresh read an exited or unknown process: %d reads, want 2", st.Taken)
+	}
+	s.Expire(time.Now().Add(2 * time.Hour))
+	if _, ok := s.Get(9); ok {
+		t.Error("snapshot of an exited process refreshed after exit never expires")
+	}
+}
