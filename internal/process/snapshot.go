@@ -136,9 +136,17 @@ func (s *Snapshots) take(pid int, exePath string, prev *snapshot) bool {
 		if _, ok := opened[m.Key()]; ok {
 			continue
 		}
-		if f, err := s.cfg.open(pid, m); err == nil {
-			opened[m.Key()] = f
+		f, err := s.cfg.open(pid, m)
+		if err != nil {
+			continue
 		}
+		// Only the file the process mapped is held: a path replaced since
+		// names another.
+		if id, err := StatFile(f); err != nil || id.FileKey != m.Key() {
+			f.Close()
+			continue
+		}
+		opened[m.Key()] = f
 	}
 
 	snap := &snapshot{pid: pid, Snapshot: Snapshot{Mappings: maps, ExePath: exePath, ContainerID: container}}

@@ -46,7 +46,16 @@ func newFake(t *testing.T, files int) (*fakeProcs, []Mapping) {
 		if err := os.WriteFile(p, []byte("contents of "+p), 0o644); err != nil {
 			t.Fatal(err)
 		}
-		m := Mapping{Start: uint64(i+1) << 20, End: uint64(i+2) << 20, Perms: "r-xp", Dev: 1, Inode: uint64(100 + i), Path: p}
+		file, err := os.Open(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		id, err := StatFile(file)
+		file.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		m := Mapping{Start: uint64(i+1) << 20, End: uint64(i+2) << 20, Perms: "r-xp", Dev: id.Dev, Inode: id.Ino, Path: p}
 		f.files[m.Key()] = p
 		maps = append(maps, m)
 	}
@@ -139,6 +148,28 @@ func TestSnapshotsBounded(t *testing.T) {
 	}
 	if f.opens != 2 {
 		t.Errorf("%d opens, want 2 (the held files, once)", f.opens)
+	}
+}
+
+func TestSnapshotHoldsOnlyTheMappedFile(t *testing.T) {
+	f, maps := newFake(t, 1)
+	s := newTestSnapshots(f, SnapshotConfig{Linger: time.Hour})
+	defer s.Close()
+	// The path now names another file than the one mapped.
+	other := filepath.Join(t.TempDir(), "other")
+	if err := os.WriteFile(other, []byte("another file"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	f.files[maps[0].Key()] = other
+	f.maps[3] = maps
+	s.Take(3, "/bin/x")
+	delete(f.maps, 3)
+	if st := s.Stats(); st.Files != 0 || st.FilesNotHeld != 1 {
+		t.Fatalf("stats = %+v; want the replaced file not held", st)
+	}
+	if file, err := s.Open(3, &maps[0]); err == nil {
+		file.Close()
+		t.Fatal("a file other than the mapped one was opened after exit")
 	}
 }
 
