@@ -62,7 +62,21 @@ type Snapshot struct {
 	// ExePath is its executable as it saw it; ContainerID its container
 	// ("" outside one).
 	ExePath, ContainerID string
+	// Exec and Exit are when the process exec'd this image and exited,
+	// in CLOCK_MONOTONIC nanoseconds (ktime); zero when not known.
+	Exec, Exit uint64
 }
+
+// Covers reports whether a sample taken at ktime can be of this image of
+// the process: not before its exec, not after its exit (a later process
+// with the same pid, forked without exec, is not this one). The exit
+// event comes early in the exit path, which samples may still catch.
+func (s *Snapshot) Covers(ktime uint64) bool {
+	return ktime >= s.Exec && (s.Exit == 0 || ktime <= s.Exit+uint64(exitSlack))
+}
+
+// exitSlack is how long after its exit event a process may still be sampled.
+const exitSlack = 10 * time.Millisecond
 
 type snapshot struct {
 	pid int
@@ -96,15 +110,16 @@ func NewSnapshots(cfg SnapshotConfig) *Snapshots {
 
 // Take reads pid's executable mappings now and keeps them in place of any
 // earlier snapshot of pid (an exec replaced the image). exePath is the
-// executable as the process sees it, "" to read it. A process already gone
-// keeps its earlier snapshot; Take reports whether it read one.
-func (s *Snapshots) Take(pid int, exePath string) bool {
-	return s.take(pid, exePath, nil)
+// executable as the process sees it, "" to read it; execKtime when it
+// exec'd (ktime), 0 if unknown. A process already gone keeps its earlier
+// snapshot; Take reports whether it read one.
+func (s *Snapshots) Take(pid int, exePath string, execKtime uint64) bool {
+	return s.take(pid, exePath, execKtime, nil)
 }
 
 // take reads and stores pid's snapshot; with prev set (a re-read) only in
 // place of prev, and only while its process has not been seen to exit.
-func (s *Snapshots) take(pid int, exePath string, prev *snapshot) bool {
+func (s *Snapshots) take(pid int, exePath string, execKtime uint64, prev *snapshot) bool {
 	all, err := s.cfg.read(pid)
 	if err != nil || len(all) == 0 {
 		return false // gone, or a zombie with no mappings left
@@ -149,7 +164,7 @@ func (s *Snapshots) take(pid int, exePath string, prev *snapshot) bool {
 		opened[m.Key()] = f
 	}
 
-	snap := &snapshot{pid: pid, Snapshot: Snapshot{Mappings: maps, ExePath: exePath, ContainerID: container}}
+	snap := &snapshot{pid: pid, Snapshot: Snapshot{Mappings: maps, ExePath: exePath, ContainerID: container, Exec: execKtime}}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if prev != nil && (s.procs[pid] != prev || !prev.exitedAt.IsZero()) {
@@ -215,17 +230,17 @@ func (s *Snapshots) Refresh(pid int) {
 	live := snap != nil && snap.exitedAt.IsZero()
 	s.mu.Unlock()
 	if live {
-		s.take(pid, snap.ExePath, snap)
+		s.take(pid, snap.ExePath, snap.Exec, snap)
 	}
 }
 
-// Exited notes that pid exited at now: its snapshot goes once Linger has
-// passed.
-func (s *Snapshots) Exited(pid int, now time.Time) {
+// Exited notes that pid exited at now (exitKtime in ktime, 0 if unknown):
+// its snapshot goes once Linger has passed.
+func (s *Snapshots) Exited(pid int, now time.Time, exitKtime uint64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if snap := s.procs[pid]; snap != nil && snap.exitedAt.IsZero() {
-		snap.exitedAt = now
+		snap.exitedAt, snap.Exit = now, exitKtime
 	}
 	s.expire(now)
 }
@@ -305,15 +320,26 @@ func (s *Snapshots) compactOrder() {
 	s.order = kept
 }
 
-// Get returns pid's snapshot. Its Mappings must not be modified.
-func (s *Snapshots) Get(pid int) (Snapshot, bool) {
+// Has reports whether pid has a snapshot.
+func (s *Snapshots) Has(pid int) bool {
+	if s == nil {
+		return false
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.procs[pid] != nil
+}
+
+// Get returns pid's snapshot if it covers a sample taken at ktime (0: any
+// time). Its Mappings must not be modified.
+func (s *Snapshots) Get(pid int, ktime uint64) (Snapshot, bool) {
 	if s == nil {
 		return Snapshot{}, false
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	snap := s.procs[pid]
-	if snap == nil {
+	if snap == nil || (ktime != 0 && !snap.Covers(ktime)) {
 		return Snapshot{}, false
 	}
 	return snap.Snapshot, true

@@ -25,13 +25,13 @@ func TestSnapshotOfRealProcess(t *testing.T) {
 	s := NewSnapshots(SnapshotConfig{Linger: time.Minute})
 	defer s.Close()
 	waitExec(t, proc.Pid, sleep)
-	if !s.Take(proc.Pid, "") {
+	if !s.Take(proc.Pid, "", 0) {
 		t.Fatal("no snapshot of a live process")
 	}
 	proc.Kill()
 	proc.Wait()
-	s.Exited(proc.Pid, time.Now())
-	snap, ok := s.Get(proc.Pid)
+	s.Exited(proc.Pid, time.Now(), 0)
+	snap, ok := s.Get(proc.Pid, 0)
 	if !ok {
 		t.Fatal("snapshot gone with the process")
 	}

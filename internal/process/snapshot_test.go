@@ -74,16 +74,16 @@ func TestSnapshotOutlivesProcessForLinger(t *testing.T) {
 	s := newTestSnapshots(f, SnapshotConfig{Linger: time.Second})
 	defer s.Close()
 	f.maps[7] = maps
-	if !s.Take(7, "/bin/x") {
+	if !s.Take(7, "/bin/x", 0) {
 		t.Fatal("Take of a live process read nothing")
 	}
 	delete(f.maps, 7) // it exits
 	exited := time.Now()
-	s.Exited(7, exited)
-	if s.Take(7, "") {
+	s.Exited(7, exited, 0)
+	if s.Take(7, "", 0) {
 		t.Error("Take of a gone process said it read")
 	}
-	snap, ok := s.Get(7)
+	snap, ok := s.Get(7, 0)
 	if !ok || len(snap.Mappings) != 2 || snap.ExePath != "/bin/x" {
 		t.Fatalf("snapshot after exit = %+v, %v; want the 2 executable mappings of /bin/x", snap, ok)
 	}
@@ -101,11 +101,11 @@ func TestSnapshotOutlivesProcessForLinger(t *testing.T) {
 		}
 	}
 	s.Expire(exited.Add(time.Second / 2))
-	if _, ok := s.Get(7); !ok {
+	if _, ok := s.Get(7, 0); !ok {
 		t.Fatal("snapshot dropped before Linger passed")
 	}
 	s.Expire(exited.Add(2 * time.Second))
-	if _, ok := s.Get(7); ok {
+	if _, ok := s.Get(7, 0); ok {
 		t.Fatal("snapshot kept after Linger passed")
 	}
 	st := s.Stats()
@@ -123,9 +123,9 @@ func TestSnapshotsBounded(t *testing.T) {
 	defer s.Close()
 	for pid := 1; pid <= 6; pid++ {
 		f.maps[pid] = maps
-		s.Take(pid, "/bin/x")
+		s.Take(pid, "/bin/x", 0)
 		if pid == 2 {
-			s.Exited(2, time.Now())
+			s.Exited(2, time.Now(), 0)
 		}
 	}
 	st := s.Stats()
@@ -134,7 +134,7 @@ func TestSnapshotsBounded(t *testing.T) {
 	}
 	// The exited process goes first, then the oldest.
 	for pid, want := range map[int]bool{1: false, 2: false, 3: true, 6: true} {
-		if _, ok := s.Get(pid); ok != want {
+		if _, ok := s.Get(pid, 0); ok != want {
 			t.Errorf("snapshot of pid %d kept = %v, want %v", pid, ok, want)
 		}
 	}
@@ -162,7 +162,7 @@ func TestSnapshotHoldsOnlyTheMappedFile(t *testing.T) {
 	}
 	f.files[maps[0].Key()] = other
 	f.maps[3] = maps
-	s.Take(3, "/bin/x")
+	s.Take(3, "/bin/x", 0)
 	delete(f.maps, 3)
 	if st := s.Stats(); st.Files != 0 || st.FilesNotHeld != 1 {
 		t.Fatalf("stats = %+v; want the replaced file not held", st)
@@ -178,20 +178,45 @@ func TestSnapshotRefreshSkipsExited(t *testing.T) {
 	s := newTestSnapshots(f, SnapshotConfig{Linger: time.Hour})
 	defer s.Close()
 	f.maps[9] = maps[:1]
-	s.Take(9, "/bin/x")
+	s.Take(9, "/bin/x", 0)
 	f.maps[9] = maps // ld.so mapped more since the exec
 	s.Refresh(9)
 	if st := s.Stats(); st.Taken != 2 {
 		t.Fatalf("Refresh of a live process: %d reads, want 2", st.Taken)
 	}
-	s.Exited(9, time.Now())
+	s.Exited(9, time.Now(), 0)
 	s.Refresh(9) // a late re-read must not revive the snapshot
 	s.Refresh(10)
 	if st := s.Stats(); st.Taken != 2 {
 		t.Errorf("Refresh read an exited or unknown process: %d reads, want 2", st.Taken)
 	}
 	s.Expire(time.Now().Add(2 * time.Hour))
-	if _, ok := s.Get(9); ok {
+	if _, ok := s.Get(9, 0); ok {
 		t.Error("snapshot of an exited process refreshed after exit never expires")
+	}
+}
+
+func TestSnapshotCoversItsLifetimeOnly(t *testing.T) {
+	f, maps := newFake(t, 1)
+	s := newTestSnapshots(f, SnapshotConfig{Linger: time.Hour})
+	defer s.Close()
+	f.maps[5] = maps
+	const exec, exit = uint64(1e9), uint64(2e9)
+	s.Take(5, "/bin/x", exec)
+	delete(f.maps, 5)
+	s.Exited(5, time.Now(), exit)
+	for _, c := range []struct {
+		ktime uint64
+		want  bool
+	}{
+		{exec - 1, false}, // the image before the exec
+		{exec, true},
+		{exit, true},
+		{exit + uint64(exitSlack), true},
+		{exit + uint64(time.Second), false}, // a later process with the pid
+	} {
+		if _, ok := s.Get(5, c.ktime); ok != c.want {
+			t.Errorf("Get at %d (exec %d, exit %d) = %v, want %v", c.ktime, exec, exit, ok, c.want)
+		}
 	}
 }

@@ -18,7 +18,7 @@ import (
 )
 
 // TestShortLivedProcessesNamed runs a few hundred children that each live
-// about 10 ms, exec'd one after the other, at the highest sampling
+// about 20 ms, exec'd one after the other, at the highest sampling
 // frequency: every child is gone long before the drain reads its samples.
 // Their user frames must still be mapped and named (from the mappings
 // read at exec), the child's own function in nearly all of their samples.

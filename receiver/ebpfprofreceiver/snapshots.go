@@ -73,7 +73,7 @@ func (r *profilesReceiver) watchProcesses(w *procwatch.Watcher, rereads chan<- r
 		case procwatch.Exec:
 			// The event's path may be relative; the snapshot reads
 			// /proc/PID/exe instead.
-			if r.snapshots.Take(pid, "") {
+			if r.snapshots.Take(pid, "", ev.KTime) {
 				select {
 				case rereads <- rereadReq{pid: pid, due: time.Now().Add(rereadAfter)}:
 				default:
@@ -81,7 +81,7 @@ func (r *profilesReceiver) watchProcesses(w *procwatch.Watcher, rereads chan<- r
 				}
 			}
 		case procwatch.Exit:
-			r.snapshots.Exited(pid, time.Now())
+			r.snapshots.Exited(pid, time.Now(), ev.KTime)
 		}
 	}
 }

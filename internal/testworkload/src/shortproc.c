@@ -1,5 +1,5 @@
 // shortproc forks and execs itself as a short-lived child, one after the
-// other: each child burns the CPU in shortproc_child_spin for about 15 ms,
+// other: each child burns the CPU in shortproc_child_spin for about 20 ms,
 // then exits, so it is gone well before a profiler that reads its samples
 // every few hundred milliseconds sees them.
 //
@@ -30,7 +30,7 @@ __attribute__((noinline)) void shortproc_child_spin(long long ns) {
 
 int main(int argc, char **argv) {
 	if (argc > 1 && strcmp(argv[1], "child") == 0) {
-		shortproc_child_spin(15 * 1000000LL);
+		shortproc_child_spin(20 * 1000000LL);
 		return 0;
 	}
 	int count = argc > 1 ? atoi(argv[1]) : 300;

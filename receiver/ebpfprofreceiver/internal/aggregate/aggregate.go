@@ -140,6 +140,8 @@ type Aggregator struct {
 	key        []byte
 	scratch    []frame.Frame // the frames of the sample being added
 	clock      ktime.Clock   // refreshed every interval, so wall-clock steps are followed
+	// sampleKtime is when the sample being added was taken.
+	sampleKtime uint64
 }
 
 // New returns an empty Aggregator.
@@ -153,15 +155,21 @@ func New(cfg Config) *Aggregator {
 	if cfg.MaxProcesses <= 0 {
 		cfg.MaxProcesses = 8192
 	}
+	var a *Aggregator
 	if cfg.ProcessInfo == nil {
-		cfg.ProcessInfo = func(pid int) (*Process, error) { return readProcess(pid, cfg.Snapshots) }
+		// A snapshot is taken only for a sample of its process's
+		// lifetime: Add notes the sample's time first.
+		cfg.ProcessInfo = func(pid int) (*Process, error) { return readProcess(pid, cfg.Snapshots, a.sampleKtime) }
 	}
-	a := &Aggregator{
+	a = &Aggregator{
 		cfg:    cfg,
 		stacks: map[string]*Stack{},
 		procs:  newProcessTable(cfg.MaxProcesses, cfg.ProcessInfo),
 		leaves: newLeafAnalyzer(cfg.Binaries),
 		start:  time.Now(),
+	}
+	if cfg.Snapshots != nil {
+		a.procs.snapshotted = cfg.Snapshots.Has
 	}
 	a.clock.Refresh()
 	return a
@@ -170,6 +178,7 @@ func New(cfg Config) *Aggregator {
 // Add attributes one sample and counts it.
 func (a *Aggregator) Add(s *profiler.Sample) {
 	a.stats.Samples++
+	a.sampleKtime = s.KtimeNs
 	proc := a.procs.lookup(int(s.PID), s.UserIP)
 	if proc == nil {
 		a.stats.UnknownProcesses++
