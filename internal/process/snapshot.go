@@ -4,6 +4,7 @@ import (
 	"os"
 	"sync"
 	"time"
+	"unsafe"
 )
 
 // Snapshots keeps the executable mappings of processes read while they
@@ -11,8 +12,8 @@ import (
 // that exited before they were read can still be attributed and named.
 // A snapshot outlives its process by a fixed time (Linger), then goes.
 //
-// It is bounded: at most MaxProcesses snapshots (the oldest dropped first,
-// counted in Stats.Dropped) and at most MaxFiles open files, shared by all
+// It is bounded: at most MaxProcesses snapshots taking MaxBytes (the
+// oldest, exited ones first, dropped first, counted in Stats.Dropped) and at most MaxFiles open files, shared by all
 // snapshots of the same file (a snapshot whose file would exceed the bound
 // keeps the mapping without the file, counted in Stats.FilesNotHeld). Safe
 // for concurrent use.
@@ -23,6 +24,7 @@ type Snapshots struct {
 	procs map[int]*snapshot
 	order []*snapshot // oldest first; entries whose pid was taken again are stale
 	files map[FileKey]*heldFile
+	bytes int64
 	stats SnapshotStats
 }
 
@@ -31,24 +33,28 @@ type SnapshotConfig struct {
 	// MaxProcesses bounds the snapshots kept, live or exited. Zero means
 	// 4096.
 	MaxProcesses int
+	// MaxBytes bounds the memory the snapshots take. Zero means 4 MiB.
+	MaxBytes int64
 	// MaxFiles bounds the files held open. Zero means 256.
 	MaxFiles int
 	// Linger is how long a snapshot stays after its process exited: one
 	// report interval plus the sample read period covers its last samples.
 	Linger time.Duration
-	// read reads a process's mappings and open opens a mapped file; tests
-	// replace them.
-	read func(pid int) ([]Mapping, error)
-	open func(pid int, m *Mapping) (*os.File, error)
+	// read reads a process's mappings, open opens a mapped file, and exe
+	// and container read its executable and container; tests replace them.
+	read           func(pid int) ([]Mapping, error)
+	open           func(pid int, m *Mapping) (*os.File, error)
+	exe, container func(pid int) (string, error)
 }
 
 // SnapshotStats are the counts of Snapshots.
 type SnapshotStats struct {
-	// Processes and Files are the snapshots and open files held now.
-	Processes, Files int64
+	// Processes and Files are the snapshots and open files held now,
+	// Bytes the memory the snapshots take.
+	Processes, Files, Bytes int64
 	// Taken counts snapshots read; Expired those dropped after their
 	// process exited and Linger passed; Dropped those dropped early for
-	// room (MaxProcesses).
+	// room (MaxProcesses, MaxBytes).
 	Taken, Expired, Dropped int64
 	// FilesNotHeld counts mapped files a snapshot could not hold open
 	// (MaxFiles reached, or the open failed).
@@ -84,6 +90,7 @@ type snapshot struct {
 	files    []*heldFile
 	exitedAt time.Time // zero while alive
 	gone     bool
+	cost     int64
 }
 
 type heldFile struct {
@@ -96,6 +103,9 @@ func NewSnapshots(cfg SnapshotConfig) *Snapshots {
 	if cfg.MaxProcesses <= 0 {
 		cfg.MaxProcesses = 4096
 	}
+	if cfg.MaxBytes <= 0 {
+		cfg.MaxBytes = 4 << 20
+	}
 	if cfg.MaxFiles <= 0 {
 		cfg.MaxFiles = 256
 	}
@@ -104,6 +114,12 @@ func NewSnapshots(cfg SnapshotConfig) *Snapshots {
 	}
 	if cfg.open == nil {
 		cfg.open = OpenMapping
+	}
+	if cfg.exe == nil {
+		cfg.exe = ExecutablePath
+	}
+	if cfg.container == nil {
+		cfg.container = ContainerID
 	}
 	return &Snapshots{cfg: cfg, procs: map[int]*snapshot{}, files: map[FileKey]*heldFile{}}
 }
@@ -125,9 +141,9 @@ func (s *Snapshots) take(pid int, exePath string, execKtime uint64, prev *snapsh
 		return false // gone, or a zombie with no mappings left
 	}
 	if exePath == "" {
-		exePath, _ = ExecutablePath(pid)
+		exePath, _ = s.cfg.exe(pid)
 	}
-	container, _ := ContainerID(pid)
+	container, _ := s.cfg.container(pid)
 	var maps []Mapping
 	for _, m := range all {
 		if m.Executable() {
@@ -203,10 +219,16 @@ func (s *Snapshots) take(pid int, exePath string, execKtime uint64, prev *snapsh
 		f.Close() // raced with another Take of the same file, or over the bound
 	}
 	if old := s.procs[pid]; old != nil {
+		delete(s.procs, pid)
 		s.release(old)
-	} else if len(s.procs) >= s.cfg.MaxProcesses {
-		s.dropOldest()
 	}
+	snap.cost = snapshotCost(snap)
+	for len(s.procs) >= s.cfg.MaxProcesses || s.bytes+snap.cost > s.cfg.MaxBytes {
+		if !s.dropOldest() {
+			break
+		}
+	}
+	s.bytes += snap.cost
 	s.procs[pid] = snap
 	s.order = append(s.order, snap)
 	s.stats.Taken++
@@ -264,8 +286,18 @@ func (s *Snapshots) expire(now time.Time) {
 	s.compactOrder()
 }
 
-// dropOldest drops the oldest snapshot, exited ones first; s.mu is held.
-func (s *Snapshots) dropOldest() {
+// snapshotCost estimates the bytes snap takes.
+func snapshotCost(snap *snapshot) int64 {
+	n := int64(unsafe.Sizeof(*snap)) + int64(len(snap.ExePath)+len(snap.ContainerID)) + int64(cap(snap.files))*8
+	for i := range snap.Mappings {
+		n += int64(unsafe.Sizeof(snap.Mappings[i])) + int64(len(snap.Mappings[i].Path)+len(snap.Mappings[i].Perms))
+	}
+	return n
+}
+
+// dropOldest drops the oldest snapshot, exited ones first, and reports
+// whether there was one; s.mu is held.
+func (s *Snapshots) dropOldest() bool {
 	victim := (*snapshot)(nil)
 	for _, snap := range s.order {
 		if snap.gone {
@@ -280,17 +312,19 @@ func (s *Snapshots) dropOldest() {
 		}
 	}
 	if victim == nil {
-		return
+		return false
 	}
 	delete(s.procs, victim.pid)
 	s.release(victim)
 	s.stats.Dropped++
 	s.compactOrder()
+	return true
 }
 
 // release lets go of snap's files; s.mu is held.
 func (s *Snapshots) release(snap *snapshot) {
 	snap.gone = true
+	s.bytes -= snap.cost
 	for _, hf := range snap.files {
 		if hf.refs--; hf.refs == 0 {
 			for k, v := range s.files {
@@ -374,7 +408,7 @@ func (s *Snapshots) Stats() SnapshotStats {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	st := s.stats
-	st.Processes, st.Files = int64(len(s.procs)), int64(len(s.files))
+	st.Processes, st.Files, st.Bytes = int64(len(s.procs)), int64(len(s.files)), s.bytes
 	return st
 }
 

@@ -66,6 +66,8 @@ func newFake(t *testing.T, files int) (*fakeProcs, []Mapping) {
 
 func newTestSnapshots(f *fakeProcs, cfg SnapshotConfig) *Snapshots {
 	cfg.read, cfg.open = f.read, f.open
+	cfg.exe = func(int) (string, error) { return "", errGone }
+	cfg.container = func(int) (string, error) { return "", nil }
 	return NewSnapshots(cfg)
 }
 
@@ -148,6 +150,32 @@ func TestSnapshotsBounded(t *testing.T) {
 	}
 	if f.opens != 2 {
 		t.Errorf("%d opens, want 2 (the held files, once)", f.opens)
+	}
+}
+
+func TestSnapshotsBoundedByBytes(t *testing.T) {
+	f, maps := newFake(t, 3)
+	one := newTestSnapshots(f, SnapshotConfig{Linger: time.Hour})
+	f.maps[1] = maps
+	one.Take(1, "/bin/x", 0)
+	cost := one.Stats().Bytes
+	one.Close()
+	if cost <= 0 {
+		t.Fatalf("a snapshot of %d mappings costs %d bytes", len(maps), cost)
+	}
+	s := newTestSnapshots(f, SnapshotConfig{MaxBytes: 3*cost + cost/2, Linger: time.Hour})
+	defer s.Close()
+	for pid := 1; pid <= 5; pid++ {
+		f.maps[pid] = maps
+		s.Take(pid, "/bin/x", 0)
+	}
+	st := s.Stats()
+	if st.Processes != 3 || st.Dropped != 2 || st.Bytes != 3*cost {
+		t.Errorf("stats = %+v; want 3 snapshots of %d bytes kept, 2 dropped", st, cost)
+	}
+	s.Close()
+	if st := s.Stats(); st.Bytes != 0 || st.Files != 0 {
+		t.Errorf("after Close: %+v", st)
 	}
 }
 

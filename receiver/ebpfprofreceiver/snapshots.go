@@ -11,10 +11,11 @@ import (
 )
 
 const (
-	// maxSnapshots and maxSnapshotFiles bound the mappings kept of
-	// processes (process.Snapshots): a snapshot is a few hundred bytes,
-	// a held file one descriptor.
+	// maxSnapshots, maxSnapshotBytes and maxSnapshotFiles bound the
+	// mappings kept of processes (process.Snapshots): a snapshot is a
+	// few hundred bytes to a few KiB, a held file one descriptor.
 	maxSnapshots     = 4096
+	maxSnapshotBytes = 4 << 20
 	maxSnapshotFiles = 256
 	// rereadAfter is when a process's mappings are read again after its
 	// exec: the exec event comes before ld.so maps the libraries.
@@ -33,6 +34,7 @@ const (
 func (r *profilesReceiver) startSnapshots() {
 	r.snapshots = process.NewSnapshots(process.SnapshotConfig{
 		MaxProcesses: maxSnapshots,
+		MaxBytes:     maxSnapshotBytes,
 		MaxFiles:     maxSnapshotFiles,
 		// A process's last samples are read within a drain period and
 		// reported at the end of the interval they fall in.

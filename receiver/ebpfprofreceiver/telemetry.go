@@ -147,6 +147,7 @@ func (r *profilesReceiver) registerTelemetry() error {
 			observe(o, int64(r.kernelSyms.Stats().Cache.Len), "cache", "kernel_names")
 			snaps := r.snapshots.Stats()
 			observe(o, snaps.Processes, "cache", "process_snapshots")
+			observe(o, snaps.Bytes, "cache", "process_snapshot_bytes")
 			observe(o, snaps.Files, "cache", "process_snapshot_files")
 			return nil
 		}),
