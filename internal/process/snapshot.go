@@ -26,6 +26,8 @@ type Snapshots struct {
 	files map[FileKey]*heldFile
 	bytes int64
 	stats SnapshotStats
+	// expiredAt is when expired snapshots were last dropped.
+	expiredAt time.Time
 }
 
 // SnapshotConfig bounds Snapshots.
@@ -231,6 +233,7 @@ func (s *Snapshots) take(pid int, exePath string, execKtime uint64, prev *snapsh
 	s.bytes += snap.cost
 	s.procs[pid] = snap
 	s.order = append(s.order, snap)
+	s.compactOrder()
 	s.stats.Taken++
 	return true
 }
@@ -264,18 +267,26 @@ func (s *Snapshots) Exited(pid int, now time.Time, exitKtime uint64) {
 	if snap := s.procs[pid]; snap != nil && snap.exitedAt.IsZero() {
 		snap.exitedAt, snap.Exit = now, exitKtime
 	}
-	s.expire(now)
+	// Each exit would scan every snapshot: a tenth of a second late is
+	// close enough.
+	if now.Sub(s.expiredAt) >= 100*time.Millisecond {
+		s.expire(now)
+	}
 }
 
 // Expire drops the snapshots whose process exited more than Linger before
 // now.
 func (s *Snapshots) Expire(now time.Time) {
+	if s == nil {
+		return
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.expire(now)
 }
 
 func (s *Snapshots) expire(now time.Time) {
+	s.expiredAt = now
 	for pid, snap := range s.procs {
 		if !snap.exitedAt.IsZero() && now.Sub(snap.exitedAt) > s.cfg.Linger {
 			delete(s.procs, pid)

@@ -427,6 +427,8 @@ func (r *profilesReceiver) aggregate() {
 			r.samplePool.Put(s)
 		}
 		r.unwind.Tick(time.Now())
+		// Exits alone expire snapshots only while processes exit.
+		r.snapshots.Expire(time.Now())
 		if !d.report.IsZero() {
 			handOver(agg.Flush(d.report), false)
 		}
