@@ -262,15 +262,17 @@ func (a *Aggregator) frames(proc *Process, s *profiler.Sample) []frame.Frame {
 	for i, addr := range s.User[1:] {
 		// A frame-pointer walk through code without frame pointers reads
 		// garbage: an impossible address ends the stack.
-		if !possibleFrame(proc, addr) {
+		f := frame.AtPC(frame.Native, addr)
+		if !s.IsPC(i + 1) {
+			f = frame.AtReturnAddress(frame.Native, addr)
+		}
+		// The call is before a return address: one at the very start
+		// of a mapping has no call in it.
+		if !possibleFrame(proc, addr) || !possibleFrame(proc, f.Address) {
 			a.stats.TruncatedStacks++
 			break
 		}
-		if s.IsPC(i + 1) {
-			frames = append(frames, mapped(frame.AtPC(frame.Native, addr)))
-		} else {
-			frames = append(frames, mapped(frame.AtReturnAddress(frame.Native, addr)))
-		}
+		frames = append(frames, mapped(f))
 	}
 	a.holdBinaries(proc, frames[user:])
 	return frames
