@@ -16,6 +16,7 @@ import (
 	"go.opentelemetry.io/collector/receiver/receiverhelper"
 	"go.uber.org/zap"
 
+	"github.com/bpfcol/bpfcol/internal/bpf/procwatch"
 	"github.com/bpfcol/bpfcol/internal/bpf/profiler"
 	"github.com/bpfcol/bpfcol/internal/bpf/scopes"
 	"github.com/bpfcol/bpfcol/internal/bpf/support"
@@ -71,10 +72,15 @@ type profilesReceiver struct {
 	unwindTables *cfi.Store[process.FileKey]
 	stopUnwind   context.CancelFunc
 	binaries     *symbolize.BinaryCache
-	kernelSyms   *kernelsym.Symbolizer
-	symbolizer   *symbolize.Symbolizer
-	telemetry    *metadata.TelemetryBuilder
-	wg           sync.WaitGroup
+	// snapshots keeps the mappings of exec'd processes past their exit;
+	// procWatch tells it of execs and exits (nil without it).
+	snapshots      *process.Snapshots
+	procWatch      *procwatch.Watcher
+	rereadsSkipped atomic.Int64
+	kernelSyms     *kernelsym.Symbolizer
+	symbolizer     *symbolize.Symbolizer
+	telemetry      *metadata.TelemetryBuilder
+	wg             sync.WaitGroup
 
 	// scopes is the shared map of open probe scopes, when a uprobe
 	// receiver writes it; undeclare withdraws the scopes.Reader role.
@@ -270,11 +276,13 @@ func (r *profilesReceiver) start(_ context.Context, _ component.Host) error {
 	r.wg.Add(1)
 	go func() { defer r.wg.Done(); r.unwind.Run(unwindCtx) }()
 
-	r.aggregator = aggregate.New(aggregate.Config{Binaries: r.binaries})
+	r.startSnapshots()
+	r.aggregator = aggregate.New(aggregate.Config{Binaries: r.binaries, Snapshots: r.snapshots})
 	var opts []resolve.Option
 	if r.symbolizer != nil {
 		opts = append(opts, resolve.WithSymbolizer(r.symbolizer))
 	}
+	opts = append(opts, resolve.WithSnapshots(r.snapshots))
 	r.resolver = resolve.New(r.binaries, r.kernelSyms, opts...)
 	if err := r.registerTelemetry(); err != nil {
 		r.set.Logger.Warn("self-metrics unavailable", zap.Error(err))
@@ -429,6 +437,8 @@ func (r *profilesReceiver) aggregate() {
 			r.samplePool.Put(s)
 		}
 		r.unwind.Tick(time.Now())
+		// Exits alone expire snapshots only while processes exit.
+		r.snapshots.Expire(time.Now())
 		if !d.report.IsZero() {
 			handOver(agg.Flush(d.report), false)
 		}
@@ -496,6 +506,9 @@ func (r *profilesReceiver) Shutdown(ctx context.Context) error {
 	}
 	log := r.set.Logger
 	r.stopUnwind()
+	if r.procWatch != nil {
+		r.procWatch.Close()
+	}
 	// The maps stay open: the drain reads the ringbuf to its end and the
 	// counters are read after it.
 	err := r.sampler.Stop()
@@ -531,7 +544,7 @@ func (r *profilesReceiver) Shutdown(ctx context.Context) error {
 	if r.symbolizer != nil {
 		err = errors.Join(err, r.symbolizer.Close())
 	}
-	err = errors.Join(err, r.binaries.Close(), r.kernelSyms.Close(), r.releaseScopes())
+	err = errors.Join(err, r.binaries.Close(), r.kernelSyms.Close(), r.releaseScopes(), r.snapshots.Close())
 	r.sampler = nil
 	return err
 }

@@ -154,6 +154,10 @@ func (r *profilesReceiver) registerTelemetry() error {
 			observe(o, int64(leaves.Len), "cache", "leaf_functions")
 			observe(o, leaves.Cost, "cache", "leaf_function_bytes")
 			observe(o, int64(r.kernelSyms.Stats().Cache.Len), "cache", "kernel_names")
+			snaps := r.snapshots.Stats()
+			observe(o, snaps.Processes, "cache", "process_snapshots")
+			observe(o, snaps.Bytes, "cache", "process_snapshot_bytes")
+			observe(o, snaps.Files, "cache", "process_snapshot_files")
 			return nil
 		}),
 		tb.RegisterEbpfprofCacheEvictionsCallback(func(_ context.Context, o metric.Int64Observer) error {
@@ -164,6 +168,10 @@ func (r *profilesReceiver) registerTelemetry() error {
 			observe(o, dropped(r.binaries.Stats()), "cache", "binaries")
 			observe(o, dropped(r.binaries.FileStats()), "cache", "binary_files")
 			observe(o, dropped(r.kernelSyms.Stats().Cache), "cache", "kernel_names")
+			// Snapshots dropped for room before their process's last
+			// samples were reported (not those that lingered their time),
+			// and exec'd processes whose libraries were not read again.
+			observe(o, r.snapshots.Stats().Dropped+r.rereadsSkipped.Load(), "cache", "process_snapshots")
 			return nil
 		}),
 		tb.RegisterEbpfprofCallersRecoveredCallback(func(_ context.Context, o metric.Int64Observer) error {

@@ -32,8 +32,12 @@ type Config struct {
 	// Binaries caches opened binaries; the aggregator opens every binary it
 	// sees a sample in, so it can still be read after its process exits.
 	Binaries *symbolize.BinaryCache
-	// ProcessInfo reads a process's metadata; nil reads /proc.
+	// ProcessInfo reads a process's metadata; nil reads /proc, then
+	// Snapshots.
 	ProcessInfo func(pid int) (*Process, error)
+	// Snapshots, when set, holds the mappings of processes that exited
+	// before their samples were read, and opens the files behind them.
+	Snapshots *process.Snapshots
 }
 
 // Process is what the profile says about one process.
@@ -136,6 +140,8 @@ type Aggregator struct {
 	key        []byte
 	scratch    []frame.Frame // the frames of the sample being added
 	clock      ktime.Clock   // refreshed every interval, so wall-clock steps are followed
+	// sampleKtime is when the sample being added was taken.
+	sampleKtime uint64
 }
 
 // New returns an empty Aggregator.
@@ -149,15 +155,21 @@ func New(cfg Config) *Aggregator {
 	if cfg.MaxProcesses <= 0 {
 		cfg.MaxProcesses = 8192
 	}
+	var a *Aggregator
 	if cfg.ProcessInfo == nil {
-		cfg.ProcessInfo = readProcess
+		// A snapshot is taken only for a sample of its process's
+		// lifetime: Add notes the sample's time first.
+		cfg.ProcessInfo = func(pid int) (*Process, error) { return readProcess(pid, cfg.Snapshots, a.sampleKtime) }
 	}
-	a := &Aggregator{
+	a = &Aggregator{
 		cfg:    cfg,
 		stacks: map[string]*Stack{},
 		procs:  newProcessTable(cfg.MaxProcesses, cfg.ProcessInfo),
 		leaves: newLeafAnalyzer(cfg.Binaries),
 		start:  time.Now(),
+	}
+	if cfg.Snapshots != nil {
+		a.procs.snapshotted = cfg.Snapshots.Has
 	}
 	a.clock.Refresh()
 	return a
@@ -166,6 +178,7 @@ func New(cfg Config) *Aggregator {
 // Add attributes one sample and counts it.
 func (a *Aggregator) Add(s *profiler.Sample) {
 	a.stats.Samples++
+	a.sampleKtime = s.KtimeNs
 	proc := a.procs.lookup(int(s.PID), s.UserIP)
 	if proc == nil {
 		a.stats.UnknownProcesses++
@@ -249,15 +262,17 @@ func (a *Aggregator) frames(proc *Process, s *profiler.Sample) []frame.Frame {
 	for i, addr := range s.User[1:] {
 		// A frame-pointer walk through code without frame pointers reads
 		// garbage: an impossible address ends the stack.
-		if !possibleFrame(proc, addr) {
+		f := frame.AtPC(frame.Native, addr)
+		if !s.IsPC(i + 1) {
+			f = frame.AtReturnAddress(frame.Native, addr)
+		}
+		// The call is before a return address: one at the very start
+		// of a mapping has no call in it.
+		if !possibleFrame(proc, addr) || !possibleFrame(proc, f.Address) {
 			a.stats.TruncatedStacks++
 			break
 		}
-		if s.IsPC(i + 1) {
-			frames = append(frames, mapped(frame.AtPC(frame.Native, addr)))
-		} else {
-			frames = append(frames, mapped(frame.AtReturnAddress(frame.Native, addr)))
-		}
+		frames = append(frames, mapped(f))
 	}
 	a.holdBinaries(proc, frames[user:])
 	return frames
@@ -343,7 +358,7 @@ func (a *Aggregator) holdBinaries(proc *Process, frames []frame.Frame) {
 			proc.held = map[process.FileKey]struct{}{}
 		}
 		proc.held[key] = struct{}{}
-		bin, err := a.cfg.Binaries.Get(key, func() (*os.File, error) { return process.OpenMapping(proc.PID, m) })
+		bin, err := a.cfg.Binaries.Get(key, func() (*os.File, error) { return a.cfg.Snapshots.Open(proc.PID, m) })
 		if err == nil {
 			bin.Release()
 		}

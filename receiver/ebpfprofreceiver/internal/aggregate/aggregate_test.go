@@ -201,3 +201,26 @@ func TestAggregateCountsCutUserStacks(t *testing.T) {
 		t.Errorf("want the two samples in no mapping without frames: %v", userFrames)
 	}
 }
+
+// TestReturnAddressAtMappingStartEndsStack: a return address equal to the
+// start of a mapping (a frame-pointer walk through garbage) has its call in
+// no mapping; the stack ends there instead of emitting an unmapped frame.
+func TestReturnAddressAtMappingStartEndsStack(t *testing.T) {
+	text := process.Mapping{Start: 0x1000, End: 0x2000, Perms: "r-xp"}
+	a := New(Config{ProcessInfo: func(pid int) (*Process, error) {
+		return &Process{PID: pid, Mappings: []frame.Mapping{{Mapping: text}}}, nil
+	}})
+	a.Add(&profiler.Sample{PID: uint32(os.Getpid()), TID: 1, Comm: "t", KtimeNs: 1, User: []uint64{0x1100, 0x1200, 0x1000}})
+	b := a.Flush(time.Now())
+	if len(b.Stacks) != 1 {
+		t.Fatalf("%d stacks, want 1", len(b.Stacks))
+	}
+	for _, f := range b.Stacks[0].Frames {
+		if f.Mapping == nil {
+			t.Errorf("frame %#x has no mapping", f.Address)
+		}
+	}
+	if n := len(b.Stacks[0].Frames); n != 2 || b.Stats.TruncatedStacks != 1 {
+		t.Errorf("%d frames, %d stacks cut; want 2 frames, the stack cut once", n, b.Stats.TruncatedStacks)
+	}
+}

@@ -4,6 +4,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/bpfcol/bpfcol/internal/bpf/profiler"
+	"github.com/bpfcol/bpfcol/internal/frame"
 	"github.com/bpfcol/bpfcol/internal/process"
 )
 
@@ -27,5 +29,23 @@ func TestLeafCachesForgetIdleEntries(t *testing.T) {
 	l.slots.Add(pcKey{file: process.FileKey{Dev: 1, Ino: 9}, offset: 0x1000}, 0)
 	if f, s := l.functions.Stats(), l.slots.Stats(); f.Len != 1 || f.Expired != 3 || s.Len != 1 || s.Expired != 3 {
 		t.Errorf("functions %+v, slots %+v: want the 3 idle entries of each expired", f, s)
+	}
+}
+
+// TestLostCallerCandidateHasItsCall: a word at SP equal to the start of an
+// executable mapping (the first page of a young stack, as a snapshot taken
+// at exec shows it) is no return address: its call would be outside.
+func TestLostCallerCandidateHasItsCall(t *testing.T) {
+	m := process.Mapping{Start: 0x7fffffffe000, End: 0x7ffffffff000, Perms: "rwxp", Path: "[stack]"}
+	proc := &Process{Mappings: []frame.Mapping{{Mapping: m}}}
+	l := newLeafAnalyzer(nil)
+	for _, c := range []struct {
+		word uint64
+		want bool
+	}{{m.Start, false}, {m.Start + 1, true}, {m.End, false}} {
+		s := &profiler.Sample{SPWordsValid: true, SPWords: [2]uint64{c.word}}
+		if got := l.candidate(proc, s, 0); got != c.want {
+			t.Errorf("candidate(%#x) = %v, want %v", c.word, got, c.want)
+		}
 	}
 }

@@ -33,11 +33,14 @@ type processEntry struct {
 // (each new mapping costs one read; reads that find nothing new are
 // rate-limited).
 type processTable struct {
-	max        int
-	read       func(pid int) (*Process, error)
-	exePath    func(pid int) (string, error)
-	entries    map[int]*processEntry
-	generation uint64
+	max     int
+	read    func(pid int) (*Process, error)
+	exePath func(pid int) (string, error)
+	// snapshotted reports whether a process never read may be read from
+	// a snapshot: its first sample, from before its exec, found none.
+	snapshotted func(pid int) bool
+	entries     map[int]*processEntry
+	generation  uint64
 }
 
 func newProcessTable(max int, read func(int) (*Process, error)) *processTable {
@@ -64,6 +67,8 @@ func (t *processTable) lookup(pid int, ip uint64) *Process {
 		t.entries[pid] = e
 		t.refresh(pid, e)
 	case e.generation != t.generation && t.execChanged(pid, e):
+		t.refresh(pid, e)
+	case e.proc == nil && t.snapshotted != nil && t.snapshotted(pid):
 		t.refresh(pid, e)
 	case ip != 0 && e.proc != nil && e.proc.Mapping(ip) == nil && time.Since(e.missedAt) > missRefreshInterval:
 		t.refresh(pid, e)
@@ -112,21 +117,37 @@ func (t *processTable) endInterval() {
 	t.generation++
 }
 
-func readProcess(pid int) (*Process, error) {
+// readProcess reads pid from /proc; a process gone (or a zombie, whose
+// mappings are gone) is taken from its snapshot, if snaps has one that
+// covers ktime, when the sample that asked was taken.
+func readProcess(pid int, snaps *process.Snapshots, ktime uint64) (*Process, error) {
 	maps, err := process.ReadMappings(pid)
-	if err != nil {
-		return nil, err
+	if err != nil || len(maps) == 0 {
+		if snap, ok := snaps.Get(pid, ktime); ok {
+			p := newProcess(pid, snap.Mappings, snap.ExePath)
+			p.ContainerID = snap.ContainerID
+			return p, nil
+		}
+		if err != nil {
+			return nil, err
+		}
 	}
+	exe, _ := process.ExecutablePath(pid)
+	p := newProcess(pid, maps, exe)
+	p.ContainerID, _ = process.ContainerID(pid)
+	return p, nil
+}
+
+func newProcess(pid int, maps []process.Mapping, exe string) *Process {
 	var exec []frame.Mapping
 	for _, m := range maps {
 		if m.Executable() {
 			exec = append(exec, frame.Mapping{Mapping: m})
 		}
 	}
-	p := &Process{PID: pid, Mappings: exec}
-	if p.ExePath, err = process.ExecutablePath(pid); err == nil {
-		p.ExeName = filepath.Base(p.ExePath)
+	p := &Process{PID: pid, Mappings: exec, ExePath: exe}
+	if exe != "" {
+		p.ExeName = filepath.Base(exe)
 	}
-	p.ContainerID, _ = process.ContainerID(pid)
-	return p, nil
+	return p
 }

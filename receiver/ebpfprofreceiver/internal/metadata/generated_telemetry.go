@@ -403,7 +403,7 @@ func NewTelemetryBuilder(settings component.TelemetrySettings, options ...Teleme
 	errs = errors.Join(errs, err)
 	builder.EbpfprofCacheSize, err = builder.meter.Int64ObservableGauge(
 		"otelcol_ebpfprof_cache_size",
-		metric.WithDescription("Entries (or bytes, for binary_bytes, debug_table_bytes, frame_name_bytes, leaf_function_bytes and unwind_table_bytes) held by each cache. [Development]"),
+		metric.WithDescription("Entries (or bytes, for binary_bytes, debug_table_bytes, frame_name_bytes, leaf_function_bytes, process_snapshot_bytes and unwind_table_bytes) held by each cache. [Development]"),
 		metric.WithUnit("1"),
 	)
 	errs = errors.Join(errs, err)

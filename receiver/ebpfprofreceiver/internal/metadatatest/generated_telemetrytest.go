@@ -56,7 +56,7 @@ func AssertEqualEbpfprofCacheEvictions(t *testing.T, tt *componenttest.Telemetry
 func AssertEqualEbpfprofCacheSize(t *testing.T, tt *componenttest.Telemetry, dps []metricdata.DataPoint[int64], opts ...metricdatatest.Option) {
 	want := metricdata.Metrics{
 		Name:        "otelcol_ebpfprof_cache_size",
-		Description: "Entries (or bytes, for binary_bytes, debug_table_bytes, frame_name_bytes, leaf_function_bytes and unwind_table_bytes) held by each cache. [Development]",
+		Description: "Entries (or bytes, for binary_bytes, debug_table_bytes, frame_name_bytes, leaf_function_bytes, process_snapshot_bytes and unwind_table_bytes) held by each cache. [Development]",
 		Unit:        "1",
 		Data: metricdata.Gauge[int64]{
 			DataPoints: dps,

@@ -131,6 +131,9 @@ type Resolver struct {
 	counts [numOutcomes]atomic.Int64
 	// jit names frames in anonymous executable memory.
 	jit *perfmap.Cache
+	// snapshots opens the binaries of processes gone since their samples
+	// (nil opens through /proc only).
+	snapshots *process.Snapshots
 }
 
 // Option configures a Resolver.
@@ -140,6 +143,12 @@ type Option func(*Resolver)
 // separate debug files and debuginfod. The caller keeps ownership of s.
 func WithSymbolizer(s *symbolize.Symbolizer) Option {
 	return func(r *Resolver) { r.sym = s }
+}
+
+// WithSnapshots opens the binaries of processes that exited through the
+// files their snapshots hold.
+func WithSnapshots(s *process.Snapshots) Option {
+	return func(r *Resolver) { r.snapshots = s }
 }
 
 // New returns a Resolver. kernel may be nil: kernel frames then keep only
@@ -428,7 +437,7 @@ func (r *Resolver) binary(st *batchState, pid int, m *process.Mapping) *symboliz
 	if bin, ok := st.binaries[key]; ok {
 		return bin
 	}
-	bin, err := r.binaries.Get(key, func() (*os.File, error) { return process.OpenMapping(pid, m) })
+	bin, err := r.binaries.Get(key, func() (*os.File, error) { return r.snapshots.Open(pid, m) })
 	if err != nil {
 		bin = nil
 	}

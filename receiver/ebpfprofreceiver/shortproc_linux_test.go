@@ -1,0 +1,97 @@
+package ebpfprofreceiver
+
+import (
+	"context"
+	"slices"
+	"testing"
+	"time"
+
+	"go.opentelemetry.io/collector/component/componenttest"
+	"go.opentelemetry.io/collector/consumer/consumertest"
+	"go.opentelemetry.io/collector/receiver/receivertest"
+
+	"github.com/bpfcol/bpfcol/internal/conventions"
+	"github.com/bpfcol/bpfcol/internal/pprofiletest"
+	"github.com/bpfcol/bpfcol/internal/testenv"
+	"github.com/bpfcol/bpfcol/internal/testworkload"
+	"github.com/bpfcol/bpfcol/receiver/ebpfprofreceiver/internal/metadata"
+)
+
+// TestShortLivedProcessesNamed runs a few hundred children that each live
+// about 20 ms, exec'd one after the other, at the highest sampling
+// frequency: every child is gone long before the drain reads its samples.
+// Their user frames must still be mapped and named (from the mappings
+// read at exec), the child's own function in nearly all of their samples.
+func TestShortLivedProcessesNamed(t *testing.T) {
+	testenv.RequireBPF(t)
+	bin := testworkload.BuildC(t, "shortproc.c", "-O1", "-g", "-fno-omit-frame-pointer")
+	sink := new(consumertest.ProfilesSink)
+	cfg := createDefaultConfig().(*Config)
+	cfg.SamplingFrequency = maxSamplingFrequency
+	cfg.ReportInterval = time.Second
+	r, err := newProfilesReceiver(receivertest.NewNopSettings(metadata.Type), cfg, sink)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Start(context.Background(), componenttest.NewNopHost()); err != nil {
+		t.Fatal(err)
+	}
+	const children = 300
+	cmd := testworkload.Start(t, bin, "300")
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("workload: %v", err)
+		}
+	case <-time.After(2 * time.Minute):
+		t.Errorf("workload did not finish its %d children", children)
+	}
+	if err := r.Shutdown(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if t.Failed() {
+		return
+	}
+	checkNoImpossibleFrames(t, sink.AllProfiles())
+
+	parent := int64(cmd.Process.Pid)
+	pids := map[int64]struct{}{}
+	// named: every user frame named; own: the child's own function among
+	// them (the rest are ld.so's start-up and exit's).
+	var total, named, own int64
+	var unnamed [][]string
+	for _, p := range sink.AllProfiles() {
+		for _, s := range pprofiletest.Samples(p) {
+			// The children run as "shortproc" too: after the fork, and
+			// after exec (comm is the binary's name).
+			if s.PID == parent || s.Labels[conventions.ThreadName] != "shortproc" {
+				continue
+			}
+			pids[s.PID] = struct{}{}
+			total += s.Count
+			user := s.UserNames()
+			if slices.Contains(user, "shortproc_child_spin") {
+				own += s.Count
+			}
+			if len(user) > 0 && !slices.Contains(user, "") {
+				named += s.Count
+			} else if len(unnamed) < 8 {
+				unnamed = append(unnamed, append(user, "|", shortChain(s.KernelNames())))
+			}
+		}
+	}
+	if total < 500 || len(pids) < children/2 {
+		t.Fatalf("only %d samples of %d children (of %d run)", total, len(pids), children)
+	}
+	ratio, ownRatio := float64(named)/float64(total), float64(own)/float64(total)
+	t.Logf("%d of %d samples of %d short-lived children have all user frames named (%.1f%%), %d name shortproc_child_spin (%.1f%%)",
+		named, total, len(pids), 100*ratio, own, 100*ownRatio)
+	st := r.snapshots.Stats()
+	t.Logf("snapshots: taken %d, expired %d, dropped %d, files not held %d", st.Taken, st.Expired, st.Dropped, st.FilesNotHeld)
+	if ratio < 0.90 || ownRatio < 0.80 {
+		t.Fatalf("only %.1f%% of the children's samples have all user frames named, %.1f%% their own function; some unnamed (user | kernel): %q",
+			100*ratio, 100*ownRatio, unnamed)
+	}
+}
