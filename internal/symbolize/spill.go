@@ -47,6 +47,8 @@ type sectionSpill struct {
 	keptMu    sync.Mutex
 	kept      map[string]keptFile // by file name
 	keptBytes int64
+
+	users int // Symbolizers holding the spill; guarded by spillUsers
 }
 
 // keptFile is one decompressed section kept on disk.
@@ -527,4 +529,36 @@ func setSectionSpill(cacheDir string, maxBytes int64) error {
 	// A spill replaced stays open: Binaries may still map its files.
 	spill.Store(sp)
 	return nil
+}
+
+// spillUsers guards the counts of the Symbolizers holding each spill.
+var spillUsers sync.Mutex
+
+// acquireSectionSpill is setSectionSpill for a Symbolizer, which holds the
+// spill until it calls release: the spill's directory stays open only
+// while a Symbolizer uses it.
+func acquireSectionSpill(cacheDir string, maxBytes int64) (*sectionSpill, error) {
+	spillUsers.Lock()
+	defer spillUsers.Unlock()
+	if err := setSectionSpill(cacheDir, maxBytes); err != nil {
+		return nil, err
+	}
+	sp := spill.Load()
+	sp.users++
+	return sp, nil
+}
+
+// release lets go of a spill acquireSectionSpill returned. The last user
+// takes it away from the Binaries and closes its directory; sections
+// already mapped stay readable (a mapping needs no descriptor), and a
+// Binary still spilling at that moment gets an error from the closed
+// directory, never another file.
+func (sp *sectionSpill) release() {
+	spillUsers.Lock()
+	defer spillUsers.Unlock()
+	if sp.users--; sp.users > 0 {
+		return
+	}
+	spill.CompareAndSwap(sp, nil)
+	_ = sp.dir.Close()
 }

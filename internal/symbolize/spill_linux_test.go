@@ -270,3 +270,49 @@ func TestSectionSpillKeptAcrossRestarts(t *testing.T) {
 		t.Errorf("the altered kept file was not replaced (%v)", err)
 	}
 }
+
+// TestSymbolizersCloseTheirSpill checks that the section spill under a
+// Symbolizer's cache directory lives only as long as a Symbolizer uses it:
+// its directory closed and the spill gone once the last one is closed, so
+// a receiver started and shut down leaves no descriptor behind.
+func TestSymbolizersCloseTheirSpill(t *testing.T) {
+	old := spill.Load()
+	t.Cleanup(func() { spill.Store(old) })
+	spill.Store(nil)
+	fds := func() int {
+		entries, err := os.ReadDir("/proc/self/fd")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(entries)
+	}
+	before := fds()
+	cfg := SymbolizerConfig{CacheDir: filepath.Join(t.TempDir(), "cache")}
+	first, err := NewSymbolizer(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	second, err := NewSymbolizer(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sp := spill.Load()
+	if sp == nil {
+		t.Fatal("no spill under the cache directory")
+	}
+	if err := first.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if spill.Load() != sp {
+		t.Fatal("the spill went with the first Symbolizer while the second still uses it")
+	}
+	if err := second.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if spill.Load() != nil {
+		t.Error("the spill stayed after its last Symbolizer was closed")
+	}
+	if after := fds(); after != before {
+		t.Errorf("%d fds after both Symbolizers closed, %d before", after, before)
+	}
+}

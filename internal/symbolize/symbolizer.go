@@ -181,6 +181,7 @@ type Symbolizer struct {
 	cfg    SymbolizerConfig
 	client *debuginfod.Client
 	cache  *debugcache.Cache
+	spill  *sectionSpill // held until Close; nil without a cache dir
 	ctx    context.Context
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
@@ -259,7 +260,7 @@ func NewSymbolizer(cfg SymbolizerConfig) (*Symbolizer, error) {
 			cfg.MaxSpillBytes = DefaultMaxSpillBytes
 		}
 		if cfg.MaxSpillBytes > 0 {
-			if err := setSectionSpill(cfg.CacheDir, cfg.MaxSpillBytes); err != nil {
+			if s.spill, err = acquireSectionSpill(cfg.CacheDir, cfg.MaxSpillBytes); err != nil {
 				s.cache.Close()
 				return nil, &CacheDirError{Err: err}
 			}
@@ -286,7 +287,13 @@ func (s *Symbolizer) Close() error {
 	if s.cache != nil {
 		s.cache.Close()
 	}
-	return s.tables.closeAll()
+	// The debug files close first: their spilled sections are removed
+	// through the spill's directory.
+	err := s.tables.closeAll()
+	if s.spill != nil {
+		s.spill.release()
+	}
+	return err
 }
 
 // Stats returns a snapshot of the counters.

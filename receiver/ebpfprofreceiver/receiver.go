@@ -540,11 +540,13 @@ func (r *profilesReceiver) Shutdown(ctx context.Context) error {
 	if r.telemetry != nil {
 		r.telemetry.Shutdown()
 	}
-	err = errors.Join(err, r.sampler.Close(), r.unwindTables.Close())
+	// The binaries close before the symbolizer: their sections spilled
+	// under its cache directory are removed through it.
+	err = errors.Join(err, r.sampler.Close(), r.unwindTables.Close(), r.binaries.Close())
 	if r.symbolizer != nil {
 		err = errors.Join(err, r.symbolizer.Close())
 	}
-	err = errors.Join(err, r.binaries.Close(), r.kernelSyms.Close(), r.releaseScopes(), r.snapshots.Close())
+	err = errors.Join(err, r.kernelSyms.Close(), r.releaseScopes(), r.snapshots.Close())
 	r.sampler = nil
 	return err
 }

@@ -240,7 +240,8 @@ func (a *Aggregator) frames(proc *Process, s *profiler.Sample) []frame.Frame {
 	if len(s.User) == 0 || proc == nil {
 		return frames
 	}
-	if !possibleFrame(proc, s.User[0]) {
+	leaf := frame.AtPC(frame.Native, s.User[0])
+	if !possibleFrame(proc, leaf) {
 		a.stats.UnmappedLeaves++
 		return frames
 	}
@@ -249,7 +250,7 @@ func (a *Aggregator) frames(proc *Process, s *profiler.Sample) []frame.Frame {
 		f.Mapping = proc.Mapping(f.Address)
 		return f
 	}
-	leaf := mapped(frame.AtPC(frame.Native, s.User[0]))
+	leaf = mapped(leaf)
 	frames = append(frames, leaf)
 	// A CFI walk found the leaf's caller exactly; only a frame pointer
 	// can have lost it.
@@ -260,15 +261,13 @@ func (a *Aggregator) frames(proc *Process, s *profiler.Sample) []frame.Frame {
 		}
 	}
 	for i, addr := range s.User[1:] {
+		f := frame.AtReturnAddress(frame.Native, addr)
+		if s.IsPC(i + 1) {
+			f = frame.AtPC(frame.Native, addr)
+		}
 		// A frame-pointer walk through code without frame pointers reads
 		// garbage: an impossible address ends the stack.
-		f := frame.AtPC(frame.Native, addr)
-		if !s.IsPC(i + 1) {
-			f = frame.AtReturnAddress(frame.Native, addr)
-		}
-		// The call is before a return address: one at the very start
-		// of a mapping has no call in it.
-		if !possibleFrame(proc, addr) || !possibleFrame(proc, f.Address) {
+		if !possibleFrame(proc, f) {
 			a.stats.TruncatedStacks++
 			break
 		}
@@ -281,10 +280,14 @@ func (a *Aggregator) frames(proc *Process, s *profiler.Sample) []frame.Frame {
 // maxUserAddr is the highest canonical user address on x86-64.
 const maxUserAddr = 0x00007fffffffffff
 
-// possibleFrame reports whether addr can be a user frame of proc: not zero,
-// canonical, and in one of its executable mappings.
-func possibleFrame(proc *Process, addr uint64) bool {
-	return addr != 0 && addr <= maxUserAddr && proc.Mapping(addr) != nil
+// possibleFrame reports whether f can be a user frame of proc: not zero,
+// canonical, and in one of its executable mappings. A return address is
+// checked where its frame is looked up, one byte lower: one that is the
+// first byte of a mapping has its call in none. The uretprobe trampoline,
+// which stands in for the return address of a function under a uretprobe,
+// is such an address: the first byte of [uprobes].
+func possibleFrame(proc *Process, f frame.Frame) bool {
+	return f.Address != 0 && f.Address <= maxUserAddr && proc.Mapping(f.Address) != nil
 }
 
 // stackKey serializes what makes two samples the same stack.

@@ -202,25 +202,39 @@ func TestAggregateCountsCutUserStacks(t *testing.T) {
 	}
 }
 
-// TestReturnAddressAtMappingStartEndsStack: a return address equal to the
-// start of a mapping (a frame-pointer walk through garbage) has its call in
-// no mapping; the stack ends there instead of emitting an unmapped frame.
-func TestReturnAddressAtMappingStartEndsStack(t *testing.T) {
+// TestAggregateCutsAtUretprobeTrampoline checks a return address that is
+// the first byte of an executable mapping: the uretprobe trampoline, which
+// the kernel puts in place of the return address of a function under a
+// uretprobe, at the start of [uprobes]. Its call would be in no mapping:
+// the stack is cut there, and the word is no lost caller of a leaf either.
+func TestAggregateCutsAtUretprobeTrampoline(t *testing.T) {
 	text := process.Mapping{Start: 0x1000, End: 0x2000, Perms: "r-xp"}
-	a := New(Config{ProcessInfo: func(pid int) (*Process, error) {
-		return &Process{PID: pid, Mappings: []frame.Mapping{{Mapping: text}}}, nil
-	}})
-	a.Add(&profiler.Sample{PID: uint32(os.Getpid()), TID: 1, Comm: "t", KtimeNs: 1, User: []uint64{0x1100, 0x1200, 0x1000}})
+	uprobes := process.Mapping{Start: 0x7fffffffe000, End: 0x7ffffffff000, Perms: "--xp", Path: "[uprobes]"}
+	proc := &Process{PID: os.Getpid(), ExePath: "/proc/self/exe", Mappings: []frame.Mapping{{Mapping: text}, {Mapping: uprobes}}}
+	a := New(Config{ProcessInfo: func(int) (*Process, error) { return proc, nil }})
+	s := &profiler.Sample{PID: uint32(os.Getpid()), TID: 1, Comm: "t", KtimeNs: 1, UserIP: 0x1010,
+		User: []uint64{0x1010, 0x1020, uprobes.Start, 0x1030}}
+	a.Add(s)
 	b := a.Flush(time.Now())
 	if len(b.Stacks) != 1 {
 		t.Fatalf("%d stacks, want 1", len(b.Stacks))
 	}
-	for _, f := range b.Stacks[0].Frames {
+	frames := b.Stacks[0].Frames
+	for _, f := range frames {
 		if f.Mapping == nil {
-			t.Errorf("frame %#x has no mapping", f.Address)
+			t.Errorf("frame at %#x in no mapping: %+v", f.Address, frames)
 		}
 	}
-	if n := len(b.Stacks[0].Frames); n != 2 || b.Stats.TruncatedStacks != 1 {
-		t.Errorf("%d frames, %d stacks cut; want 2 frames, the stack cut once", n, b.Stats.TruncatedStacks)
+	if len(frames) != 2 || b.Stats.TruncatedStacks != 1 {
+		t.Errorf("%d frames, %d stacks cut; want 2 frames, cut at the trampoline: %+v", len(frames), b.Stats.TruncatedStacks, frames)
+	}
+
+	s.SPWords = [2]uint64{uprobes.Start, 0x1020}
+	if a.leaves.candidate(proc, s, 0) {
+		t.Errorf("the trampoline at SP taken for a lost caller")
+	}
+	s.SPWords[0] = 0x1040
+	if !a.leaves.candidate(proc, s, 0) {
+		t.Errorf("a return address into the text at SP not taken for a lost caller")
 	}
 }

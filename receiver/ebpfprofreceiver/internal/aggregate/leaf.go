@@ -100,13 +100,11 @@ func (l *leafAnalyzer) lostCaller(proc *Process, leaf frame.Frame, s *profiler.S
 }
 
 // candidate reports whether the word at SP+slot could be the lost caller:
-// a real return address points into executable code of the process, its
-// call just before it in the same mapping, and is not already the next
-// frame of the walk.
+// a real return address follows a call in executable code of the process
+// (possibleFrame), and is not already the next frame of the walk.
 func (l *leafAnalyzer) candidate(proc *Process, s *profiler.Sample, slot int) bool {
 	ret := s.SPWords[slot/8]
-	m := proc.Mapping(ret)
-	return m != nil && ret > m.Start && (len(s.User) <= 1 || s.User[1] != ret)
+	return possibleFrame(proc, frame.AtReturnAddress(frame.Native, ret)) && (len(s.User) <= 1 || s.User[1] != ret)
 }
 
 func (l *leafAnalyzer) slot(pid int, m *process.Mapping, addr uint64) (int, bool) {

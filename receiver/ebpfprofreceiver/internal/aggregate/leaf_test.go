@@ -34,7 +34,9 @@ func TestLeafCachesForgetIdleEntries(t *testing.T) {
 
 // TestLostCallerCandidateHasItsCall: a word at SP equal to the start of an
 // executable mapping (the first page of a young stack, as a snapshot taken
-// at exec shows it) is no return address: its call would be outside.
+// at exec shows it) is no return address: its call would be outside. One
+// equal to the end has its call as the mapping's last instruction (a call
+// to a function that does not return can end a text segment).
 func TestLostCallerCandidateHasItsCall(t *testing.T) {
 	m := process.Mapping{Start: 0x7fffffffe000, End: 0x7ffffffff000, Perms: "rwxp", Path: "[stack]"}
 	proc := &Process{Mappings: []frame.Mapping{{Mapping: m}}}
@@ -42,7 +44,7 @@ func TestLostCallerCandidateHasItsCall(t *testing.T) {
 	for _, c := range []struct {
 		word uint64
 		want bool
-	}{{m.Start, false}, {m.Start + 1, true}, {m.End, false}} {
+	}{{m.Start, false}, {m.Start + 1, true}, {m.End, true}, {m.End + 1, false}} {
 		s := &profiler.Sample{SPWordsValid: true, SPWords: [2]uint64{c.word}}
 		if got := l.candidate(proc, s, 0); got != c.want {
 			t.Errorf("candidate(%#x) = %v, want %v", c.word, got, c.want)
