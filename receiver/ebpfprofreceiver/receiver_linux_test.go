@@ -9,6 +9,7 @@ import (
 
 	"go.opentelemetry.io/collector/component/componenttest"
 	"go.opentelemetry.io/collector/consumer/consumertest"
+	"go.opentelemetry.io/collector/pdata/pprofile"
 	"go.opentelemetry.io/collector/receiver/receivertest"
 
 	"github.com/bpfcol/bpfcol/internal/pprofiletest"
@@ -19,6 +20,23 @@ import (
 
 // profileWorkload runs bin under the receiver for d and returns its samples.
 func profileWorkload(t *testing.T, bin string, d time.Duration) []pprofiletest.Sample {
+	t.Helper()
+	pid, all := profileRun(t, bin, d)
+	var out []pprofiletest.Sample
+	for _, p := range all {
+		for _, s := range pprofiletest.Samples(p) {
+			if s.PID == pid {
+				out = append(out, s)
+			}
+		}
+	}
+	return out
+}
+
+// profileRun runs bin under the receiver (199 Hz, 1 s reports) for d, and
+// returns its pid and every profile exported, checked for impossible
+// frames.
+func profileRun(t *testing.T, bin string, d time.Duration) (int64, []pprofile.Profiles) {
 	t.Helper()
 	testenv.RequireBPF(t)
 	sink := new(consumertest.ProfilesSink)
@@ -37,17 +55,9 @@ func profileWorkload(t *testing.T, bin string, d time.Duration) []pprofiletest.S
 	if err := r.Shutdown(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	checkNoImpossibleFrames(t, sink.AllProfiles())
-	pid := int64(cmd.Process.Pid)
-	var out []pprofiletest.Sample
-	for _, p := range sink.AllProfiles() {
-		for _, s := range pprofiletest.Samples(p) {
-			if s.PID == pid {
-				out = append(out, s)
-			}
-		}
-	}
-	return out
+	all := sink.AllProfiles()
+	checkNoImpossibleFrames(t, all)
+	return int64(cmd.Process.Pid), all
 }
 
 // checkFullChain asserts that at least 98% of the samples whose leaf is

@@ -1,45 +1,22 @@
 package ebpfprofreceiver
 
 import (
-	"context"
 	"strings"
 	"testing"
 	"time"
 
-	"go.opentelemetry.io/collector/component/componenttest"
-	"go.opentelemetry.io/collector/consumer/consumertest"
-	"go.opentelemetry.io/collector/receiver/receivertest"
-
-	"github.com/bpfcol/bpfcol/internal/testenv"
 	"github.com/bpfcol/bpfcol/internal/testworkload"
-	"github.com/bpfcol/bpfcol/receiver/ebpfprofreceiver/internal/metadata"
 )
 
 // TestVDSOFramesNamed profiles a program that spends its time reading the
 // clock through the vDSO: its [vdso] frames are named (clock_gettime and
 // the vDSO's own helpers), and the mapping carries the vDSO's build-id.
 func TestVDSOFramesNamed(t *testing.T) {
-	testenv.RequireBPF(t)
 	bin := testworkload.BuildC(t, "clockloop.c", "-O2", "-g")
-	sink := new(consumertest.ProfilesSink)
-	cfg := createDefaultConfig().(*Config)
-	cfg.SamplingFrequency = 199
-	cfg.ReportInterval = time.Second
-	r, err := newProfilesReceiver(receivertest.NewNopSettings(metadata.Type), cfg, sink)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := r.Start(context.Background(), componenttest.NewNopHost()); err != nil {
-		t.Fatal(err)
-	}
-	testworkload.Start(t, bin)
-	time.Sleep(4 * time.Second)
-	if err := r.Shutdown(context.Background()); err != nil {
-		t.Fatal(err)
-	}
+	_, all := profileRun(t, bin, 4*time.Second)
 	var named, unnamed, clock int
 	names := map[string]int{}
-	for _, frames := range workloadFrames(sink.AllProfiles(), "[vdso]") {
+	for _, frames := range workloadFrames(all, "[vdso]") {
 		for _, f := range frames {
 			if len(f.lines) == 0 || f.lines[0].function == "" || f.buildID == "" {
 				unnamed++
