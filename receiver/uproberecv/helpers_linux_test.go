@@ -311,12 +311,16 @@ func programRuns(r *logsReceiver) string {
 			continue
 		}
 		st, err := prog.Stats()
+		var maps []ebpf.MapID
+		if info, ierr := prog.Info(); ierr == nil {
+			maps, _ = info.MapIDs()
+		}
 		prog.Close()
 		if err != nil {
 			parts = append(parts, fmt.Sprintf("%d: %v", id, err))
 			continue
 		}
-		parts = append(parts, fmt.Sprintf("%d ran %d missed %d", id, st.RunCount, st.RecursionMisses))
+		parts = append(parts, fmt.Sprintf("%d ran %d missed %d maps %v", id, st.RunCount, st.RecursionMisses, maps))
 	}
 	return strings.Join(parts, ", ")
 }

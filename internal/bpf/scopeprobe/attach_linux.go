@@ -5,6 +5,7 @@ package scopeprobe
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 
 	"github.com/cilium/ebpf/link"
@@ -105,7 +106,8 @@ func (a *Attachment) Close() error {
 
 func (a *Attachment) closeLinks() error {
 	var errs []error
-	for _, l := range a.links {
+	// In reverse: the entries, attached last, go first (see attachOrder).
+	for _, l := range slices.Backward(a.links) {
 		errs = append(errs, l.Close())
 	}
 	a.links = nil

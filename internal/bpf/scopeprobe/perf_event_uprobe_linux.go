@@ -4,6 +4,7 @@ package scopeprobe
 
 import (
 	"fmt"
+	"slices"
 
 	"github.com/cilium/ebpf/link"
 )
@@ -12,7 +13,9 @@ import (
 // uretprobe): one syscall and one link per site, on kernels without
 // uprobe_multi or when Options.PerfEventUprobes asks.
 func (p *Probes) attachEach(a *Attachment, exe *link.Executable, path string, sites []Site, registered func()) error {
-	for _, s := range sites {
+	ordered := slices.Clone(sites)
+	slices.SortStableFunc(ordered, func(x, y Site) int { return kindRank(x.Kind) - kindRank(y.Kind) })
+	for _, s := range ordered {
 		cookie := cookieOf(s)
 		progs, err := p.programsFor(cookie, false)
 		if err != nil {

@@ -33,6 +33,24 @@ const (
 )
 
 // String names the kind in logs and errors.
+// attachOrder is the order sites are attached in: what closes a scope
+// before what opens it. An entry attached first could open a scope in a
+// call that is under way while its exit is attached: that scope would never
+// close, and the thread's later calls would count as nested in it, never
+// recorded. Attached the other way, such a call's exit finds no scope and
+// is counted as one without entry. Links close in the reverse order.
+var attachOrder = [...]SiteKind{ReturnProbe, Exit, Entry}
+
+// kindRank is k's place in attachOrder.
+func kindRank(k SiteKind) int {
+	for i, o := range attachOrder {
+		if o == k {
+			return i
+		}
+	}
+	return len(attachOrder)
+}
+
 func (k SiteKind) String() string {
 	switch k {
 	case Entry:

@@ -62,7 +62,7 @@ func (p *Probes) attachMulti(a *Attachment, exe *link.Executable, path string, s
 			return err
 		}
 		b := batches[cookie]
-		for kind := range b.byKind {
+		for _, kind := range attachOrder {
 			o := &b.byKind[kind]
 			if len(o.Addresses) == 0 {
 				continue
