@@ -549,6 +549,24 @@ func TestClassifyAttachErrors(t *testing.T) {
 	}
 }
 
+// newWatchedDirTracker returns a tracker whose one probe's file_match
+// names a fresh directory, retaining up to maxBinaries of its files, with
+// the workload binary to copy there and the fake it attaches with.
+func newWatchedDirTracker(t *testing.T, maxBinaries int) (bin, dir string, fake *fakeAttacher, tr *tracker) {
+	t.Helper()
+	bin = testworkload.BuildC(t, "scopesleep.c", "-O2", "-g", "-pthread")
+	dir = t.TempDir()
+	fake = &fakeAttacher{}
+	cfg := []ProbeConfig{{ID: "sleep", FileMatch: "^" + regexp.QuoteMeta(dir) + "/[^/]+$", Entry: "scoped_sleep", Exit: "return"}}
+	opts := trackerOptions{retain: RetainConfig{MaxBinaries: maxBinaries, MaxAge: time.Hour}}
+	tr, err := newTracker(zaptest.NewLogger(t), cfg, fake, negcache.NewFiles(negativeTTL, maxNegative), process.NewInfoCache(64), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(tr.close)
+	return bin, dir, fake, tr
+}
+
 // TestTrackerAttachesWrittenFiles hands the tracker the changes of a
 // watched directory: a file written there is attached and retained with no
 // process; a hard link to it is the same file; a file only created (still
@@ -557,16 +575,7 @@ func TestClassifyAttachErrors(t *testing.T) {
 // when it was attached under its temporary name; a file rewritten in place
 // is attached afresh; and retain.max_binaries bounds the files kept.
 func TestTrackerAttachesWrittenFiles(t *testing.T) {
-	bin := testworkload.BuildC(t, "scopesleep.c", "-O2", "-g", "-pthread")
-	dir := t.TempDir()
-	fake := &fakeAttacher{}
-	cfg := []ProbeConfig{{ID: "sleep", FileMatch: "^" + regexp.QuoteMeta(dir) + "/[^/]+$", Entry: "scoped_sleep", Exit: "return"}}
-	opts := trackerOptions{retain: RetainConfig{MaxBinaries: 2, MaxAge: time.Hour}}
-	tr, err := newTracker(zaptest.NewLogger(t), cfg, fake, negcache.NewFiles(negativeTTL, maxNegative), process.NewInfoCache(64), opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tr.close()
+	bin, dir, fake, tr := newWatchedDirTracker(t, 2)
 	if got := tr.watchedDirs(); len(got) != 1 || got[0] != dir {
 		t.Fatalf("watched directories %v, want %s", got, dir)
 	}
@@ -784,16 +793,7 @@ func TestPinBinariesSkipsNonFiles(t *testing.T) {
 // attached, the three others are detached, and the three evictions are
 // counted.
 func TestTrackerCountsEvictions(t *testing.T) {
-	bin := testworkload.BuildC(t, "scopesleep.c", "-O2", "-g", "-pthread")
-	dir := t.TempDir()
-	fake := &fakeAttacher{}
-	cfg := []ProbeConfig{{ID: "sleep", FileMatch: "^" + regexp.QuoteMeta(dir) + "/[^/]+$", Entry: "scoped_sleep", Exit: "return"}}
-	opts := trackerOptions{retain: RetainConfig{MaxBinaries: 2, MaxAge: time.Hour}}
-	tr, err := newTracker(zaptest.NewLogger(t), cfg, fake, negcache.NewFiles(negativeTTL, maxNegative), process.NewInfoCache(64), opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tr.close()
+	bin, dir, fake, tr := newWatchedDirTracker(t, 2)
 	d, err := safefs.OpenNoLinks(dir)
 	if err != nil {
 		t.Fatal(err)
