@@ -401,13 +401,7 @@ func TestSamplesRightAfterDlopenKeepTheirStack(t *testing.T) {
 	cfg := createDefaultConfig().(*Config)
 	cfg.SamplingFrequency = 199
 	cfg.ReportInterval = 500 * time.Millisecond
-	r, err := newProfilesReceiver(receivertest.NewNopSettings(metadata.Type), cfg, sink)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := r.Start(context.Background(), componenttest.NewNopHost()); err != nil {
-		t.Fatal(err)
-	}
+	r := startProfilesReceiver(t, cfg, sink)
 	cmd := startWorkload(t, bin, lib, "0.3")
 	time.Sleep(1500 * time.Millisecond)
 	if err := r.Shutdown(context.Background()); err != nil {

@@ -11,17 +11,14 @@ import (
 	"testing"
 	"time"
 
-	"go.opentelemetry.io/collector/component/componenttest"
 	"go.opentelemetry.io/collector/consumer/consumertest"
 	"go.opentelemetry.io/collector/pdata/pprofile"
-	"go.opentelemetry.io/collector/receiver/receivertest"
 
 	"github.com/ianlancetaylor/demangle"
 
 	"github.com/bpfcol/bpfcol/internal/testdebuginfod"
 	"github.com/bpfcol/bpfcol/internal/testenv"
 	"github.com/bpfcol/bpfcol/internal/testworkload"
-	"github.com/bpfcol/bpfcol/receiver/ebpfprofreceiver/internal/metadata"
 )
 
 // requireTool returns the path of the first tool found, skipping the test
@@ -197,13 +194,7 @@ func TestStrippedBinariesNamedThroughDebuginfod(t *testing.T) {
 	cfg.Symbolizer.Debuginfod.URLs = []string{url}
 	cfg.Symbolizer.Debuginfod.Timeout = 30 * time.Second
 	cfg.Symbolizer.CacheDir = t.TempDir()
-	r, err := newProfilesReceiver(receivertest.NewNopSettings(metadata.Type), cfg, sink)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := r.Start(context.Background(), componenttest.NewNopHost()); err != nil {
-		t.Fatal(err)
-	}
+	r := startProfilesReceiver(t, cfg, sink)
 	for _, tg := range targets {
 		testworkload.Start(t, tg.stripped, "spin")
 	}

@@ -43,13 +43,7 @@ func profileRun(t *testing.T, bin string, d time.Duration) (int64, []pprofile.Pr
 	cfg := createDefaultConfig().(*Config)
 	cfg.SamplingFrequency = 199
 	cfg.ReportInterval = time.Second
-	r, err := newProfilesReceiver(receivertest.NewNopSettings(metadata.Type), cfg, sink)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := r.Start(context.Background(), componenttest.NewNopHost()); err != nil {
-		t.Fatal(err)
-	}
+	r := startProfilesReceiver(t, cfg, sink)
 	cmd := testworkload.Start(t, bin)
 	time.Sleep(d)
 	if err := r.Shutdown(context.Background()); err != nil {
@@ -58,6 +52,19 @@ func profileRun(t *testing.T, bin string, d time.Duration) (int64, []pprofile.Pr
 	all := sink.AllProfiles()
 	checkNoImpossibleFrames(t, all)
 	return int64(cmd.Process.Pid), all
+}
+
+// startProfilesReceiver starts a receiver with cfg, exporting to sink.
+func startProfilesReceiver(t *testing.T, cfg *Config, sink *consumertest.ProfilesSink) *profilesReceiver {
+	t.Helper()
+	r, err := newProfilesReceiver(receivertest.NewNopSettings(metadata.Type), cfg, sink)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Start(context.Background(), componenttest.NewNopHost()); err != nil {
+		t.Fatal(err)
+	}
+	return r
 }
 
 // checkFullChain asserts that at least 98% of the samples whose leaf is

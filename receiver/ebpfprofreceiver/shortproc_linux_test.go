@@ -6,15 +6,12 @@ import (
 	"testing"
 	"time"
 
-	"go.opentelemetry.io/collector/component/componenttest"
 	"go.opentelemetry.io/collector/consumer/consumertest"
-	"go.opentelemetry.io/collector/receiver/receivertest"
 
 	"github.com/bpfcol/bpfcol/internal/conventions"
 	"github.com/bpfcol/bpfcol/internal/pprofiletest"
 	"github.com/bpfcol/bpfcol/internal/testenv"
 	"github.com/bpfcol/bpfcol/internal/testworkload"
-	"github.com/bpfcol/bpfcol/receiver/ebpfprofreceiver/internal/metadata"
 )
 
 // TestShortLivedProcessesNamed runs a few hundred children that each live
@@ -29,13 +26,7 @@ func TestShortLivedProcessesNamed(t *testing.T) {
 	cfg := createDefaultConfig().(*Config)
 	cfg.SamplingFrequency = maxSamplingFrequency
 	cfg.ReportInterval = time.Second
-	r, err := newProfilesReceiver(receivertest.NewNopSettings(metadata.Type), cfg, sink)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := r.Start(context.Background(), componenttest.NewNopHost()); err != nil {
-		t.Fatal(err)
-	}
+	r := startProfilesReceiver(t, cfg, sink)
 	const children = 300
 	cmd := testworkload.Start(t, bin, "300")
 	done := make(chan error, 1)
