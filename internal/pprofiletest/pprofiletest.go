@@ -14,9 +14,15 @@ import (
 // Sample is one sample of a profile, with its frames' function names, leaf
 // first (inlined functions before the function they sit in).
 type Sample struct {
-	PID       int64
-	Names     []string
-	Types     []string
+	PID   int64
+	Names []string
+	Types []string
+	// Files and Lines are each name's source file and line, "" and 0
+	// when unknown; Locations the index in the stack of its location
+	// (names of inlined functions share their location).
+	Files     []string
+	Lines     []int64
+	Locations []int
 	Count     int64
 	ThreadIDs []int64
 	// SampleType is the profile's sample type and unit: "samples/count",
@@ -75,11 +81,18 @@ func Samples(p pprofile.Profiles) []Sample {
 						if loc.Lines().Len() == 0 {
 							ss.Names = append(ss.Names, "")
 							ss.Types = append(ss.Types, ftype)
+							ss.Files = append(ss.Files, "")
+							ss.Lines = append(ss.Lines, 0)
+							ss.Locations = append(ss.Locations, l)
 						}
 						for n := 0; n < loc.Lines().Len(); n++ {
-							fn := d.FunctionTable().At(int(loc.Lines().At(n).FunctionIndex()))
+							line := loc.Lines().At(n)
+							fn := d.FunctionTable().At(int(line.FunctionIndex()))
 							ss.Names = append(ss.Names, str(fn.NameStrindex()))
 							ss.Types = append(ss.Types, ftype)
+							ss.Files = append(ss.Files, str(fn.FilenameStrindex()))
+							ss.Lines = append(ss.Lines, line.Line())
+							ss.Locations = append(ss.Locations, l)
 						}
 					}
 					out = append(out, ss)
@@ -116,6 +129,24 @@ func (s Sample) KernelNames() []string {
 func (s Sample) HasChain(chain []string) bool {
 	names := s.UserNames()
 	return len(names) >= len(chain) && slices.Equal(names[:len(chain)], chain)
+}
+
+// Frame is one name of a sample's stack, with its type and place.
+type Frame struct {
+	Name, Type, File string
+	Line             int64
+	// Location is the index in the stack of the frame's location.
+	Location int
+}
+
+// Frames returns the sample's names with their types, files and lines,
+// leaf first.
+func (s Sample) Frames() []Frame {
+	out := make([]Frame, len(s.Names))
+	for i := range s.Names {
+		out[i] = Frame{Name: s.Names[i], Type: s.Types[i], File: s.Files[i], Line: s.Lines[i], Location: s.Locations[i]}
+	}
+	return out
 }
 
 // isKernel reports whether a frame type runs in the kernel: kernel code or
