@@ -14,13 +14,16 @@ import (
 	"testing"
 	"time"
 
+	"go.opentelemetry.io/collector/component/componenttest"
 	"go.opentelemetry.io/collector/consumer/consumertest"
 	"go.opentelemetry.io/collector/pdata/pprofile"
+	"go.opentelemetry.io/collector/receiver/receivertest"
 
 	"github.com/bpfcol/bpfcol/internal/conventions"
 	"github.com/bpfcol/bpfcol/internal/pprofiletest"
 	"github.com/bpfcol/bpfcol/internal/testenv"
 	"github.com/bpfcol/bpfcol/internal/testworkload"
+	"github.com/bpfcol/bpfcol/receiver/ebpfprofreceiver/internal/metadata"
 )
 
 // pyFrame is a Python frame: its function and line.
@@ -52,15 +55,26 @@ type pythonRun struct {
 // startPythonRun starts a receiver at 199 Hz with the default 5 s reports:
 // on a loaded host the first reports name many libpythons' frames from
 // their DWARF, and shorter intervals queue up behind them (dropped as
-// batch_queue_full).
-func startPythonRun(t *testing.T) *pythonRun {
+// batch_queue_full). opts change the config or the receiver before it
+// starts.
+func startPythonRun(t *testing.T, opts ...func(*Config, *profilesReceiver)) *pythonRun {
 	t.Helper()
 	testenv.RequireBPF(t)
 	sink := new(consumertest.ProfilesSink)
 	cfg := createDefaultConfig().(*Config)
 	cfg.SamplingFrequency = 199
 	run := &pythonRun{t: t, sink: sink, attached: map[int]time.Time{}, started: time.Now()}
-	run.r = startProfilesReceiver(t, cfg, sink)
+	r, err := newProfilesReceiver(receivertest.NewNopSettings(metadata.Type), cfg, sink)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, o := range opts {
+		o(cfg, r)
+	}
+	if err := r.Start(context.Background(), componenttest.NewNopHost()); err != nil {
+		t.Fatal(err)
+	}
+	run.r = r
 	t.Cleanup(func() { run.stop() })
 	return run
 }
@@ -271,24 +285,33 @@ func threadCPU(pid, tid int) (time.Duration, error) {
 // process less of the CPUs than a quiet one.
 func (p *pythonRun) runFor(cpu, limit time.Duration, cmds ...*exec.Cmd) {
 	p.t.Helper()
-	base := map[int]time.Duration{}
+	var threads [][2]int
 	for _, cmd := range cmds {
-		pid := cmd.Process.Pid
-		base[pid], _ = threadCPU(pid, pid)
+		threads = append(threads, [2]int{cmd.Process.Pid, cmd.Process.Pid})
+	}
+	p.runThreadsFor(cpu, limit, threads...)
+}
+
+// runThreadsFor waits until every thread {pid, tid} has run for cpu, for
+// at most limit.
+func (p *pythonRun) runThreadsFor(cpu, limit time.Duration, threads ...[2]int) {
+	p.t.Helper()
+	base := map[[2]int]time.Duration{}
+	for _, th := range threads {
+		base[th], _ = threadCPU(th[0], th[1])
 	}
 	deadline := time.Now().Add(limit)
-	for _, cmd := range cmds {
-		pid := cmd.Process.Pid
+	for _, th := range threads {
 		for {
-			used, err := threadCPU(pid, pid)
+			used, err := threadCPU(th[0], th[1])
 			if err != nil {
-				p.t.Fatalf("pid %d: %v", pid, err)
+				p.t.Fatalf("thread %d of pid %d: %v", th[1], th[0], err)
 			}
-			if used-base[pid] >= cpu {
+			if used-base[th] >= cpu {
 				break
 			}
 			if time.Now().After(deadline) {
-				p.t.Logf("pid %d ran %v of the %v wanted within %v: a loaded host", pid, used-base[pid], cpu, limit)
+				p.t.Logf("thread %d of pid %d ran %v of the %v wanted within %v: a loaded host", th[1], th[0], used-base[th], cpu, limit)
 				break
 			}
 			time.Sleep(100 * time.Millisecond)
@@ -320,52 +343,63 @@ func TestPythonFramesEveryVersion(t *testing.T) {
 	stopCrunch(t, works...)
 	run.stop()
 
-	hot := crunchChains[0][0]
 	for _, w := range works {
-		pid := w.cmd.Process.Pid
-		var total, chains, hotLeaf, complete int64
-		var bad []string
-		for _, s := range run.threadSamples(pid, pid) {
-			total += s.Count
-			py := pythonFrames(s)
-			inChain := false
-			for _, c := range crunchChains {
-				inChain = inChain || sameChain(py, c)
-			}
-			switch {
-			case inChain && interleaved(s, script) && completeStack(s.UserNames()):
-				chains += s.Count
-				if py[0] == hot {
-					hotLeaf += s.Count
-				}
-			case len(bad) < 4:
-				bad = append(bad, fmt.Sprintf("%v in [%s]", py, shortChain(s.UserNames())))
-			}
-			if completeStack(s.UserNames()) {
-				complete += s.Count
-			}
-		}
-		n, leaves := truth(t, w.truth, run.attached[pid])
-		ours, theirs := float64(hotLeaf)/float64(max(total, 1)), float64(leaves[hot])/float64(max(n, 1))
-		// Both shares are estimates: four standard errors of their
-		// difference, and 2 points for what sampling at different
-		// points of the bytecode may add.
-		p := (ours + theirs) / 2
-		bound := 4*math.Sqrt(p*(1-p)*(1/float64(max(total, 1))+1/float64(max(n, 1)))) + 0.02
-		t.Logf("%-14s %4d samples, %5.1f%% in a whole chain, %5.1f%% complete; in %s: bpfcol %.2f, sys._current_frames %.2f of %d (bound %.2f)",
-			w.py.Name, total, pct(chains, total), pct(complete, total), hot, ours, theirs, n, bound)
-		if total < 50 || n < 50 {
-			t.Errorf("%s: too few samples: bpfcol %d, the script's own %d", w.py.Name, total, n)
-			continue
-		}
-		if float64(chains) < 0.95*float64(total) {
-			t.Errorf("%s: %.1f%% of samples hold a whole chain, want >= 95%%; some that do not: %v", w.py.Name, pct(chains, total), bad)
-		}
-		if math.Abs(ours-theirs) > bound {
-			t.Errorf("%s: %.2f of samples in %s, the script's own sampler %.2f: more than %.2f apart", w.py.Name, ours, hot, theirs, bound)
-		}
+		checkCrunch(t, run, w)
 	}
 	if s := run.r.interps.Stats().Clients["cpython"]; s.Attached < int64(len(works)) {
 		t.Errorf("%d processes attached, want %d: %+v", s.Attached, len(works), s)
+	}
+}
+
+// checkCrunch asks, of the samples of crunch.py's main thread taken since
+// it was attached: at least 95% hold one of its chains whole, in order,
+// typed cpython, with the hot lines right, each run of Python frames right
+// leafward of the eval loop and the stack complete; and the share in the
+// hot leaf as the script's own sys._current_frames() sampler saw it.
+func checkCrunch(t *testing.T, run *pythonRun, w *crunchWorkload) {
+	t.Helper()
+	script := w.script
+	hot := crunchChains[0][0]
+	pid := w.cmd.Process.Pid
+	var total, chains, hotLeaf, complete int64
+	var bad []string
+	for _, s := range run.threadSamples(pid, pid) {
+		total += s.Count
+		py := pythonFrames(s)
+		inChain := false
+		for _, c := range crunchChains {
+			inChain = inChain || sameChain(py, c)
+		}
+		switch {
+		case inChain && interleaved(s, script) && completeStack(s.UserNames()):
+			chains += s.Count
+			if py[0] == hot {
+				hotLeaf += s.Count
+			}
+		case len(bad) < 4:
+			bad = append(bad, fmt.Sprintf("%v in [%s]", py, shortChain(s.UserNames())))
+		}
+		if completeStack(s.UserNames()) {
+			complete += s.Count
+		}
+	}
+	n, leaves := truth(t, w.truth, run.attached[pid])
+	ours, theirs := float64(hotLeaf)/float64(max(total, 1)), float64(leaves[hot])/float64(max(n, 1))
+	// Both shares are estimates: four standard errors of their
+	// difference, and 2 points for what sampling at different
+	// points of the bytecode may add.
+	p := (ours + theirs) / 2
+	bound := 4*math.Sqrt(p*(1-p)*(1/float64(max(total, 1))+1/float64(max(n, 1)))) + 0.02
+	t.Logf("%-14s %4d samples, %5.1f%% in a whole chain, %5.1f%% complete; in %s: bpfcol %.2f, sys._current_frames %.2f of %d (bound %.2f)",
+		w.py.Name, total, pct(chains, total), pct(complete, total), hot, ours, theirs, n, bound)
+	if total < 50 || n < 50 {
+		t.Errorf("%s: too few samples: bpfcol %d, the script's own %d", w.py.Name, total, n)
+		return
+	}
+	if float64(chains) < 0.95*float64(total) {
+		t.Errorf("%s: %.1f%% of samples hold a whole chain, want >= 95%%; some that do not: %v", w.py.Name, pct(chains, total), bad)
+	}
+	if math.Abs(ours-theirs) > bound {
+		t.Errorf("%s: %.2f of samples in %s, the script's own sampler %.2f: more than %.2f apart", w.py.Name, ours, hot, theirs, bound)
 	}
 }

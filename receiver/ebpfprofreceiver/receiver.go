@@ -121,6 +121,9 @@ type profilesReceiver struct {
 type testHooks struct {
 	// ringBufferBytes sizes the sampler's ringbuf (profiler.Options).
 	ringBufferBytes int
+	// samplePID samples that process alone (profiler.Options.PID): its
+	// BPF time per sample is the sampler's.
+	samplePID int
 	// drainStart, when set, holds the drain back until it is closed.
 	drainStart <-chan struct{}
 	// afterStop runs in Shutdown once sampling stopped, before the drain
@@ -232,6 +235,7 @@ func (r *profilesReceiver) start(_ context.Context, _ component.Host) error {
 	sampler, err := profiler.New(profiler.Options{
 		Frequency:       r.cfg.SamplingFrequency,
 		RingBufferBytes: r.hooks.ringBufferBytes,
+		PID:             r.hooks.samplePID,
 		UnwindRows:      int(r.cfg.UnwindTableBytes / profiler.UnwindRowBytes),
 		OffCPU:          r.cfg.OffCPU.samplerOptions(),
 		Scopes:          shared,
