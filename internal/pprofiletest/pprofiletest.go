@@ -17,14 +17,14 @@ type Sample struct {
 	PID   int64
 	Names []string
 	Types []string
-	// Files and Lines are each name's source file and line, "" and 0
+	// SourceFiles and Lines are each name's source file and line, "" and 0
 	// when unknown; Locations the index in the stack of its location
 	// (names of inlined functions share their location).
-	Files     []string
-	Lines     []int64
-	Locations []int
-	Count     int64
-	ThreadIDs []int64
+	SourceFiles []string
+	Lines       []int64
+	Locations   []int
+	Count       int64
+	ThreadIDs   []int64
 	// SampleType is the profile's sample type and unit: "samples/count",
 	// "off_cpu/nanoseconds".
 	SampleType string
@@ -81,7 +81,7 @@ func Samples(p pprofile.Profiles) []Sample {
 						if loc.Lines().Len() == 0 {
 							ss.Names = append(ss.Names, "")
 							ss.Types = append(ss.Types, ftype)
-							ss.Files = append(ss.Files, "")
+							ss.SourceFiles = append(ss.SourceFiles, "")
 							ss.Lines = append(ss.Lines, 0)
 							ss.Locations = append(ss.Locations, l)
 						}
@@ -90,7 +90,7 @@ func Samples(p pprofile.Profiles) []Sample {
 							fn := d.FunctionTable().At(int(line.FunctionIndex()))
 							ss.Names = append(ss.Names, str(fn.NameStrindex()))
 							ss.Types = append(ss.Types, ftype)
-							ss.Files = append(ss.Files, str(fn.FilenameStrindex()))
+							ss.SourceFiles = append(ss.SourceFiles, str(fn.FilenameStrindex()))
 							ss.Lines = append(ss.Lines, line.Line())
 							ss.Locations = append(ss.Locations, l)
 						}
@@ -144,7 +144,7 @@ type Frame struct {
 func (s Sample) Frames() []Frame {
 	out := make([]Frame, len(s.Names))
 	for i := range s.Names {
-		out[i] = Frame{Name: s.Names[i], Type: s.Types[i], File: s.Files[i], Line: s.Lines[i], Location: s.Locations[i]}
+		out[i] = Frame{Name: s.Names[i], Type: s.Types[i], File: s.SourceFiles[i], Line: s.Lines[i], Location: s.Locations[i]}
 	}
 	return out
 }
