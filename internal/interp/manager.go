@@ -82,7 +82,8 @@ type Manager struct {
 	refused map[uint32]bool
 	serial  uint64
 
-	objects *lru.Cache[objectKey, *cached]
+	objects  *lru.Cache[objectKey, *cached]
+	interval atomic.Uint64
 
 	counts        []clientCounts // by client, in order
 	readFailures  atomic.Int64
@@ -109,11 +110,11 @@ type objectKey struct {
 	addr   uint64
 }
 
-// cached is a named object, and when its identity was last checked
-// (Unix nanoseconds).
+// cached is a named object, and the interval its identity was last
+// checked in.
 type cached struct {
 	obj     *Object
-	checked atomic.Int64
+	checked atomic.Uint64
 }
 
 func cachedCost(_ objectKey, c *cached) int64 {
@@ -354,11 +355,6 @@ func (m *Manager) BeginBatch() {
 	m.objects.RemoveIdle()
 }
 
-// recheckAfter is how long an object read stays trusted before its
-// identity is read again: a frame's object is checked against reuse of
-// its address at most this long before the frame was sampled.
-const recheckAfter = time.Second
-
 // unknownName names an interpreted frame whose object could not be read.
 const unknownName = "[unknown]"
 
@@ -380,12 +376,18 @@ func (m *Manager) process(pid uint32, f *frame.Frame) (*attached, *clientCounts)
 	return a, &m.counts[ci]
 }
 
+// NewInterval starts an interval of aggregation: Read checks each object
+// against reuse of its address once per interval.
+func (m *Manager) NewInterval() { m.interval.Add(1) }
+
 // Read reads, while process pid still runs, the object that names f, an
-// interpreted frame of a sample just taken: the aggregator calls it for
-// each new stack, so that frames are named even when their process exits
-// before the report. An object read before is checked against reuse of
-// its address once a second. It never fails: what cannot be read now is
-// tried again by Name.
+// interpreted frame of a stack first seen in this interval: the
+// aggregator calls it, so that frames are named even when their process
+// exits before the report. An object read before is checked against
+// reuse of its address, once per interval: stacks are keyed by address,
+// so samples of an object freed and replaced at its address within one
+// interval are named as the first. It never fails: what cannot be read
+// now is tried again by Name.
 func (m *Manager) Read(pid uint32, f *frame.Frame) {
 	if f.Truncated {
 		return
@@ -395,9 +397,9 @@ func (m *Manager) Read(pid uint32, f *frame.Frame) {
 		return
 	}
 	key := objectKey{serial: a.serial, addr: f.Address}
-	now := time.Now().UnixNano()
+	interval := m.interval.Load()
 	if e, ok := m.objects.Get(key); ok {
-		if now-e.checked.Load() < int64(recheckAfter) {
+		if e.checked.Load() == interval {
 			return
 		}
 		id, err := a.inst.Identity(f.Address)
@@ -405,23 +407,23 @@ func (m *Manager) Read(pid uint32, f *frame.Frame) {
 		case err != nil:
 			return // gone: what was read stays, right at its last check
 		case bytes.Equal(id, e.obj.Identity):
-			e.checked.Store(now)
+			e.checked.Store(interval)
 			return
 		}
 		m.objects.Remove(key)
 		c.reused.Add(1)
 	}
-	m.read(a, key, now)
+	m.read(a, key, interval)
 }
 
 // read reads and caches the object at key.
-func (m *Manager) read(a *attached, key objectKey, now int64) *Object {
+func (m *Manager) read(a *attached, key objectKey, interval uint64) *Object {
 	obj, err := a.inst.Object(key.addr)
 	if err != nil {
 		return nil
 	}
 	e := &cached{obj: obj}
-	e.checked.Store(now)
+	e.checked.Store(interval)
 	m.objects.Add(key, e)
 	return obj
 }
@@ -444,7 +446,7 @@ func (m *Manager) Name(pid uint32, f *frame.Frame) []frame.Line {
 	var obj *Object
 	if ok {
 		obj = e.obj
-	} else if obj = m.read(a, key, time.Now().UnixNano()); obj == nil {
+	} else if obj = m.read(a, key, m.interval.Load()); obj == nil {
 		c.unnamed.Add(1)
 		return []frame.Line{{Name: unknownName}}
 	}

@@ -2,6 +2,8 @@ package ebpfprofreceiver
 
 import (
 	"bufio"
+	"debug/elf"
+	"encoding/binary"
 	"io"
 	"os"
 	"os/exec"
@@ -401,5 +403,180 @@ func TestPythonRealProgram(t *testing.T) {
 		total, withPy, named, inModule)
 	if total < 100 || float64(withPy) < 0.9*float64(total) || float64(named) < 0.95*float64(withPy) || float64(inModule) < 0.5*float64(total) {
 		t.Errorf("want >= 90%% of samples with Python frames, >= 95%% of those named, >= 50%% in tokenize.py")
+	}
+}
+
+// withPyVersion copies the libpython of pyenv's py into a directory of
+// its own, its Py_Version set to hex, and returns the directory: run with
+// it first in LD_LIBRARY_PATH, py is a CPython that says it is another.
+func withPyVersion(t *testing.T, py testworkload.Python, hex uint32) string {
+	t.Helper()
+	libs, _ := filepath.Glob(filepath.Join(filepath.Dir(filepath.Dir(py.Path)), "lib", "libpython3.*.so.1.0"))
+	if len(libs) != 1 {
+		t.Fatalf("%s: libpython not found (%v)", py.Name, libs)
+	}
+	data, err := os.ReadFile(libs[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := elf.Open(libs[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	syms, err := f.DynamicSymbols()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var off int64 = -1
+	for _, s := range syms {
+		if s.Name != "Py_Version" {
+			continue
+		}
+		for _, p := range f.Progs {
+			if p.Type == elf.PT_LOAD && s.Value >= p.Vaddr && s.Value+4 <= p.Vaddr+p.Filesz {
+				off = int64(s.Value - p.Vaddr + p.Off)
+			}
+		}
+	}
+	if off < 0 {
+		t.Fatalf("%s: no Py_Version in the file", libs[0])
+	}
+	binary.LittleEndian.PutUint32(data[off:], hex)
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, filepath.Base(libs[0])), data, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+// TestPythonUnsupportedVersion runs CPython 3.13 whose libpython says it
+// is 3.14, a version without a known layout: its samples keep their
+// native frames, whole, and carry no Python frame; the process is counted
+// as unsupported.
+func TestPythonUnsupportedVersion(t *testing.T) {
+	py := testworkload.PyenvPython(t, 13)
+	dir := withPyVersion(t, py, 0x030e00f0) // 3.14.0 final
+	run := startPythonRun(t)
+	cmd := exec.Command(py.Path, testworkload.PythonScript(t, "crunch.py"), filepath.Join(t.TempDir(), "truth.txt"))
+	cmd.Env = append(os.Environ(), "LD_LIBRARY_PATH="+dir)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	pid := cmd.Process.Pid
+	deadline := time.Now().Add(20 * time.Second)
+	for run.r.interps.Stats().Clients["cpython"].Unsupported == 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("the process was not refused within 20 s: %+v", run.r.interps.Stats())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	// Refused at its first sample, when the unwind tables of its files
+	// are being built: its stacks are counted from a second later.
+	time.Sleep(time.Second)
+	run.attached[pid] = time.Now()
+	run.runFor(2*time.Second, 60*time.Second, cmd)
+	stopPython(t, cmd)
+	run.stop()
+	var total, python, loop int64
+	for _, s := range run.threadSamples(pid, pid) {
+		total += s.Count
+		if len(pythonFrames(s)) > 0 {
+			python += s.Count
+		}
+		if slices.Contains(s.UserNames(), evalLoop) && completeStack(s.UserNames()) {
+			loop += s.Count
+		}
+	}
+	st := run.r.interps.Stats().Clients["cpython"]
+	t.Logf("%d samples, %d with Python frames, %d whole through the eval loop; cpython processes %+v", total, python, loop, st)
+	if python > 0 || total < 50 || float64(loop) < 0.9*float64(total) {
+		t.Errorf("want native frames only, whole: %d of %d samples with Python frames, %d whole through the eval loop", python, total, loop)
+	}
+	if st.Attached != 0 && run.r.interps.Attached(uint32(pid)) {
+		t.Errorf("the process was attached: %+v", st)
+	}
+}
+
+// TestPythonCodeObjectReuse runs functions compiled anew every 4 s, each
+// new code object where the last was freed (the script logs their
+// addresses): the reuse is seen, and the samples are named after the
+// function that ran when they were taken, but in report intervals that
+// span a change (1 s reports).
+func TestPythonCodeObjectReuse(t *testing.T) {
+	py := testworkload.PyenvPython(t, 12)
+	run := startPythonRun(t, func(c *Config, _ *profilesReceiver) { c.ReportInterval = time.Second })
+	log := filepath.Join(t.TempDir(), "phases.txt")
+	cmd := testworkload.Start(t, py.Path, testworkload.PythonScript(t, "reuse.py"), log, "4")
+	run.waitAttached(cmd)
+	time.Sleep(13 * time.Second)
+	stopPython(t, cmd)
+	run.stop()
+
+	type phase struct {
+		start float64
+		name  string
+		addr  string
+	}
+	var phases []phase
+	data, err := os.ReadFile(log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(strings.TrimSpace(string(data)), "\n") {
+		f := strings.Fields(line)
+		if len(f) != 3 {
+			t.Fatalf("phase line %q", line)
+		}
+		at, _ := strconv.ParseFloat(f[0], 64)
+		phases = append(phases, phase{at, f[1], f[2]})
+	}
+	reused := 0
+	for i := 1; i < len(phases); i++ {
+		if phases[i].addr == phases[i-1].addr {
+			reused++
+		}
+	}
+	if reused < 2 {
+		t.Fatalf("only %d phases reused the previous code object's address (%v): the test proves nothing", reused, phases)
+	}
+	at := func(ts uint64) string {
+		name := ""
+		for _, p := range phases {
+			if float64(ts)/1e9 >= p.start {
+				name = p.name
+			}
+		}
+		return name
+	}
+	pid := cmd.Process.Pid
+	var total, right int64
+	since := uint64(run.attached[pid].UnixNano())
+	for _, prof := range run.sink.AllProfiles() {
+		for _, s := range pprofiletest.Samples(prof) {
+			py := pythonFrames(s)
+			if s.PID != int64(pid) || len(py) == 0 || !strings.HasPrefix(py[0].name, "gen_") {
+				continue
+			}
+			for _, ts := range s.Timestamps {
+				if ts < since {
+					continue
+				}
+				total++
+				if py[0].name == at(ts) {
+					right++
+				}
+			}
+		}
+	}
+	st := run.r.interps.Stats().Clients["cpython"]
+	t.Logf("%d phases, %d at the previous one's address; %d samples in them, %d named after the function that ran; %d code objects found reused",
+		len(phases), reused, total, right, st.Reused)
+	if st.Reused == 0 {
+		t.Errorf("no reuse seen")
+	}
+	if total < 100 || float64(right) < 0.85*float64(total) {
+		t.Errorf("%d of %d samples named after the function that ran", right, total)
 	}
 }

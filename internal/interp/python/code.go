@@ -83,13 +83,19 @@ func field(h []byte, off uint64) uint64 {
 }
 
 // identity is what tells a code object from another later allocated at
-// its address: its type and the objects it names.
-func (r *codeReader) identity(h []byte) []byte {
-	id := make([]byte, 0, 48)
+// its address: its type, the objects it names, and its name's length and
+// hash (a name freed with it may be replaced at its address too).
+func (r *codeReader) identity(h []byte) ([]byte, error) {
+	id := make([]byte, 0, 64)
 	for _, off := range []uint64{obType, r.l.coName, r.l.coQualname, r.l.coFilename, r.l.coLineTable} {
 		id = binary.LittleEndian.AppendUint64(id, field(h, off))
 	}
-	return binary.LittleEndian.AppendUint32(id, uint32(field(h, r.l.coFirstLine)))
+	id = binary.LittleEndian.AppendUint32(id, uint32(field(h, r.l.coFirstLine)))
+	var name [strState]byte
+	if err := r.mem.Read(field(h, r.l.coName), name[:]); err != nil {
+		return nil, err
+	}
+	return append(id, name[strLength:]...), nil
 }
 
 // Identity reads what identity held for the code object at addr.
@@ -98,7 +104,7 @@ func (r *codeReader) Identity(addr uint64) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	return r.identity(h), nil
+	return r.identity(h)
 }
 
 // Object reads the code object at addr: its qualified name (3.11+, its
@@ -126,11 +132,15 @@ func (r *codeReader) Object(addr uint64) (*interp.Object, error) {
 		return nil, fmt.Errorf("reading the line table of code object %#x: %w", addr, err)
 	}
 	first := int64(int32(binary.LittleEndian.Uint32(h[min(r.l.coFirstLine, uint64(len(h))-4):])))
+	id, err := r.identity(h)
+	if err != nil {
+		return nil, fmt.Errorf("reading code object %#x: %w", addr, err)
+	}
 	obj := &interp.Object{
 		Name:     name,
 		File:     file,
 		Lines:    &codeTable{kind: r.l.lines, first: first, table: table},
-		Identity: r.identity(h),
+		Identity: id,
 	}
 	obj.Bytes = int64(len(name) + len(file) + len(table) + len(obj.Identity) + 64)
 	return obj, nil

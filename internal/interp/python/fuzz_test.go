@@ -95,7 +95,7 @@ func FuzzCodeObject(f *testing.F) {
 		// One header, three string or bytes headers, and their contents,
 		// each within its bound (a str of UCS-4 characters at most 4
 		// bytes each).
-		bound := maxCodeHeader + 3*strHeaderBytes + 4*(maxNameLen+maxFileLen) + maxLineTable + 24
+		bound := maxCodeHeader + 3*strHeaderBytes + 4*(maxNameLen+maxFileLen) + maxLineTable + 24 + strState
 		if mem.read > bound {
 			t.Fatalf("read %d bytes of the process for one code object, bound %d", mem.read, bound)
 		}

@@ -55,6 +55,8 @@ type Interpreters interface {
 	// Read reads, while the process still runs, what names an
 	// interpreted frame of a stack first seen in this interval.
 	Read(pid uint32, f *frame.Frame)
+	// NewInterval says an interval ended.
+	NewInterval()
 }
 
 // Process is what the profile says about one process.
@@ -435,6 +437,9 @@ func (a *Aggregator) Flush(now time.Time) *Batch {
 	a.start = now
 	a.procs.endInterval()
 	a.clock.Refresh()
+	if a.cfg.Interpreters != nil {
+		a.cfg.Interpreters.NewInterval()
+	}
 	return b
 }
 
