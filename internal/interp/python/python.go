@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"path"
+	"regexp"
 	"sync"
 	"sync/atomic"
 
@@ -80,19 +81,19 @@ const (
 	fileLoader
 )
 
-// libcName and loaderName match glibc's C library (or, before 2.34,
-// libpthread, which had pthread_getspecific) and dynamic loader.
-func libcName(base string) bool {
-	return base == "libc.so.6" || base == "libpthread.so.0" || path.Ext(base) == ".so" && (base == "libc.so" || base == "libpthread.so")
-}
+// glibc's libraries, by the names they are mapped with: libpthread
+// (pthread_getspecific before glibc 2.34), libc, and the dynamic loader.
+const (
+	libpthreadName = "libpthread.so.0"
+	libcSOName     = "libc.so.6"
+)
 
-func loaderName(base string) bool {
-	return len(base) > 5 && base[:5] == "ld-li" || base == "ld.so"
-}
+var loaderName = regexp.MustCompile(`^ld-linux(-x86-64)?\.so\.2$`)
 
 // Attach implements interp.Client.
 func (c *Client) Attach(pid int, maps []process.Mapping) (interp.Instance, error) {
-	var py, libc, loader *process.Mapping
+	var py, loader *process.Mapping
+	var libcs []*process.Mapping // libpthread first
 	for i := range maps {
 		m := &maps[i]
 		if !m.File() || !m.Executable() {
@@ -105,9 +106,11 @@ func (c *Client) Attach(pid int, maps []process.Mapping) (interp.Instance, error
 			if f.python != nil || f.err != nil && !errors.Is(f.err, errNotInterpreter) {
 				py = m
 			}
-		case libcName(base):
-			libc = m
-		case loaderName(base):
+		case base == libpthreadName:
+			libcs = append([]*process.Mapping{m}, libcs...)
+		case base == libcSOName:
+			libcs = append(libcs, m)
+		case loaderName.MatchString(base):
 			loader = m
 		}
 	}
@@ -131,14 +134,11 @@ func (c *Client) Attach(pid int, maps []process.Mapping) (interp.Instance, error
 	if info.tssKey != 0 {
 		// The pthread key: the way to 3.12's thread states, and 3.13's
 		// while a thread runs without the GIL.
-		if libc == nil {
-			return nil, fmt.Errorf("%s: no libc mapped to read pthread-specific data with", py.Path)
+		tsd, err := c.tsd(pid, libcs)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", py.Path, err)
 		}
-		lf := c.facts(pid, libc, fileLibc)
-		if lf.err != nil {
-			return nil, fmt.Errorf("%s: %w", libc.Path, lf.err)
-		}
-		walk.TState, walk.TSSKey, walk.TSSInitialized, walk.TSD = profiler.PythonTSD, info.tssKey+bias, info.tssInitialized, *lf.tsd
+		walk.TState, walk.TSSKey, walk.TSSInitialized, walk.TSD = profiler.PythonTSD, info.tssKey+bias, info.tssInitialized, *tsd
 	}
 	if info.tls.kind != tlsNone {
 		var dtv *threadlocal.DTV
@@ -182,6 +182,23 @@ func (c *Client) Attach(pid int, maps []process.Mapping) (interp.Instance, error
 			},
 		},
 	}, nil
+}
+
+// tsd returns the pthread-specific data layout of the first of libcs
+// that defines pthread_getspecific.
+func (c *Client) tsd(pid int, libcs []*process.Mapping) (*profiler.TSDLayout, error) {
+	if len(libcs) == 0 {
+		return nil, errors.New("no glibc mapped to read pthread-specific data with")
+	}
+	var errs []error
+	for _, m := range libcs {
+		f := c.facts(pid, m, fileLibc)
+		if f.tsd != nil {
+			return f.tsd, nil
+		}
+		errs = append(errs, fmt.Errorf("%s: %w", m.Path, f.err))
+	}
+	return nil, errors.Join(errs...)
 }
 
 // facts returns what the file of m is, analysed once per file.
