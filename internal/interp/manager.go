@@ -217,6 +217,9 @@ func (m *Manager) Run(ctx context.Context) {
 			}
 			m.update(pid, maps)
 		}
+		// Exits come here too: their processes go after Linger even
+		// when no batch is named.
+		m.dropGone(time.Now())
 	}
 }
 
@@ -339,7 +342,13 @@ func (m *Manager) Loops(pid uint32) []Range {
 // BeginBatch starts a batch of naming: the objects of processes gone
 // for longer than Linger are dropped.
 func (m *Manager) BeginBatch() {
-	now := time.Now()
+	m.dropGone(time.Now())
+	m.objects.RemoveIdle()
+}
+
+// dropGone forgets the processes gone for longer than Linger, and their
+// objects.
+func (m *Manager) dropGone(now time.Time) {
 	var drop []uint64
 	m.mu.Lock()
 	for pid, a := range m.gone {
@@ -352,7 +361,6 @@ func (m *Manager) BeginBatch() {
 	for _, s := range drop {
 		m.dropObjects(s)
 	}
-	m.objects.RemoveIdle()
 }
 
 // unknownName names an interpreted frame whose object could not be read.
