@@ -83,14 +83,15 @@ func startPythonRun(t *testing.T, opts ...func(*Config, *profilesReceiver)) *pyt
 // client, and notes when: its samples carry Python frames from then on.
 func (p *pythonRun) waitAttached(cmds ...*exec.Cmd) {
 	p.t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
+	// A loaded host (load 25 on these 2 CPUs) took 8 s.
+	deadline := time.Now().Add(30 * time.Second)
 	for _, cmd := range cmds {
 		pid := cmd.Process.Pid
 		// Attached, and the eval loop's unwind table loaded: from then
 		// on a sample's native stack reaches the loop.
 		for !p.r.interps.Attached(uint32(pid)) || !p.r.unwind.Covers(uint32(pid), p.loop(pid)) {
 			if time.Now().After(deadline) {
-				p.t.Fatalf("pid %d (%s) not attached, its eval loop's table loaded, within 10 s: %+v", pid, cmd.Path, p.r.interps.Stats())
+				p.t.Fatalf("pid %d (%s) not attached, its eval loop's table loaded, within 30 s: %+v", pid, cmd.Path, p.r.interps.Stats())
 			}
 			time.Sleep(20 * time.Millisecond)
 		}
