@@ -20,6 +20,7 @@ import (
 	"go.opentelemetry.io/collector/receiver/receivertest"
 
 	"github.com/bpfcol/bpfcol/internal/conventions"
+	"github.com/bpfcol/bpfcol/internal/interp"
 	"github.com/bpfcol/bpfcol/internal/pprofiletest"
 	"github.com/bpfcol/bpfcol/internal/testenv"
 	"github.com/bpfcol/bpfcol/internal/testworkload"
@@ -43,7 +44,7 @@ var crunchChains = [][]pyFrame{
 
 // pythonRun is a receiver profiling Python workloads.
 type pythonRun struct {
-	t    *testing.T
+	t    testing.TB
 	r    *profilesReceiver
 	sink *consumertest.ProfilesSink
 	// attached is when each pid was seen attached.
@@ -57,7 +58,7 @@ type pythonRun struct {
 // their DWARF, and shorter intervals queue up behind them (dropped as
 // batch_queue_full). opts change the config or the receiver before it
 // starts.
-func startPythonRun(t *testing.T, opts ...func(*Config, *profilesReceiver)) *pythonRun {
+func startPythonRun(t testing.TB, opts ...func(*Config, *profilesReceiver)) *pythonRun {
 	t.Helper()
 	testenv.RequireBPF(t)
 	sink := new(consumertest.ProfilesSink)
@@ -117,9 +118,13 @@ func (p *pythonRun) stop() []pprofile.Profiles {
 			p.t.Error(err)
 		}
 		n := &p.r.counts
+		var clients map[string]interp.ClientStats
+		if p.r.interps != nil {
+			clients = p.r.interps.Stats().Clients
+		}
 		p.t.Logf("samples: %d taken, %d lost to a full ringbuf, %d read, %d exported, dropped: %d queue, %d stacks, %d batches; interpreter walks %v; %+v",
 			c.Samples, c.DroppedRingbuf, n.read.Load(), n.exported.Load(), n.droppedQueue.Load(), n.droppedStacks.Load(), n.droppedBatch.Load(),
-			c.InterpStops, p.r.interps.Stats().Clients)
+			c.InterpStops, clients)
 	}
 	return p.sink.AllProfiles()
 }
