@@ -16,7 +16,7 @@ import (
 
 // fileName matches the files CPython's interpreter lives in: a static
 // python3.X executable, or libpython3.X (with an ABI suffix, 3.6's "m").
-var fileName = regexp.MustCompile(`^(?:lib)?python(\d)(?:\.(\d+))?[a-z]*(?:\.so(?:\.[\d.]+)?)?$`)
+var fileName = regexp.MustCompile(`^(?:lib)?python(?:(\d)(?:\.(\d+))?)?[a-z]*(?:\.so(?:\.[\d.]+)?)?$`)
 
 // Candidate reports whether a mapped file's path names a file that may
 // hold CPython's interpreter, so that other files are never opened.
