@@ -23,6 +23,7 @@ import (
 	"github.com/bpfcol/bpfcol/internal/interp"
 	"github.com/bpfcol/bpfcol/internal/pprofiletest"
 	"github.com/bpfcol/bpfcol/internal/testworkload"
+	"github.com/bpfcol/bpfcol/receiver/uproberecv"
 )
 
 // startPiped starts a Python script and returns it with its standard
@@ -578,5 +579,61 @@ func TestPythonCodeObjectReuse(t *testing.T) {
 	}
 	if total < 100 || float64(right) < 0.85*float64(total) {
 		t.Errorf("%d of %d samples named after the function that ran", right, total)
+	}
+}
+
+// TestScopeProfilesPython probes zlib's compress, in CPython 3.12's zlib
+// module, under both receivers while cext.py calls it from Python: the
+// samples linked to its scopes hold the Python frames that called it.
+func TestScopeProfilesPython(t *testing.T) {
+	py := testworkload.PyenvPython(t, 12)
+	module, _ := filepath.Glob(filepath.Join(filepath.Dir(filepath.Dir(py.Path)), "lib", "python3.12", "lib-dynload", "zlib.cpython-312-*.so"))
+	if len(module) != 1 {
+		t.Fatalf("pyenv 3.12's zlib module not found: %v", module)
+	}
+	cfg := createDefaultConfig().(*Config)
+	cfg.SamplingFrequency = 199
+	cfg.ReportInterval = time.Second
+	b := startBoth(t, cfg, []uproberecv.ProbeConfig{{ID: "compress", Binary: module[0], Entry: "zlib_compress", Exit: "return"}}, false)
+	stopped := false
+	defer func() {
+		if !stopped {
+			b.stop(t)
+		}
+	}()
+	cmd := testworkload.Start(t, py.Path, testworkload.PythonScript(t, "cext.py"))
+	deadline := time.Now().Add(30 * time.Second)
+	for !b.prof.interps.Attached(uint32(cmd.Process.Pid)) || len(b.records("compress")) < 20 {
+		if time.Now().After(deadline) {
+			t.Fatalf("within 30 s: attached %v, %d records", b.prof.interps.Attached(uint32(cmd.Process.Pid)), len(b.records("compress")))
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	time.Sleep(6 * time.Second)
+	stopPython(t, cmd)
+	time.Sleep(2 * cfg.ReportInterval)
+	b.stop(t)
+	stopped = true
+	want := []pyFrame{{"compress_block", 7}, {"outer", 13}, {"<module>", 27}}
+	var linked, right int64
+	var bad []string
+	for _, s := range b.samples(cmd.Process.Pid) {
+		if s.SpanID == "" || s.SampleType != onCPUType {
+			continue
+		}
+		py := pythonFrames(s)
+		if len(py) == 0 {
+			continue // taken before the process was attached
+		}
+		linked += s.Count
+		if slices.Equal(py, want) && s.Labels[conventions.ProbeID] == "compress" {
+			right += s.Count
+		} else if len(bad) < 3 {
+			bad = append(bad, shortChain(s.UserNames()))
+		}
+	}
+	t.Logf("%d samples linked to zlib_compress's scopes with Python frames, %d called from %v", linked, right, want)
+	if linked < 20 || float64(right) < 0.95*float64(linked) {
+		t.Errorf("%d of %d linked samples hold the Python callers; some that do not: %v", right, linked, bad)
 	}
 }
