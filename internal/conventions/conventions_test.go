@@ -20,6 +20,7 @@ func TestWireNames(t *testing.T) {
 		FrameTypeKernel:                 "kernel",
 		FrameTypeGo:                     "go",
 		FrameTypeCPython:                "cpython",
+		FrameTypeV8JS:                   "v8js",
 		KernelModuleMappingPath("ext4"): "[ext4]",
 	} {
 		if got != want {

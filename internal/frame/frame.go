@@ -28,6 +28,9 @@ const (
 	// CPython is a Python function run by the CPython interpreter: an
 	// interpreted frame, with no machine code of its own.
 	CPython
+	// V8JS is a JavaScript function run by V8, interpreted or compiled:
+	// named from V8's objects rather than from a binary.
+	V8JS
 )
 
 // String returns the profile.frame.type value of t.
@@ -41,6 +44,8 @@ func (t Type) String() string {
 		return conventions.FrameTypeBPF
 	case CPython:
 		return conventions.FrameTypeCPython
+	case V8JS:
+		return conventions.FrameTypeV8JS
 	default:
 		return conventions.FrameTypeNative
 	}
@@ -50,9 +55,11 @@ func (t Type) String() string {
 func (t Type) InKernel() bool { return t == Kernel || t == BPF }
 
 // Interpreted reports whether frames of type t are an interpreter's: no
-// machine code, so no mapping; their Address is the interpreter's object
-// that names them, in the process, and Offset the instruction in it.
-func (t Type) Interpreted() bool { return t == CPython }
+// mapping of their own; their Address is the interpreter's object that
+// names them, in the process, and Offset the instruction in it. A JIT
+// runtime's frame (V8JS) also has the machine code it runs at (Native)
+// until its object is located.
+func (t Type) Interpreted() bool { return t == CPython || t == V8JS }
 
 // Mapping is the memory mapping a frame's address falls in, with the build
 // ids of its file once known.
@@ -105,6 +112,11 @@ type Frame struct {
 	// Truncated marks the frame that stands for the interpreted frames
 	// of a stack cut at the sampler's limit.
 	Truncated bool
+	// Native is, for a frame of a JIT runtime, the address of the native
+	// frame it stands for (as that frame's Address: a return address is
+	// one byte lower): which compiled code runs it, and where in it.
+	// Zero once the frame's object is located from it.
+	Native uint64
 	// Mapping is nil when the address is in no known mapping.
 	Mapping *Mapping
 	// Lines holds the inlined functions first and the function they were

@@ -79,6 +79,45 @@ type LineTable interface {
 	Line(offset uint32) int64
 }
 
+// InlineTable is the LineTable of compiled code, which may run functions
+// inlined into the object's own at an offset.
+type InlineTable interface {
+	LineTable
+	// Lines returns the source lines at offset, the innermost inlined
+	// function first and the object's own function last (as
+	// frame.Frame.Lines); nil when the offset has none.
+	Lines(offset uint32) []frame.Line
+}
+
+// JIT is implemented by the Instance of a runtime whose frames run as
+// machine code (V8): each of its frames stands for the native frame at its
+// anchor, and is named by the code that native frame is in.
+type JIT interface {
+	// Place says how f, one of the runtime's frames, goes with native,
+	// the native frame at its anchor (Mapping set).
+	Place(native, f *frame.Frame) Placement
+	// Locate returns the object that names f (its Native address set)
+	// and f's offset in it, from the code at f.Native.
+	Locate(f *frame.Frame) (addr uint64, offset uint32, err error)
+}
+
+// Placement is how a JIT runtime's frame goes with its native frame.
+type Placement uint8
+
+// Placements.
+const (
+	// PlaceDrop: the native frame is not the runtime's code; it stays,
+	// and the runtime's frame is dropped.
+	PlaceDrop Placement = iota
+	// PlaceReplace: the native frame is the runtime's frame's code; the
+	// runtime's frame replaces it.
+	PlaceReplace
+	// PlaceCaller: the native frame is code the runtime's frame called
+	// without a frame of its own (a builtin); both stay, the runtime's
+	// frame rootward.
+	PlaceCaller
+)
+
 // Truncated is the name of the frame that stands for the interpreted
 // frames of a stack deeper than the sampler records.
 const Truncated = "[truncated]"

@@ -388,6 +388,40 @@ func (m *Manager) process(pid uint32, f *frame.Frame) (*attached, *clientCounts)
 // against reuse of its address once per interval.
 func (m *Manager) NewInterval() { m.interval.Add(1) }
 
+// Place says how f, a JIT runtime's frame of process pid, goes with
+// native, the native frame at its anchor: PlaceDrop unless the process is
+// attached to f's runtime.
+func (m *Manager) Place(pid uint32, native, f *frame.Frame) Placement {
+	a, _ := m.process(pid, f)
+	if a == nil {
+		return PlaceDrop
+	}
+	j, ok := a.inst.(JIT)
+	if !ok {
+		return PlaceDrop
+	}
+	return j.Place(native, f)
+}
+
+// locate turns f, a JIT runtime's frame still at its native address, into
+// the object that names it and its offset there. It reports whether f
+// names an object.
+func locate(a *attached, f *frame.Frame) bool {
+	if f.Native == 0 {
+		return true
+	}
+	j, ok := a.inst.(JIT)
+	if !ok {
+		return false
+	}
+	addr, off, err := j.Locate(f)
+	if err != nil {
+		return false
+	}
+	f.Address, f.Offset, f.Native = addr, off, 0
+	return true
+}
+
 // Read reads, while process pid still runs, the object that names f, an
 // interpreted frame of a stack first seen in this interval: the
 // aggregator calls it, so that frames are named even when their process
@@ -401,7 +435,7 @@ func (m *Manager) Read(pid uint32, f *frame.Frame) {
 		return
 	}
 	a, c := m.process(pid, f)
-	if a == nil {
+	if a == nil || !locate(a, f) {
 		return
 	}
 	key := objectKey{serial: a.serial, addr: f.Address}
@@ -443,7 +477,7 @@ func (m *Manager) Name(pid uint32, f *frame.Frame) []frame.Line {
 		return []frame.Line{{Name: Truncated}}
 	}
 	a, c := m.process(pid, f)
-	if a == nil {
+	if a == nil || !locate(a, f) {
 		if c != nil {
 			c.unnamed.Add(1)
 		}
@@ -463,6 +497,11 @@ func (m *Manager) Name(pid uint32, f *frame.Frame) []frame.Line {
 }
 
 func lines(o *Object, offset uint32) []frame.Line {
+	if t, ok := o.Lines.(InlineTable); ok && offset != frame.NoOffset {
+		if ls := t.Lines(offset); len(ls) > 0 {
+			return ls
+		}
+	}
 	var line int64
 	if o.Lines != nil && offset != frame.NoOffset {
 		line = o.Lines.Line(offset)

@@ -182,8 +182,8 @@ func TestConfigInterpreters(t *testing.T) {
 		t.Errorf("interpreters: []: %v, cpython %v", err, off.interpreter("cpython"))
 	}
 	for list, want := range map[string]string{
-		"cpython,ruby":    `interpreters[1]: "ruby" is not one of [cpython]`,
-		"CPython":         `interpreters[0]: "CPython" is not one of [cpython]`,
+		"cpython,ruby":    `interpreters[1]: "ruby" is not one of [cpython v8]`,
+		"CPython":         `interpreters[0]: "CPython" is not one of [cpython v8]`,
 		"cpython,cpython": `interpreters[1]: "cpython" is listed twice`,
 	} {
 		cfg := createDefaultConfig().(*Config)

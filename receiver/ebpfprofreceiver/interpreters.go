@@ -3,6 +3,7 @@ package ebpfprofreceiver
 import (
 	"github.com/bpfcol/bpfcol/internal/interp"
 	"github.com/bpfcol/bpfcol/internal/interp/python"
+	"github.com/bpfcol/bpfcol/internal/interp/v8"
 )
 
 // Bounds of the interpreters' state: the processes attached, and the
@@ -30,6 +31,9 @@ func (r *profilesReceiver) startInterpreters() {
 	})
 	if r.cfg.interpreter(python.Name) {
 		m.Add(python.New(python.Config{Sink: r.sampler, ReadFailures: m.ReadFailures()}))
+	}
+	if r.cfg.interpreter(v8.Name) {
+		m.Add(v8.New(v8.Config{Sink: r.sampler, ReadFailures: m.ReadFailures()}))
 	}
 	r.interps = m
 }

@@ -78,7 +78,8 @@ enum counter {
 	COUNTER_INTERP_SAMPLES,    // samples of processes that run an interpreter, with its frames walked
 	COUNTER_UNWIND_STOP,       // first of UNWIND_STOP_MAX counters, by enum unwind_stop
 	COUNTER_INTERP_STOP = COUNTER_UNWIND_STOP + UNWIND_STOP_MAX, // first of INTERP_STOP_MAX, by enum interp_stop
-	COUNTER_MAX = COUNTER_INTERP_STOP + INTERP_STOP_MAX,
+	COUNTER_JIT_FRAME = COUNTER_INTERP_STOP + INTERP_STOP_MAX, // first of JIT_FRAME_RESULT_MAX, by enum jit_frame_result
+	COUNTER_MAX = COUNTER_JIT_FRAME + JIT_FRAME_RESULT_MAX,
 };
 
 // Set on a user[] entry (after the first) that is not a return address: an
@@ -100,6 +101,7 @@ struct {
 
 #include "bpfcol_counters.h"
 #include "bpfcol_python.h"
+#include "bpfcol_v8.h"
 
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
@@ -132,7 +134,8 @@ struct walk_regs {
 	u8 exact_pc;    // pc is an interrupted PC, not a return address
 	u8 bp_known;    // bp holds this frame's RBP
 	u8 leaf_fp;     // the leaf was left by its frame pointer: its caller may be lost
-	u32 pad;
+	u8 fp_step;     // the last frame recorded was stepped through by its frame pointer
+	u8 pad[3];
 };
 
 // State of one CFI walk, shared with the bpf_loop callback. The pointers
@@ -142,6 +145,8 @@ struct walk {
 	struct sample *s;
 	struct unwind_proc *proc;
 	struct walk_regs regs;
+	struct v8_proc *v8; // a V8 process's: its frames stepped by frame pointer are read as V8 frames
+	struct v8_walk v8w;
 };
 
 // Anchor the record and flag types in BTF so bpf2go can mirror them in Go;
@@ -224,6 +229,7 @@ static __always_inline long stop(struct walk_regs *w, u32 reason)
 // the return address at [RBP+8].
 static __always_inline long step_fp(struct walk_regs *w, u32 reason)
 {
+	w->fp_step = 1;
 	if (w->n == 1)
 		w->leaf_fp = 1;
 	// The outermost frame of code that keeps frame pointers (Go's
@@ -254,6 +260,7 @@ __noinline long unwind_frame(struct walk_regs *w, struct sample *s, struct unwin
 {
 	if (!w || !s || !proc)
 		return 1;
+	w->fp_step = 0;
 	u64 pc = w->pc;
 	if (pc == 0 || pc > MAX_USER_ADDR)
 		return stop(w, UNWIND_STOP_OUTSIDE_MAPPINGS);
@@ -359,10 +366,25 @@ static long unwind_step(u64 i, struct walk *w)
 	return unwind_frame(&w->regs, w->s, w->proc) ? 1 : 0;
 }
 
+// unwind_step_v8 is unwind_step for a V8 process, whose record is a
+// sample_interp: a frame stepped through by its frame pointer (V8's code
+// has no CFI) is read as a V8 frame too, from its frame pointer before
+// the step.
+static long unwind_step_v8(u64 i, struct walk *w)
+{
+	w->v8w.fp = w->regs.bp_known ? w->regs.bp : 0;
+	w->v8w.n = w->regs.n;
+	long stopped = unwind_frame(&w->regs, w->s, w->proc);
+	if (w->regs.fp_step && w->regs.n == w->v8w.n + 1 && w->v8w.fp)
+		v8_frame(&w->v8w, (struct sample_interp *)w->s, w->v8);
+	return stopped ? 1 : 0;
+}
+
 // unwind_cfi walks the user stack of a loaded process into s->user. It
 // returns false when the interrupted PC is in none of the process's known
-// mappings, so the caller falls back to frame pointers.
-static __always_inline bool unwind_cfi(struct sample *s, struct unwind_proc *proc)
+// mappings, so the caller falls back to frame pointers. With v8, s is a
+// sample_interp whose tail gets the V8 frames.
+static __always_inline bool unwind_cfi(struct sample *s, struct unwind_proc *proc, struct v8_proc *v8)
 {
 	struct walk w = {
 		.s = s,
@@ -374,8 +396,12 @@ static __always_inline bool unwind_cfi(struct sample *s, struct unwind_proc *pro
 			.exact_pc = 1,
 			.bp_known = 1,
 		},
+		.v8 = v8,
 	};
-	bpf_loop(MAX_STACK_DEPTH, unwind_step, &w, 0);
+	if (v8)
+		bpf_loop(MAX_STACK_DEPTH, unwind_step_v8, &w, 0);
+	else
+		bpf_loop(MAX_STACK_DEPTH, unwind_step, &w, 0);
 	struct walk_regs *r = &w.regs;
 	if (r->n == 0) {
 		// The leaf is not in a loaded mapping (a new library or JIT
@@ -435,8 +461,10 @@ static __always_inline void link_scope(struct sample *s, struct pt_regs *regs)
 // are loaded, else by frame pointers. The on-CPU sampler and the off-CPU
 // event share it, so both walk alike. Without with_kernel the kernel
 // stack is left empty, for the caller to take. ctx is NULL in a task work
-// callback, which runs in the task's own context but has none.
-static __always_inline void fill_sample(void *ctx, struct sample *s, u64 pid_tgid, bool with_kernel)
+// callback, which runs in the task's own context but has none. With v8,
+// s is a sample_interp of a V8 process: the walk adds its V8 frames.
+static __always_inline void fill_sample(void *ctx, struct sample *s, u64 pid_tgid, bool with_kernel,
+					struct v8_proc *v8)
 {
 	s->ktime_ns = bpf_ktime_get_ns();
 	s->pid = pid_tgid >> 32;
@@ -477,7 +505,7 @@ static __always_inline void fill_sample(void *ctx, struct sample *s, u64 pid_tgi
 			count(COUNTER_SP_READ_ERR);
 		u32 tgid = s->pid;
 		struct unwind_proc *proc = bpf_map_lookup_elem(&unwind_procs, &tgid);
-		if (!proc || !unwind_cfi(s, proc)) {
+		if (!proc || !unwind_cfi(s, proc, v8)) {
 			if (!proc) {
 				s->flags |= SAMPLE_NO_TABLE;
 				count(COUNTER_UNWIND_STOP + UNWIND_STOP_NO_TABLE);
@@ -505,15 +533,29 @@ static __always_inline struct py_proc *python_proc(u32 tgid)
 	return bpf_map_lookup_elem(&py_procs, &tgid);
 }
 
-// walk_interp adds the interpreter frames of the current thread to r.
-static __always_inline void walk_interp(struct sample_interp *r, struct py_proc *py)
+// v8_proc returns the V8 layout of process tgid, when V8 frames are
+// wanted and the process runs V8.
+static __always_inline struct v8_proc *v8_proc(u32 tgid)
+{
+	if (!v8_frames)
+		return 0;
+	return bpf_map_lookup_elem(&v8_procs, &tgid);
+}
+
+// fill_interp fills r, a sample of a process that runs an interpreter
+// (py) or a JIT runtime (v8): the record, whose native walk adds the JIT
+// frames, then the interpreted frames.
+static __always_inline void fill_interp(void *ctx, struct sample_interp *r, u64 pid_tgid, bool with_kernel,
+					struct py_proc *py, struct v8_proc *v8)
 {
 	r->interp_frames = 0;
 	r->interp_stop = INTERP_STOP_END;
+	fill_sample(ctx, &r->s, pid_tgid, with_kernel, v8);
 	if (r->s.flags & SAMPLE_KERNEL_THREAD)
 		return;
 	count(COUNTER_INTERP_SAMPLES);
-	walk_python(r, py, bpf_get_current_task_btf());
+	if (py)
+		walk_python(r, py, bpf_get_current_task_btf());
 }
 
 // The record a sample of an interpreter's process is put together in
@@ -542,15 +584,15 @@ static __always_inline u64 interp_record_bytes(struct sample_interp *r)
 // CPUs racing for it only wake the reader twice.
 u32 first_sample_pending = 1;
 
-// sample_interp_stack records a sample of a process that runs CPython.
-static __always_inline void sample_interp_stack(void *ctx, u64 pid_tgid, struct py_proc *py)
+// sample_interp_stack records a sample of a process that runs CPython or
+// V8.
+static __always_inline void sample_interp_stack(void *ctx, u64 pid_tgid, struct py_proc *py, struct v8_proc *v8)
 {
 	u32 zero = 0;
 	struct sample_interp *r = bpf_map_lookup_elem(&interp_scratch, &zero);
 	if (!r)
 		return;
-	fill_sample(ctx, &r->s, pid_tgid, true);
-	walk_interp(r, py);
+	fill_interp(ctx, r, pid_tgid, true, py, v8);
 	u64 flags = wakeup();
 	if (first_sample_pending) {
 		first_sample_pending = 0;
@@ -573,8 +615,9 @@ int sample_stack(void *ctx)
 		return 0;
 	}
 	struct py_proc *py = python_proc(pid_tgid >> 32);
-	if (py) {
-		sample_interp_stack(ctx, pid_tgid, py);
+	struct v8_proc *v8 = py ? 0 : v8_proc(pid_tgid >> 32);
+	if (py || v8) {
+		sample_interp_stack(ctx, pid_tgid, py, v8);
 		return 0;
 	}
 
@@ -584,7 +627,7 @@ int sample_stack(void *ctx)
 		return 0;
 	}
 
-	fill_sample(ctx, s, pid_tgid, true);
+	fill_sample(ctx, s, pid_tgid, true, 0);
 
 	count(COUNTER_SAMPLES);
 	if (first_sample_pending) {
@@ -919,8 +962,9 @@ static int off_cpu_walk(struct bpf_map *map, void *key, void *value)
 	// reserved whole (off-CPU events are rarer than samples).
 	u64 pid_tgid = bpf_get_current_pid_tgid();
 	struct py_proc *py = python_proc(pid_tgid >> 32);
+	struct v8_proc *v8 = py ? 0 : v8_proc(pid_tgid >> 32);
 	struct sample *s;
-	if (py)
+	if (py || v8)
 		s = bpf_ringbuf_reserve(&samples, sizeof(struct sample_interp), 0);
 	else
 		s = bpf_ringbuf_reserve(&samples, sizeof(*s), 0);
@@ -928,15 +972,16 @@ static int off_cpu_walk(struct bpf_map *map, void *key, void *value)
 		count(COUNTER_DROPPED_RINGBUF);
 		goto done;
 	}
-	fill_sample(0, s, pid_tgid, false);
+	if (py || v8)
+		fill_interp(0, (struct sample_interp *)s, pid_tgid, false, py, v8);
+	else
+		fill_sample(0, s, pid_tgid, false, 0);
 	s->ktime_ns = w->start_ns;
 	s->flags |= SAMPLE_OFF_CPU | (w->flags & SAMPLE_PREEMPTED);
 	s->off_cpu_ns = w->off_ns;
 	s->kernel_bytes = w->kernel_bytes;
 	if (s->kernel_bytes > 0 && bpf_probe_read_kernel(s->kernel, sizeof(s->kernel), w->kernel))
 		s->kernel_bytes = -14; // EFAULT
-	if (py)
-		walk_interp((struct sample_interp *)s, py);
 	count(COUNTER_OFF_CPU_EVENTS);
 	submit(s);
 done:
@@ -1108,7 +1153,7 @@ static __always_inline void off_cpu_begin_walk(u64 *ctx, struct task_struct *pre
 	// space; its kernel stack waits where it is until the thread runs
 	// again, so it is taken then, and only for waits that are kept.
 	struct sample *s = &slot->rec;
-	fill_sample(ctx, s, bpf_get_current_pid_tgid(), false);
+	fill_sample(ctx, s, bpf_get_current_pid_tgid(), false, 0);
 	s->flags |= SAMPLE_OFF_CPU | (preempted(ctx) ? SAMPLE_PREEMPTED : 0);
 	s->off_cpu_ns = 0;
 	slot->held = 1;

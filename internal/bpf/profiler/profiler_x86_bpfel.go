@@ -33,7 +33,8 @@ const (
 	profilerCounterCOUNTER_INTERP_SAMPLES    profilerCounter = 14
 	profilerCounterCOUNTER_UNWIND_STOP       profilerCounter = 15
 	profilerCounterCOUNTER_INTERP_STOP       profilerCounter = 24
-	profilerCounterCOUNTER_MAX               profilerCounter = 30
+	profilerCounterCOUNTER_JIT_FRAME         profilerCounter = 30
+	profilerCounterCOUNTER_MAX               profilerCounter = 34
 )
 
 type profilerInterpFrame struct {
@@ -57,6 +58,7 @@ const (
 	profilerInterpFrameKindINTERP_FRAME_NONE      profilerInterpFrameKind = 0
 	profilerInterpFrameKindINTERP_FRAME_CPYTHON   profilerInterpFrameKind = 1
 	profilerInterpFrameKindINTERP_FRAME_TRUNCATED profilerInterpFrameKind = 2
+	profilerInterpFrameKindINTERP_FRAME_V8        profilerInterpFrameKind = 3
 )
 
 type profilerInterpStop uint32
@@ -69,6 +71,16 @@ const (
 	profilerInterpStopINTERP_STOP_TRUNCATED       profilerInterpStop = 4
 	profilerInterpStopINTERP_STOP_BAD_LAYOUT      profilerInterpStop = 5
 	profilerInterpStopINTERP_STOP_MAX             profilerInterpStop = 6
+)
+
+type profilerJitFrameResult uint32
+
+const (
+	profilerJitFrameResultJIT_FRAME_RECORDED   profilerJitFrameResult = 0
+	profilerJitFrameResultJIT_FRAME_TYPED      profilerJitFrameResult = 1
+	profilerJitFrameResultJIT_FRAME_NOT_JIT    profilerJitFrameResult = 2
+	profilerJitFrameResultJIT_FRAME_READ_FAULT profilerJitFrameResult = 3
+	profilerJitFrameResultJIT_FRAME_RESULT_MAX profilerJitFrameResult = 4
 )
 
 type profilerOffCpuHeld struct {
@@ -243,6 +255,17 @@ type profilerUnwindRow struct {
 	RbpOff int8
 }
 
+type profilerV8Proc struct {
+	_                  structs.HostLayout
+	FpContext          uint8
+	FpFunction         uint8
+	FpBytecodeArray    uint8
+	FpBytecodeOffset   uint8
+	FunctionShared     uint8
+	SharedFunctionData uint8
+	Pad                [2]uint8
+}
+
 // Names of all BPF objects in the ELF.
 //
 // Used for safe lookups in a Collection or CollectionSpec.
@@ -258,6 +281,7 @@ const (
 	profilerMapSamples               = "samples"
 	profilerMapUnwindProcs           = "unwind_procs"
 	profilerMapUnwindRows            = "unwind_rows"
+	profilerMapV8Procs               = "v8_procs"
 	profilerProgOffCpuExit           = "off_cpu_exit"
 	profilerProgOffCpuExitWalk       = "off_cpu_exit_walk"
 	profilerProgOffCpuSwitch         = "off_cpu_switch"
@@ -281,6 +305,7 @@ const (
 	profilerVarUnusedInterpFrameFlag = "unused_interp_frame_flag"
 	profilerVarUnusedInterpFrameKind = "unused_interp_frame_kind"
 	profilerVarUnusedInterpStop      = "unused_interp_stop"
+	profilerVarUnusedJitFrameResult  = "unused_jit_frame_result"
 	profilerVarUnusedOpenScopeKey    = "unused_open_scope_key"
 	profilerVarUnusedPyFrameLayout   = "unused_py_frame_layout"
 	profilerVarUnusedPyProc          = "unused_py_proc"
@@ -290,6 +315,8 @@ const (
 	profilerVarUnusedSampleInterp    = "unused_sample_interp"
 	profilerVarUnusedScopeKind       = "unused_scope_kind"
 	profilerVarUnusedScopeLink       = "unused_scope_link"
+	profilerVarUnusedV8Proc          = "unused_v8_proc"
+	profilerVarV8Frames              = "v8_frames"
 )
 
 // loadProfiler returns the embedded CollectionSpec for profiler.
@@ -356,6 +383,7 @@ type profilerMapSpecs struct {
 	Samples         *ebpf.MapSpec `ebpf:"samples"`
 	UnwindProcs     *ebpf.MapSpec `ebpf:"unwind_procs"`
 	UnwindRows      *ebpf.MapSpec `ebpf:"unwind_rows"`
+	V8Procs         *ebpf.MapSpec `ebpf:"v8_procs"`
 }
 
 // profilerVariableSpecs contains global variables before they are loaded into the kernel.
@@ -380,6 +408,7 @@ type profilerVariableSpecs struct {
 	UnusedInterpFrameFlag *ebpf.VariableSpec `ebpf:"unused_interp_frame_flag"`
 	UnusedInterpFrameKind *ebpf.VariableSpec `ebpf:"unused_interp_frame_kind"`
 	UnusedInterpStop      *ebpf.VariableSpec `ebpf:"unused_interp_stop"`
+	UnusedJitFrameResult  *ebpf.VariableSpec `ebpf:"unused_jit_frame_result"`
 	UnusedOpenScopeKey    *ebpf.VariableSpec `ebpf:"unused_open_scope_key"`
 	UnusedPyFrameLayout   *ebpf.VariableSpec `ebpf:"unused_py_frame_layout"`
 	UnusedPyProc          *ebpf.VariableSpec `ebpf:"unused_py_proc"`
@@ -389,6 +418,8 @@ type profilerVariableSpecs struct {
 	UnusedSampleInterp    *ebpf.VariableSpec `ebpf:"unused_sample_interp"`
 	UnusedScopeKind       *ebpf.VariableSpec `ebpf:"unused_scope_kind"`
 	UnusedScopeLink       *ebpf.VariableSpec `ebpf:"unused_scope_link"`
+	UnusedV8Proc          *ebpf.VariableSpec `ebpf:"unused_v8_proc"`
+	V8Frames              *ebpf.VariableSpec `ebpf:"v8_frames"`
 }
 
 // profilerObjects contains all objects after they have been loaded into the kernel.
@@ -422,6 +453,7 @@ type profilerMaps struct {
 	Samples         *ebpf.Map `ebpf:"samples"`
 	UnwindProcs     *ebpf.Map `ebpf:"unwind_procs"`
 	UnwindRows      *ebpf.Map `ebpf:"unwind_rows"`
+	V8Procs         *ebpf.Map `ebpf:"v8_procs"`
 }
 
 func (m *profilerMaps) Close() error {
@@ -437,6 +469,7 @@ func (m *profilerMaps) Close() error {
 		m.Samples,
 		m.UnwindProcs,
 		m.UnwindRows,
+		m.V8Procs,
 	)
 }
 
@@ -462,6 +495,7 @@ type profilerVariables struct {
 	UnusedInterpFrameFlag *ebpf.Variable `ebpf:"unused_interp_frame_flag"`
 	UnusedInterpFrameKind *ebpf.Variable `ebpf:"unused_interp_frame_kind"`
 	UnusedInterpStop      *ebpf.Variable `ebpf:"unused_interp_stop"`
+	UnusedJitFrameResult  *ebpf.Variable `ebpf:"unused_jit_frame_result"`
 	UnusedOpenScopeKey    *ebpf.Variable `ebpf:"unused_open_scope_key"`
 	UnusedPyFrameLayout   *ebpf.Variable `ebpf:"unused_py_frame_layout"`
 	UnusedPyProc          *ebpf.Variable `ebpf:"unused_py_proc"`
@@ -471,6 +505,8 @@ type profilerVariables struct {
 	UnusedSampleInterp    *ebpf.Variable `ebpf:"unused_sample_interp"`
 	UnusedScopeKind       *ebpf.Variable `ebpf:"unused_scope_kind"`
 	UnusedScopeLink       *ebpf.Variable `ebpf:"unused_scope_link"`
+	UnusedV8Proc          *ebpf.Variable `ebpf:"unused_v8_proc"`
+	V8Frames              *ebpf.Variable `ebpf:"v8_frames"`
 }
 
 // profilerPrograms contains all programs after they have been loaded into the kernel.

@@ -139,6 +139,9 @@ type Counters struct {
 	// InterpStops counts those walks by why they ended.
 	InterpSamples uint64
 	InterpStops   [NumInterpStops]uint64
+	// JITFrames counts the frames of JIT runtimes' processes (V8) that
+	// the walk stepped through by frame pointer, by what they were.
+	JITFrames [NumJITFrameResults]uint64
 }
 
 // Recorded returns how many samples were recorded into the ringbuf, CPU
@@ -176,6 +179,11 @@ type Options struct {
 	// PythonProcesses bounds the processes given a PythonProc; zero
 	// means 1024.
 	PythonProcesses int
+	// V8 reads the V8 frames of the processes given a V8Proc
+	// (SetV8Proc). Unset, no sample looks for them.
+	V8 bool
+	// V8Processes bounds the processes given a V8Proc; zero means 1024.
+	V8Processes int
 }
 
 // OffCPUOptions configures off-CPU events, taken at sched_switch.

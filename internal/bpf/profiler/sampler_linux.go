@@ -69,6 +69,9 @@ func New(opts Options) (_ *Sampler, err error) {
 	if err := configurePython(spec, opts); err != nil {
 		return nil, err
 	}
+	if err := configureV8(spec, opts); err != nil {
+		return nil, err
+	}
 
 	if err := configureOffCPU(spec, opts.OffCPU); err != nil {
 		return nil, err
@@ -387,7 +390,8 @@ func (s *Sampler) Counters() (Counters, error) {
 	c.OffCPUGone = v[profilerCounterCOUNTER_OFF_CPU_GONE]
 	c.OffCPUUnended = v[profilerCounterCOUNTER_OFF_CPU_UNENDED]
 	c.InterpSamples = v[profilerCounterCOUNTER_INTERP_SAMPLES]
-	copy(c.InterpStops[:], v[profilerCounterCOUNTER_INTERP_STOP:profilerCounterCOUNTER_MAX])
+	copy(c.InterpStops[:], v[profilerCounterCOUNTER_INTERP_STOP:profilerCounterCOUNTER_JIT_FRAME])
+	copy(c.JITFrames[:], v[profilerCounterCOUNTER_JIT_FRAME:profilerCounterCOUNTER_MAX])
 	return c, nil
 }
 

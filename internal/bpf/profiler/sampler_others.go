@@ -76,3 +76,9 @@ func (*Sampler) SetPythonProc(uint32, PythonProc) error { return errNotLinux }
 
 // DeletePythonProc fails: sampling needs linux/amd64.
 func (*Sampler) DeletePythonProc(uint32) error { return errNotLinux }
+
+// SetV8Proc fails: sampling needs linux/amd64.
+func (*Sampler) SetV8Proc(uint32, V8Proc) error { return errNotLinux }
+
+// DeleteV8Proc fails: sampling needs linux/amd64.
+func (*Sampler) DeleteV8Proc(uint32) error { return errNotLinux }

@@ -21,6 +21,7 @@ enum interp_frame_kind {
 	INTERP_FRAME_NONE = 0,
 	INTERP_FRAME_CPYTHON = 1,   /* object: code object; offset: bytecode offset in bytes */
 	INTERP_FRAME_TRUNCATED = 2, /* more frames than INTERP_MAX_FRAMES: the rest were cut */
+	INTERP_FRAME_V8 = 3,        /* object: SharedFunctionInfo; offset: bytecode offset (interpreted frames) */
 };
 
 enum interp_frame_flag {
@@ -33,7 +34,7 @@ enum interp_frame_flag {
  * One interpreter frame.
  *
  * anchor says where the frame goes among the native frames. For a JIT
- * frame it will be the index in user[] of the native frame it is. For an
+ * frame (V8) it is the index in user[] of the native frame it is. For an
  * interpreted frame (CPython) it is the ordinal, counted from the leaf,
  * of the interpreter-loop call that runs it (0: the innermost
  * _PyEval_EvalFrameDefault): user space, which knows each file's
@@ -59,6 +60,17 @@ enum interp_stop {
 	INTERP_STOP_MAX,
 };
 
+/* What a frame of a JIT runtime's process that the native walk stepped
+ * through by frame pointer turned out to be; counted at COUNTER_JIT_FRAME
+ * + result. */
+enum jit_frame_result {
+	JIT_FRAME_RECORDED = 0, /* a frame of the runtime's language, recorded */
+	JIT_FRAME_TYPED,        /* a frame of the runtime's own (entry, exit, stub): not recorded */
+	JIT_FRAME_NOT_JIT,      /* neither: native code without CFI, or slots that hold no frame */
+	JIT_FRAME_READ_FAULT,   /* its slots or the objects they point at could not be read */
+	JIT_FRAME_RESULT_MAX,
+};
+
 /* A sample of a process that runs an interpreter: the record, then its
  * interpreter frames, leaf first. Only interp_frames of frames[] are sent. */
 struct sample_interp {
@@ -72,6 +84,7 @@ const struct interp_frame *unused_interp_frame __attribute__((unused));
 const enum interp_frame_kind *unused_interp_frame_kind __attribute__((unused));
 const enum interp_frame_flag *unused_interp_frame_flag __attribute__((unused));
 const enum interp_stop *unused_interp_stop __attribute__((unused));
+const enum jit_frame_result *unused_jit_frame_result __attribute__((unused));
 const struct sample_interp *unused_sample_interp __attribute__((unused));
 
 #endif /* BPFCOL_INTERP_H */

@@ -55,6 +55,9 @@ type Interpreters interface {
 	// Read reads, while the process still runs, what names an
 	// interpreted frame of a stack first seen in this interval.
 	Read(pid uint32, f *frame.Frame)
+	// Place says how f, a JIT runtime's frame, goes with native, the
+	// native frame at its anchor.
+	Place(pid uint32, native, f *frame.Frame) interp.Placement
 	// NewInterval says an interval ended.
 	NewInterval()
 }
@@ -163,7 +166,10 @@ type Aggregator struct {
 	key        []byte
 	scratch    []frame.Frame // the frames of the sample being added
 	placed     []frame.Frame // the frames with interpreted ones placed
-	clock      ktime.Clock   // refreshed every interval, so wall-clock steps are followed
+	// userIndex holds, for each user frame of the sample being added,
+	// its index in the sample's User, -1 for a frame not from there.
+	userIndex []int
+	clock     ktime.Clock // refreshed every interval, so wall-clock steps are followed
 	// sampleKtime is when the sample being added was taken.
 	sampleKtime uint64
 }
@@ -283,11 +289,13 @@ func (a *Aggregator) frames(proc *Process, s *profiler.Sample) []frame.Frame {
 	}
 	leaf = mapped(leaf)
 	frames = append(frames, leaf)
+	a.userIndex = append(a.userIndex[:0], 0)
 	// A CFI walk found the leaf's caller exactly; only a frame pointer
 	// can have lost it.
 	if !s.CFI || s.LeafFramePointer {
 		if caller, ok := a.leaves.lostCaller(proc, leaf, s); ok {
 			frames = append(frames, mapped(frame.AtReturnAddress(frame.Native, caller)))
+			a.userIndex = append(a.userIndex, -1)
 			a.stats.CallersRecovered++
 		}
 	}
@@ -303,6 +311,7 @@ func (a *Aggregator) frames(proc *Process, s *profiler.Sample) []frame.Frame {
 			break
 		}
 		frames = append(frames, mapped(f))
+		a.userIndex = append(a.userIndex, i+1)
 	}
 	a.holdBinaries(proc, frames[user:])
 	if len(s.Interp) > 0 && a.cfg.Interpreters != nil {
@@ -315,31 +324,62 @@ func (a *Aggregator) frames(proc *Process, s *profiler.Sample) []frame.Frame {
 var interpTypes = map[profiler.InterpKind]frame.Type{
 	profiler.InterpCPython:   frame.CPython,
 	profiler.InterpTruncated: frame.CPython,
+	profiler.InterpV8:        frame.V8JS,
 }
+
+// jitKinds are the kinds of frames a JIT runtime's machine code runs:
+// each is anchored at the native frame it stands for.
+var jitKinds = map[profiler.InterpKind]bool{profiler.InterpV8: true}
 
 // placeInterpreted inserts the sample's interpreted frames among its
 // native user frames, frames[user:]: those run by the k-th native frame
 // in the interpreter's loop, from the leaf, go right leafward of it. What
 // finds no loop frame (the native stack was cut before) goes at the root
-// end, in order.
+// end, in order. A JIT runtime's frame goes where the native frame at its
+// anchor is, as the runtime says (interp.Placement).
 func (a *Aggregator) placeInterpreted(frames []frame.Frame, user int, s *profiler.Sample) []frame.Frame {
 	loops := a.cfg.Interpreters.Loops(s.PID)
 	out := append(a.placed[:0], frames[:user]...)
 	next, call := 0, uint16(0)
 	take := func(upTo uint16) {
 		for ; next < len(s.Interp) && s.Interp[next].Anchor <= upTo; next++ {
-			out = append(out, interpFrame(&s.Interp[next]))
+			if !jitKinds[s.Interp[next].Kind] {
+				out = append(out, interpFrame(&s.Interp[next]))
+			}
 		}
 	}
-	for _, f := range frames[user:] {
+	jit := 0 // the next JIT frame of s.Interp, in anchor order
+	for i, f := range frames[user:] {
 		if inRanges(loops, f.Address) {
 			take(call)
 			call++
 		}
-		out = append(out, f)
+		u := a.userIndex[i]
+		for jit < len(s.Interp) && (!jitKinds[s.Interp[jit].Kind] || int(s.Interp[jit].Anchor) < u) {
+			jit++
+		}
+		if u < 0 || jit == len(s.Interp) || int(s.Interp[jit].Anchor) != u {
+			out = append(out, f)
+			continue
+		}
+		jf := interpFrame(&s.Interp[jit])
+		jf.Native, jf.ReturnAddress = f.Address, f.ReturnAddress
+		switch a.cfg.Interpreters.Place(s.PID, &f, &jf) {
+		case interp.PlaceReplace:
+			out = append(out, jf)
+		case interp.PlaceCaller:
+			out = append(out, f, jf)
+		default:
+			out = append(out, f)
+		}
 	}
 	if next < len(s.Interp) {
-		a.stats.UnplacedInterpreted++
+		for _, f := range s.Interp[next:] {
+			if !jitKinds[f.Kind] {
+				a.stats.UnplacedInterpreted++
+				break
+			}
+		}
 		take(^uint16(0))
 	}
 	// The sample's frames are copied out by Add: frames and out swap
@@ -413,6 +453,7 @@ func (a *Aggregator) stackKey(s *profiler.Sample, frames []frame.Frame) []byte {
 		k = binary.LittleEndian.AppendUint64(k, f.Address)
 		if f.Type.Interpreted() {
 			k = binary.LittleEndian.AppendUint32(k, f.Offset)
+			k = binary.LittleEndian.AppendUint64(k, f.Native)
 			if f.Truncated {
 				k = append(k, 1)
 			}

@@ -18,6 +18,9 @@ type loops struct{ read []frame.Frame }
 func (l *loops) Loops(uint32) []interp.Range   { return []interp.Range{{Start: 0x100, End: 0x200}} }
 func (l *loops) Read(_ uint32, f *frame.Frame) { l.read = append(l.read, *f) }
 func (l *loops) NewInterval()                  {}
+func (l *loops) Place(uint32, *frame.Frame, *frame.Frame) interp.Placement {
+	return interp.PlaceDrop
+}
 
 // describe renders a stack: native frames by address, interpreted ones by
 // object, the marker as "T".
