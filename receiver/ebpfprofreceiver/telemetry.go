@@ -235,6 +235,16 @@ func (r *profilesReceiver) registerTelemetry() error {
 			}
 			return nil
 		}),
+		tb.RegisterEbpfprofJitFramesCallback(func(_ context.Context, o metric.Int64Observer) error {
+			c, err := r.sampler.Counters()
+			if err != nil {
+				return err
+			}
+			for result, n := range c.JITFrames {
+				observe(o, int64(n), "result", profiler.JITFrameResult(result).String())
+			}
+			return nil
+		}),
 		tb.RegisterEbpfprofCallersRecoveredCallback(func(_ context.Context, o metric.Int64Observer) error {
 			o.Observe(r.callersRecovered.Load())
 			return nil

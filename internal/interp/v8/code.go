@@ -113,3 +113,17 @@ func (h *heap) findCode(pc, streamMap uint64) (*codeHeader, uint64, error) {
 	}
 	return nil, streamMap, fmt.Errorf("no code object within %d bytes below %#x: %w", maxScan, pc, errNoCode)
 }
+
+// codeFunction returns the SharedFunctionInfo (tagged) optimized code c
+// was compiled for, from its deoptimization data.
+func (h *heap) codeFunction(c *codeHeader) (uint64, error) {
+	deopt := le64(c.raw, h.l.codeDeopt)
+	n, err := h.length(deopt)
+	if err != nil {
+		return 0, err
+	}
+	if n <= h.l.deoptSFI {
+		return 0, errNoCode
+	}
+	return h.word(deopt, h.l.fixedData+8*h.l.deoptSFI)
+}

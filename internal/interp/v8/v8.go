@@ -272,6 +272,12 @@ func (in *instance) Locate(f *frame.Frame) (uint64, uint32, error) {
 		}
 		return f.Address, off, nil
 	}
+	// Optimized code belongs to the frame's function (the outermost of
+	// those inlined): other code at the address is some other frame's,
+	// whose return address was taken for this one's.
+	if sfi, err := in.heap.codeFunction(c); err != nil || sfi != f.Address {
+		return f.Address, frame.NoOffset, nil
+	}
 	return c.addr, uint32(f.Native - c.start), nil
 }
 

@@ -18,7 +18,14 @@ function crunchOuter(x) {
   return crunchMiddle(x + 1);
 }
 
+// With an argument it stops once the process has used that many seconds of
+// CPU (node --cpu-prof writes its profile at exit); without, it runs until
+// killed.
+const cpuLimit = Number(process.argv[2]) * 1e6 || Infinity;
 let sink = 0;
-for (;;) {
+for (let n = 1; ; n++) {
   sink = crunchOuter(sink);
+  if ((n & 0xfffff) === 0 && process.cpuUsage().user >= cpuLimit) {
+    break;
+  }
 }

@@ -315,7 +315,7 @@ func (a *Aggregator) frames(proc *Process, s *profiler.Sample) []frame.Frame {
 	}
 	a.holdBinaries(proc, frames[user:])
 	if len(s.Interp) > 0 && a.cfg.Interpreters != nil {
-		frames = a.placeInterpreted(frames, user, s)
+		frames = a.placeInterpreted(proc, frames, user, s)
 	}
 	return frames
 }
@@ -327,17 +327,13 @@ var interpTypes = map[profiler.InterpKind]frame.Type{
 	profiler.InterpV8:        frame.V8JS,
 }
 
-// jitKinds are the kinds of frames a JIT runtime's machine code runs:
-// each is anchored at the native frame it stands for.
-var jitKinds = map[profiler.InterpKind]bool{profiler.InterpV8: true}
-
 // placeInterpreted inserts the sample's interpreted frames among its
 // native user frames, frames[user:]: those run by the k-th native frame
 // in the interpreter's loop, from the leaf, go right leafward of it. What
 // finds no loop frame (the native stack was cut before) goes at the root
 // end, in order. A JIT runtime's frame goes where the native frame at its
 // anchor is, as the runtime says (interp.Placement).
-func (a *Aggregator) placeInterpreted(frames []frame.Frame, user int, s *profiler.Sample) []frame.Frame {
+func (a *Aggregator) placeInterpreted(proc *Process, frames []frame.Frame, user int, s *profiler.Sample) []frame.Frame {
 	loops := a.cfg.Interpreters.Loops(s.PID)
 	out := append(a.placed[:0], frames[:user]...)
 	next, call := 0, uint16(0)
@@ -349,7 +345,9 @@ func (a *Aggregator) placeInterpreted(frames []frame.Frame, user int, s *profile
 		}
 	}
 	jit := 0 // the next JIT frame of s.Interp, in anchor order
-	for i, f := range frames[user:] {
+	native := frames[user:]
+	for i := 0; i < len(native); i++ {
+		f := native[i]
 		if inRanges(loops, f.Address) {
 			take(call)
 			call++
@@ -362,15 +360,10 @@ func (a *Aggregator) placeInterpreted(frames []frame.Frame, user int, s *profile
 			out = append(out, f)
 			continue
 		}
-		jf := interpFrame(&s.Interp[jit])
-		jf.Native, jf.ReturnAddress = f.Address, f.ReturnAddress
-		switch a.cfg.Interpreters.Place(s.PID, &f, &jf) {
-		case interp.PlaceReplace:
-			out = append(out, jf)
-		case interp.PlaceCaller:
-			out = append(out, f, jf)
-		default:
-			out = append(out, f)
+		var took bool
+		out, took = a.placeJIT(proc, s, native, i, interpFrame(&s.Interp[jit]), out)
+		if took {
+			i++
 		}
 	}
 	if next < len(s.Interp) {

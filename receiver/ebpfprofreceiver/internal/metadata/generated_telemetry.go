@@ -39,6 +39,7 @@ type TelemetryBuilder struct {
 	EbpfprofInterpreterProcesses      metric.Int64ObservableCounter
 	EbpfprofInterpreterReadErrors     metric.Int64ObservableCounter
 	EbpfprofInterpreterWalks          metric.Int64ObservableCounter
+	EbpfprofJitFrames                 metric.Int64ObservableCounter
 	EbpfprofKernelSymbolizer          metric.Int64ObservableGauge
 	EbpfprofOffCPUEvents              metric.Int64ObservableCounter
 	EbpfprofParserPanics              metric.Int64ObservableCounter
@@ -222,6 +223,21 @@ func (builder *TelemetryBuilder) RegisterEbpfprofInterpreterWalksCallback(cb met
 		cb(ctx, &observerInt64{inst: builder.EbpfprofInterpreterWalks, obs: o})
 		return nil
 	}, builder.EbpfprofInterpreterWalks)
+	if err != nil {
+		return err
+	}
+	builder.mu.Lock()
+	defer builder.mu.Unlock()
+	builder.registrations = append(builder.registrations, reg)
+	return nil
+}
+
+// RegisterEbpfprofJitFramesCallback sets callback for observable EbpfprofJitFrames metric.
+func (builder *TelemetryBuilder) RegisterEbpfprofJitFramesCallback(cb metric.Int64Callback) error {
+	reg, err := builder.meter.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
+		cb(ctx, &observerInt64{inst: builder.EbpfprofJitFrames, obs: o})
+		return nil
+	}, builder.EbpfprofJitFrames)
 	if err != nil {
 		return err
 	}
@@ -533,6 +549,12 @@ func NewTelemetryBuilder(settings component.TelemetrySettings, options ...Teleme
 		"otelcol_ebpfprof_interpreter_walks",
 		metric.WithDescription("Samples of interpreter processes whose interpreted frames the BPF program walked, by how the walk ended. [Development]"),
 		metric.WithUnit("{sample}"),
+	)
+	errs = errors.Join(errs, err)
+	builder.EbpfprofJitFrames, err = builder.meter.Int64ObservableCounter(
+		"otelcol_ebpfprof_jit_frames",
+		metric.WithDescription("Frames of JIT runtimes' processes (V8) that the BPF walk stepped through by frame pointer, by what they turned out to be. [Development]"),
+		metric.WithUnit("{frame}"),
 	)
 	errs = errors.Join(errs, err)
 	builder.EbpfprofKernelSymbolizer, err = builder.meter.Int64ObservableGauge(
