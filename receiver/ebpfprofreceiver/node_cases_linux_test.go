@@ -2,6 +2,7 @@ package ebpfprofreceiver
 
 import (
 	"fmt"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
@@ -238,4 +239,22 @@ func TestNodeUnsupportedVersion(t *testing.T) {
 	if st.Attached != 0 || st.Unsupported != 1 {
 		t.Errorf("attached %d, unsupported %d; want 0 and 1", st.Attached, st.Unsupported)
 	}
+}
+
+// TestNodePerfMapToo profiles crunch.js under node --perf-basic-prof,
+// which also names its JIT code in /tmp/perf-PID.map: the V8 frames win,
+// and the samples hold the chain as without the map.
+func TestNodePerfMapToo(t *testing.T) {
+	run := startPythonRun(t)
+	script := testworkload.Source(t, "crunch.js")
+	c := readCrunchJS(t, script)
+	cmd := startNode(t, "--perf-basic-prof", script, "3")
+	t.Cleanup(func() { _ = os.Remove(fmt.Sprintf("/tmp/perf-%d.map", cmd.Process.Pid)) })
+	run.waitNodeAttached(cmd)
+	waitExit(t, cmd, 3*time.Minute)
+	run.stop()
+	if _, err := os.Stat(fmt.Sprintf("/tmp/perf-%d.map", cmd.Process.Pid)); err != nil {
+		t.Fatalf("node wrote no perf map: %v", err)
+	}
+	checkJSChain(t, run, cmd.Process.Pid, c, "node --perf-basic-prof")
 }
