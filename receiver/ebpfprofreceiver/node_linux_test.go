@@ -484,7 +484,9 @@ func TestNodeRealProgram(t *testing.T) {
 	run.stop()
 
 	lib := filepath.Join(dir, "node_modules", "typescript", "lib")
-	inTS := func(file string) bool { return strings.HasPrefix(file, lib+"/") || strings.HasPrefix(file, "file://"+lib+"/") }
+	inTS := func(file string) bool {
+		return strings.HasPrefix(file, lib+"/") || strings.HasPrefix(file, "file://"+lib+"/")
+	}
 	pid := cmd.Process.Pid
 	var total, withJS, named, innermostTS int64
 	for _, s := range run.threadSamples(pid, pid) {
