@@ -78,7 +78,9 @@ FUZZ_TARGETS := FuzzOpenBinary:./internal/symbolize:15000 \
 	FuzzStreamCheck:./internal/symbolize/debuginfod:150000 \
 	FuzzPerfMap:./internal/perfmap:300000 \
 	FuzzLineTable:./internal/interp/python:50000 \
-	FuzzCodeObject:./internal/interp/python:50000
+	FuzzCodeObject:./internal/interp/python:50000 \
+	FuzzPositions:./internal/interp/v8:50000 \
+	FuzzFrame:./internal/interp/v8:5000
 fuzz-short: ## Fuzz each ELF, DWARF, gopclntab, CFI, code object and line table reader (about 8 s each).
 	for t in $(FUZZ_TARGETS); do \
 		name=$${t%%:*}; rest=$${t#*:}; pkg=$${rest%%:*}; execs=$${rest#*:}; \

@@ -81,21 +81,21 @@ func (h *heap) findCode(pc, streamMap uint64) (*codeHeader, uint64, error) {
 	if h.l.istreamHeader%8 != 0 || h.l.istreamCode+8 > h.l.istreamHeader {
 		return nil, 0, errNoCode
 	}
-	const chunk = 4096
-	buf := make([]byte, chunk)
+	// Read a page at a time, from the one holding pc down: a page is
+	// mapped whole or not at all.
+	const page = 4096
+	buf := make([]byte, page)
 	// Instructions start 8-byte aligned: candidate starts are multiples
-	// of 8 at or below pc.
-	top := pc &^ 7
-	for scanned := uint64(0); scanned < maxScan; scanned += chunk {
-		if top < scanned+chunk {
-			break
-		}
-		base := top - scanned - chunk // buf holds [base, base+chunk)
-		if err := h.mem.Read(base, buf); err != nil {
+	// of 8 below pc.
+	end := pc &^ 7
+	for scanned := uint64(0); scanned < maxScan && end > page; {
+		base := (end - 1) &^ (page - 1)
+		b := buf[:end-base]
+		if err := h.mem.Read(base, b); err != nil {
 			return nil, 0, err
 		}
-		for i := chunk - 8; i >= 0; i -= 8 {
-			word := binary.LittleEndian.Uint64(buf[i:])
+		for i := len(b) - 8; i >= 0; i -= 8 {
+			word := binary.LittleEndian.Uint64(b[i:])
 			if streamMap != 0 && word != streamMap || !isHeapObject(word) {
 				continue
 			}
@@ -110,6 +110,8 @@ func (h *heap) findCode(pc, streamMap uint64) (*codeHeader, uint64, error) {
 			// The stream below pc ends before it: pc is in no code.
 			return nil, smap, errNoCode
 		}
+		scanned += end - base
+		end = base
 	}
 	return nil, streamMap, fmt.Errorf("no code object within %d bytes below %#x: %w", maxScan, pc, errNoCode)
 }

@@ -266,7 +266,7 @@ func (h *heap) lineEnds(src uint64) ([]uint32, error) {
 	var ends []uint32
 	pos := uint32(0)
 	cr := false // the previous character was \r
-	err := h.chars(src, maxSource, maxStrDepth, func(one []byte, two []uint16) error {
+	err := h.chars(src, maxSource, maxStrDepth, new(int), func(one []byte, two []uint16) error {
 		end := func(c uint16) {
 			if cr && c != '\n' {
 				ends = append(ends, pos-1)

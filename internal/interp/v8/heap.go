@@ -16,6 +16,7 @@ const (
 	maxFileLen   = 4 << 10  // a script's name, in characters
 	maxSource    = 64 << 20 // a script's source, read for its line ends
 	maxStrDepth  = 16       // nested cons, thin and sliced strings
+	maxStrPieces = 1 << 10  // strings one string is made of, nested ones included
 	maxTableLen  = 1 << 20  // a position table, in bytes
 	maxLineEnds  = 1 << 22  // a script's lines
 	maxInlined   = 1 << 12  // functions inlined into one code object
@@ -155,13 +156,15 @@ func (h *heap) fixedArray(obj uint64, t uint16, n uint64) ([]uint64, error) {
 	return out, nil
 }
 
-// readLong reads n bytes at addr in pieces, so that a long read never
-// asks for more than one piece at a time.
+// readLong reads n bytes at addr in pieces, growing its buffer as the
+// pieces come: a length a process's memory claims costs no more than the
+// memory it really has there.
 func (h *heap) readLong(addr, n uint64) ([]byte, error) {
-	out := make([]byte, n)
+	out := make([]byte, 0, min(n, readChunk))
 	for off := uint64(0); off < n; off += readChunk {
-		end := min(off+readChunk, n)
-		if err := h.mem.Read(addr+off, out[off:end]); err != nil {
+		piece := min(readChunk, n-off)
+		out = append(out, make([]byte, piece)...)
+		if err := h.mem.Read(addr+off, out[off:off+piece]); err != nil {
 			return nil, err
 		}
 	}
@@ -171,7 +174,7 @@ func (h *heap) readLong(addr, n uint64) ([]byte, error) {
 // str reads the String obj, at most max characters, as UTF-8.
 func (h *heap) str(obj uint64, max int) (string, error) {
 	var b strings.Builder
-	if err := h.chars(obj, max, maxStrDepth, func(one []byte, two []uint16) error {
+	if err := h.chars(obj, max, maxStrDepth, new(int), func(one []byte, two []uint16) error {
 		if one != nil {
 			for _, c := range one {
 				b.WriteRune(rune(c))
@@ -194,10 +197,15 @@ func (h *heap) str(obj uint64, max int) (string, error) {
 
 // chars hands the characters of the String obj to out, in pieces: one-
 // byte pieces (Latin-1) or two-byte ones (UTF-16). It fails beyond max
-// characters or depth nested strings.
-func (h *heap) chars(obj uint64, max int, depth int, out func(one []byte, two []uint16) error) error {
+// characters, depth nested strings, or maxStrPieces strings in all
+// (*pieces counts them): a tree of cons strings sharing their halves is
+// as deep as it is wide.
+func (h *heap) chars(obj uint64, max int, depth int, pieces *int, out func(one []byte, two []uint16) error) error {
 	if depth <= 0 {
 		return errors.New("strings nested too deep")
+	}
+	if *pieces++; *pieces > maxStrPieces {
+		return fmt.Errorf("a string made of more than %d strings", maxStrPieces)
 	}
 	t, err := h.typeOf(obj)
 	if err != nil {
@@ -244,16 +252,16 @@ func (h *heap) chars(obj uint64, max int, depth int, out func(one []byte, two []
 			}
 			return out(one, two)
 		}
-		if err := h.chars(first, n, depth-1, count); err != nil {
+		if err := h.chars(first, n, depth-1, pieces, count); err != nil {
 			return err
 		}
-		return h.chars(second, n-counted, depth-1, count)
+		return h.chars(second, n-counted, depth-1, pieces, count)
 	case h.l.strThin:
 		actual, err := h.word(obj, h.l.thinActual)
 		if err != nil {
 			return err
 		}
-		return h.chars(actual, max, depth-1, out)
+		return h.chars(actual, max, depth-1, pieces, out)
 	case h.l.strSliced:
 		parent, err := h.word(obj, h.l.slicedParent)
 		if err != nil {
@@ -267,7 +275,7 @@ func (h *heap) chars(obj uint64, max int, depth int, out func(one []byte, two []
 			return errors.New("a sliced string without an offset")
 		}
 		skip, taken := int(smi(off)), 0
-		err = h.chars(parent, maxSource, depth-1, func(o []byte, w []uint16) error {
+		err = h.chars(parent, maxSource, depth-1, pieces, func(o []byte, w []uint16) error {
 			if taken == n {
 				return errEnough
 			}
