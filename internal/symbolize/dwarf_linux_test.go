@@ -12,6 +12,8 @@ import (
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/bpfcol/bpfcol/internal/testenv"
 )
 
 // dwarfWorkload is one binary with DWARF for the accuracy tests.
@@ -71,13 +73,7 @@ func builtDWARFWorkloads(tb testing.TB) []dwarfWorkload {
 // llvmSymbolizer finds llvm-symbolizer, skipping the test without it.
 func llvmSymbolizer(tb testing.TB) string {
 	tb.Helper()
-	for _, name := range []string{"llvm-symbolizer", "llvm-symbolizer-14"} {
-		if p, err := exec.LookPath(name); err == nil {
-			return p
-		}
-	}
-	tb.Skip("llvm-symbolizer not installed")
-	return ""
+	return testenv.LookPath(tb, "llvm-symbolizer", "llvm-symbolizer-14")
 }
 
 // llvmFrames runs llvm-symbolizer once over addrs and returns its frames

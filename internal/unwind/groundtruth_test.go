@@ -13,6 +13,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/bpfcol/bpfcol/internal/testenv"
 	"github.com/bpfcol/bpfcol/internal/testworkload"
 )
 
@@ -152,10 +153,7 @@ func readInstructions(t *testing.T, bin string) []insn {
 
 func tool(t *testing.T, name string, args ...string) []byte {
 	t.Helper()
-	if _, err := exec.LookPath(name); err != nil {
-		t.Skipf("%s not installed: %v", name, err)
-	}
-	out, err := exec.Command(name, args...).Output()
+	out, err := exec.Command(testenv.LookPath(t, name), args...).Output()
 	// readelf exits 1 on some system libraries after printing everything.
 	if err != nil && len(out) == 0 {
 		t.Fatalf("running %s %v: %v", name, args, err)
@@ -395,9 +393,7 @@ func TestGroundTruthC(t *testing.T) {
 func TestGroundTruthLibc(t *testing.T) {
 	out := tool(t, "gcc", "-print-file-name=libc.so.6")
 	lib := strings.TrimSpace(string(out))
-	if _, err := os.Stat(lib); err != nil {
-		t.Skipf("libc.so.6 not found (%q): %v", lib, err)
-	}
+	testenv.RequireFile(t, lib, "libc6")
 	c := compareWithCFI(t, lib, false)
 	t.Logf("%s: %v", lib, c)
 	checkCoverage(t, c)
