@@ -740,6 +740,49 @@ func TestMappingOfExitedProcessAttached(t *testing.T) {
 	}
 }
 
+// TestExecReadAfterAttachCountsLatency hands the tracker an exec event of
+// a binary written into a watched directory, timed 5 ms before the attach
+// its write started had finished, but read after it, as happens when the
+// exec comes while that attach is under way and the tracker reads its
+// event late (busy, or starved of a CPU): the process ran unprobed until
+// the attach, so its exec-to-attach latency is recorded, as for an exec
+// read while the attach was still under way. It was lost: the binary was
+// found attached, and the exec counted as covered.
+func TestExecReadAfterAttachCountsLatency(t *testing.T) {
+	built := testworkload.BuildC(t, "shortcalls.c", "-O2", "-g")
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "shortcalls")
+	cfg := &Config{
+		Probes: []ProbeConfig{{ID: "late", FileMatch: "^" + regexp.QuoteMeta(dir) + "/[^/]+$", Entry: "short_call", Exit: "return"}},
+		Retain: RetainConfig{MaxBinaries: 16, MaxAge: time.Hour},
+	}
+	r, _ := startReceiver(t, cfg, options{})
+	copyFile(t, built, bin)
+	file := fileIDOf(t, bin)
+	if !waitFor(10*time.Second, func() bool { return r.tracker.isAttached(file.FileKey) }) {
+		t.Fatal("the binary written into the watched directory was not attached")
+	}
+	r.tracker.mu.Lock()
+	attachedAt := r.tracker.binaries[file.FileKey].attachedAt
+	r.tracker.mu.Unlock()
+	// A process of the binary, whose exec event (read by now) came after
+	// the attach: no latency.
+	cmd := testworkload.Start(t, bin, "1", strconv.Itoa(int(time.Minute/time.Microsecond)))
+	if !waitFor(10*time.Second, func() bool { _, h := r.tracker.attachedCount(file.FileKey); return h == 1 }) {
+		t.Fatal("the process of the attached binary was not seen")
+	}
+	n0, _, _ := r.tracker.latency.percentiles(triggerExec)
+	const early = 5 * time.Millisecond
+	r.tracker.exec(cmd.Process.Pid, file, bin, uint64(attachedAt-int64(early)))
+	n, p50, _ := r.tracker.latency.percentiles(triggerExec)
+	if n != n0+1 {
+		t.Fatalf("%d exec-to-attach latencies recorded for an exec %s before the attach, read after it; want 1", n-n0, early)
+	}
+	if p50 < early || p50 > 2*early {
+		t.Errorf("exec-to-attach latency %s for an exec %s before the attach", p50, early)
+	}
+}
+
 // trackerSawExit reports whether tr has read pid's exit event.
 func trackerSawExit(tr *tracker, pid int) bool {
 	tr.mu.Lock()
