@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/bpfcol/bpfcol/internal/testenv"
+	"github.com/bpfcol/bpfcol/internal/testworkload"
 )
 
 // scrapedConfig runs both receivers and the pprof exporter, with the
@@ -34,6 +35,10 @@ receivers:
       - id: dns
         file_match: '/libc\.so\.6$'
         entry: getaddrinfo
+        exit: return
+      - id: late
+        file_match: '%s$'
+        entry: short_call
         exit: return
 exporters:
   pprof:
@@ -67,7 +72,9 @@ type scrapedMetric struct {
 
 // TestREADMEMetricsScraped runs bin/bpfcol with both receivers and the
 // pprof exporter, makes getent resolve names (the uprobe receiver's
-// probe), and reads its self-metrics from its Prometheus endpoint: every
+// probe) and runs a binary written after start (attached at its exec,
+// which records an attach latency), and reads its self-metrics from its
+// Prometheus endpoint: every
 // metric of bpfcol's components there is in README.md's table with the
 // type it shows and only attributes and values the table lists, and every
 // metric the table lists is there. TestREADMEMetrics compares the table
@@ -79,10 +86,12 @@ func TestREADMEMetricsScraped(t *testing.T) {
 		t.Fatalf("%s is missing: run `make build` first (make test does): %v", bin, err)
 	}
 	getent := testenv.LookPath(t, "getent")
+	short := testworkload.BuildC(t, "shortcalls.c", "-O2")
 	port := freePort(t)
 	dir := t.TempDir()
+	late := filepath.Join(dir, "late")
 	cfg := filepath.Join(dir, "config.yaml")
-	if err := os.WriteFile(cfg, fmt.Appendf(nil, scrapedConfig, filepath.Join(dir, "profiles"), port), 0o600); err != nil {
+	if err := os.WriteFile(cfg, fmt.Appendf(nil, scrapedConfig, regexp.QuoteMeta(late), filepath.Join(dir, "profiles"), port), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	out := new(lockedBuffer)
@@ -108,6 +117,16 @@ func TestREADMEMetricsScraped(t *testing.T) {
 	deadline := time.Now().Add(60 * time.Second)
 	for {
 		_ = exec.Command(getent, "ahosts", "localhost").Run()
+		if _, err := os.Stat(late); err != nil && strings.Contains(out.String(), "uprobe receiver started") {
+			data, err := os.ReadFile(short)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(late, data, 0o755); err != nil {
+				t.Fatal(err)
+			}
+		}
+		_ = exec.Command(late, "1").Run()
 		var err error
 		scraped, err = scrapeMetrics(url)
 		if err == nil && len(missingMetrics(documented, scraped)) == 0 {
