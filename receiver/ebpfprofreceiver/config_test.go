@@ -188,3 +188,29 @@ func TestSymbolizerCacheDirDefault(t *testing.T) {
 		}
 	}
 }
+
+// TestConfigInterpreters: the default follows every interpreter bpfcol
+// knows; an empty list none; an unknown or repeated name is refused with
+// the field and its index.
+func TestConfigInterpreters(t *testing.T) {
+	def := createDefaultConfig().(*Config)
+	if !def.interpreter("cpython") {
+		t.Errorf("default interpreters %v: cpython left out", def.Interpreters)
+	}
+	off := createDefaultConfig().(*Config)
+	off.Interpreters = []string{}
+	if err := off.Validate(); err != nil || off.interpreter("cpython") {
+		t.Errorf("interpreters: []: %v, cpython %v", err, off.interpreter("cpython"))
+	}
+	for list, want := range map[string]string{
+		"cpython,ruby":    `interpreters[1]: "ruby" is not one of [cpython]`,
+		"CPython":         `interpreters[0]: "CPython" is not one of [cpython]`,
+		"cpython,cpython": `interpreters[1]: "cpython" is listed twice`,
+	} {
+		cfg := createDefaultConfig().(*Config)
+		cfg.Interpreters = strings.Split(list, ",")
+		if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("interpreters %v: Validate() = %v, want %q", cfg.Interpreters, err, want)
+		}
+	}
+}
