@@ -135,7 +135,7 @@ func profileWithCFIWhen(t *testing.T, d time.Duration, ready func(*profilesRecei
 	t.Logf("tables loaded %v after start: %+v", time.Since(start).Round(time.Millisecond), r.unwind.Stats())
 	// Only intervals that start after this hold no sample from before:
 	// the margin covers samples taken before and drained after (the drain
-	// runs every 100ms).
+	// runs every 500 ms).
 	run.sink.from.Store(time.Now().Add(500 * time.Millisecond).UnixNano())
 	time.Sleep(500 * time.Millisecond)
 	if measuring != nil {
