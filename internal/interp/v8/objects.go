@@ -5,9 +5,16 @@ import (
 	"fmt"
 )
 
+// maxScriptReads bounds the scripts read (not cached yet) to name one
+// object: Scripts at as many addresses may share one long source, each
+// read whole for its line ends. Functions beyond are named without their
+// file and lines.
+const maxScriptReads = 32
+
 // script returns the script sc (tagged) of the process, read once and
-// kept while its source stays the same; nil when it cannot be read.
-func (in *instance) script(sc uint64) *script {
+// kept while its source stays the same; nil when it cannot be read, or
+// *reads scripts were read already.
+func (in *instance) script(sc uint64, reads *int) *script {
 	if sc == 0 {
 		return nil
 	}
@@ -18,6 +25,10 @@ func (in *instance) script(sc uint64) *script {
 		}
 		in.client.scripts.Remove(key)
 	}
+	if *reads >= maxScriptReads {
+		return nil
+	}
+	*reads++
 	s, err := in.heap.readScript(sc)
 	if err != nil {
 		return nil
@@ -27,8 +38,8 @@ func (in *instance) script(sc uint64) *script {
 }
 
 // named returns the name of function f and its script's name.
-func (in *instance) named(f *function) (fn, *script) {
-	sc := in.script(f.script)
+func (in *instance) named(f *function, reads *int) (fn, *script) {
+	sc := in.script(f.script, reads)
 	out := fn{name: f.name}
 	if sc != nil {
 		out.file = sc.name
@@ -44,7 +55,7 @@ func (in *instance) functionTable(sfi uint64) (*table, fn, error) {
 	if err != nil {
 		return nil, fn{}, err
 	}
-	own, sc := in.named(f)
+	own, sc := in.named(f, new(int))
 	ps := in.bytecodePositions(f.bytecode)
 	if len(ps) == 0 {
 		return nil, own, nil
@@ -105,7 +116,8 @@ func (in *instance) codeTable(code uint64) (*table, fn, error) {
 	if err != nil {
 		return nil, fn{}, err
 	}
-	own, ownScript := in.named(ownF)
+	reads := 0
+	own, ownScript := in.named(ownF, &reads)
 	t := &table{fns: []fn{own}}
 	scripts := []*script{ownScript}
 
@@ -125,7 +137,7 @@ func (in *instance) codeTable(code uint64) (*table, fn, error) {
 			var sc *script
 			if ok {
 				if g, err := h.function(ref); err == nil {
-					f, sc = in.named(g)
+					f, sc = in.named(g, &reads)
 				}
 			}
 			if f.name == "" {

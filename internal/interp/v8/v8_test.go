@@ -204,3 +204,47 @@ func TestCorruptCode(t *testing.T) {
 		})
 	}
 }
+
+// TestHostileScripts: optimized code whose inlined functions each have a
+// Script of their own, all sharing one long source, costs the reads of
+// maxScriptReads sources, not one for each function.
+func TestHostileScripts(t *testing.T) {
+	l := node20Layout(t)
+	h := newFakeHeap(l)
+	src := h.seqString(strings.Repeat("x = 1;\n", 16<<10))
+	own := h.function(h.seqString("outer"), h.script(h.seqString("/srv/a.js"), src), 0)
+	const n = 200
+	var lits []uint64
+	var inlining []byte
+	for i := range n {
+		lits = append(lits, h.function(h.seqString("f"), h.script(h.seqString("/srv/a.js"), src), 0))
+		rec := make([]byte, l.inliningSize)
+		putLE64(rec, sourcePosition(int64(i), 0))
+		putLE32(rec[l.inliningFunction:], uint32(i))
+		inlining = append(inlining, rec...)
+	}
+	deopt := h.fixedArray(l.typeFixedArray, smiOf(0), smiOf(n), h.fixedArray(l.typeFixedArray, lits...), 0, 0, 0, own, h.byteArray(inlining))
+	code, _ := h.code(13, 64, deopt, h.byteArray(encodePositions([][3]int64{{0, 7, 1}, {16, 7, n}})))
+	mem := h.memory()
+	in := &instance{client: New(Config{}), serial: 1, heap: heap{l: l, mem: mem}, codes: newCodeRanges(16)}
+	obj, err := in.Object(code)
+	if err != nil || obj.Name != "outer" {
+		t.Fatalf("Object = %+v, %v; want outer", obj, err)
+	}
+	// The first inlined function's script was read, its line known;
+	// the last one's was not: named without its file. Each was inlined
+	// at its own offset of outer: line 1, and 199 (line 29).
+	tab := obj.Lines.(interp.InlineTable)
+	first, last := tab.Lines(0), tab.Lines(16)
+	if len(first) != 2 || first[0].Name != "f" || first[0].File != "/srv/a.js" || first[0].Line != 2 || first[1].Line != 1 {
+		t.Errorf("lines at 0: %+v, want f at /srv/a.js:2 inlined into outer at line 1", first)
+	}
+	if len(last) != 2 || last[0].Name != "f" || last[0].File != "" || last[1].Name != "outer" || last[1].Line != 29 {
+		t.Errorf("lines at 16: %+v, want f without a file inlined into outer at line 29", last)
+	}
+	sourceBytes := 7 * 16 << 10
+	if limit := (maxScriptReads + 1) * sourceBytes; mem.read > limit {
+		t.Errorf("read %d bytes of the process, more than %d sources (%d)", mem.read, maxScriptReads+1, limit)
+	}
+	t.Logf("read %d bytes, %d sources' worth", mem.read, mem.read/sourceBytes)
+}
