@@ -74,8 +74,8 @@ func TestNodeOffCPU(t *testing.T) {
 			total += n
 			if startsWith(jsFrames(s), script, "napLeaf", "napOuter", "<anonymous>") {
 				right += n
-			} else if len(bad) < 3 {
-				bad = append(bad, shortChain(s.UserNames()))
+			} else if n > 0 && len(bad) < 3 {
+				bad = append(bad, fmt.Sprintf("%d x %s", n, shortChain(s.UserNames())))
 			}
 		}
 	}

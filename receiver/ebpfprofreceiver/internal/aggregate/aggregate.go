@@ -214,7 +214,7 @@ func (a *Aggregator) Add(s *profiler.Sample) {
 		a.stats.UnknownProcesses++
 	}
 
-	frames := a.frames(proc, s)
+	frames, proc := a.frames(proc, s)
 	key := a.stackKey(s, frames)
 	st, ok := a.stacks[string(key)]
 	if !ok {
@@ -258,8 +258,9 @@ func (a *Aggregator) Add(s *profiler.Sample) {
 
 // frames turns the sample's raw addresses into frames: the kernel stack,
 // then the user stack with the caller a frameless leaf hid put back. The
-// slice is reused by the next sample.
-func (a *Aggregator) frames(proc *Process, s *profiler.Sample) []frame.Frame {
+// slice is reused by the next sample. The process is returned as read
+// again when a frame was outside its mappings.
+func (a *Aggregator) frames(proc *Process, s *profiler.Sample) ([]frame.Frame, *Process) {
 	frames := a.scratch[:0]
 	defer func() { a.scratch = frames[:0] }()
 	for i, addr := range s.Kernel {
@@ -275,12 +276,12 @@ func (a *Aggregator) frames(proc *Process, s *profiler.Sample) []frame.Frame {
 	// exited before it was read, or was exiting: its maps were empty):
 	// none is emitted.
 	if len(s.User) == 0 || proc == nil {
-		return frames
+		return frames, proc
 	}
 	leaf := frame.AtPC(frame.Native, s.User[0])
 	if !possibleFrame(proc, leaf) {
 		a.stats.UnmappedLeaves++
-		return frames
+		return frames, proc
 	}
 	user := len(frames)
 	mapped := func(f frame.Frame) frame.Frame {
@@ -305,10 +306,17 @@ func (a *Aggregator) frames(proc *Process, s *profiler.Sample) []frame.Frame {
 			f = frame.AtPC(frame.Native, addr)
 		}
 		// A frame-pointer walk through code without frame pointers reads
-		// garbage: an impossible address ends the stack.
+		// garbage: an impossible address ends the stack. Unless it is in
+		// a mapping made since the process was read (JIT code a runtime
+		// mapped later, under a leaf in a library): read again, as for
+		// a leaf, rate-limited.
 		if !possibleFrame(proc, f) {
-			a.stats.TruncatedStacks++
-			break
+			p := a.procs.lookup(int(s.PID), f.Address)
+			if p == nil || !possibleFrame(p, f) {
+				a.stats.TruncatedStacks++
+				break
+			}
+			proc = p
 		}
 		frames = append(frames, mapped(f))
 		a.userIndex = append(a.userIndex, i+1)
@@ -317,7 +325,7 @@ func (a *Aggregator) frames(proc *Process, s *profiler.Sample) []frame.Frame {
 	if len(s.Interp) > 0 && a.cfg.Interpreters != nil {
 		frames = a.placeInterpreted(proc, frames, user, s)
 	}
-	return frames
+	return frames, proc
 }
 
 // interpTypes maps the sampler's interpreter frame kinds to frame types.

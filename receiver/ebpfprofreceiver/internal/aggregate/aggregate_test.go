@@ -202,6 +202,48 @@ func TestAggregateCountsCutUserStacks(t *testing.T) {
 	}
 }
 
+// TestAggregateRereadsForCallers: a caller in a mapping made after the
+// process was read (a runtime's JIT code, under a leaf in libc: an
+// off-CPU wait) has the mappings read again, and is kept, with the stack
+// under it; a caller in no mapping even read again cuts the stack there,
+// and the next such one within the interval reads nothing.
+func TestAggregateRereadsForCallers(t *testing.T) {
+	text := process.Mapping{Start: 0x1000, End: 0x2000, Perms: "r-xp"}
+	jit := process.Mapping{Start: 0x8000, End: 0x9000, Perms: "rwxp"}
+	reads := 0
+	a := New(Config{ProcessInfo: func(pid int) (*Process, error) {
+		reads++
+		p := &Process{PID: pid, ExePath: "/proc/self/exe", Mappings: []frame.Mapping{{Mapping: text}}}
+		if reads > 1 {
+			p.Mappings = append(p.Mappings, frame.Mapping{Mapping: jit})
+		}
+		return p, nil
+	}})
+	sample := func(user ...uint64) *profiler.Sample {
+		return &profiler.Sample{PID: uint32(os.Getpid()), TID: 1, Comm: "t", KtimeNs: 1, UserIP: user[0], User: user}
+	}
+	a.Add(sample(0x1010, 0x1020))
+	a.Add(sample(0x1010, 0x8020, 0x1030)) // a caller in the JIT region: read again, kept
+	a.Add(sample(0x1010, 0x5020, 0x1040)) // in nothing, even read again: cut
+	a.Add(sample(0x1010, 0x5030, 0x1050)) // no read again so soon: cut
+	b := a.Flush(time.Now())
+	if reads != 3 {
+		t.Errorf("process read %d times, want 3: once, again for the JIT caller, once more for the unmapped one", reads)
+	}
+	if b.Stats.TruncatedStacks != 2 {
+		t.Errorf("stats %+v, want 2 truncated stacks", b.Stats)
+	}
+	for _, st := range b.Stacks {
+		if len(st.Frames) > 1 && st.Frames[1].Address == 0x8020-1 {
+			if len(st.Frames) != 3 || st.Frames[1].Mapping == nil || st.Frames[1].Mapping.Start != jit.Start || len(st.Process.Mappings) != 2 {
+				t.Errorf("the stack through the JIT caller: %+v, its process's mappings %+v", st.Frames, st.Process.Mappings)
+			}
+			return
+		}
+	}
+	t.Errorf("no stack kept its JIT caller: %+v", b.Stacks)
+}
+
 // TestAggregateCutsAtUretprobeTrampoline checks a return address that is
 // the first byte of an executable mapping: the uretprobe trampoline, which
 // the kernel puts in place of the return address of a function under a
