@@ -15,6 +15,7 @@
 #include <bpf/bpf_core_read.h>
 #include "bpfcol_unwind.h"
 #include "bpfcol_scopes.h"
+#include "bpfcol_uretprobe.h"
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";
 
@@ -121,6 +122,7 @@ struct {
 // frame count and register range.
 struct walk_regs {
 	u64 pc, sp, bp;
+	u64 tramp;      // the process's uretprobe trampoline, 0 if none
 	u32 n;          // frames written to s->user
 	u32 stop;       // enum unwind_stop, valid once stopped
 	u8 stopped;
@@ -250,6 +252,14 @@ __noinline long unwind_frame(struct walk_regs *w, struct sample *s, struct unwin
 	if (!w || !s || !proc)
 		return 1;
 	u64 pc = w->pc;
+	// A uretprobe's trampoline in place of this return address, read
+	// from the slot right under the caller's SP.
+	if (pc == w->tramp && pc && !w->exact_pc) {
+		pc = uretprobe_return(w->sp - 8);
+		if (!pc)
+			return stop(w, UNWIND_STOP_URETPROBE);
+		w->pc = pc;
+	}
 	if (pc == 0 || pc > MAX_USER_ADDR)
 		return stop(w, UNWIND_STOP_OUTSIDE_MAPPINGS);
 	// A return address follows the call: the call itself is at pc-1, which
@@ -357,7 +367,7 @@ static long unwind_step(u64 i, struct walk *w)
 // unwind_cfi walks the user stack of a loaded process into s->user. It
 // returns false when the interrupted PC is in none of the process's known
 // mappings, so the caller falls back to frame pointers.
-static __always_inline bool unwind_cfi(struct sample *s, struct unwind_proc *proc)
+static __always_inline bool unwind_cfi(struct sample *s, struct unwind_proc *proc, u64 tramp)
 {
 	struct walk w = {
 		.s = s,
@@ -366,6 +376,7 @@ static __always_inline bool unwind_cfi(struct sample *s, struct unwind_proc *pro
 			.pc = s->user_ip,
 			.sp = s->user_sp,
 			.bp = s->user_bp,
+			.tramp = tramp,
 			.exact_pc = 1,
 			.bp_known = 1,
 		},
@@ -461,13 +472,21 @@ static __always_inline void fill_sample(void *ctx, struct sample *s, u64 pid_tgi
 		// Off-CPU events link here too: the scope the thread blocked in.
 		if (scope_links)
 			link_scope(s, regs);
-		if (bpf_probe_read_user(s->sp_words, sizeof(s->sp_words), (void *)s->user_sp) == 0)
+		u64 tramp = uretprobe_trampoline(task);
+		if (bpf_probe_read_user(s->sp_words, sizeof(s->sp_words), (void *)s->user_sp) == 0) {
 			s->flags |= SAMPLE_SP_WORDS_VALID;
-		else
+			// A frameless leaf under a uretprobe: its return address,
+			// at SP, is the trampoline's.
+			if (tramp && s->sp_words[0] == tramp)
+				s->sp_words[0] = uretprobe_return(s->user_sp);
+			if (tramp && s->sp_words[1] == tramp)
+				s->sp_words[1] = uretprobe_return(s->user_sp + 8);
+		} else {
 			count(COUNTER_SP_READ_ERR);
+		}
 		u32 tgid = s->pid;
 		struct unwind_proc *proc = bpf_map_lookup_elem(&unwind_procs, &tgid);
-		if (!proc || !unwind_cfi(s, proc)) {
+		if (!proc || !unwind_cfi(s, proc, tramp)) {
 			if (!proc) {
 				s->flags |= SAMPLE_NO_TABLE;
 				count(COUNTER_UNWIND_STOP + UNWIND_STOP_NO_TABLE);

@@ -31,7 +31,7 @@ const (
 	profilerCounterCOUNTER_OFF_CPU_GONE      profilerCounter = 12
 	profilerCounterCOUNTER_OFF_CPU_UNENDED   profilerCounter = 13
 	profilerCounterCOUNTER_UNWIND_STOP       profilerCounter = 14
-	profilerCounterCOUNTER_MAX               profilerCounter = 23
+	profilerCounterCOUNTER_MAX               profilerCounter = 24
 )
 
 type profilerOffCpuHeld struct {

@@ -65,13 +65,17 @@ const (
 	// StopFramePointerEnd: frame pointers ended cleanly (a zero RBP) in
 	// code without CFI: the root of Go and JIT stacks.
 	StopFramePointerEnd
+	// StopUretprobe: a uretprobe's trampoline stood in for a return
+	// address the kernel did not give (its return instances have other
+	// fields, or none matched the slot).
+	StopUretprobe
 	// NumStopReasons is the number of reasons.
 	NumStopReasons
 )
 
 var stopReasonNames = [NumStopReasons]string{
 	"complete", "no_table", "no_cfi", "bad_cfa", "read_fault", "depth_limit", "unsupported_rule", "outside_mappings",
-	"frame_pointer_end",
+	"frame_pointer_end", "uretprobe_unresolved",
 }
 
 // String is the reason's metric attribute value.
