@@ -115,6 +115,8 @@ struct {
 	__type(value, struct unwind_row);
 } unwind_rows SEC(".maps");
 
+#include "bpfcol_vdso.h"
+
 // Registers and outcome of one CFI walk. unwind_frame, a global function,
 // reads and writes it: the verifier checks that function once for any
 // contents, so the bpf_loop callback's state is the same at every
@@ -123,6 +125,7 @@ struct {
 struct walk_regs {
 	u64 pc, sp, bp;
 	u64 tramp;      // the process's uretprobe trampoline, 0 if none
+	u64 vdso_base;  // where the process maps the vDSO of unwind_vdso, 0 if not
 	u32 n;          // frames written to s->user
 	u32 stop;       // enum unwind_stop, valid once stopped
 	u8 stopped;
@@ -138,6 +141,7 @@ struct walk_regs {
 struct walk {
 	struct sample *s;
 	struct unwind_proc *proc;
+	struct unwind_mapping *vdso; // unwind_vdso's entry
 	struct walk_regs regs;
 };
 
@@ -247,9 +251,10 @@ static __always_inline long step_fp(struct walk_regs *w, u32 reason)
 
 // unwind_frame records the frame at w->pc in s->user and steps w to its
 // caller. It returns 1 once the walk stopped (w->stop says why), else 0.
-__noinline long unwind_frame(struct walk_regs *w, struct sample *s, struct unwind_proc *proc)
+__noinline long unwind_frame(struct walk_regs *w, struct sample *s, struct unwind_proc *proc,
+			     struct unwind_mapping *vdso)
 {
-	if (!w || !s || !proc)
+	if (!w || !s || !proc || !vdso)
 		return 1;
 	u64 pc = w->pc;
 	// A uretprobe's trampoline in place of this return address, read
@@ -265,10 +270,19 @@ __noinline long unwind_frame(struct walk_regs *w, struct sample *s, struct unwin
 	// A return address follows the call: the call itself is at pc-1, which
 	// is also what keeps a noreturn call at a function's end in its FDE.
 	u64 lookup = w->exact_pc ? pc : pc - 1;
-	int mi = find_mapping(proc, lookup);
-	if (mi < 0) {
-		s->flags |= SAMPLE_UNKNOWN_MAPPING;
-		return stop(w, UNWIND_STOP_OUTSIDE_MAPPINGS);
+	// The vDSO has one table for all processes, at this one's address
+	// of the image; anything else is in the process's own mappings.
+	struct unwind_mapping vm;
+	if (w->vdso_base && lookup - w->vdso_base < vdso->end) {
+		vm = *vdso;
+		vm.table_base += w->vdso_base;
+	} else {
+		int mi = find_mapping(proc, lookup);
+		if (mi < 0) {
+			s->flags |= SAMPLE_UNKNOWN_MAPPING;
+			return stop(w, UNWIND_STOP_OUTSIDE_MAPPINGS);
+		}
+		vm = proc->mappings[mi & (UNWIND_MAX_MAPPINGS - 1)];
 	}
 	u32 n = w->n;
 	if (n >= MAX_STACK_DEPTH)
@@ -276,7 +290,7 @@ __noinline long unwind_frame(struct walk_regs *w, struct sample *s, struct unwin
 	s->user[n] = pc | (w->exact_pc && n > 0 ? FRAME_PC_EXACT : 0);
 	w->n = n + 1;
 
-	struct unwind_mapping *m = &proc->mappings[mi & (UNWIND_MAX_MAPPINGS - 1)];
+	struct unwind_mapping *m = &vm;
 	if (m->kind == UNWIND_MAPPING_PENDING)
 		return step_fp(w, UNWIND_STOP_NO_TABLE);
 	if (m->kind != UNWIND_MAPPING_CFI)
@@ -361,18 +375,23 @@ __noinline long unwind_frame(struct walk_regs *w, struct sample *s, struct unwin
 // unwind_step is the bpf_loop callback: one frame per iteration.
 static long unwind_step(u64 i, struct walk *w)
 {
-	return unwind_frame(&w->regs, w->s, w->proc) ? 1 : 0;
+	return unwind_frame(&w->regs, w->s, w->proc, w->vdso) ? 1 : 0;
 }
 
 // unwind_cfi walks the user stack of a loaded process into s->user. It
 // returns false when the interrupted PC is in none of the process's known
 // mappings, so the caller falls back to frame pointers.
-static __always_inline bool unwind_cfi(struct sample *s, struct unwind_proc *proc, u64 tramp)
+static __always_inline bool unwind_cfi(struct sample *s, struct unwind_proc *proc, struct task_struct *task,
+				       u64 tramp)
 {
+	u32 zero = 0;
+	struct unwind_mapping *vdso = bpf_map_lookup_elem(&unwind_vdso, &zero);
 	struct walk w = {
 		.s = s,
 		.proc = proc,
+		.vdso = vdso,
 		.regs = {
+			.vdso_base = vdso_base(task, vdso),
 			.pc = s->user_ip,
 			.sp = s->user_sp,
 			.bp = s->user_bp,
@@ -486,7 +505,7 @@ static __always_inline void fill_sample(void *ctx, struct sample *s, u64 pid_tgi
 		}
 		u32 tgid = s->pid;
 		struct unwind_proc *proc = bpf_map_lookup_elem(&unwind_procs, &tgid);
-		if (!proc || !unwind_cfi(s, proc, tramp)) {
+		if (!proc || !unwind_cfi(s, proc, task, tramp)) {
 			if (!proc) {
 				s->flags |= SAMPLE_NO_TABLE;
 				count(COUNTER_UNWIND_STOP + UNWIND_STOP_NO_TABLE);

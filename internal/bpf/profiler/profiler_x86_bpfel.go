@@ -165,6 +165,7 @@ const (
 	profilerMapSamples            = "samples"
 	profilerMapUnwindProcs        = "unwind_procs"
 	profilerMapUnwindRows         = "unwind_rows"
+	profilerMapUnwindVdso         = "unwind_vdso"
 	profilerProgOffCpuExit        = "off_cpu_exit"
 	profilerProgOffCpuExitWalk    = "off_cpu_exit_walk"
 	profilerProgOffCpuSwitch      = "off_cpu_switch"
@@ -252,6 +253,7 @@ type profilerMapSpecs struct {
 	Samples         *ebpf.MapSpec `ebpf:"samples"`
 	UnwindProcs     *ebpf.MapSpec `ebpf:"unwind_procs"`
 	UnwindRows      *ebpf.MapSpec `ebpf:"unwind_rows"`
+	UnwindVdso      *ebpf.MapSpec `ebpf:"unwind_vdso"`
 }
 
 // profilerVariableSpecs contains global variables before they are loaded into the kernel.
@@ -307,6 +309,7 @@ type profilerMaps struct {
 	Samples         *ebpf.Map `ebpf:"samples"`
 	UnwindProcs     *ebpf.Map `ebpf:"unwind_procs"`
 	UnwindRows      *ebpf.Map `ebpf:"unwind_rows"`
+	UnwindVdso      *ebpf.Map `ebpf:"unwind_vdso"`
 }
 
 func (m *profilerMaps) Close() error {
@@ -320,6 +323,7 @@ func (m *profilerMaps) Close() error {
 		m.Samples,
 		m.UnwindProcs,
 		m.UnwindRows,
+		m.UnwindVdso,
 	)
 }
 

@@ -64,7 +64,7 @@ func New(opts Options) (_ *Sampler, err error) {
 		return nil, fmt.Errorf("loading sampler spec: %w", err)
 	}
 	spec.Maps[profilerMapSamples].MaxEntries = ringBufferSize(opts, len(cpus))
-	spec.Maps[profilerMapUnwindRows].MaxEntries = unwindRows(opts)
+	spec.Maps[profilerMapUnwindRows].MaxEntries = unwindRows(opts) + MaxVDSORows
 	spec.Maps[profilerMapUnwindProcs].MaxEntries = unwindProcesses(opts)
 
 	if err := configureOffCPU(spec, opts.OffCPU); err != nil {
@@ -76,7 +76,7 @@ func New(opts Options) (_ *Sampler, err error) {
 	}
 	loadOpts.Cache = support.KernelTypes()
 
-	s := &Sampler{ncpu: len(cpus), rows: spec.Maps[profilerMapUnwindRows].MaxEntries}
+	s := &Sampler{ncpu: len(cpus), rows: unwindRows(opts)}
 	defer func() {
 		if err != nil {
 			s.Close()

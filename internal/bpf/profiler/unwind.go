@@ -25,6 +25,10 @@ const MaxUnwindMappings = 512
 // rows.
 const MaxUnwindRows = 1 << 24
 
+// MaxVDSORows is the room for the vDSO's table, kept at the end of the
+// row store (the 6.18 x86-64 vDSO compiles to about 40 rows).
+const MaxVDSORows = 256
+
 // UnwindRowBytes is the size of one row in the row store.
 const UnwindRowBytes = 8
 
