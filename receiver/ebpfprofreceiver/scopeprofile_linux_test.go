@@ -218,6 +218,7 @@ func TestScopeProfilesC(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	checkNoWaitLost(t, b.prof, int64(pid))
 	b.stop(t)
 	stopped = true
 

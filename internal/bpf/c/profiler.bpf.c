@@ -36,7 +36,8 @@ enum counter {
 	COUNTER_OFF_CPU_BUSY,      // kept waits dropped: the thread's previous one is being walked
 	COUNTER_OFF_CPU_SCHED_ERR, // kept waits dropped: the task work walking the stack was refused
 	COUNTER_OFF_CPU_GONE,      // kept waits dropped: the thread exited or exec'd before its walk
-	COUNTER_OFF_CPU_UNENDED,   // sampled switch-outs lost: the thread's switch-in never reached sched_switch
+	COUNTER_OFF_CPU_UNENDED,   // kept waits lost: the thread's switch-in never reached sched_switch
+	COUNTER_OFF_CPU_UNREPORTED, // switches sched_switch did not report, seen at the CPU's next one
 	COUNTER_UNWIND_STOP,       // first of UNWIND_STOP_MAX counters, by enum unwind_stop
 	COUNTER_MAX = COUNTER_UNWIND_STOP + UNWIND_STOP_MAX,
 };
@@ -578,6 +579,10 @@ int sample_stack(void *ctx)
 // Set by the loader.
 const volatile u64 off_cpu_min_ns = 0;
 
+// Set by the loader: the one process whose switch-outs are followed, 0
+// for all.
+const volatile u32 off_cpu_tgid = 0;
+
 // Set by the loader: at most this many threads hold a record slot.
 const volatile u64 off_cpu_max_threads = 4096;
 
@@ -621,7 +626,8 @@ const volatile u32 off_cpu_log2_frac[256] = {};
 struct off_cpu_rng {
 	u64 left;  // switch-outs to let pass before the next sampled one
 	u64 state; // never 0
-	u64 pad[6];
+	u64 cur;   // the task this CPU last switched to (check_reported)
+	u64 pad[5];
 };
 struct off_cpu_rng off_cpu_rngs[OFF_CPU_RNG_CPUS];
 
@@ -670,10 +676,15 @@ static __always_inline u64 next_gap(struct off_cpu_rng *r)
 	return (neglog * off_cpu_gap_int + (neglog * off_cpu_gap_frac >> 32)) >> 16;
 }
 
-// sampled says whether this switch-out is followed.
-static __always_inline bool sampled(void)
+// this_rng is this CPU's countdown and state.
+static __always_inline struct off_cpu_rng *this_rng(void)
 {
-	struct off_cpu_rng *r = &off_cpu_rngs[bpf_get_smp_processor_id() & (OFF_CPU_RNG_CPUS - 1)];
+	return &off_cpu_rngs[bpf_get_smp_processor_id() & (OFF_CPU_RNG_CPUS - 1)];
+}
+
+// sampled says whether this switch-out is followed.
+static __always_inline bool sampled(struct off_cpu_rng *r)
+{
 	u64 left = r->left;
 	if (left) {
 		r->left = left - 1;
@@ -705,6 +716,24 @@ struct rq {
 struct task_struct___sched {
 	struct sched_entity se;
 } __attribute__((preserve_access_index));
+
+struct sched_info {
+	unsigned long long last_arrival;
+} __attribute__((preserve_access_index));
+
+struct task_struct___sched_info {
+	struct sched_info sched_info;
+} __attribute__((preserve_access_index));
+
+// arrival_ns is when task last came on a CPU, on the clock of switch_ns
+// (CONFIG_SCHED_INFO); 0 if unknown.
+static __always_inline u64 arrival_ns(struct task_struct *task)
+{
+	if (!bpf_core_field_exists(((struct task_struct___sched_info *)0)->sched_info) ||
+	    !bpf_core_field_exists(((struct cfs_rq *)0)->rq))
+		return 0;
+	return ((struct task_struct___sched_info *)task)->sched_info.last_arrival;
+}
 
 // switch_ns is the time of a switch on this CPU of task, prev or next; 0
 // if its run queue could not be read.
@@ -856,7 +885,8 @@ static __always_inline void slot_release(void *map, struct task_struct *task)
 // would never be counted back.
 static __always_inline bool followed(struct task_struct *task)
 {
-	return task->pid != 0 && !(task->flags & (PF_KTHREAD | PF_EXITING | PF_IO_WORKER | PF_USER_WORKER));
+	return task->pid != 0 && !(task->flags & (PF_KTHREAD | PF_EXITING | PF_IO_WORKER | PF_USER_WORKER)) &&
+	       (!off_cpu_tgid || task->tgid == off_cpu_tgid);
 }
 
 // off_cpu_walk is the task work of a kept wait: it runs in the thread's
@@ -907,10 +937,62 @@ static __always_inline bool preempted(u64 *ctx)
 	return (bool)ctx[0] || (unsigned int)ctx[3] == 0;
 }
 
-// off_cpu_begin notes a sampled switch-out of prev: its time only.
-static __always_inline void off_cpu_begin(u64 *ctx, struct task_struct *prev)
+// unended_wait says whether a wait that ended at in (arrival_ns), out
+// (switch_ns) after it began, needed keeping: not known short.
+static __always_inline bool unended_kept(u64 out, u64 in)
 {
-	if (!sampled() || !followed(prev))
+	u64 off = in - out;
+	if (in && (s64)off >= 0 && off < off_cpu_min_ns) {
+		count(COUNTER_OFF_CPU_SHORT);
+		return false;
+	}
+	return true;
+}
+
+// The threads that lost kept waits (off_cpu_unended), with how many: a
+// bounded record of which, for tests and troubleshooting.
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 256);
+	__type(key, u32); // tid
+	__type(value, u64);
+} off_cpu_unended_tids SEC(".maps");
+
+static __always_inline void count_unended(u32 tid)
+{
+	count(COUNTER_OFF_CPU_UNENDED);
+	u64 *n = bpf_map_lookup_elem(&off_cpu_unended_tids, &tid);
+	if (n) {
+		__sync_fetch_and_add(n, 1);
+		return;
+	}
+	u64 one = 1;
+	bpf_map_update_elem(&off_cpu_unended_tids, &tid, &one, BPF_NOEXIST);
+}
+
+// off_cpu_unended ends prev's wait if its switch-in was never seen: prev
+// is switching out, so it came back on a CPU at its last arrival, but its
+// wait's stacks went with that switch-in. A kept one is lost, counted.
+static __always_inline void off_cpu_unended(struct task_struct *prev)
+{
+	u32 tid = prev->pid;
+	if (tid == 0 || !maybe_open(tid))
+		return;
+	struct off_cpu_slot *slot = bpf_task_storage_get(&off_cpu_slots, prev, 0, 0);
+	if (!slot || !slot->out_ns)
+		return;
+	u64 out = slot->out_ns;
+	slot->out_ns = 0;
+	close_wait(tid);
+	if (unended_kept(out, arrival_ns(prev)))
+		count_unended(tid);
+}
+
+// off_cpu_begin notes a sampled switch-out of prev: its time only.
+static __always_inline void off_cpu_begin(u64 *ctx, struct task_struct *prev, struct off_cpu_rng *r)
+{
+	off_cpu_unended(prev);
+	if (!sampled(r) || !followed(prev))
 		return;
 	u64 now = switch_ns(prev);
 	if (!now)
@@ -918,12 +1000,7 @@ static __always_inline void off_cpu_begin(u64 *ctx, struct task_struct *prev)
 	struct off_cpu_slot *slot = slot_get(&off_cpu_slots, prev);
 	if (!slot)
 		return;
-	// A time still set is a wait whose switch-in this program never saw
-	// (a rare loss, seen under load): its length is unknown.
-	if (!slot->out_ns)
-		open_wait(prev->pid);
-	else
-		count(COUNTER_OFF_CPU_UNENDED);
+	open_wait(prev->pid);
 	slot->out_ns = now;
 	slot->flags = preempted(ctx) ? SAMPLE_PREEMPTED : 0;
 }
@@ -1015,6 +1092,22 @@ int off_cpu_exit(u64 *ctx)
 	return 0;
 }
 
+// Switches sched_switch does not report. The kernel may leave some out:
+// on the VM measured here, every switch-out of the VM agent's threads
+// (pid 1, hidden from perf's sampling and tracepoints alike; only its
+// context-switch counter counts them), and with it the switch-in of
+// whichever thread ran next. A CPU's reported switches then do not chain:
+// the next one switches out another task than the one it last switched
+// to. They are counted; a wait whose switch-in went so is found at its
+// thread's next switch-out (off_cpu_unended).
+static __always_inline void check_reported(struct off_cpu_rng *r, struct task_struct *prev, struct task_struct *next)
+{
+	u64 cur = r->cur;
+	r->cur = next->pid;
+	if (cur != (u64)prev->pid && cur != 0 && bpf_get_smp_processor_id() < OFF_CPU_RNG_CPUS)
+		count(COUNTER_OFF_CPU_UNREPORTED);
+}
+
 // sched_switch(bool preempt, struct task_struct *prev, struct task_struct
 // *next, unsigned int prev_state): prev_state is an argument since 5.18.
 SEC("tp_btf/sched_switch")
@@ -1022,9 +1115,11 @@ int off_cpu_switch(u64 *ctx)
 {
 	struct task_struct *prev = (struct task_struct *)ctx[1];
 	struct task_struct *next = (struct task_struct *)ctx[2];
+	struct off_cpu_rng *r = this_rng();
 
+	check_reported(r, prev, next);
 	off_cpu_end(next);
-	off_cpu_begin(ctx, prev);
+	off_cpu_begin(ctx, prev, r);
 	return 0;
 }
 
@@ -1044,25 +1139,26 @@ struct {
 	__type(value, struct off_cpu_held);
 } off_cpu_held_slots SEC(".maps");
 
-static __always_inline void off_cpu_begin_walk(u64 *ctx, struct task_struct *prev)
+// submit_held sends slot's held record, off long, with task's kernel
+// stack when task is still switched out (its switch-in), else none.
+static __always_inline void submit_held(struct off_cpu_held *slot, u64 off, struct task_struct *task)
 {
-	if (!sampled() || !followed(prev))
+	struct sample *rec = &slot->rec;
+	rec->off_cpu_ns = off;
+	rec->kernel_bytes = task ? bpf_get_task_stack(task, rec->kernel, sizeof(rec->kernel), 0) : -2 /* ENOENT */;
+	if (rec->kernel_bytes < 0)
+		count(COUNTER_KERNEL_STACK_ERR);
+	struct sample *s = bpf_ringbuf_reserve(&samples, sizeof(*s), 0);
+	if (!s) {
+		count(COUNTER_DROPPED_RINGBUF);
 		return;
-	struct off_cpu_held *slot = slot_get(&off_cpu_held_slots, prev);
-	if (!slot)
+	}
+	if (bpf_probe_read_kernel(s, sizeof(*s), rec)) {
+		bpf_ringbuf_discard(s, 0);
 		return;
-	if (!slot->held)
-		open_wait(prev->pid);
-	else
-		count(COUNTER_OFF_CPU_UNENDED);
-	// The user stack can only be read now, in the thread's own address
-	// space; its kernel stack waits where it is until the thread runs
-	// again, so it is taken then, and only for waits that are kept.
-	struct sample *s = &slot->rec;
-	fill_sample(ctx, s, bpf_get_current_pid_tgid(), false);
-	s->flags |= SAMPLE_OFF_CPU | (preempted(ctx) ? SAMPLE_PREEMPTED : 0);
-	s->off_cpu_ns = 0;
-	slot->held = 1;
+	}
+	count(COUNTER_OFF_CPU_EVENTS);
+	submit(s);
 }
 
 static __always_inline void off_cpu_end_walk(struct task_struct *next)
@@ -1076,27 +1172,56 @@ static __always_inline void off_cpu_end_walk(struct task_struct *next)
 	slot->held = 0;
 	close_wait(tid);
 	u64 off = bpf_ktime_get_ns() - slot->rec.ktime_ns;
-	if (off < off_cpu_min_ns) {
+	if (off < off_cpu_min_ns)
 		count(COUNTER_OFF_CPU_SHORT);
-		goto out;
-	}
-	struct sample *s = bpf_ringbuf_reserve(&samples, sizeof(*s), 0);
-	if (!s) {
-		count(COUNTER_DROPPED_RINGBUF);
-		goto out;
-	}
-	if (bpf_probe_read_kernel(s, sizeof(*s), &slot->rec)) {
-		bpf_ringbuf_discard(s, 0);
-		goto out;
-	}
-	s->off_cpu_ns = off;
-	s->kernel_bytes = bpf_get_task_stack(next, s->kernel, sizeof(s->kernel), 0);
-	if (s->kernel_bytes < 0)
-		count(COUNTER_KERNEL_STACK_ERR);
-	count(COUNTER_OFF_CPU_EVENTS);
-	submit(s);
-out:
+	else
+		submit_held(slot, off, next);
 	slot_release(&off_cpu_held_slots, next);
+}
+
+// off_cpu_unended_walk is off_cpu_unended for waits walked at their
+// switch-out: the held record, user stack and all, goes out without its
+// kernel stack, the wait's length from prev's last arrival.
+static __always_inline void off_cpu_unended_walk(struct task_struct *prev)
+{
+	u32 tid = prev->pid;
+	if (tid == 0 || !maybe_open(tid))
+		return;
+	struct off_cpu_held *slot = bpf_task_storage_get(&off_cpu_held_slots, prev, 0, 0);
+	if (!slot || !slot->held)
+		return;
+	slot->held = 0;
+	close_wait(tid);
+	u64 now = switch_ns(prev), in = arrival_ns(prev);
+	if (!in || !now || (s64)(now - in) < 0) {
+		count_unended(tid);
+		return;
+	}
+	// The arrival, on the clock of the record's switch-out time.
+	u64 off = bpf_ktime_get_ns() - (now - in) - slot->rec.ktime_ns;
+	if ((s64)off < 0 || off < off_cpu_min_ns)
+		count(COUNTER_OFF_CPU_SHORT);
+	else
+		submit_held(slot, off, 0);
+}
+
+static __always_inline void off_cpu_begin_walk(u64 *ctx, struct task_struct *prev, struct off_cpu_rng *r)
+{
+	off_cpu_unended_walk(prev);
+	if (!sampled(r) || !followed(prev))
+		return;
+	struct off_cpu_held *slot = slot_get(&off_cpu_held_slots, prev);
+	if (!slot)
+		return;
+	open_wait(prev->pid);
+	// The user stack can only be read now, in the thread's own address
+	// space; its kernel stack waits where it is until the thread runs
+	// again, so it is taken then, and only for waits that are kept.
+	struct sample *s = &slot->rec;
+	fill_sample(ctx, s, bpf_get_current_pid_tgid(), false);
+	s->flags |= SAMPLE_OFF_CPU | (preempted(ctx) ? SAMPLE_PREEMPTED : 0);
+	s->off_cpu_ns = 0;
+	slot->held = 1;
 }
 
 SEC("tp_btf/sched_process_exit")
@@ -1119,7 +1244,10 @@ int off_cpu_switch_walk(u64 *ctx)
 	struct task_struct *prev = (struct task_struct *)ctx[1];
 	struct task_struct *next = (struct task_struct *)ctx[2];
 
+	struct off_cpu_rng *r = this_rng();
+
+	check_reported(r, prev, next);
 	off_cpu_end_walk(next);
-	off_cpu_begin_walk(ctx, prev);
+	off_cpu_begin_walk(ctx, prev, r);
 	return 0;
 }

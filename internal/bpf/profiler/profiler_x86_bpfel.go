@@ -16,22 +16,23 @@ import (
 type profilerCounter uint32
 
 const (
-	profilerCounterCOUNTER_SAMPLES           profilerCounter = 0
-	profilerCounterCOUNTER_DROPPED_RINGBUF   profilerCounter = 1
-	profilerCounterCOUNTER_USER_STACK_ERR    profilerCounter = 2
-	profilerCounterCOUNTER_KERNEL_STACK_ERR  profilerCounter = 3
-	profilerCounterCOUNTER_SP_READ_ERR       profilerCounter = 4
-	profilerCounterCOUNTER_IDLE              profilerCounter = 5
-	profilerCounterCOUNTER_OFF_CPU_EVENTS    profilerCounter = 6
-	profilerCounterCOUNTER_OFF_CPU_SHORT     profilerCounter = 7
-	profilerCounterCOUNTER_OFF_CPU_FULL      profilerCounter = 8
-	profilerCounterCOUNTER_OFF_CPU_MERGED    profilerCounter = 9
-	profilerCounterCOUNTER_OFF_CPU_BUSY      profilerCounter = 10
-	profilerCounterCOUNTER_OFF_CPU_SCHED_ERR profilerCounter = 11
-	profilerCounterCOUNTER_OFF_CPU_GONE      profilerCounter = 12
-	profilerCounterCOUNTER_OFF_CPU_UNENDED   profilerCounter = 13
-	profilerCounterCOUNTER_UNWIND_STOP       profilerCounter = 14
-	profilerCounterCOUNTER_MAX               profilerCounter = 24
+	profilerCounterCOUNTER_SAMPLES            profilerCounter = 0
+	profilerCounterCOUNTER_DROPPED_RINGBUF    profilerCounter = 1
+	profilerCounterCOUNTER_USER_STACK_ERR     profilerCounter = 2
+	profilerCounterCOUNTER_KERNEL_STACK_ERR   profilerCounter = 3
+	profilerCounterCOUNTER_SP_READ_ERR        profilerCounter = 4
+	profilerCounterCOUNTER_IDLE               profilerCounter = 5
+	profilerCounterCOUNTER_OFF_CPU_EVENTS     profilerCounter = 6
+	profilerCounterCOUNTER_OFF_CPU_SHORT      profilerCounter = 7
+	profilerCounterCOUNTER_OFF_CPU_FULL       profilerCounter = 8
+	profilerCounterCOUNTER_OFF_CPU_MERGED     profilerCounter = 9
+	profilerCounterCOUNTER_OFF_CPU_BUSY       profilerCounter = 10
+	profilerCounterCOUNTER_OFF_CPU_SCHED_ERR  profilerCounter = 11
+	profilerCounterCOUNTER_OFF_CPU_GONE       profilerCounter = 12
+	profilerCounterCOUNTER_OFF_CPU_UNENDED    profilerCounter = 13
+	profilerCounterCOUNTER_OFF_CPU_UNREPORTED profilerCounter = 14
+	profilerCounterCOUNTER_UNWIND_STOP        profilerCounter = 15
+	profilerCounterCOUNTER_MAX                profilerCounter = 25
 )
 
 type profilerOffCpuHeld struct {
@@ -45,7 +46,8 @@ type profilerOffCpuRng struct {
 	_     structs.HostLayout
 	Left  uint64
 	State uint64
-	Pad   [6]uint64
+	Cur   uint64
+	Pad   [5]uint64
 }
 
 type profilerOffCpuSlot struct {
@@ -160,6 +162,7 @@ const (
 	profilerMapOffCpuEmptyWork    = "off_cpu_empty_work"
 	profilerMapOffCpuHeldSlots    = "off_cpu_held_slots"
 	profilerMapOffCpuSlots        = "off_cpu_slots"
+	profilerMapOffCpuUnendedTids  = "off_cpu_unended_tids"
 	profilerMapOffCpuWorks        = "off_cpu_works"
 	profilerMapOpenScopes         = "open_scopes"
 	profilerMapSamples            = "samples"
@@ -180,6 +183,7 @@ const (
 	profilerVarOffCpuOpen         = "off_cpu_open"
 	profilerVarOffCpuRngs         = "off_cpu_rngs"
 	profilerVarOffCpuSlotCount    = "off_cpu_slot_count"
+	profilerVarOffCpuTgid         = "off_cpu_tgid"
 	profilerVarOffCpuWalkNs       = "off_cpu_walk_ns"
 	profilerVarOffCpuWalks        = "off_cpu_walks"
 	profilerVarScopeLinks         = "scope_links"
@@ -244,16 +248,17 @@ type profilerProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type profilerMapSpecs struct {
-	Counters        *ebpf.MapSpec `ebpf:"counters"`
-	OffCpuEmptyWork *ebpf.MapSpec `ebpf:"off_cpu_empty_work"`
-	OffCpuHeldSlots *ebpf.MapSpec `ebpf:"off_cpu_held_slots"`
-	OffCpuSlots     *ebpf.MapSpec `ebpf:"off_cpu_slots"`
-	OffCpuWorks     *ebpf.MapSpec `ebpf:"off_cpu_works"`
-	OpenScopes      *ebpf.MapSpec `ebpf:"open_scopes"`
-	Samples         *ebpf.MapSpec `ebpf:"samples"`
-	UnwindProcs     *ebpf.MapSpec `ebpf:"unwind_procs"`
-	UnwindRows      *ebpf.MapSpec `ebpf:"unwind_rows"`
-	UnwindVdso      *ebpf.MapSpec `ebpf:"unwind_vdso"`
+	Counters          *ebpf.MapSpec `ebpf:"counters"`
+	OffCpuEmptyWork   *ebpf.MapSpec `ebpf:"off_cpu_empty_work"`
+	OffCpuHeldSlots   *ebpf.MapSpec `ebpf:"off_cpu_held_slots"`
+	OffCpuSlots       *ebpf.MapSpec `ebpf:"off_cpu_slots"`
+	OffCpuUnendedTids *ebpf.MapSpec `ebpf:"off_cpu_unended_tids"`
+	OffCpuWorks       *ebpf.MapSpec `ebpf:"off_cpu_works"`
+	OpenScopes        *ebpf.MapSpec `ebpf:"open_scopes"`
+	Samples           *ebpf.MapSpec `ebpf:"samples"`
+	UnwindProcs       *ebpf.MapSpec `ebpf:"unwind_procs"`
+	UnwindRows        *ebpf.MapSpec `ebpf:"unwind_rows"`
+	UnwindVdso        *ebpf.MapSpec `ebpf:"unwind_vdso"`
 }
 
 // profilerVariableSpecs contains global variables before they are loaded into the kernel.
@@ -269,6 +274,7 @@ type profilerVariableSpecs struct {
 	OffCpuOpen         *ebpf.VariableSpec `ebpf:"off_cpu_open"`
 	OffCpuRngs         *ebpf.VariableSpec `ebpf:"off_cpu_rngs"`
 	OffCpuSlotCount    *ebpf.VariableSpec `ebpf:"off_cpu_slot_count"`
+	OffCpuTgid         *ebpf.VariableSpec `ebpf:"off_cpu_tgid"`
 	OffCpuWalkNs       *ebpf.VariableSpec `ebpf:"off_cpu_walk_ns"`
 	OffCpuWalks        *ebpf.VariableSpec `ebpf:"off_cpu_walks"`
 	ScopeLinks         *ebpf.VariableSpec `ebpf:"scope_links"`
@@ -300,16 +306,17 @@ func (o *profilerObjects) Close() error {
 //
 // It can be passed to loadProfilerObjects or ebpf.CollectionSpec.LoadAndAssign.
 type profilerMaps struct {
-	Counters        *ebpf.Map `ebpf:"counters"`
-	OffCpuEmptyWork *ebpf.Map `ebpf:"off_cpu_empty_work"`
-	OffCpuHeldSlots *ebpf.Map `ebpf:"off_cpu_held_slots"`
-	OffCpuSlots     *ebpf.Map `ebpf:"off_cpu_slots"`
-	OffCpuWorks     *ebpf.Map `ebpf:"off_cpu_works"`
-	OpenScopes      *ebpf.Map `ebpf:"open_scopes"`
-	Samples         *ebpf.Map `ebpf:"samples"`
-	UnwindProcs     *ebpf.Map `ebpf:"unwind_procs"`
-	UnwindRows      *ebpf.Map `ebpf:"unwind_rows"`
-	UnwindVdso      *ebpf.Map `ebpf:"unwind_vdso"`
+	Counters          *ebpf.Map `ebpf:"counters"`
+	OffCpuEmptyWork   *ebpf.Map `ebpf:"off_cpu_empty_work"`
+	OffCpuHeldSlots   *ebpf.Map `ebpf:"off_cpu_held_slots"`
+	OffCpuSlots       *ebpf.Map `ebpf:"off_cpu_slots"`
+	OffCpuUnendedTids *ebpf.Map `ebpf:"off_cpu_unended_tids"`
+	OffCpuWorks       *ebpf.Map `ebpf:"off_cpu_works"`
+	OpenScopes        *ebpf.Map `ebpf:"open_scopes"`
+	Samples           *ebpf.Map `ebpf:"samples"`
+	UnwindProcs       *ebpf.Map `ebpf:"unwind_procs"`
+	UnwindRows        *ebpf.Map `ebpf:"unwind_rows"`
+	UnwindVdso        *ebpf.Map `ebpf:"unwind_vdso"`
 }
 
 func (m *profilerMaps) Close() error {
@@ -318,6 +325,7 @@ func (m *profilerMaps) Close() error {
 		m.OffCpuEmptyWork,
 		m.OffCpuHeldSlots,
 		m.OffCpuSlots,
+		m.OffCpuUnendedTids,
 		m.OffCpuWorks,
 		m.OpenScopes,
 		m.Samples,
@@ -340,6 +348,7 @@ type profilerVariables struct {
 	OffCpuOpen         *ebpf.Variable `ebpf:"off_cpu_open"`
 	OffCpuRngs         *ebpf.Variable `ebpf:"off_cpu_rngs"`
 	OffCpuSlotCount    *ebpf.Variable `ebpf:"off_cpu_slot_count"`
+	OffCpuTgid         *ebpf.Variable `ebpf:"off_cpu_tgid"`
 	OffCpuWalkNs       *ebpf.Variable `ebpf:"off_cpu_walk_ns"`
 	OffCpuWalks        *ebpf.Variable `ebpf:"off_cpu_walks"`
 	ScopeLinks         *ebpf.Variable `ebpf:"scope_links"`
