@@ -387,14 +387,22 @@ static __always_inline bool unwind_cfi(struct sample *s, struct unwind_proc *pro
 {
 	u32 zero = 0;
 	struct unwind_mapping *vdso = bpf_map_lookup_elem(&unwind_vdso, &zero);
+	// In the uretprobe trampoline, the probed function has returned: the
+	// walk starts where it returns to. Elsewhere in [uprobes], a probed
+	// instruction is being stepped out of line, for its function.
+	u64 pc = s->user_ip, sp = s->user_sp;
+	if (tramp && pc - tramp < URETPROBE_TRAMPOLINE_BYTES)
+		uretprobe_returned(&pc, &sp);
+	else if (tramp)
+		pc = uprobe_stepped_pc(pc);
 	struct walk w = {
 		.s = s,
 		.proc = proc,
 		.vdso = vdso,
 		.regs = {
 			.vdso_base = vdso_base(task, vdso),
-			.pc = s->user_ip,
-			.sp = s->user_sp,
+			.pc = pc,
+			.sp = sp,
 			.bp = s->user_bp,
 			.tramp = tramp,
 			.exact_pc = 1,

@@ -38,6 +38,8 @@ struct return_instance {
 
 struct uprobe_task {
 	struct return_instance *return_instances;
+	unsigned long vaddr;     /* the probed instruction being single-stepped */
+	unsigned long xol_vaddr; /* its copy in [uprobes] that is stepped */
 } __attribute__((preserve_access_index));
 
 struct task_struct___uprobes {
@@ -88,6 +90,55 @@ __noinline u64 uretprobe_return(u64 slot)
 		ri = ri->next;
 	}
 	return 0;
+}
+
+/* The trampoline's code is shorter than this. */
+#define URETPROBE_TRAMPOLINE_BYTES 32
+
+/* uretprobe_returned moves a walk that starts inside the trampoline (a
+ * sample taken while the kernel runs a probed function's return probes) to
+ * where that function returns, the caller of the instance it returns
+ * through: *pc its return address, *sp right above the slot it was in.
+ * x86's trampoline since 6.11 pushes three registers and makes a system
+ * call, so the slot is 16 bytes above the SP there; before, it trapped at
+ * its first byte, 8 bytes above the slot. It returns false when no
+ * instance matches. */
+static __always_inline bool uretprobe_returned(u64 *pc, u64 *sp)
+{
+	u64 slot = *sp + 16;
+	u64 ret = uretprobe_return(slot);
+	if (!ret) {
+		slot = *sp - 8;
+		ret = uretprobe_return(slot);
+	}
+	if (!ret)
+		return false;
+	*pc = ret;
+	*sp = slot + 8;
+	return true;
+}
+
+/* An instruction copied out of line is shorter than this. */
+#define UPROBE_XOL_BYTES 16
+
+/* uprobe_stepped_pc returns where pc, in [uprobes], is in the function
+ * probed there: a sample taken while the kernel single-steps a probed
+ * instruction (one it cannot emulate, such as endbr64) in a copy of it out
+ * of line. It returns pc when it is no such copy. */
+static __always_inline u64 uprobe_stepped_pc(u64 pc)
+{
+	if (!bpf_core_field_exists(((struct task_struct___uprobes *)0)->utask) ||
+	    !bpf_core_field_exists(((struct uprobe_task *)0)->vaddr) ||
+	    !bpf_core_field_exists(((struct uprobe_task *)0)->xol_vaddr))
+		return pc;
+	struct task_struct___uprobes *task = (void *)bpf_get_current_task_btf();
+	struct uprobe_task *ut = task->utask;
+	if (!ut)
+		return pc;
+	u64 xol = ut->xol_vaddr;
+	if (!xol || pc - xol >= UPROBE_XOL_BYTES)
+		return pc;
+	return ut->vaddr + (pc - xol);
 }
 
 #endif /* BPFCOL_URETPROBE_H */
