@@ -29,6 +29,30 @@ type Sample struct {
 	TraceID, SpanID string
 	// Timestamps are the sample's times, unix nanoseconds.
 	Timestamps []uint64
+	// Frames are the sample's locations, leaf first.
+	Frames []Frame
+}
+
+// Frame is one location of a sample.
+type Frame struct {
+	// Names are its functions, the inlined ones first and last the one
+	// its address is in.
+	Names []string
+	// Type is its profile.frame.type; File is its mapping's file name.
+	Type, File string
+	// Address is its address: an ELF virtual address in File where the
+	// frame was named from it, a caller's one byte before its return
+	// address.
+	Address uint64
+}
+
+// Function is the function f's address is in, the inlined calls folded
+// into it ("" when unnamed), as tools that do not expand inlines name it.
+func (f Frame) Function() string {
+	if len(f.Names) == 0 {
+		return ""
+	}
+	return f.Names[len(f.Names)-1]
 }
 
 // Samples flattens every sample of every process in p.
@@ -72,6 +96,10 @@ func Samples(p pprofile.Profiles) []Sample {
 								ftype = a.Value().Str()
 							}
 						}
+						frame := Frame{Type: ftype, Address: loc.Address()}
+						if mi := int(loc.MappingIndex()); mi > 0 && mi < d.MappingTable().Len() {
+							frame.File = str(d.MappingTable().At(mi).FilenameStrindex())
+						}
 						if loc.Lines().Len() == 0 {
 							ss.Names = append(ss.Names, "")
 							ss.Types = append(ss.Types, ftype)
@@ -80,7 +108,9 @@ func Samples(p pprofile.Profiles) []Sample {
 							fn := d.FunctionTable().At(int(loc.Lines().At(n).FunctionIndex()))
 							ss.Names = append(ss.Names, str(fn.NameStrindex()))
 							ss.Types = append(ss.Types, ftype)
+							frame.Names = append(frame.Names, str(fn.NameStrindex()))
 						}
+						ss.Frames = append(ss.Frames, frame)
 					}
 					out = append(out, ss)
 				}
@@ -99,6 +129,17 @@ func (s Sample) UserNames() []string {
 		}
 	}
 	return names
+}
+
+// UserFrames returns the sample's user frames, leaf first.
+func (s Sample) UserFrames() []Frame {
+	var out []Frame
+	for _, f := range s.Frames {
+		if !isKernel(f.Type) {
+			out = append(out, f)
+		}
+	}
+	return out
 }
 
 // KernelNames returns the names of the sample's kernel frames.
