@@ -957,6 +957,22 @@ static __always_inline bool unended_kept(u64 out, u64 in)
 	return true;
 }
 
+// take_wait takes task's open followed wait, if any: it returns its slot
+// and sets *out to its switch-out time.
+static __always_inline struct off_cpu_slot *take_wait(struct task_struct *task, u64 *out)
+{
+	u32 tid = task->pid;
+	if (tid == 0 || !maybe_open(tid))
+		return 0;
+	struct off_cpu_slot *slot = bpf_task_storage_get(&off_cpu_slots, task, 0, 0);
+	if (!slot || !slot->out_ns)
+		return 0;
+	*out = slot->out_ns;
+	slot->out_ns = 0;
+	close_wait(tid);
+	return slot;
+}
+
 // The threads that lost kept waits (off_cpu_unended), with how many: a
 // bounded record of which, for tests and troubleshooting.
 struct {
@@ -983,17 +999,9 @@ static __always_inline void count_unended(u32 tid)
 // wait's stacks went with that switch-in. A kept one is lost, counted.
 static __always_inline void off_cpu_unended(struct task_struct *prev)
 {
-	u32 tid = prev->pid;
-	if (tid == 0 || !maybe_open(tid))
-		return;
-	struct off_cpu_slot *slot = bpf_task_storage_get(&off_cpu_slots, prev, 0, 0);
-	if (!slot || !slot->out_ns)
-		return;
-	u64 out = slot->out_ns;
-	slot->out_ns = 0;
-	close_wait(tid);
-	if (unended_kept(out, arrival_ns(prev)))
-		count_unended(tid);
+	u64 out;
+	if (take_wait(prev, &out) && unended_kept(out, arrival_ns(prev)))
+		count_unended(prev->pid);
 }
 
 // off_cpu_begin notes a sampled switch-out of prev: its time only.
@@ -1059,15 +1067,10 @@ static __always_inline void keep_wait(struct task_struct *next, u64 off, u32 fla
 // off_cpu_end ends next's followed wait, if any.
 static __always_inline void off_cpu_end(struct task_struct *next)
 {
-	u32 tid = next->pid;
-	if (tid == 0 || !maybe_open(tid))
+	u64 start;
+	struct off_cpu_slot *slot = take_wait(next, &start);
+	if (!slot)
 		return;
-	struct off_cpu_slot *slot = bpf_task_storage_get(&off_cpu_slots, next, 0, 0);
-	if (!slot || !slot->out_ns)
-		return;
-	u64 start = slot->out_ns;
-	slot->out_ns = 0;
-	close_wait(tid);
 	u64 now = switch_ns(next);
 	u64 off = now - start;
 	// Unknown, or the clocks of two CPUs a little apart: as short.
@@ -1169,16 +1172,25 @@ static __always_inline void submit_held(struct off_cpu_held *slot, u64 off, stru
 	submit(s);
 }
 
-static __always_inline void off_cpu_end_walk(struct task_struct *next)
+// take_held takes task's held record of an open followed wait, if any.
+static __always_inline struct off_cpu_held *take_held(struct task_struct *task)
 {
-	u32 tid = next->pid;
+	u32 tid = task->pid;
 	if (tid == 0 || !maybe_open(tid))
-		return;
-	struct off_cpu_held *slot = bpf_task_storage_get(&off_cpu_held_slots, next, 0, 0);
+		return 0;
+	struct off_cpu_held *slot = bpf_task_storage_get(&off_cpu_held_slots, task, 0, 0);
 	if (!slot || !slot->held)
-		return;
+		return 0;
 	slot->held = 0;
 	close_wait(tid);
+	return slot;
+}
+
+static __always_inline void off_cpu_end_walk(struct task_struct *next)
+{
+	struct off_cpu_held *slot = take_held(next);
+	if (!slot)
+		return;
 	u64 off = bpf_ktime_get_ns() - slot->rec.ktime_ns;
 	if (off < off_cpu_min_ns)
 		count(COUNTER_OFF_CPU_SHORT);
@@ -1192,17 +1204,12 @@ static __always_inline void off_cpu_end_walk(struct task_struct *next)
 // kernel stack, the wait's length from prev's last arrival.
 static __always_inline void off_cpu_unended_walk(struct task_struct *prev)
 {
-	u32 tid = prev->pid;
-	if (tid == 0 || !maybe_open(tid))
+	struct off_cpu_held *slot = take_held(prev);
+	if (!slot)
 		return;
-	struct off_cpu_held *slot = bpf_task_storage_get(&off_cpu_held_slots, prev, 0, 0);
-	if (!slot || !slot->held)
-		return;
-	slot->held = 0;
-	close_wait(tid);
 	u64 now = switch_ns(prev), in = arrival_ns(prev);
 	if (!in || !now || (s64)(now - in) < 0) {
-		count_unended(tid);
+		count_unended(prev->pid);
 		return;
 	}
 	// The arrival, on the clock of the record's switch-out time.
