@@ -16,25 +16,26 @@ import (
 type profilerCounter uint32
 
 const (
-	profilerCounterCOUNTER_SAMPLES           profilerCounter = 0
-	profilerCounterCOUNTER_DROPPED_RINGBUF   profilerCounter = 1
-	profilerCounterCOUNTER_USER_STACK_ERR    profilerCounter = 2
-	profilerCounterCOUNTER_KERNEL_STACK_ERR  profilerCounter = 3
-	profilerCounterCOUNTER_SP_READ_ERR       profilerCounter = 4
-	profilerCounterCOUNTER_IDLE              profilerCounter = 5
-	profilerCounterCOUNTER_OFF_CPU_EVENTS    profilerCounter = 6
-	profilerCounterCOUNTER_OFF_CPU_SHORT     profilerCounter = 7
-	profilerCounterCOUNTER_OFF_CPU_FULL      profilerCounter = 8
-	profilerCounterCOUNTER_OFF_CPU_MERGED    profilerCounter = 9
-	profilerCounterCOUNTER_OFF_CPU_BUSY      profilerCounter = 10
-	profilerCounterCOUNTER_OFF_CPU_SCHED_ERR profilerCounter = 11
-	profilerCounterCOUNTER_OFF_CPU_GONE      profilerCounter = 12
-	profilerCounterCOUNTER_OFF_CPU_UNENDED   profilerCounter = 13
-	profilerCounterCOUNTER_INTERP_SAMPLES    profilerCounter = 14
-	profilerCounterCOUNTER_UNWIND_STOP       profilerCounter = 15
-	profilerCounterCOUNTER_INTERP_STOP       profilerCounter = 24
-	profilerCounterCOUNTER_JIT_FRAME         profilerCounter = 30
-	profilerCounterCOUNTER_MAX               profilerCounter = 34
+	profilerCounterCOUNTER_SAMPLES            profilerCounter = 0
+	profilerCounterCOUNTER_DROPPED_RINGBUF    profilerCounter = 1
+	profilerCounterCOUNTER_USER_STACK_ERR     profilerCounter = 2
+	profilerCounterCOUNTER_KERNEL_STACK_ERR   profilerCounter = 3
+	profilerCounterCOUNTER_SP_READ_ERR        profilerCounter = 4
+	profilerCounterCOUNTER_IDLE               profilerCounter = 5
+	profilerCounterCOUNTER_OFF_CPU_EVENTS     profilerCounter = 6
+	profilerCounterCOUNTER_OFF_CPU_SHORT      profilerCounter = 7
+	profilerCounterCOUNTER_OFF_CPU_FULL       profilerCounter = 8
+	profilerCounterCOUNTER_OFF_CPU_MERGED     profilerCounter = 9
+	profilerCounterCOUNTER_OFF_CPU_BUSY       profilerCounter = 10
+	profilerCounterCOUNTER_OFF_CPU_SCHED_ERR  profilerCounter = 11
+	profilerCounterCOUNTER_OFF_CPU_GONE       profilerCounter = 12
+	profilerCounterCOUNTER_OFF_CPU_UNENDED    profilerCounter = 13
+	profilerCounterCOUNTER_OFF_CPU_UNREPORTED profilerCounter = 14
+	profilerCounterCOUNTER_INTERP_SAMPLES     profilerCounter = 15
+	profilerCounterCOUNTER_UNWIND_STOP        profilerCounter = 16
+	profilerCounterCOUNTER_INTERP_STOP        profilerCounter = 26
+	profilerCounterCOUNTER_JIT_FRAME          profilerCounter = 32
+	profilerCounterCOUNTER_MAX                profilerCounter = 36
 )
 
 type profilerInterpFrame struct {
@@ -94,7 +95,8 @@ type profilerOffCpuRng struct {
 	_     structs.HostLayout
 	Left  uint64
 	State uint64
-	Pad   [6]uint64
+	Cur   uint64
+	Pad   [5]uint64
 }
 
 type profilerOffCpuSlot struct {
@@ -275,12 +277,14 @@ const (
 	profilerMapOffCpuEmptyWork       = "off_cpu_empty_work"
 	profilerMapOffCpuHeldSlots       = "off_cpu_held_slots"
 	profilerMapOffCpuSlots           = "off_cpu_slots"
+	profilerMapOffCpuUnendedTids     = "off_cpu_unended_tids"
 	profilerMapOffCpuWorks           = "off_cpu_works"
 	profilerMapOpenScopes            = "open_scopes"
 	profilerMapPyProcs               = "py_procs"
 	profilerMapSamples               = "samples"
 	profilerMapUnwindProcs           = "unwind_procs"
 	profilerMapUnwindRows            = "unwind_rows"
+	profilerMapUnwindVdso            = "unwind_vdso"
 	profilerMapV8Procs               = "v8_procs"
 	profilerProgOffCpuExit           = "off_cpu_exit"
 	profilerProgOffCpuExitWalk       = "off_cpu_exit_walk"
@@ -296,6 +300,7 @@ const (
 	profilerVarOffCpuOpen            = "off_cpu_open"
 	profilerVarOffCpuRngs            = "off_cpu_rngs"
 	profilerVarOffCpuSlotCount       = "off_cpu_slot_count"
+	profilerVarOffCpuTgid            = "off_cpu_tgid"
 	profilerVarOffCpuWalkNs          = "off_cpu_walk_ns"
 	profilerVarOffCpuWalks           = "off_cpu_walks"
 	profilerVarPythonFrames          = "python_frames"
@@ -372,18 +377,20 @@ type profilerProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type profilerMapSpecs struct {
-	Counters        *ebpf.MapSpec `ebpf:"counters"`
-	InterpScratch   *ebpf.MapSpec `ebpf:"interp_scratch"`
-	OffCpuEmptyWork *ebpf.MapSpec `ebpf:"off_cpu_empty_work"`
-	OffCpuHeldSlots *ebpf.MapSpec `ebpf:"off_cpu_held_slots"`
-	OffCpuSlots     *ebpf.MapSpec `ebpf:"off_cpu_slots"`
-	OffCpuWorks     *ebpf.MapSpec `ebpf:"off_cpu_works"`
-	OpenScopes      *ebpf.MapSpec `ebpf:"open_scopes"`
-	PyProcs         *ebpf.MapSpec `ebpf:"py_procs"`
-	Samples         *ebpf.MapSpec `ebpf:"samples"`
-	UnwindProcs     *ebpf.MapSpec `ebpf:"unwind_procs"`
-	UnwindRows      *ebpf.MapSpec `ebpf:"unwind_rows"`
-	V8Procs         *ebpf.MapSpec `ebpf:"v8_procs"`
+	Counters          *ebpf.MapSpec `ebpf:"counters"`
+	InterpScratch     *ebpf.MapSpec `ebpf:"interp_scratch"`
+	OffCpuEmptyWork   *ebpf.MapSpec `ebpf:"off_cpu_empty_work"`
+	OffCpuHeldSlots   *ebpf.MapSpec `ebpf:"off_cpu_held_slots"`
+	OffCpuSlots       *ebpf.MapSpec `ebpf:"off_cpu_slots"`
+	OffCpuUnendedTids *ebpf.MapSpec `ebpf:"off_cpu_unended_tids"`
+	OffCpuWorks       *ebpf.MapSpec `ebpf:"off_cpu_works"`
+	OpenScopes        *ebpf.MapSpec `ebpf:"open_scopes"`
+	PyProcs           *ebpf.MapSpec `ebpf:"py_procs"`
+	Samples           *ebpf.MapSpec `ebpf:"samples"`
+	UnwindProcs       *ebpf.MapSpec `ebpf:"unwind_procs"`
+	UnwindRows        *ebpf.MapSpec `ebpf:"unwind_rows"`
+	UnwindVdso        *ebpf.MapSpec `ebpf:"unwind_vdso"`
+	V8Procs           *ebpf.MapSpec `ebpf:"v8_procs"`
 }
 
 // profilerVariableSpecs contains global variables before they are loaded into the kernel.
@@ -399,6 +406,7 @@ type profilerVariableSpecs struct {
 	OffCpuOpen            *ebpf.VariableSpec `ebpf:"off_cpu_open"`
 	OffCpuRngs            *ebpf.VariableSpec `ebpf:"off_cpu_rngs"`
 	OffCpuSlotCount       *ebpf.VariableSpec `ebpf:"off_cpu_slot_count"`
+	OffCpuTgid            *ebpf.VariableSpec `ebpf:"off_cpu_tgid"`
 	OffCpuWalkNs          *ebpf.VariableSpec `ebpf:"off_cpu_walk_ns"`
 	OffCpuWalks           *ebpf.VariableSpec `ebpf:"off_cpu_walks"`
 	PythonFrames          *ebpf.VariableSpec `ebpf:"python_frames"`
@@ -442,18 +450,20 @@ func (o *profilerObjects) Close() error {
 //
 // It can be passed to loadProfilerObjects or ebpf.CollectionSpec.LoadAndAssign.
 type profilerMaps struct {
-	Counters        *ebpf.Map `ebpf:"counters"`
-	InterpScratch   *ebpf.Map `ebpf:"interp_scratch"`
-	OffCpuEmptyWork *ebpf.Map `ebpf:"off_cpu_empty_work"`
-	OffCpuHeldSlots *ebpf.Map `ebpf:"off_cpu_held_slots"`
-	OffCpuSlots     *ebpf.Map `ebpf:"off_cpu_slots"`
-	OffCpuWorks     *ebpf.Map `ebpf:"off_cpu_works"`
-	OpenScopes      *ebpf.Map `ebpf:"open_scopes"`
-	PyProcs         *ebpf.Map `ebpf:"py_procs"`
-	Samples         *ebpf.Map `ebpf:"samples"`
-	UnwindProcs     *ebpf.Map `ebpf:"unwind_procs"`
-	UnwindRows      *ebpf.Map `ebpf:"unwind_rows"`
-	V8Procs         *ebpf.Map `ebpf:"v8_procs"`
+	Counters          *ebpf.Map `ebpf:"counters"`
+	InterpScratch     *ebpf.Map `ebpf:"interp_scratch"`
+	OffCpuEmptyWork   *ebpf.Map `ebpf:"off_cpu_empty_work"`
+	OffCpuHeldSlots   *ebpf.Map `ebpf:"off_cpu_held_slots"`
+	OffCpuSlots       *ebpf.Map `ebpf:"off_cpu_slots"`
+	OffCpuUnendedTids *ebpf.Map `ebpf:"off_cpu_unended_tids"`
+	OffCpuWorks       *ebpf.Map `ebpf:"off_cpu_works"`
+	OpenScopes        *ebpf.Map `ebpf:"open_scopes"`
+	PyProcs           *ebpf.Map `ebpf:"py_procs"`
+	Samples           *ebpf.Map `ebpf:"samples"`
+	UnwindProcs       *ebpf.Map `ebpf:"unwind_procs"`
+	UnwindRows        *ebpf.Map `ebpf:"unwind_rows"`
+	UnwindVdso        *ebpf.Map `ebpf:"unwind_vdso"`
+	V8Procs           *ebpf.Map `ebpf:"v8_procs"`
 }
 
 func (m *profilerMaps) Close() error {
@@ -463,12 +473,14 @@ func (m *profilerMaps) Close() error {
 		m.OffCpuEmptyWork,
 		m.OffCpuHeldSlots,
 		m.OffCpuSlots,
+		m.OffCpuUnendedTids,
 		m.OffCpuWorks,
 		m.OpenScopes,
 		m.PyProcs,
 		m.Samples,
 		m.UnwindProcs,
 		m.UnwindRows,
+		m.UnwindVdso,
 		m.V8Procs,
 	)
 }
@@ -486,6 +498,7 @@ type profilerVariables struct {
 	OffCpuOpen            *ebpf.Variable `ebpf:"off_cpu_open"`
 	OffCpuRngs            *ebpf.Variable `ebpf:"off_cpu_rngs"`
 	OffCpuSlotCount       *ebpf.Variable `ebpf:"off_cpu_slot_count"`
+	OffCpuTgid            *ebpf.Variable `ebpf:"off_cpu_tgid"`
 	OffCpuWalkNs          *ebpf.Variable `ebpf:"off_cpu_walk_ns"`
 	OffCpuWalks           *ebpf.Variable `ebpf:"off_cpu_walks"`
 	PythonFrames          *ebpf.Variable `ebpf:"python_frames"`
