@@ -151,6 +151,26 @@ func TestAggregateScopes(t *testing.T) {
 	}
 }
 
+// lateMappingAggregator aggregates samples of a process whose text is at
+// 0x1000-0x2000 and which maps late only after its first read of
+// *reads, as a runtime maps its JIT code.
+func lateMappingAggregator(reads *int, late process.Mapping) *Aggregator {
+	text := process.Mapping{Start: 0x1000, End: 0x2000, Perms: "r-xp"}
+	return New(Config{ProcessInfo: func(pid int) (*Process, error) {
+		*reads++
+		p := &Process{PID: pid, ExePath: "/proc/self/exe", Mappings: []frame.Mapping{{Mapping: text}}}
+		if *reads > 1 {
+			p.Mappings = append(p.Mappings, frame.Mapping{Mapping: late})
+		}
+		return p, nil
+	}})
+}
+
+// userSample is an on-CPU sample of this process with the user stack user.
+func userSample(user ...uint64) *profiler.Sample {
+	return &profiler.Sample{PID: uint32(os.Getpid()), TID: 1, Comm: "t", KtimeNs: 1, UserIP: user[0], User: user}
+}
+
 // TestAggregateCountsCutUserStacks feeds samples whose user frames cannot
 // all be kept: a leaf in a mapping the first read of the process missed
 // (kept: the mappings are read again at once), a leaf in no mapping even
@@ -158,21 +178,9 @@ func TestAggregateScopes(t *testing.T) {
 // again for the next such sample), and a stack reaching an impossible
 // address (cut there, counted).
 func TestAggregateCountsCutUserStacks(t *testing.T) {
-	text := process.Mapping{Start: 0x1000, End: 0x2000, Perms: "r-xp"}
-	jit := process.Mapping{Start: 0x8000, End: 0x9000, Perms: "r-xp"}
 	reads := 0
-	a := New(Config{ProcessInfo: func(pid int) (*Process, error) {
-		reads++
-		p := &Process{PID: pid, ExePath: "/proc/self/exe", Mappings: []frame.Mapping{{Mapping: text}}}
-		if reads > 1 {
-			// Mapped after the first read, as a runtime maps its JIT code.
-			p.Mappings = append(p.Mappings, frame.Mapping{Mapping: jit})
-		}
-		return p, nil
-	}})
-	sample := func(user ...uint64) *profiler.Sample {
-		return &profiler.Sample{PID: uint32(os.Getpid()), TID: 1, Comm: "t", KtimeNs: 1, UserIP: user[0], User: user}
-	}
+	a := lateMappingAggregator(&reads, process.Mapping{Start: 0x8000, End: 0x9000, Perms: "r-xp"})
+	sample := userSample
 	a.Add(sample(0x1010, 0x1020))
 	a.Add(sample(0x8010, 0x1020))    // in the JIT region: read again, kept
 	a.Add(sample(0x5010, 0x1020))    // in nothing, even read again: dropped
@@ -208,20 +216,10 @@ func TestAggregateCountsCutUserStacks(t *testing.T) {
 // under it; a caller in no mapping even read again cuts the stack there,
 // and the next such one within the interval reads nothing.
 func TestAggregateRereadsForCallers(t *testing.T) {
-	text := process.Mapping{Start: 0x1000, End: 0x2000, Perms: "r-xp"}
 	jit := process.Mapping{Start: 0x8000, End: 0x9000, Perms: "rwxp"}
 	reads := 0
-	a := New(Config{ProcessInfo: func(pid int) (*Process, error) {
-		reads++
-		p := &Process{PID: pid, ExePath: "/proc/self/exe", Mappings: []frame.Mapping{{Mapping: text}}}
-		if reads > 1 {
-			p.Mappings = append(p.Mappings, frame.Mapping{Mapping: jit})
-		}
-		return p, nil
-	}})
-	sample := func(user ...uint64) *profiler.Sample {
-		return &profiler.Sample{PID: uint32(os.Getpid()), TID: 1, Comm: "t", KtimeNs: 1, UserIP: user[0], User: user}
-	}
+	a := lateMappingAggregator(&reads, jit)
+	sample := userSample
 	a.Add(sample(0x1010, 0x1020))
 	a.Add(sample(0x1010, 0x8020, 0x1030)) // a caller in the JIT region: read again, kept
 	a.Add(sample(0x1010, 0x5020, 0x1040)) // in nothing, even read again: cut
