@@ -248,7 +248,9 @@ func TestNodePerfMapToo(t *testing.T) {
 	run := startPythonRun(t)
 	script := testworkload.Source(t, "crunch.js")
 	c := readCrunchJS(t, script)
-	cmd := startNode(t, "--perf-basic-prof", script, "3")
+	// --perf-basic-prof also writes V8's log, by default into the
+	// working directory: the test's directory takes it.
+	cmd := startNode(t, "--perf-basic-prof", "--no-logfile-per-isolate", "--logfile="+filepath.Join(t.TempDir(), "v8.log"), script, "3")
 	t.Cleanup(func() { _ = os.Remove(fmt.Sprintf("/tmp/perf-%d.map", cmd.Process.Pid)) })
 	run.waitNodeAttached(cmd)
 	waitExit(t, cmd, 3*time.Minute)
