@@ -23,6 +23,12 @@ type Sample struct {
 	// profiler does with native code) has one entry with an empty name.
 	Addrs []uint64
 	Files []string
+	// SourceFiles and Lines are each name's source file and line, "" and 0
+	// when unknown; Locations the index in the stack of its location
+	// (names of inlined functions share their location).
+	SourceFiles []string
+	Lines       []int64
+	Locations   []int
 	// Count is the sample's first value or, when it has none (the OTel
 	// eBPF profiler sends only timestamps), its number of timestamps.
 	Count     int64
@@ -88,17 +94,22 @@ func Samples(p pprofile.Profiles) []Sample {
 						if mi := loc.MappingIndex(); mi > 0 && int(mi) < d.MappingTable().Len() {
 							file = str(d.MappingTable().At(int(mi)).FilenameStrindex())
 						}
-						add := func(name string) {
+						add := func(name, src string, line int64) {
 							ss.Names = append(ss.Names, name)
 							ss.Types = append(ss.Types, ftype)
 							ss.Addrs = append(ss.Addrs, loc.Address())
 							ss.Files = append(ss.Files, file)
+							ss.SourceFiles = append(ss.SourceFiles, src)
+							ss.Lines = append(ss.Lines, line)
+							ss.Locations = append(ss.Locations, l)
 						}
 						if loc.Lines().Len() == 0 {
-							add("")
+							add("", "", 0)
 						}
 						for n := 0; n < loc.Lines().Len(); n++ {
-							add(str(d.FunctionTable().At(int(loc.Lines().At(n).FunctionIndex())).NameStrindex()))
+							ln := loc.Lines().At(n)
+							fn := d.FunctionTable().At(int(ln.FunctionIndex()))
+							add(str(fn.NameStrindex()), str(fn.FilenameStrindex()), ln.Line())
 						}
 					}
 					out = append(out, ss)
@@ -135,6 +146,24 @@ func (s Sample) KernelNames() []string {
 func (s Sample) HasChain(chain []string) bool {
 	names := s.UserNames()
 	return len(names) >= len(chain) && slices.Equal(names[:len(chain)], chain)
+}
+
+// Frame is one name of a sample's stack, with its type and place.
+type Frame struct {
+	Name, Type, File string
+	Line             int64
+	// Location is the index in the stack of the frame's location.
+	Location int
+}
+
+// Frames returns the sample's names with their types, files and lines,
+// leaf first.
+func (s Sample) Frames() []Frame {
+	out := make([]Frame, len(s.Names))
+	for i := range s.Names {
+		out[i] = Frame{Name: s.Names[i], Type: s.Types[i], File: s.SourceFiles[i], Line: s.Lines[i], Location: s.Locations[i]}
+	}
+	return out
 }
 
 // isKernel reports whether a frame type runs in the kernel: kernel code or

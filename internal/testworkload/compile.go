@@ -12,6 +12,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/bpfcol/bpfcol/internal/testenv"
 )
 
 // Compiler is the tool a workload is built with.
@@ -23,6 +25,8 @@ const (
 	GXX   Compiler = "g++"
 	Rustc Compiler = "rustc"
 	Go    Compiler = "go"
+	// MuslGCC builds C against musl instead of glibc.
+	MuslGCC Compiler = "musl-gcc"
 )
 
 // Workload is one build of a workload: its compiler, its source under src/
@@ -65,13 +69,13 @@ func (w Workload) BinaryName() string {
 
 // Toolchain names the compilers that build workloads for one machine.
 type Toolchain struct {
-	CC, CXX, Rustc string
+	CC, CXX, MuslCC, Rustc string
 	// GOARCH is the Go target; empty for the host's.
 	GOARCH string
 }
 
 // HostToolchain builds for the machine the tests run on.
-var HostToolchain = Toolchain{CC: "gcc", CXX: "g++", Rustc: "rustc"}
+var HostToolchain = Toolchain{CC: "gcc", CXX: "g++", MuslCC: "musl-gcc", Rustc: "rustc"}
 
 func (tc Toolchain) command(c Compiler) string {
 	switch c {
@@ -79,6 +83,8 @@ func (tc Toolchain) command(c Compiler) string {
 		return tc.CC
 	case GXX:
 		return tc.CXX
+	case MuslGCC:
+		return tc.MuslCC
 	case Rustc:
 		return tc.Rustc
 	}
@@ -151,9 +157,5 @@ func run(t testing.TB, dir string, env []string, name string, args ...string) {
 
 func lookTool(t testing.TB, name string) string {
 	t.Helper()
-	p, err := exec.LookPath(name)
-	if err != nil {
-		t.Skipf("%s not installed: %v", name, err)
-	}
-	return p
+	return testenv.LookPath(t, name)
 }

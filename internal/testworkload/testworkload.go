@@ -10,6 +10,8 @@ import (
 	"os/exec"
 	"testing"
 	"time"
+
+	"github.com/bpfcol/bpfcol/internal/testenv"
 )
 
 // sources holds the workload sources. Go workloads are directories without a
@@ -26,7 +28,7 @@ func CPUHogFlags() []string {
 
 // BuildC compiles the named C source under src/ (for example "cpuhog.c") with
 // gcc and the extra flags, and returns the path of the binary in a temp dir.
-// The test is skipped when gcc is not installed.
+// Without gcc the test is skipped, or fails under BPFCOL_REQUIRE_BPF=1.
 func BuildC(t testing.TB, name string, flags ...string) string {
 	t.Helper()
 	return build(t, Workload{Compiler: GCC, Name: name, Flags: flags})
@@ -63,16 +65,14 @@ func Start(t testing.TB, bin string, args ...string) *exec.Cmd {
 }
 
 // build returns w built for this test: taken from the prebuilt directory
-// when PrebuiltEnv names one, else compiled with the host's compiler (the
-// test is skipped when that is not installed).
+// when PrebuiltEnv names one, else compiled with the host's compiler
+// (without it the test is skipped, or fails under BPFCOL_REQUIRE_BPF=1).
 func build(t testing.TB, w Workload) string {
 	t.Helper()
 	if dir := os.Getenv(PrebuiltEnv); dir != "" {
 		return prebuilt(t, dir, w)
 	}
-	if _, err := exec.LookPath(HostToolchain.command(w.Compiler)); err != nil {
-		t.Skipf("%s not installed: %v", w.Compiler, err)
-	}
+	testenv.LookPath(t, HostToolchain.command(w.Compiler))
 	bin, err := Compile(w, HostToolchain, t.TempDir())
 	if err != nil {
 		t.Fatal(err)

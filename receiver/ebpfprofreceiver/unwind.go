@@ -53,6 +53,13 @@ func (r *profilesReceiver) startUnwind() {
 	// (and each process's executable), not for every library a process
 	// maps. At a first start on a quiet host that cut the CFI builds to a
 	// few files (perf alone maps 28 libraries, 33 ms of builds).
-	l = loader.New(loader.Config{Sink: r.sampler, Tables: r.unwindTables, SweepOnTick: true, ReleaseLoaded: true, OnDemand: true})
+	lcfg := loader.Config{Sink: r.sampler, Tables: r.unwindTables, SweepOnTick: true, ReleaseLoaded: true, OnDemand: true}
+	if r.interps != nil {
+		// Until the process table owns the processes (issue 23), the
+		// interpreters learn of a process where the loader reads its
+		// mappings: at its first sample, at each exec and new mapping.
+		lcfg.Processes = r.interps
+	}
+	l = loader.New(lcfg)
 	r.unwind = l
 }

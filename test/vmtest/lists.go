@@ -126,9 +126,9 @@ func readWorkloads(path string) ([]testworkload.Workload, error) {
 	for _, f := range lines {
 		c := testworkload.Compiler(f[0])
 		switch c {
-		case testworkload.GCC, testworkload.GXX, testworkload.Go:
+		case testworkload.GCC, testworkload.GXX, testworkload.MuslGCC, testworkload.Go:
 		default:
-			return nil, fmt.Errorf("%s: %q is not a compiler vmtest builds with (gcc, g++, go)", path, f[0])
+			return nil, fmt.Errorf("%s: %q is not a compiler vmtest builds with (gcc, g++, musl-gcc, go)", path, f[0])
 		}
 		if len(f) < 2 {
 			return nil, fmt.Errorf("%s: %s names no source", path, f[0])

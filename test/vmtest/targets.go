@@ -31,7 +31,7 @@ type target struct {
 
 var x86Tools = []string{"capsh", "objdump", "readelf"}
 
-var x86Toolchain = testworkload.Toolchain{CC: "gcc", CXX: "g++", Rustc: "rustc", GOARCH: "amd64"}
+var x86Toolchain = testworkload.Toolchain{CC: "gcc", CXX: "g++", MuslCC: "musl-gcc", Rustc: "rustc", GOARCH: "amd64"}
 
 var arm64Toolchain = testworkload.Toolchain{CC: "aarch64-linux-gnu-gcc", CXX: "aarch64-linux-gnu-g++", Rustc: "rustc-aarch64-not-supported", GOARCH: "arm64"}
 

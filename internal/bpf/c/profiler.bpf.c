@@ -20,26 +20,6 @@ char LICENSE[] SEC("license") = "Dual BSD/GPL";
 
 #define MAX_STACK_DEPTH 127
 
-// Counter indexes, generated for Go by bpf2go (-type counter).
-enum counter {
-	COUNTER_SAMPLES = 0,       // samples recorded
-	COUNTER_DROPPED_RINGBUF,   // ringbuf full: sample lost
-	COUNTER_USER_STACK_ERR,    // user stack could not be read
-	COUNTER_KERNEL_STACK_ERR,  // kernel stack could not be read
-	COUNTER_SP_READ_ERR,       // the words at the user SP could not be read
-	COUNTER_IDLE,              // sample on the idle task: not recorded
-	COUNTER_OFF_CPU_EVENTS,    // off-CPU events recorded
-	COUNTER_OFF_CPU_SHORT,     // sampled switch-outs back on CPU within min_duration: dropped
-	COUNTER_OFF_CPU_FULL,      // sampled switch-outs not held: off_cpu_max_threads reached
-	COUNTER_OFF_CPU_MERGED,    // kept waits added to the thread's previous one, whose walk has not started
-	COUNTER_OFF_CPU_BUSY,      // kept waits dropped: the thread's previous one is being walked
-	COUNTER_OFF_CPU_SCHED_ERR, // kept waits dropped: the task work walking the stack was refused
-	COUNTER_OFF_CPU_GONE,      // kept waits dropped: the thread exited or exec'd before its walk
-	COUNTER_OFF_CPU_UNENDED,   // sampled switch-outs lost: the thread's switch-in never reached sched_switch
-	COUNTER_UNWIND_STOP,       // first of UNWIND_STOP_MAX counters, by enum unwind_stop
-	COUNTER_MAX = COUNTER_UNWIND_STOP + UNWIND_STOP_MAX,
-};
-
 struct sample {
 	u64 ktime_ns;
 	u32 pid; // tgid
@@ -77,6 +57,30 @@ enum sample_flag {
 };
 #define SAMPLE_STOP_SHIFT 8 // bits 8-11: enum unwind_stop of a CFI walk
 
+#include "bpfcol_interp.h"
+
+// Counter indexes, generated for Go by bpf2go (-type counter).
+enum counter {
+	COUNTER_SAMPLES = 0,       // samples recorded
+	COUNTER_DROPPED_RINGBUF,   // ringbuf full: sample lost
+	COUNTER_USER_STACK_ERR,    // user stack could not be read
+	COUNTER_KERNEL_STACK_ERR,  // kernel stack could not be read
+	COUNTER_SP_READ_ERR,       // the words at the user SP could not be read
+	COUNTER_IDLE,              // sample on the idle task: not recorded
+	COUNTER_OFF_CPU_EVENTS,    // off-CPU events recorded
+	COUNTER_OFF_CPU_SHORT,     // sampled switch-outs back on CPU within min_duration: dropped
+	COUNTER_OFF_CPU_FULL,      // sampled switch-outs not held: off_cpu_max_threads reached
+	COUNTER_OFF_CPU_MERGED,    // kept waits added to the thread's previous one, whose walk has not started
+	COUNTER_OFF_CPU_BUSY,      // kept waits dropped: the thread's previous one is being walked
+	COUNTER_OFF_CPU_SCHED_ERR, // kept waits dropped: the task work walking the stack was refused
+	COUNTER_OFF_CPU_GONE,      // kept waits dropped: the thread exited or exec'd before its walk
+	COUNTER_OFF_CPU_UNENDED,   // sampled switch-outs lost: the thread's switch-in never reached sched_switch
+	COUNTER_INTERP_SAMPLES,    // samples of processes that run an interpreter, with its frames walked
+	COUNTER_UNWIND_STOP,       // first of UNWIND_STOP_MAX counters, by enum unwind_stop
+	COUNTER_INTERP_STOP = COUNTER_UNWIND_STOP + UNWIND_STOP_MAX, // first of INTERP_STOP_MAX, by enum interp_stop
+	COUNTER_MAX = COUNTER_INTERP_STOP + INTERP_STOP_MAX,
+};
+
 // Set on a user[] entry (after the first) that is not a return address: an
 // interrupted PC after a signal frame, and the signal trampoline itself,
 // whose return address is its first instruction. User space names it
@@ -95,6 +99,7 @@ struct {
 } samples SEC(".maps");
 
 #include "bpfcol_counters.h"
+#include "bpfcol_python.h"
 
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
@@ -390,16 +395,21 @@ static __always_inline bool unwind_cfi(struct sample *s, struct unwind_proc *pro
 	return true;
 }
 
-// submit hands a reserved record to user space. User space drains on a
-// short timer, so a record wakes it only when the ringbuf is half full: no
-// wakeup (and no context switch) per record, and still no loss under
-// bursts.
+// wakeup says whether a record sent now wakes user space. User space
+// drains on a short timer, so a record wakes it only when the ringbuf is
+// half full: no wakeup (and no context switch) per record, and still no
+// loss under bursts.
+static __always_inline u64 wakeup(void)
+{
+	if (bpf_ringbuf_query(&samples, BPF_RB_AVAIL_DATA) > bpf_ringbuf_query(&samples, BPF_RB_RING_SIZE) / 2)
+		return BPF_RB_FORCE_WAKEUP;
+	return BPF_RB_NO_WAKEUP;
+}
+
+// submit hands a reserved record to user space.
 static __always_inline void submit(struct sample *s)
 {
-	u64 wakeup = BPF_RB_NO_WAKEUP;
-	if (bpf_ringbuf_query(&samples, BPF_RB_AVAIL_DATA) > bpf_ringbuf_query(&samples, BPF_RB_RING_SIZE) / 2)
-		wakeup = BPF_RB_FORCE_WAKEUP;
-	bpf_ringbuf_submit(s, wakeup);
+	bpf_ringbuf_submit(s, wakeup());
 }
 
 // link_scope links s to the probe scope open on its thread, or else on the
@@ -486,10 +496,72 @@ static __always_inline void fill_sample(void *ctx, struct sample *s, u64 pid_tgi
 	}
 }
 
+// python_proc returns the CPython state of process tgid, when CPython
+// frames are wanted and the process runs CPython.
+static __always_inline struct py_proc *python_proc(u32 tgid)
+{
+	if (!python_frames)
+		return 0;
+	return bpf_map_lookup_elem(&py_procs, &tgid);
+}
+
+// walk_interp adds the interpreter frames of the current thread to r.
+static __always_inline void walk_interp(struct sample_interp *r, struct py_proc *py)
+{
+	r->interp_frames = 0;
+	r->interp_stop = INTERP_STOP_END;
+	if (r->s.flags & SAMPLE_KERNEL_THREAD)
+		return;
+	count(COUNTER_INTERP_SAMPLES);
+	walk_python(r, py, bpf_get_current_task_btf());
+}
+
+// The record a sample of an interpreter's process is put together in
+// before it is copied into the ringbuf at its length: reserved whole, its
+// mostly empty tail of interpreter frames would fill the ringbuf four
+// times faster. One per CPU: a perf_event program does not nest on its
+// CPU.
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, u32);
+	__type(value, struct sample_interp);
+} interp_scratch SEC(".maps");
+
+// interp_record_bytes is the length of r up to its last interpreter frame.
+static __always_inline u64 interp_record_bytes(struct sample_interp *r)
+{
+	u64 n = r->interp_frames;
+	if (n > INTERP_MAX_FRAMES + 1)
+		n = INTERP_MAX_FRAMES + 1;
+	return __builtin_offsetof(struct sample_interp, frames) + n * sizeof(struct interp_frame);
+}
+
 // Set until a sampler's first sample: that one wakes the reader, which
 // otherwise drains on a timer, so sampling is seen to start at once. Two
 // CPUs racing for it only wake the reader twice.
 u32 first_sample_pending = 1;
+
+// sample_interp_stack records a sample of a process that runs CPython.
+static __always_inline void sample_interp_stack(void *ctx, u64 pid_tgid, struct py_proc *py)
+{
+	u32 zero = 0;
+	struct sample_interp *r = bpf_map_lookup_elem(&interp_scratch, &zero);
+	if (!r)
+		return;
+	fill_sample(ctx, &r->s, pid_tgid, true);
+	walk_interp(r, py);
+	u64 flags = wakeup();
+	if (first_sample_pending) {
+		first_sample_pending = 0;
+		flags = BPF_RB_FORCE_WAKEUP;
+	}
+	if (bpf_ringbuf_output(&samples, r, interp_record_bytes(r), flags)) {
+		count(COUNTER_DROPPED_RINGBUF);
+		return;
+	}
+	count(COUNTER_SAMPLES);
+}
 
 SEC("perf_event")
 int sample_stack(void *ctx)
@@ -498,6 +570,11 @@ int sample_stack(void *ctx)
 	u32 tid = (u32)pid_tgid;
 	if (tid == 0) {
 		count(COUNTER_IDLE);
+		return 0;
+	}
+	struct py_proc *py = python_proc(pid_tgid >> 32);
+	if (py) {
+		sample_interp_stack(ctx, pid_tgid, py);
 		return 0;
 	}
 
@@ -838,18 +915,28 @@ static int off_cpu_walk(struct bpf_map *map, void *key, void *value)
 		count(COUNTER_OFF_CPU_GONE);
 		goto done;
 	}
-	struct sample *s = bpf_ringbuf_reserve(&samples, sizeof(*s), 0);
+	// An interpreter's process has its frames walked too: its record is
+	// reserved whole (off-CPU events are rarer than samples).
+	u64 pid_tgid = bpf_get_current_pid_tgid();
+	struct py_proc *py = python_proc(pid_tgid >> 32);
+	struct sample *s;
+	if (py)
+		s = bpf_ringbuf_reserve(&samples, sizeof(struct sample_interp), 0);
+	else
+		s = bpf_ringbuf_reserve(&samples, sizeof(*s), 0);
 	if (!s) {
 		count(COUNTER_DROPPED_RINGBUF);
 		goto done;
 	}
-	fill_sample(0, s, bpf_get_current_pid_tgid(), false);
+	fill_sample(0, s, pid_tgid, false);
 	s->ktime_ns = w->start_ns;
 	s->flags |= SAMPLE_OFF_CPU | (w->flags & SAMPLE_PREEMPTED);
 	s->off_cpu_ns = w->off_ns;
 	s->kernel_bytes = w->kernel_bytes;
 	if (s->kernel_bytes > 0 && bpf_probe_read_kernel(s->kernel, sizeof(s->kernel), w->kernel))
 		s->kernel_bytes = -14; // EFAULT
+	if (py)
+		walk_interp((struct sample_interp *)s, py);
 	count(COUNTER_OFF_CPU_EVENTS);
 	submit(s);
 done:

@@ -24,10 +24,12 @@ import (
 // verifier checks the sched_switch program and the CFI walk it shares) and
 // sleeps on one locked thread: every sleep comes back as one event of that
 // thread, blocked, weighted by about the time slept, with a kernel stack.
-// Where the kernel has task work, the user stacks are walked there.
+// Where the kernel has task work, the user stacks are walked there (the
+// test says which path it took; BPFCOL_REQUIRE_TASK_WORK=1 requires task
+// work).
 func TestOffCPULoadsAndWeighsSleeps(t *testing.T) {
 	testenv.RequireBPF(t)
-	testOffCPUSleeps(t, CheckOffCPUTaskWork() == nil)
+	testOffCPUSleeps(t, testenv.Has(t, testenv.TaskWork, CheckOffCPUTaskWork()))
 }
 
 // TestOffCPUWalkInSwitch is TestOffCPULoadsAndWeighsSleeps with the
@@ -270,7 +272,7 @@ func TestOffCPUThreadBound(t *testing.T) {
 // merged into the first's event.
 func TestOffCPUWaitsOfOneSyscall(t *testing.T) {
 	testenv.RequireBPF(t)
-	testOffCPUOneSyscall(t, CheckOffCPUTaskWork() == nil)
+	testOffCPUOneSyscall(t, testenv.Has(t, testenv.TaskWork, CheckOffCPUTaskWork()))
 }
 
 // TestOffCPUWaitsOfOneSyscallWalkInSwitch is TestOffCPUWaitsOfOneSyscall

@@ -30,8 +30,45 @@ const (
 	profilerCounterCOUNTER_OFF_CPU_SCHED_ERR profilerCounter = 11
 	profilerCounterCOUNTER_OFF_CPU_GONE      profilerCounter = 12
 	profilerCounterCOUNTER_OFF_CPU_UNENDED   profilerCounter = 13
-	profilerCounterCOUNTER_UNWIND_STOP       profilerCounter = 14
-	profilerCounterCOUNTER_MAX               profilerCounter = 23
+	profilerCounterCOUNTER_INTERP_SAMPLES    profilerCounter = 14
+	profilerCounterCOUNTER_UNWIND_STOP       profilerCounter = 15
+	profilerCounterCOUNTER_INTERP_STOP       profilerCounter = 24
+	profilerCounterCOUNTER_MAX               profilerCounter = 30
+)
+
+type profilerInterpFrame struct {
+	_      structs.HostLayout
+	Object uint64
+	Offset uint32
+	Anchor uint16
+	Kind   uint8
+	Flags  uint8
+}
+
+type profilerInterpFrameFlag uint32
+
+const (
+	profilerInterpFrameFlagINTERP_FRAME_NO_OFFSET profilerInterpFrameFlag = 1
+)
+
+type profilerInterpFrameKind uint32
+
+const (
+	profilerInterpFrameKindINTERP_FRAME_NONE      profilerInterpFrameKind = 0
+	profilerInterpFrameKindINTERP_FRAME_CPYTHON   profilerInterpFrameKind = 1
+	profilerInterpFrameKindINTERP_FRAME_TRUNCATED profilerInterpFrameKind = 2
+)
+
+type profilerInterpStop uint32
+
+const (
+	profilerInterpStopINTERP_STOP_END             profilerInterpStop = 0
+	profilerInterpStopINTERP_STOP_NO_THREAD_STATE profilerInterpStop = 1
+	profilerInterpStopINTERP_STOP_TLS_FAULT       profilerInterpStop = 2
+	profilerInterpStopINTERP_STOP_READ_FAULT      profilerInterpStop = 3
+	profilerInterpStopINTERP_STOP_TRUNCATED       profilerInterpStop = 4
+	profilerInterpStopINTERP_STOP_BAD_LAYOUT      profilerInterpStop = 5
+	profilerInterpStopINTERP_STOP_MAX             profilerInterpStop = 6
 )
 
 type profilerOffCpuHeld struct {
@@ -83,6 +120,52 @@ type profilerOpenScopeKey struct {
 	Id   uint64
 }
 
+type profilerPyFrameLayout uint32
+
+const (
+	profilerPyFrameLayoutPY_FRAMES_OBJECTS  profilerPyFrameLayout = 1
+	profilerPyFrameLayoutPY_FRAMES_IS_ENTRY profilerPyFrameLayout = 2
+	profilerPyFrameLayoutPY_FRAMES_SHIM     profilerPyFrameLayout = 3
+)
+
+type profilerPyProc struct {
+	_              structs.HostLayout
+	TssKey         uint64
+	DtvEntry       uint64
+	TlsOffset      int64
+	TsdSelf        uint16
+	TsdFirst       uint16
+	TsdSecond      uint16
+	DtvOffset      uint16
+	TsdEntry       uint8
+	TsdData        uint8
+	TsdBlockShift  uint8
+	TstateVia      uint8
+	TssInitialized uint8
+	Pad0           uint8
+	TstateFrame    uint16
+	CframeFrame    uint16
+	FramePrevious  uint16
+	FrameCode      uint16
+	FrameInstr     uint16
+	FrameEntry     uint16
+	FrameBytes     uint16
+	CodeInsns      uint16
+	FrameLayout    uint8
+	ShimOwner      uint8
+	LastiScale     uint8
+	Pad            uint8
+	_              [6]byte
+}
+
+type profilerPyTstateVia uint32
+
+const (
+	profilerPyTstateViaPY_TSTATE_TSD     profilerPyTstateVia = 1
+	profilerPyTstateViaPY_TSTATE_TLS_DTV profilerPyTstateVia = 2
+	profilerPyTstateViaPY_TSTATE_TLS_TP  profilerPyTstateVia = 3
+)
+
 type profilerSample struct {
 	_           structs.HostLayout
 	KtimeNs     uint64
@@ -117,6 +200,14 @@ const (
 	profilerSampleFlagSAMPLE_PREEMPTED       profilerSampleFlag = 4096
 	profilerSampleFlagSAMPLE_SCOPE           profilerSampleFlag = 8192
 )
+
+type profilerSampleInterp struct {
+	_            structs.HostLayout
+	S            profilerSample
+	InterpFrames uint32
+	InterpStop   uint32
+	Frames       [513]profilerInterpFrame
+}
 
 type profilerScopeLink struct {
 	_       structs.HostLayout
@@ -156,38 +247,49 @@ type profilerUnwindRow struct {
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	profilerMapCounters           = "counters"
-	profilerMapOffCpuEmptyWork    = "off_cpu_empty_work"
-	profilerMapOffCpuHeldSlots    = "off_cpu_held_slots"
-	profilerMapOffCpuSlots        = "off_cpu_slots"
-	profilerMapOffCpuWorks        = "off_cpu_works"
-	profilerMapOpenScopes         = "open_scopes"
-	profilerMapSamples            = "samples"
-	profilerMapUnwindProcs        = "unwind_procs"
-	profilerMapUnwindRows         = "unwind_rows"
-	profilerProgOffCpuExit        = "off_cpu_exit"
-	profilerProgOffCpuExitWalk    = "off_cpu_exit_walk"
-	profilerProgOffCpuSwitch      = "off_cpu_switch"
-	profilerProgOffCpuSwitchWalk  = "off_cpu_switch_walk"
-	profilerProgSampleStack       = "sample_stack"
-	profilerVarFirstSamplePending = "first_sample_pending"
-	profilerVarOffCpuGapFrac      = "off_cpu_gap_frac"
-	profilerVarOffCpuGapInt       = "off_cpu_gap_int"
-	profilerVarOffCpuLog2Frac     = "off_cpu_log2_frac"
-	profilerVarOffCpuMaxThreads   = "off_cpu_max_threads"
-	profilerVarOffCpuMinNs        = "off_cpu_min_ns"
-	profilerVarOffCpuOpen         = "off_cpu_open"
-	profilerVarOffCpuRngs         = "off_cpu_rngs"
-	profilerVarOffCpuSlotCount    = "off_cpu_slot_count"
-	profilerVarOffCpuWalkNs       = "off_cpu_walk_ns"
-	profilerVarOffCpuWalks        = "off_cpu_walks"
-	profilerVarScopeLinks         = "scope_links"
-	profilerVarUnusedCounter      = "unused_counter"
-	profilerVarUnusedOpenScopeKey = "unused_open_scope_key"
-	profilerVarUnusedSample       = "unused_sample"
-	profilerVarUnusedSampleFlag   = "unused_sample_flag"
-	profilerVarUnusedScopeKind    = "unused_scope_kind"
-	profilerVarUnusedScopeLink    = "unused_scope_link"
+	profilerMapCounters              = "counters"
+	profilerMapInterpScratch         = "interp_scratch"
+	profilerMapOffCpuEmptyWork       = "off_cpu_empty_work"
+	profilerMapOffCpuHeldSlots       = "off_cpu_held_slots"
+	profilerMapOffCpuSlots           = "off_cpu_slots"
+	profilerMapOffCpuWorks           = "off_cpu_works"
+	profilerMapOpenScopes            = "open_scopes"
+	profilerMapPyProcs               = "py_procs"
+	profilerMapSamples               = "samples"
+	profilerMapUnwindProcs           = "unwind_procs"
+	profilerMapUnwindRows            = "unwind_rows"
+	profilerProgOffCpuExit           = "off_cpu_exit"
+	profilerProgOffCpuExitWalk       = "off_cpu_exit_walk"
+	profilerProgOffCpuSwitch         = "off_cpu_switch"
+	profilerProgOffCpuSwitchWalk     = "off_cpu_switch_walk"
+	profilerProgSampleStack          = "sample_stack"
+	profilerVarFirstSamplePending    = "first_sample_pending"
+	profilerVarOffCpuGapFrac         = "off_cpu_gap_frac"
+	profilerVarOffCpuGapInt          = "off_cpu_gap_int"
+	profilerVarOffCpuLog2Frac        = "off_cpu_log2_frac"
+	profilerVarOffCpuMaxThreads      = "off_cpu_max_threads"
+	profilerVarOffCpuMinNs           = "off_cpu_min_ns"
+	profilerVarOffCpuOpen            = "off_cpu_open"
+	profilerVarOffCpuRngs            = "off_cpu_rngs"
+	profilerVarOffCpuSlotCount       = "off_cpu_slot_count"
+	profilerVarOffCpuWalkNs          = "off_cpu_walk_ns"
+	profilerVarOffCpuWalks           = "off_cpu_walks"
+	profilerVarPythonFrames          = "python_frames"
+	profilerVarScopeLinks            = "scope_links"
+	profilerVarUnusedCounter         = "unused_counter"
+	profilerVarUnusedInterpFrame     = "unused_interp_frame"
+	profilerVarUnusedInterpFrameFlag = "unused_interp_frame_flag"
+	profilerVarUnusedInterpFrameKind = "unused_interp_frame_kind"
+	profilerVarUnusedInterpStop      = "unused_interp_stop"
+	profilerVarUnusedOpenScopeKey    = "unused_open_scope_key"
+	profilerVarUnusedPyFrameLayout   = "unused_py_frame_layout"
+	profilerVarUnusedPyProc          = "unused_py_proc"
+	profilerVarUnusedPyTstateVia     = "unused_py_tstate_via"
+	profilerVarUnusedSample          = "unused_sample"
+	profilerVarUnusedSampleFlag      = "unused_sample_flag"
+	profilerVarUnusedSampleInterp    = "unused_sample_interp"
+	profilerVarUnusedScopeKind       = "unused_scope_kind"
+	profilerVarUnusedScopeLink       = "unused_scope_link"
 )
 
 // loadProfiler returns the embedded CollectionSpec for profiler.
@@ -244,11 +346,13 @@ type profilerProgramSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type profilerMapSpecs struct {
 	Counters        *ebpf.MapSpec `ebpf:"counters"`
+	InterpScratch   *ebpf.MapSpec `ebpf:"interp_scratch"`
 	OffCpuEmptyWork *ebpf.MapSpec `ebpf:"off_cpu_empty_work"`
 	OffCpuHeldSlots *ebpf.MapSpec `ebpf:"off_cpu_held_slots"`
 	OffCpuSlots     *ebpf.MapSpec `ebpf:"off_cpu_slots"`
 	OffCpuWorks     *ebpf.MapSpec `ebpf:"off_cpu_works"`
 	OpenScopes      *ebpf.MapSpec `ebpf:"open_scopes"`
+	PyProcs         *ebpf.MapSpec `ebpf:"py_procs"`
 	Samples         *ebpf.MapSpec `ebpf:"samples"`
 	UnwindProcs     *ebpf.MapSpec `ebpf:"unwind_procs"`
 	UnwindRows      *ebpf.MapSpec `ebpf:"unwind_rows"`
@@ -258,24 +362,33 @@ type profilerMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type profilerVariableSpecs struct {
-	FirstSamplePending *ebpf.VariableSpec `ebpf:"first_sample_pending"`
-	OffCpuGapFrac      *ebpf.VariableSpec `ebpf:"off_cpu_gap_frac"`
-	OffCpuGapInt       *ebpf.VariableSpec `ebpf:"off_cpu_gap_int"`
-	OffCpuLog2Frac     *ebpf.VariableSpec `ebpf:"off_cpu_log2_frac"`
-	OffCpuMaxThreads   *ebpf.VariableSpec `ebpf:"off_cpu_max_threads"`
-	OffCpuMinNs        *ebpf.VariableSpec `ebpf:"off_cpu_min_ns"`
-	OffCpuOpen         *ebpf.VariableSpec `ebpf:"off_cpu_open"`
-	OffCpuRngs         *ebpf.VariableSpec `ebpf:"off_cpu_rngs"`
-	OffCpuSlotCount    *ebpf.VariableSpec `ebpf:"off_cpu_slot_count"`
-	OffCpuWalkNs       *ebpf.VariableSpec `ebpf:"off_cpu_walk_ns"`
-	OffCpuWalks        *ebpf.VariableSpec `ebpf:"off_cpu_walks"`
-	ScopeLinks         *ebpf.VariableSpec `ebpf:"scope_links"`
-	UnusedCounter      *ebpf.VariableSpec `ebpf:"unused_counter"`
-	UnusedOpenScopeKey *ebpf.VariableSpec `ebpf:"unused_open_scope_key"`
-	UnusedSample       *ebpf.VariableSpec `ebpf:"unused_sample"`
-	UnusedSampleFlag   *ebpf.VariableSpec `ebpf:"unused_sample_flag"`
-	UnusedScopeKind    *ebpf.VariableSpec `ebpf:"unused_scope_kind"`
-	UnusedScopeLink    *ebpf.VariableSpec `ebpf:"unused_scope_link"`
+	FirstSamplePending    *ebpf.VariableSpec `ebpf:"first_sample_pending"`
+	OffCpuGapFrac         *ebpf.VariableSpec `ebpf:"off_cpu_gap_frac"`
+	OffCpuGapInt          *ebpf.VariableSpec `ebpf:"off_cpu_gap_int"`
+	OffCpuLog2Frac        *ebpf.VariableSpec `ebpf:"off_cpu_log2_frac"`
+	OffCpuMaxThreads      *ebpf.VariableSpec `ebpf:"off_cpu_max_threads"`
+	OffCpuMinNs           *ebpf.VariableSpec `ebpf:"off_cpu_min_ns"`
+	OffCpuOpen            *ebpf.VariableSpec `ebpf:"off_cpu_open"`
+	OffCpuRngs            *ebpf.VariableSpec `ebpf:"off_cpu_rngs"`
+	OffCpuSlotCount       *ebpf.VariableSpec `ebpf:"off_cpu_slot_count"`
+	OffCpuWalkNs          *ebpf.VariableSpec `ebpf:"off_cpu_walk_ns"`
+	OffCpuWalks           *ebpf.VariableSpec `ebpf:"off_cpu_walks"`
+	PythonFrames          *ebpf.VariableSpec `ebpf:"python_frames"`
+	ScopeLinks            *ebpf.VariableSpec `ebpf:"scope_links"`
+	UnusedCounter         *ebpf.VariableSpec `ebpf:"unused_counter"`
+	UnusedInterpFrame     *ebpf.VariableSpec `ebpf:"unused_interp_frame"`
+	UnusedInterpFrameFlag *ebpf.VariableSpec `ebpf:"unused_interp_frame_flag"`
+	UnusedInterpFrameKind *ebpf.VariableSpec `ebpf:"unused_interp_frame_kind"`
+	UnusedInterpStop      *ebpf.VariableSpec `ebpf:"unused_interp_stop"`
+	UnusedOpenScopeKey    *ebpf.VariableSpec `ebpf:"unused_open_scope_key"`
+	UnusedPyFrameLayout   *ebpf.VariableSpec `ebpf:"unused_py_frame_layout"`
+	UnusedPyProc          *ebpf.VariableSpec `ebpf:"unused_py_proc"`
+	UnusedPyTstateVia     *ebpf.VariableSpec `ebpf:"unused_py_tstate_via"`
+	UnusedSample          *ebpf.VariableSpec `ebpf:"unused_sample"`
+	UnusedSampleFlag      *ebpf.VariableSpec `ebpf:"unused_sample_flag"`
+	UnusedSampleInterp    *ebpf.VariableSpec `ebpf:"unused_sample_interp"`
+	UnusedScopeKind       *ebpf.VariableSpec `ebpf:"unused_scope_kind"`
+	UnusedScopeLink       *ebpf.VariableSpec `ebpf:"unused_scope_link"`
 }
 
 // profilerObjects contains all objects after they have been loaded into the kernel.
@@ -299,11 +412,13 @@ func (o *profilerObjects) Close() error {
 // It can be passed to loadProfilerObjects or ebpf.CollectionSpec.LoadAndAssign.
 type profilerMaps struct {
 	Counters        *ebpf.Map `ebpf:"counters"`
+	InterpScratch   *ebpf.Map `ebpf:"interp_scratch"`
 	OffCpuEmptyWork *ebpf.Map `ebpf:"off_cpu_empty_work"`
 	OffCpuHeldSlots *ebpf.Map `ebpf:"off_cpu_held_slots"`
 	OffCpuSlots     *ebpf.Map `ebpf:"off_cpu_slots"`
 	OffCpuWorks     *ebpf.Map `ebpf:"off_cpu_works"`
 	OpenScopes      *ebpf.Map `ebpf:"open_scopes"`
+	PyProcs         *ebpf.Map `ebpf:"py_procs"`
 	Samples         *ebpf.Map `ebpf:"samples"`
 	UnwindProcs     *ebpf.Map `ebpf:"unwind_procs"`
 	UnwindRows      *ebpf.Map `ebpf:"unwind_rows"`
@@ -312,11 +427,13 @@ type profilerMaps struct {
 func (m *profilerMaps) Close() error {
 	return _ProfilerClose(
 		m.Counters,
+		m.InterpScratch,
 		m.OffCpuEmptyWork,
 		m.OffCpuHeldSlots,
 		m.OffCpuSlots,
 		m.OffCpuWorks,
 		m.OpenScopes,
+		m.PyProcs,
 		m.Samples,
 		m.UnwindProcs,
 		m.UnwindRows,
@@ -327,24 +444,33 @@ func (m *profilerMaps) Close() error {
 //
 // It can be passed to loadProfilerObjects or ebpf.CollectionSpec.LoadAndAssign.
 type profilerVariables struct {
-	FirstSamplePending *ebpf.Variable `ebpf:"first_sample_pending"`
-	OffCpuGapFrac      *ebpf.Variable `ebpf:"off_cpu_gap_frac"`
-	OffCpuGapInt       *ebpf.Variable `ebpf:"off_cpu_gap_int"`
-	OffCpuLog2Frac     *ebpf.Variable `ebpf:"off_cpu_log2_frac"`
-	OffCpuMaxThreads   *ebpf.Variable `ebpf:"off_cpu_max_threads"`
-	OffCpuMinNs        *ebpf.Variable `ebpf:"off_cpu_min_ns"`
-	OffCpuOpen         *ebpf.Variable `ebpf:"off_cpu_open"`
-	OffCpuRngs         *ebpf.Variable `ebpf:"off_cpu_rngs"`
-	OffCpuSlotCount    *ebpf.Variable `ebpf:"off_cpu_slot_count"`
-	OffCpuWalkNs       *ebpf.Variable `ebpf:"off_cpu_walk_ns"`
-	OffCpuWalks        *ebpf.Variable `ebpf:"off_cpu_walks"`
-	ScopeLinks         *ebpf.Variable `ebpf:"scope_links"`
-	UnusedCounter      *ebpf.Variable `ebpf:"unused_counter"`
-	UnusedOpenScopeKey *ebpf.Variable `ebpf:"unused_open_scope_key"`
-	UnusedSample       *ebpf.Variable `ebpf:"unused_sample"`
-	UnusedSampleFlag   *ebpf.Variable `ebpf:"unused_sample_flag"`
-	UnusedScopeKind    *ebpf.Variable `ebpf:"unused_scope_kind"`
-	UnusedScopeLink    *ebpf.Variable `ebpf:"unused_scope_link"`
+	FirstSamplePending    *ebpf.Variable `ebpf:"first_sample_pending"`
+	OffCpuGapFrac         *ebpf.Variable `ebpf:"off_cpu_gap_frac"`
+	OffCpuGapInt          *ebpf.Variable `ebpf:"off_cpu_gap_int"`
+	OffCpuLog2Frac        *ebpf.Variable `ebpf:"off_cpu_log2_frac"`
+	OffCpuMaxThreads      *ebpf.Variable `ebpf:"off_cpu_max_threads"`
+	OffCpuMinNs           *ebpf.Variable `ebpf:"off_cpu_min_ns"`
+	OffCpuOpen            *ebpf.Variable `ebpf:"off_cpu_open"`
+	OffCpuRngs            *ebpf.Variable `ebpf:"off_cpu_rngs"`
+	OffCpuSlotCount       *ebpf.Variable `ebpf:"off_cpu_slot_count"`
+	OffCpuWalkNs          *ebpf.Variable `ebpf:"off_cpu_walk_ns"`
+	OffCpuWalks           *ebpf.Variable `ebpf:"off_cpu_walks"`
+	PythonFrames          *ebpf.Variable `ebpf:"python_frames"`
+	ScopeLinks            *ebpf.Variable `ebpf:"scope_links"`
+	UnusedCounter         *ebpf.Variable `ebpf:"unused_counter"`
+	UnusedInterpFrame     *ebpf.Variable `ebpf:"unused_interp_frame"`
+	UnusedInterpFrameFlag *ebpf.Variable `ebpf:"unused_interp_frame_flag"`
+	UnusedInterpFrameKind *ebpf.Variable `ebpf:"unused_interp_frame_kind"`
+	UnusedInterpStop      *ebpf.Variable `ebpf:"unused_interp_stop"`
+	UnusedOpenScopeKey    *ebpf.Variable `ebpf:"unused_open_scope_key"`
+	UnusedPyFrameLayout   *ebpf.Variable `ebpf:"unused_py_frame_layout"`
+	UnusedPyProc          *ebpf.Variable `ebpf:"unused_py_proc"`
+	UnusedPyTstateVia     *ebpf.Variable `ebpf:"unused_py_tstate_via"`
+	UnusedSample          *ebpf.Variable `ebpf:"unused_sample"`
+	UnusedSampleFlag      *ebpf.Variable `ebpf:"unused_sample_flag"`
+	UnusedSampleInterp    *ebpf.Variable `ebpf:"unused_sample_interp"`
+	UnusedScopeKind       *ebpf.Variable `ebpf:"unused_scope_kind"`
+	UnusedScopeLink       *ebpf.Variable `ebpf:"unused_scope_link"`
 }
 
 // profilerPrograms contains all programs after they have been loaded into the kernel.

@@ -77,6 +77,11 @@ type Sample struct {
 	// event); Scope is that scope.
 	InScope bool
 	Scope   scopes.Link
+	// Interp holds the sample's interpreter frames, leaf first, when its
+	// process runs an interpreter the sampler walks; InterpStop says why
+	// their walk ended.
+	Interp     []InterpFrame
+	InterpStop InterpStop
 }
 
 // IsPC reports whether User[i] is a PC to name as is: the leaf, or a frame
@@ -130,6 +135,10 @@ type Counters struct {
 	// thread went off CPU again with the earlier wait still open, whose
 	// length is unknown.
 	OffCPUUnended uint64
+	// InterpSamples counts samples whose interpreter frames were walked;
+	// InterpStops counts those walks by why they ended.
+	InterpSamples uint64
+	InterpStops   [NumInterpStops]uint64
 }
 
 // Recorded returns how many samples were recorded into the ringbuf, CPU
@@ -161,6 +170,12 @@ type Options struct {
 	// exist at New) instead of every CPU: for benchmarks that must see the
 	// program's cost on one workload alone.
 	PID int
+	// Python walks the CPython frames of the processes given a
+	// PythonProc (SetPythonProc). Unset, no sample looks for them.
+	Python bool
+	// PythonProcesses bounds the processes given a PythonProc; zero
+	// means 1024.
+	PythonProcesses int
 }
 
 // OffCPUOptions configures off-CPU events, taken at sched_switch.

@@ -66,6 +66,9 @@ func New(opts Options) (_ *Sampler, err error) {
 	spec.Maps[profilerMapSamples].MaxEntries = ringBufferSize(opts, len(cpus))
 	spec.Maps[profilerMapUnwindRows].MaxEntries = unwindRows(opts)
 	spec.Maps[profilerMapUnwindProcs].MaxEntries = unwindProcesses(opts)
+	if err := configurePython(spec, opts); err != nil {
+		return nil, err
+	}
 
 	if err := configureOffCPU(spec, opts.OffCPU); err != nil {
 		return nil, err
@@ -311,11 +314,11 @@ func (s *Sampler) Read(dst *Sample) error {
 	if err != nil {
 		return err
 	}
-	decode(rec, dst)
+	decode(rec, s.reader.Raw(), dst)
 	return nil
 }
 
-func decode(rec *profilerSample, dst *Sample) {
+func decode(rec *profilerSample, raw []byte, dst *Sample) {
 	dst.KtimeNs = rec.KtimeNs
 	dst.PID, dst.TID, dst.CPU = rec.Pid, rec.Tid, rec.Cpu
 	dst.Comm = ringrec.Comm(&rec.Comm, dst.Comm)
@@ -349,6 +352,7 @@ func decode(rec *profilerSample, dst *Sample) {
 	if dst.InScope {
 		dst.Scope = scopes.Link{TraceID: rec.Link.TraceId, SpanID: rec.Link.SpanId, ProbeID: rec.Link.ProbeId}
 	}
+	dst.Interp, dst.InterpStop = decodeInterp(raw, dst.Interp[:0])
 }
 
 func appendFrames(dst, frames []uint64, nbytes int32) []uint64 {
@@ -373,7 +377,7 @@ func (s *Sampler) Counters() (Counters, error) {
 		SPReadErrors:      v[profilerCounterCOUNTER_SP_READ_ERR],
 		Idle:              v[profilerCounterCOUNTER_IDLE],
 	}
-	copy(c.UnwindStops[:], v[profilerCounterCOUNTER_UNWIND_STOP:profilerCounterCOUNTER_MAX])
+	copy(c.UnwindStops[:], v[profilerCounterCOUNTER_UNWIND_STOP:profilerCounterCOUNTER_INTERP_STOP])
 	c.OffCPUEvents = v[profilerCounterCOUNTER_OFF_CPU_EVENTS]
 	c.OffCPUShort = v[profilerCounterCOUNTER_OFF_CPU_SHORT]
 	c.OffCPUFull = v[profilerCounterCOUNTER_OFF_CPU_FULL]
@@ -382,6 +386,8 @@ func (s *Sampler) Counters() (Counters, error) {
 	c.OffCPUTaskWorkRefused = v[profilerCounterCOUNTER_OFF_CPU_SCHED_ERR]
 	c.OffCPUGone = v[profilerCounterCOUNTER_OFF_CPU_GONE]
 	c.OffCPUUnended = v[profilerCounterCOUNTER_OFF_CPU_UNENDED]
+	c.InterpSamples = v[profilerCounterCOUNTER_INTERP_SAMPLES]
+	copy(c.InterpStops[:], v[profilerCounterCOUNTER_INTERP_STOP:profilerCounterCOUNTER_MAX])
 	return c, nil
 }
 

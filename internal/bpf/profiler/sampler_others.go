@@ -70,3 +70,9 @@ func CheckOffCPUTaskWork() error { return errNotLinux }
 
 // OnlineCPUs fails: sampling needs linux/amd64.
 func OnlineCPUs() ([]int, error) { return nil, errNotLinux }
+
+// SetPythonProc fails: sampling needs linux/amd64.
+func (*Sampler) SetPythonProc(uint32, PythonProc) error { return errNotLinux }
+
+// DeletePythonProc fails: sampling needs linux/amd64.
+func (*Sampler) DeletePythonProc(uint32) error { return errNotLinux }

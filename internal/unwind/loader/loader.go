@@ -88,6 +88,17 @@ type Config struct {
 	// table then walks exactly names the next file needed, so a stack
 	// gets every table it needs within a few samples.
 	OnDemand bool
+	// Processes, when set, is told of each process's executable
+	// mappings whenever the loader reads them, and of each process it
+	// drops (exited, exec'd, or evicted).
+	Processes ProcessObserver
+}
+
+// ProcessObserver learns of the processes the loader reads. Its methods
+// must not block: they run on the loader's goroutine.
+type ProcessObserver interface {
+	Mapped(pid uint32, maps []process.Mapping)
+	Forgot(pid uint32)
 }
 
 // releaser is the optional method of Tables that ReleaseLoaded uses.
@@ -436,6 +447,9 @@ func (l *Loader) load(pid uint32) error {
 		l.processes.Store(int64(len(l.procs)))
 	}
 	pe.id, pe.seen = id, time.Now()
+	if l.cfg.Processes != nil {
+		l.cfg.Processes.Mapped(pid, maps)
+	}
 	var hints []uint64
 	if l.cfg.OnDemand {
 		l.mu.Lock()
@@ -933,6 +947,9 @@ func (l *Loader) forget(pid uint32) {
 			fe.refs--
 		}
 		delete(l.procs, pid)
+		if l.cfg.Processes != nil {
+			l.cfg.Processes.Forgot(pid)
+		}
 	}
 	l.processes.Store(int64(len(l.procs)))
 	l.mu.Lock()
