@@ -152,7 +152,10 @@ func summarize(t target, k kernel, res bootResult, prepared time.Duration, logPa
 	for _, tr := range r.results {
 		if tr.outcome != "PASS" {
 			how := tr.outcome
-			if how == "" {
+			switch {
+			case tr.kernelLacks != "":
+				how = "skipped, neither passed nor failed: kernel lacks " + tr.kernelLacks
+			case how == "":
 				how = "did not run or end"
 			}
 			fmt.Fprintf(os.Stderr, "vmtest: %s %s: %s %s: %s\n", t.arch, k.version, tr.pkg, tr.name, how)

@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -13,6 +14,10 @@ type testResult struct {
 	// outcome is "PASS", "FAIL", "SKIP", "PASS, but a subtest skipped",
 	// or "" when it never ended.
 	outcome string
+	// kernelLacks is why a test skipped that needs a kernel feature the
+	// guest's kernel does not have (testenv.Kernel): "kernel lacks BPF
+	// task work (since 6.18)". Such a test neither passed nor failed.
+	kernelLacks string
 }
 
 // guestReport is what the host read from one guest's console.
@@ -27,9 +32,10 @@ type guestReport struct {
 
 func (r *guestReport) counts() (passed, failed int) {
 	for _, t := range r.results {
-		if t.outcome == "PASS" {
+		switch {
+		case t.outcome == "PASS":
 			passed++
-		} else {
+		case t.kernelLacks == "":
 			failed++
 		}
 	}
@@ -51,9 +57,17 @@ type consoleParser struct {
 	current *suite
 	ended   map[string]string // test name → outcome, in the current suite
 	// skippedSub holds the tests of the current suite with a subtest that
-	// skipped.
+	// skipped for another reason than a missing kernel feature.
 	skippedSub map[string]bool
+	// lacks maps tests of the current suite that skipped for a missing
+	// kernel feature to the feature; lastLack is the last such message
+	// since a test's output began.
+	lacks    map[string]string
+	lastLack string
 }
+
+// kernelLack finds testenv.Kernel's skip message.
+var kernelLack = regexp.MustCompile(`kernel lacks (.+?\(since [0-9.]+\))`)
 
 func newConsoleParser(nonce string, suites []suite) *consoleParser {
 	return &consoleParser{marker: marker(nonce) + " ", suites: suites}
@@ -69,21 +83,34 @@ func (p *consoleParser) line(l string) string {
 	if p.current == nil {
 		return ""
 	}
+	if m := kernelLack.FindStringSubmatch(l); m != nil {
+		p.lastLack = m[1]
+	}
+	if strings.HasPrefix(l, "\x16=== ") {
+		// RUN, NAME, CONT: another test's output follows.
+		p.lastLack = ""
+	}
 	frame, ok := strings.CutPrefix(l, "\x16--- ")
 	if !ok {
 		return ""
 	}
+	lack := p.lastLack
+	p.lastLack = ""
 	outcome, rest, ok := strings.Cut(frame, ": ")
 	if !ok {
 		return ""
 	}
 	name, _, _ := strings.Cut(rest, " ")
 	if top, _, sub := strings.Cut(name, "/"); sub {
-		// A subtest that skipped did not test what its test names.
-		if outcome == "SKIP" {
+		// A subtest that skipped did not test what its test names,
+		// unless the kernel lacks what it needs.
+		if outcome == "SKIP" && lack == "" {
 			p.skippedSub[top] = true
 		}
 		return ""
+	}
+	if outcome == "SKIP" && lack != "" {
+		p.lacks[name] = lack
 	}
 	p.ended[name] = outcome
 	return ""
@@ -104,6 +131,7 @@ func (p *consoleParser) event(rest string) string {
 				p.current = &p.suites[i]
 				p.ended = map[string]string{}
 				p.skippedSub = map[string]bool{}
+				p.lacks = map[string]string{}
 			}
 		}
 	case "exit":
@@ -126,10 +154,11 @@ func (p *consoleParser) endSuite(status string) {
 		if outcome == "PASS" && p.skippedSub[name] {
 			outcome = "PASS, but a subtest skipped"
 		}
-		if outcome != "PASS" {
+		lacks := p.lacks[name]
+		if outcome != "PASS" && lacks == "" {
 			failing = true
 		}
-		p.report.results = append(p.report.results, testResult{pkg: s.pkg, name: name, outcome: outcome})
+		p.report.results = append(p.report.results, testResult{pkg: s.pkg, name: name, outcome: outcome, kernelLacks: lacks})
 	}
 	if code, err := strconv.Atoi(status); err != nil || (code != 0 && !failing) {
 		// Every test passed, yet the binary failed: it crashed after

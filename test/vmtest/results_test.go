@@ -29,7 +29,7 @@ func parse(suites []suite, lines []string) *guestReport {
 func TestConsoleParser(t *testing.T) {
 	suites := []suite{
 		{pkg: "a", tests: []string{"TestPass", "TestSkip", "TestFail"}},
-		{pkg: "b", tests: []string{"TestPass", "TestMissing", "TestSub"}},
+		{pkg: "b", tests: []string{"TestPass", "TestMissing", "TestSub", "TestOld", "TestOldSub"}},
 	}
 	r := parse(suites, console(
 		"[    0.1] kernel noise",
@@ -48,13 +48,21 @@ func TestConsoleParser(t *testing.T) {
 		"^V--- PASS: TestPass (0.10s)",
 		"^V--- SKIP: TestSub/objdump (0.00s)", // a skipped subtest fails its test
 		"^V--- PASS: TestSub (0.10s)",
+		"^V=== RUN   TestOld",
+		"    require.go:43: kernel lacks BPF task work (since 6.18): kfunc missing",
+		"^V--- SKIP: TestOld (0.00s)", // neither passed nor failed
+		"^V=== RUN   TestOldSub/multi",
+		"    require.go:43: kernel lacks uprobe_multi links (since 6.6): no",
+		"^V--- SKIP: TestOldSub/multi (0.00s)",
+		"^V=== NAME  TestOldSub",
+		"^V--- PASS: TestOldSub (0.10s)",
 		"vmtest.n0 exit b 0",
 		"vmtest.n0 done",
 	))
 	if !r.booted || !r.done || r.uname != "6.1.0-56-cloud-amd64 x86_64 2" {
 		t.Fatalf("report %+v", r)
 	}
-	want := map[string]string{"a TestPass": "PASS", "a TestSkip": "SKIP", "a TestFail": "FAIL", "b TestPass": "PASS", "b TestMissing": "", "b TestSub": "PASS, but a subtest skipped"}
+	want := map[string]string{"a TestPass": "PASS", "a TestSkip": "SKIP", "a TestFail": "FAIL", "b TestPass": "PASS", "b TestMissing": "", "b TestSub": "PASS, but a subtest skipped", "b TestOld": "SKIP", "b TestOldSub": "PASS"}
 	for _, tr := range r.results {
 		if w, ok := want[tr.pkg+" "+tr.name]; !ok || w != tr.outcome {
 			t.Errorf("%s %s: %q, want %q", tr.pkg, tr.name, tr.outcome, w)
@@ -64,8 +72,13 @@ func TestConsoleParser(t *testing.T) {
 	if len(want) > 0 {
 		t.Errorf("no result for %v", want)
 	}
-	if passed, failed := r.counts(); passed != 2 || failed != 4 || r.ok() {
-		t.Errorf("%d passed, %d failed, ok %v; want 2, 4, false", passed, failed, r.ok())
+	if passed, failed := r.counts(); passed != 3 || failed != 4 || r.ok() {
+		t.Errorf("%d passed, %d failed, ok %v; want 3, 4, false", passed, failed, r.ok())
+	}
+	for _, tr := range r.results {
+		if want := map[string]string{"TestOld": "BPF task work (since 6.18)"}[tr.name]; tr.kernelLacks != want {
+			t.Errorf("%s %s: kernel lacks %q, want %q", tr.pkg, tr.name, tr.kernelLacks, want)
+		}
 	}
 	if len(r.problems) != 0 {
 		t.Errorf("problems %v, want none: the failing suites' status explains itself", r.problems)
