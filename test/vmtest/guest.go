@@ -79,8 +79,9 @@ func writeInitramfs(out, busybox, repo, script string, g *guestFiles, suites []s
 	a.charDevice("/dev/console", 5, 1)
 	a.file("/bin/busybox", busybox, 0o755)
 	a.symlink("/bin/sh", "busybox")
-	// capsh runs its command with /bin/bash; busybox's shell does.
-	a.symlink("/bin/bash", "busybox")
+	// capsh runs its command with /bin/bash, an applet Debian's busybox
+	// lacks: its shell stands in.
+	a.bytes("/bin/bash", []byte("#!/bin/sh\nexec /bin/sh \"$@\"\n"), 0o755)
 	a.symlink("/init", "bin/busybox")
 	a.bytes("/etc/inittab", []byte("::sysinit:"+guestRun+"\n"), 0o644)
 	a.bytes("/etc/passwd", []byte("root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/bin/false\n"), 0o644)
