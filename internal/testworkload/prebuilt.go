@@ -23,7 +23,7 @@ func prebuilt(t testing.TB, dir string, w Workload) string {
 	t.Helper()
 	src, err := os.Open(PrebuiltPath(dir, w))
 	if err != nil {
-		t.Fatalf("workload %q was not built ahead for this machine (%s=%s): add it to test/vmtest/workloads.txt: %v", w, PrebuiltEnv, dir, err)
+		t.Fatalf("workload %q was not built ahead for this machine (%s=%s): add it to test/vmtest/workloads.txt, or see why it did not build for this architecture in make vmtest's output: %v", w, PrebuiltEnv, dir, err)
 	}
 	defer src.Close()
 	bin := filepath.Join(t.TempDir(), w.BinaryName())
