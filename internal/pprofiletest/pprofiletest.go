@@ -43,6 +43,31 @@ type Sample struct {
 	TraceID, SpanID string
 	// Timestamps are the sample's times, unix nanoseconds.
 	Timestamps []uint64
+	// StackLocations are the sample's locations, leaf first.
+	StackLocations []StackLocation
+}
+
+// StackLocation is one location of a sample: several names where calls
+// were inlined.
+type StackLocation struct {
+	// Names are its functions, the inlined ones first and last the one
+	// its address is in.
+	Names []string
+	// Type is its profile.frame.type; File is its mapping's file name.
+	Type, File string
+	// Address is its address: an ELF virtual address in File where the
+	// frame was named from it, a caller's one byte before its return
+	// address.
+	Address uint64
+}
+
+// Function is the function f's address is in, the inlined calls folded
+// into it ("" when unnamed), as tools that do not expand inlines name it.
+func (f StackLocation) Function() string {
+	if len(f.Names) == 0 {
+		return ""
+	}
+	return f.Names[len(f.Names)-1]
 }
 
 // Samples flattens every sample of every process in p.
@@ -94,8 +119,10 @@ func Samples(p pprofile.Profiles) []Sample {
 						if mi := loc.MappingIndex(); mi > 0 && int(mi) < d.MappingTable().Len() {
 							file = str(d.MappingTable().At(int(mi)).FilenameStrindex())
 						}
+						frame := StackLocation{Type: ftype, File: file, Address: loc.Address()}
 						add := func(name, src string, line int64) {
 							ss.Names = append(ss.Names, name)
+							frame.Names = append(frame.Names, name)
 							ss.Types = append(ss.Types, ftype)
 							ss.Addrs = append(ss.Addrs, loc.Address())
 							ss.Files = append(ss.Files, file)
@@ -111,6 +138,7 @@ func Samples(p pprofile.Profiles) []Sample {
 							fn := d.FunctionTable().At(int(ln.FunctionIndex()))
 							add(str(fn.NameStrindex()), str(fn.FilenameStrindex()), ln.Line())
 						}
+						ss.StackLocations = append(ss.StackLocations, frame)
 					}
 					out = append(out, ss)
 				}
@@ -129,6 +157,17 @@ func (s Sample) UserNames() []string {
 		}
 	}
 	return names
+}
+
+// UserLocations returns the sample's user locations, leaf first.
+func (s Sample) UserLocations() []StackLocation {
+	var out []StackLocation
+	for _, f := range s.StackLocations {
+		if !isKernel(f.Type) {
+			out = append(out, f)
+		}
+	}
+	return out
 }
 
 // KernelNames returns the names of the sample's kernel frames.

@@ -247,6 +247,7 @@ func TestScopeProfilesC(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	checkNoWaitLost(t, b.prof, int64(pid))
 	b.stop(t)
 	stopped = true
 
@@ -333,6 +334,7 @@ func TestScopeProfilesC(t *testing.T) {
 		}
 	}
 	t.Logf("%d linked samples, %d outside every scope (%d linked)", linkedSamples, outside, outsideLinked)
+	checkScopeStacksWhole(t, b.samples(pid), "scoped_call")
 	if outside == 0 {
 		t.Error("no sample outside the scopes: the workload's between-call work was not seen, nothing was checked")
 	}
@@ -350,6 +352,37 @@ func TestScopeProfilesC(t *testing.T) {
 		if own := time.Duration(slept[i]); blocked < own*95/100 || blocked > own*105/100 {
 			t.Errorf("span %s: linked off-CPU weight %s, want the call's 50ms sleep (%s by its own clock) ± 5%% (host's off-CPU counters %+v)",
 				r.spanID, blocked, own, counters)
+		}
+	}
+}
+
+// checkScopeStacksWhole asserts that at least 95% of the on-CPU samples,
+// and of the off-CPU events, linked to a scope reach the process root
+// through the probed function fn: its return address, which the scope's
+// uretprobe (exit: return) replaced with the kernel's trampoline, was
+// taken back.
+func checkScopeStacksWhole(t *testing.T, samples []pprofiletest.Sample, fn string) {
+	t.Helper()
+	for _, typ := range []string{onCPUType, offCPUType} {
+		var linked, whole int64
+		var cut []string
+		for _, s := range samples {
+			if s.SpanID == "" || s.SampleType != typ {
+				continue
+			}
+			n := int64(len(s.Timestamps)) // events, whatever their weight
+			linked += n
+			if names := s.UserNames(); completeStack(names) && slices.Contains(names, fn) {
+				whole += n
+			} else if len(cut) < 5 {
+				cut = append(cut, "["+joinNames(names)+"]")
+			}
+		}
+		t.Logf("%s: %d of %d linked samples reach the root through %s (%.1f%%)", typ, whole, linked, fn, pct(whole, linked))
+		if linked == 0 {
+			t.Errorf("%s: no sample linked to a scope", typ)
+		} else if pct(whole, linked) < 95 {
+			t.Errorf("%s: %.1f%% of the linked samples reach the root through %s, want >= 95%%; some that do not: %v", typ, pct(whole, linked), fn, cut)
 		}
 	}
 }

@@ -40,6 +40,8 @@ var proseAllowed = map[string]map[string]struct {
 			[]any{"/var/cache/bpfcol"}, []any{"var/cache/bpfcol"}},
 		"symbolizer.debug_directories": {"absolute paths",
 			[]any{[]any{"/srv/debug", "/opt/debug"}}, []any{[]any{"srv/debug"}}},
+		"interpreters": {"`cpython`",
+			[]any{[]any{"cpython"}, []any{}}, []any{[]any{"ruby"}, []any{"cpython", "cpython"}}},
 	},
 	"uprobe": {
 		"probes[].id": {"`[A-Za-z0-9_.:-]+`, unique",
