@@ -90,7 +90,9 @@ func writeInitramfs(out, busybox, repo, script string, g *guestFiles, suites []s
 	a.bytes(guestRun, []byte(script), 0o755)
 	for _, s := range suites {
 		a.mkdirAll(path.Join(repo, s.pkg))
-		a.file(path.Join(guestBin, testBinName(s)), g.testBins[s.pkg], 0o755)
+		if bin, ok := g.testBins[s.pkg]; ok {
+			a.file(path.Join(guestBin, testBinName(s)), bin, 0o755)
+		}
 	}
 	err = filepath.WalkDir(g.workloads, func(p string, d os.DirEntry, err error) error {
 		if err != nil || !d.Type().IsRegular() {
