@@ -408,7 +408,7 @@ func (s *Snapshots) Open(pid int, m *Mapping) (*os.File, error) {
 	if hf == nil {
 		return nil, err
 	}
-	return dupFile(hf.f)
+	return DupFile(hf.f)
 }
 
 // Stats returns the store's counts; a nil store has none.
