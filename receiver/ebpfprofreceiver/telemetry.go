@@ -169,9 +169,8 @@ func (r *profilesReceiver) registerTelemetry() error {
 			observe(o, dropped(r.binaries.FileStats()), "cache", "binary_files")
 			observe(o, dropped(r.kernelSyms.Stats().Cache), "cache", "kernel_names")
 			// Snapshots dropped for room before their process's last
-			// samples were reported (not those that lingered their time),
-			// and exec'd processes whose libraries were not read again.
-			observe(o, r.snapshots.Stats().Dropped+r.rereadsSkipped.Load(), "cache", "process_snapshots")
+			// samples were reported (not those that lingered their time).
+			observe(o, r.snapshots.Stats().Dropped, "cache", "process_snapshots")
 			return nil
 		}),
 		tb.RegisterEbpfprofCallersRecoveredCallback(func(_ context.Context, o metric.Int64Observer) error {

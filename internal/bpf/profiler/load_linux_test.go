@@ -63,7 +63,7 @@ func verifierStats(tb testing.TB, offCPU bool, progs []string) (insns, usec map[
 }
 
 var (
-	onCPUPrograms  = []string{profilerProgSampleStack}
+	onCPUPrograms  = []string{profilerProgSampleStack, profilerProgSampleStackUser, profilerProgProcExit}
 	offCPUPrograms = []string{profilerProgSampleStack, profilerProgOffCpuSwitch, profilerProgOffCpuExit}
 )
 
@@ -75,11 +75,13 @@ var (
 func TestSamplerVerifiedOnce(t *testing.T) {
 	testenv.RequireBPF(t)
 	const bound = 20_000
-	insns, _ := verifierStats(t, true, offCPUPrograms)
-	for _, p := range offCPUPrograms {
-		t.Logf("%s: %d instructions processed", p, insns[p])
-		if insns[p] > bound {
-			t.Errorf("%s: the verifier processed %d instructions, want at most %d", p, insns[p], bound)
+	for _, progs := range [][]string{onCPUPrograms, offCPUPrograms} {
+		insns, _ := verifierStats(t, true, progs)
+		for _, p := range progs {
+			t.Logf("%s: %d instructions processed", p, insns[p])
+			if insns[p] > bound {
+				t.Errorf("%s: the verifier processed %d instructions, want at most %d", p, insns[p], bound)
+			}
 		}
 	}
 }

@@ -13,6 +13,27 @@ import (
 	"github.com/cilium/ebpf"
 )
 
+type profilerComposeWork struct {
+	_  structs.HostLayout
+	Tw struct {
+		_      structs.HostLayout
+		Opaque uint64
+	}
+	Ktime       uint64
+	Mm          uint64
+	Cpu         uint32
+	KernelBytes int32
+	Recompose   uint32
+	Pad         uint32
+	Asked       uint64
+	Kernel      [127]uint64
+}
+
+type profilerComposeWorkBytes struct {
+	_ structs.HostLayout
+	B [1064]uint8
+}
+
 type profilerCounter uint32
 
 const (
@@ -30,8 +51,45 @@ const (
 	profilerCounterCOUNTER_OFF_CPU_SCHED_ERR profilerCounter = 11
 	profilerCounterCOUNTER_OFF_CPU_GONE      profilerCounter = 12
 	profilerCounterCOUNTER_OFF_CPU_UNENDED   profilerCounter = 13
-	profilerCounterCOUNTER_UNWIND_STOP       profilerCounter = 14
-	profilerCounterCOUNTER_MAX               profilerCounter = 23
+	profilerCounterCOUNTER_NOTICES_LOST      profilerCounter = 14
+	profilerCounterCOUNTER_FILES_FULL        profilerCounter = 15
+	profilerCounterCOUNTER_PROCS_FULL        profilerCounter = 16
+	profilerCounterCOUNTER_COMPOSE_BUSY      profilerCounter = 17
+	profilerCounterCOUNTER_COMPOSE_OVERFLOW  profilerCounter = 18
+	profilerCounterCOUNTER_COMPOSE_DEFERRED  profilerCounter = 19
+	profilerCounterCOUNTER_COMPOSE_GONE      profilerCounter = 20
+	profilerCounterCOUNTER_COMPOSE_REFUSED   profilerCounter = 21
+	profilerCounterCOUNTER_UNWIND_STOP       profilerCounter = 22
+	profilerCounterCOUNTER_MAX               profilerCounter = 31
+)
+
+type profilerNotice struct {
+	_       structs.HostLayout
+	Kind    uint32
+	Pid     uint32
+	Ktime   uint64
+	Cgroup  uint64
+	ExeIno  uint64
+	ExeDev  uint32
+	Visited uint32
+	Flags   uint32
+	Pad     uint32
+	Proc    profilerUnwindProc
+}
+
+type profilerNoticeFlag uint32
+
+const (
+	profilerNoticeFlagNOTICE_NEW profilerNoticeFlag = 1
+)
+
+type profilerNoticeKind uint32
+
+const (
+	profilerNoticeKindNOTICE_PROCESS profilerNoticeKind = 1
+	profilerNoticeKindNOTICE_EXIT    profilerNoticeKind = 2
+	profilerNoticeKindNOTICE_FILE    profilerNoticeKind = 3
+	profilerNoticeKindNOTICE_READ    profilerNoticeKind = 4
 )
 
 type profilerOffCpuHeld struct {
@@ -126,23 +184,65 @@ type profilerScopeLink struct {
 	Pad     uint32
 }
 
-type profilerUnwindMapping struct {
-	_         structs.HostLayout
-	Start     uint64
-	End       uint64
-	TableBase uint64
-	RowFirst  uint32
-	RowCount  uint32
-	Kind      uint32
-	Pad       uint32
+type profilerUnwindFile struct {
+	_        structs.HostLayout
+	RowBase  uint64
+	RowFirst uint32
+	RowCount uint32
+	State    uint32
+	Used     uint32
 }
 
-type profilerUnwindProc struct {
-	_        structs.HostLayout
-	Count    uint32
-	Pad      uint32
-	Mappings [512]profilerUnwindMapping
+type profilerUnwindFileKey struct {
+	_   structs.HostLayout
+	Ino uint64
+	Dev uint32
+	Pad uint32
 }
+
+type profilerUnwindFileState uint32
+
+const (
+	profilerUnwindFileStateUNWIND_FILE_PENDING profilerUnwindFileState = 0
+	profilerUnwindFileStateUNWIND_FILE_CFI     profilerUnwindFileState = 1
+	profilerUnwindFileStateUNWIND_FILE_FP      profilerUnwindFileState = 2
+)
+
+type profilerUnwindMapping struct {
+	_        structs.HostLayout
+	Start    uint64
+	End      uint64
+	FileBase uint64
+	Ino      uint64
+	Dev      uint32
+	Kind     uint16
+	Prot     uint16
+}
+
+type profilerUnwindMappingKind uint32
+
+const (
+	profilerUnwindMappingKindUNWIND_MAPPING_FILE profilerUnwindMappingKind = 0
+	profilerUnwindMappingKindUNWIND_MAPPING_ANON profilerUnwindMappingKind = 1
+	profilerUnwindMappingKindUNWIND_MAPPING_VDSO profilerUnwindMappingKind = 2
+)
+
+type profilerUnwindProc struct {
+	_          structs.HostLayout
+	Mm         uint64
+	StartNs    uint64
+	ComposedNs uint64
+	AskedNs    uint64
+	Count      uint32
+	Flags      uint32
+	Mappings   [64]profilerUnwindMapping
+}
+
+type profilerUnwindProcFlag uint32
+
+const (
+	profilerUnwindProcFlagUNWIND_PROC_OVERFLOW profilerUnwindProcFlag = 1
+)
 
 type profilerUnwindRow struct {
 	_      structs.HostLayout
@@ -156,38 +256,56 @@ type profilerUnwindRow struct {
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	profilerMapCounters           = "counters"
-	profilerMapOffCpuEmptyWork    = "off_cpu_empty_work"
-	profilerMapOffCpuHeldSlots    = "off_cpu_held_slots"
-	profilerMapOffCpuSlots        = "off_cpu_slots"
-	profilerMapOffCpuWorks        = "off_cpu_works"
-	profilerMapOpenScopes         = "open_scopes"
-	profilerMapSamples            = "samples"
-	profilerMapUnwindProcs        = "unwind_procs"
-	profilerMapUnwindRows         = "unwind_rows"
-	profilerProgOffCpuExit        = "off_cpu_exit"
-	profilerProgOffCpuExitWalk    = "off_cpu_exit_walk"
-	profilerProgOffCpuSwitch      = "off_cpu_switch"
-	profilerProgOffCpuSwitchWalk  = "off_cpu_switch_walk"
-	profilerProgSampleStack       = "sample_stack"
-	profilerVarFirstSamplePending = "first_sample_pending"
-	profilerVarOffCpuGapFrac      = "off_cpu_gap_frac"
-	profilerVarOffCpuGapInt       = "off_cpu_gap_int"
-	profilerVarOffCpuLog2Frac     = "off_cpu_log2_frac"
-	profilerVarOffCpuMaxThreads   = "off_cpu_max_threads"
-	profilerVarOffCpuMinNs        = "off_cpu_min_ns"
-	profilerVarOffCpuOpen         = "off_cpu_open"
-	profilerVarOffCpuRngs         = "off_cpu_rngs"
-	profilerVarOffCpuSlotCount    = "off_cpu_slot_count"
-	profilerVarOffCpuWalkNs       = "off_cpu_walk_ns"
-	profilerVarOffCpuWalks        = "off_cpu_walks"
-	profilerVarScopeLinks         = "scope_links"
-	profilerVarUnusedCounter      = "unused_counter"
-	profilerVarUnusedOpenScopeKey = "unused_open_scope_key"
-	profilerVarUnusedSample       = "unused_sample"
-	profilerVarUnusedSampleFlag   = "unused_sample_flag"
-	profilerVarUnusedScopeKind    = "unused_scope_kind"
-	profilerVarUnusedScopeLink    = "unused_scope_link"
+	profilerMapComposeEmptyWork        = "compose_empty_work"
+	profilerMapComposeScratch          = "compose_scratch"
+	profilerMapComposeWorks            = "compose_works"
+	profilerMapComposing               = "composing"
+	profilerMapCounters                = "counters"
+	profilerMapNotices                 = "notices"
+	profilerMapOffCpuEmptyWork         = "off_cpu_empty_work"
+	profilerMapOffCpuHeldSlots         = "off_cpu_held_slots"
+	profilerMapOffCpuSlots             = "off_cpu_slots"
+	profilerMapOffCpuWorks             = "off_cpu_works"
+	profilerMapOpenScopes              = "open_scopes"
+	profilerMapSamples                 = "samples"
+	profilerMapUnwindFiles             = "unwind_files"
+	profilerMapUnwindProcs             = "unwind_procs"
+	profilerMapUnwindRows              = "unwind_rows"
+	profilerProgOffCpuExit             = "off_cpu_exit"
+	profilerProgOffCpuExitWalk         = "off_cpu_exit_walk"
+	profilerProgOffCpuSwitch           = "off_cpu_switch"
+	profilerProgOffCpuSwitchWalk       = "off_cpu_switch_walk"
+	profilerProgProcExit               = "proc_exit"
+	profilerProgSampleStack            = "sample_stack"
+	profilerProgSampleStackUser        = "sample_stack_user"
+	profilerVarComposeWalkNs           = "compose_walk_ns"
+	profilerVarComposeWalks            = "compose_walks"
+	profilerVarFirstSamplePending      = "first_sample_pending"
+	profilerVarOffCpuGapFrac           = "off_cpu_gap_frac"
+	profilerVarOffCpuGapInt            = "off_cpu_gap_int"
+	profilerVarOffCpuLog2Frac          = "off_cpu_log2_frac"
+	profilerVarOffCpuMaxThreads        = "off_cpu_max_threads"
+	profilerVarOffCpuMinNs             = "off_cpu_min_ns"
+	profilerVarOffCpuOpen              = "off_cpu_open"
+	profilerVarOffCpuRngs              = "off_cpu_rngs"
+	profilerVarOffCpuSlotCount         = "off_cpu_slot_count"
+	profilerVarOffCpuWalkNs            = "off_cpu_walk_ns"
+	profilerVarOffCpuWalks             = "off_cpu_walks"
+	profilerVarScopeLinks              = "scope_links"
+	profilerVarUnusedCounter           = "unused_counter"
+	profilerVarUnusedNotice            = "unused_notice"
+	profilerVarUnusedNoticeFlag        = "unused_notice_flag"
+	profilerVarUnusedNoticeKind        = "unused_notice_kind"
+	profilerVarUnusedOpenScopeKey      = "unused_open_scope_key"
+	profilerVarUnusedSample            = "unused_sample"
+	profilerVarUnusedSampleFlag        = "unused_sample_flag"
+	profilerVarUnusedScopeKind         = "unused_scope_kind"
+	profilerVarUnusedScopeLink         = "unused_scope_link"
+	profilerVarUnusedUnwindFile        = "unused_unwind_file"
+	profilerVarUnusedUnwindFileKey     = "unused_unwind_file_key"
+	profilerVarUnusedUnwindFileState   = "unused_unwind_file_state"
+	profilerVarUnusedUnwindMappingKind = "unused_unwind_mapping_kind"
+	profilerVarUnusedUnwindProcFlag    = "unused_unwind_proc_flag"
 )
 
 // loadProfiler returns the embedded CollectionSpec for profiler.
@@ -236,46 +354,64 @@ type profilerProgramSpecs struct {
 	OffCpuExitWalk   *ebpf.ProgramSpec `ebpf:"off_cpu_exit_walk"`
 	OffCpuSwitch     *ebpf.ProgramSpec `ebpf:"off_cpu_switch"`
 	OffCpuSwitchWalk *ebpf.ProgramSpec `ebpf:"off_cpu_switch_walk"`
+	ProcExit         *ebpf.ProgramSpec `ebpf:"proc_exit"`
 	SampleStack      *ebpf.ProgramSpec `ebpf:"sample_stack"`
+	SampleStackUser  *ebpf.ProgramSpec `ebpf:"sample_stack_user"`
 }
 
 // profilerMapSpecs contains maps before they are loaded into the kernel.
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type profilerMapSpecs struct {
-	Counters        *ebpf.MapSpec `ebpf:"counters"`
-	OffCpuEmptyWork *ebpf.MapSpec `ebpf:"off_cpu_empty_work"`
-	OffCpuHeldSlots *ebpf.MapSpec `ebpf:"off_cpu_held_slots"`
-	OffCpuSlots     *ebpf.MapSpec `ebpf:"off_cpu_slots"`
-	OffCpuWorks     *ebpf.MapSpec `ebpf:"off_cpu_works"`
-	OpenScopes      *ebpf.MapSpec `ebpf:"open_scopes"`
-	Samples         *ebpf.MapSpec `ebpf:"samples"`
-	UnwindProcs     *ebpf.MapSpec `ebpf:"unwind_procs"`
-	UnwindRows      *ebpf.MapSpec `ebpf:"unwind_rows"`
+	ComposeEmptyWork *ebpf.MapSpec `ebpf:"compose_empty_work"`
+	ComposeScratch   *ebpf.MapSpec `ebpf:"compose_scratch"`
+	ComposeWorks     *ebpf.MapSpec `ebpf:"compose_works"`
+	Composing        *ebpf.MapSpec `ebpf:"composing"`
+	Counters         *ebpf.MapSpec `ebpf:"counters"`
+	Notices          *ebpf.MapSpec `ebpf:"notices"`
+	OffCpuEmptyWork  *ebpf.MapSpec `ebpf:"off_cpu_empty_work"`
+	OffCpuHeldSlots  *ebpf.MapSpec `ebpf:"off_cpu_held_slots"`
+	OffCpuSlots      *ebpf.MapSpec `ebpf:"off_cpu_slots"`
+	OffCpuWorks      *ebpf.MapSpec `ebpf:"off_cpu_works"`
+	OpenScopes       *ebpf.MapSpec `ebpf:"open_scopes"`
+	Samples          *ebpf.MapSpec `ebpf:"samples"`
+	UnwindFiles      *ebpf.MapSpec `ebpf:"unwind_files"`
+	UnwindProcs      *ebpf.MapSpec `ebpf:"unwind_procs"`
+	UnwindRows       *ebpf.MapSpec `ebpf:"unwind_rows"`
 }
 
 // profilerVariableSpecs contains global variables before they are loaded into the kernel.
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type profilerVariableSpecs struct {
-	FirstSamplePending *ebpf.VariableSpec `ebpf:"first_sample_pending"`
-	OffCpuGapFrac      *ebpf.VariableSpec `ebpf:"off_cpu_gap_frac"`
-	OffCpuGapInt       *ebpf.VariableSpec `ebpf:"off_cpu_gap_int"`
-	OffCpuLog2Frac     *ebpf.VariableSpec `ebpf:"off_cpu_log2_frac"`
-	OffCpuMaxThreads   *ebpf.VariableSpec `ebpf:"off_cpu_max_threads"`
-	OffCpuMinNs        *ebpf.VariableSpec `ebpf:"off_cpu_min_ns"`
-	OffCpuOpen         *ebpf.VariableSpec `ebpf:"off_cpu_open"`
-	OffCpuRngs         *ebpf.VariableSpec `ebpf:"off_cpu_rngs"`
-	OffCpuSlotCount    *ebpf.VariableSpec `ebpf:"off_cpu_slot_count"`
-	OffCpuWalkNs       *ebpf.VariableSpec `ebpf:"off_cpu_walk_ns"`
-	OffCpuWalks        *ebpf.VariableSpec `ebpf:"off_cpu_walks"`
-	ScopeLinks         *ebpf.VariableSpec `ebpf:"scope_links"`
-	UnusedCounter      *ebpf.VariableSpec `ebpf:"unused_counter"`
-	UnusedOpenScopeKey *ebpf.VariableSpec `ebpf:"unused_open_scope_key"`
-	UnusedSample       *ebpf.VariableSpec `ebpf:"unused_sample"`
-	UnusedSampleFlag   *ebpf.VariableSpec `ebpf:"unused_sample_flag"`
-	UnusedScopeKind    *ebpf.VariableSpec `ebpf:"unused_scope_kind"`
-	UnusedScopeLink    *ebpf.VariableSpec `ebpf:"unused_scope_link"`
+	ComposeWalkNs           *ebpf.VariableSpec `ebpf:"compose_walk_ns"`
+	ComposeWalks            *ebpf.VariableSpec `ebpf:"compose_walks"`
+	FirstSamplePending      *ebpf.VariableSpec `ebpf:"first_sample_pending"`
+	OffCpuGapFrac           *ebpf.VariableSpec `ebpf:"off_cpu_gap_frac"`
+	OffCpuGapInt            *ebpf.VariableSpec `ebpf:"off_cpu_gap_int"`
+	OffCpuLog2Frac          *ebpf.VariableSpec `ebpf:"off_cpu_log2_frac"`
+	OffCpuMaxThreads        *ebpf.VariableSpec `ebpf:"off_cpu_max_threads"`
+	OffCpuMinNs             *ebpf.VariableSpec `ebpf:"off_cpu_min_ns"`
+	OffCpuOpen              *ebpf.VariableSpec `ebpf:"off_cpu_open"`
+	OffCpuRngs              *ebpf.VariableSpec `ebpf:"off_cpu_rngs"`
+	OffCpuSlotCount         *ebpf.VariableSpec `ebpf:"off_cpu_slot_count"`
+	OffCpuWalkNs            *ebpf.VariableSpec `ebpf:"off_cpu_walk_ns"`
+	OffCpuWalks             *ebpf.VariableSpec `ebpf:"off_cpu_walks"`
+	ScopeLinks              *ebpf.VariableSpec `ebpf:"scope_links"`
+	UnusedCounter           *ebpf.VariableSpec `ebpf:"unused_counter"`
+	UnusedNotice            *ebpf.VariableSpec `ebpf:"unused_notice"`
+	UnusedNoticeFlag        *ebpf.VariableSpec `ebpf:"unused_notice_flag"`
+	UnusedNoticeKind        *ebpf.VariableSpec `ebpf:"unused_notice_kind"`
+	UnusedOpenScopeKey      *ebpf.VariableSpec `ebpf:"unused_open_scope_key"`
+	UnusedSample            *ebpf.VariableSpec `ebpf:"unused_sample"`
+	UnusedSampleFlag        *ebpf.VariableSpec `ebpf:"unused_sample_flag"`
+	UnusedScopeKind         *ebpf.VariableSpec `ebpf:"unused_scope_kind"`
+	UnusedScopeLink         *ebpf.VariableSpec `ebpf:"unused_scope_link"`
+	UnusedUnwindFile        *ebpf.VariableSpec `ebpf:"unused_unwind_file"`
+	UnusedUnwindFileKey     *ebpf.VariableSpec `ebpf:"unused_unwind_file_key"`
+	UnusedUnwindFileState   *ebpf.VariableSpec `ebpf:"unused_unwind_file_state"`
+	UnusedUnwindMappingKind *ebpf.VariableSpec `ebpf:"unused_unwind_mapping_kind"`
+	UnusedUnwindProcFlag    *ebpf.VariableSpec `ebpf:"unused_unwind_proc_flag"`
 }
 
 // profilerObjects contains all objects after they have been loaded into the kernel.
@@ -298,26 +434,38 @@ func (o *profilerObjects) Close() error {
 //
 // It can be passed to loadProfilerObjects or ebpf.CollectionSpec.LoadAndAssign.
 type profilerMaps struct {
-	Counters        *ebpf.Map `ebpf:"counters"`
-	OffCpuEmptyWork *ebpf.Map `ebpf:"off_cpu_empty_work"`
-	OffCpuHeldSlots *ebpf.Map `ebpf:"off_cpu_held_slots"`
-	OffCpuSlots     *ebpf.Map `ebpf:"off_cpu_slots"`
-	OffCpuWorks     *ebpf.Map `ebpf:"off_cpu_works"`
-	OpenScopes      *ebpf.Map `ebpf:"open_scopes"`
-	Samples         *ebpf.Map `ebpf:"samples"`
-	UnwindProcs     *ebpf.Map `ebpf:"unwind_procs"`
-	UnwindRows      *ebpf.Map `ebpf:"unwind_rows"`
+	ComposeEmptyWork *ebpf.Map `ebpf:"compose_empty_work"`
+	ComposeScratch   *ebpf.Map `ebpf:"compose_scratch"`
+	ComposeWorks     *ebpf.Map `ebpf:"compose_works"`
+	Composing        *ebpf.Map `ebpf:"composing"`
+	Counters         *ebpf.Map `ebpf:"counters"`
+	Notices          *ebpf.Map `ebpf:"notices"`
+	OffCpuEmptyWork  *ebpf.Map `ebpf:"off_cpu_empty_work"`
+	OffCpuHeldSlots  *ebpf.Map `ebpf:"off_cpu_held_slots"`
+	OffCpuSlots      *ebpf.Map `ebpf:"off_cpu_slots"`
+	OffCpuWorks      *ebpf.Map `ebpf:"off_cpu_works"`
+	OpenScopes       *ebpf.Map `ebpf:"open_scopes"`
+	Samples          *ebpf.Map `ebpf:"samples"`
+	UnwindFiles      *ebpf.Map `ebpf:"unwind_files"`
+	UnwindProcs      *ebpf.Map `ebpf:"unwind_procs"`
+	UnwindRows       *ebpf.Map `ebpf:"unwind_rows"`
 }
 
 func (m *profilerMaps) Close() error {
 	return _ProfilerClose(
+		m.ComposeEmptyWork,
+		m.ComposeScratch,
+		m.ComposeWorks,
+		m.Composing,
 		m.Counters,
+		m.Notices,
 		m.OffCpuEmptyWork,
 		m.OffCpuHeldSlots,
 		m.OffCpuSlots,
 		m.OffCpuWorks,
 		m.OpenScopes,
 		m.Samples,
+		m.UnwindFiles,
 		m.UnwindProcs,
 		m.UnwindRows,
 	)
@@ -327,24 +475,34 @@ func (m *profilerMaps) Close() error {
 //
 // It can be passed to loadProfilerObjects or ebpf.CollectionSpec.LoadAndAssign.
 type profilerVariables struct {
-	FirstSamplePending *ebpf.Variable `ebpf:"first_sample_pending"`
-	OffCpuGapFrac      *ebpf.Variable `ebpf:"off_cpu_gap_frac"`
-	OffCpuGapInt       *ebpf.Variable `ebpf:"off_cpu_gap_int"`
-	OffCpuLog2Frac     *ebpf.Variable `ebpf:"off_cpu_log2_frac"`
-	OffCpuMaxThreads   *ebpf.Variable `ebpf:"off_cpu_max_threads"`
-	OffCpuMinNs        *ebpf.Variable `ebpf:"off_cpu_min_ns"`
-	OffCpuOpen         *ebpf.Variable `ebpf:"off_cpu_open"`
-	OffCpuRngs         *ebpf.Variable `ebpf:"off_cpu_rngs"`
-	OffCpuSlotCount    *ebpf.Variable `ebpf:"off_cpu_slot_count"`
-	OffCpuWalkNs       *ebpf.Variable `ebpf:"off_cpu_walk_ns"`
-	OffCpuWalks        *ebpf.Variable `ebpf:"off_cpu_walks"`
-	ScopeLinks         *ebpf.Variable `ebpf:"scope_links"`
-	UnusedCounter      *ebpf.Variable `ebpf:"unused_counter"`
-	UnusedOpenScopeKey *ebpf.Variable `ebpf:"unused_open_scope_key"`
-	UnusedSample       *ebpf.Variable `ebpf:"unused_sample"`
-	UnusedSampleFlag   *ebpf.Variable `ebpf:"unused_sample_flag"`
-	UnusedScopeKind    *ebpf.Variable `ebpf:"unused_scope_kind"`
-	UnusedScopeLink    *ebpf.Variable `ebpf:"unused_scope_link"`
+	ComposeWalkNs           *ebpf.Variable `ebpf:"compose_walk_ns"`
+	ComposeWalks            *ebpf.Variable `ebpf:"compose_walks"`
+	FirstSamplePending      *ebpf.Variable `ebpf:"first_sample_pending"`
+	OffCpuGapFrac           *ebpf.Variable `ebpf:"off_cpu_gap_frac"`
+	OffCpuGapInt            *ebpf.Variable `ebpf:"off_cpu_gap_int"`
+	OffCpuLog2Frac          *ebpf.Variable `ebpf:"off_cpu_log2_frac"`
+	OffCpuMaxThreads        *ebpf.Variable `ebpf:"off_cpu_max_threads"`
+	OffCpuMinNs             *ebpf.Variable `ebpf:"off_cpu_min_ns"`
+	OffCpuOpen              *ebpf.Variable `ebpf:"off_cpu_open"`
+	OffCpuRngs              *ebpf.Variable `ebpf:"off_cpu_rngs"`
+	OffCpuSlotCount         *ebpf.Variable `ebpf:"off_cpu_slot_count"`
+	OffCpuWalkNs            *ebpf.Variable `ebpf:"off_cpu_walk_ns"`
+	OffCpuWalks             *ebpf.Variable `ebpf:"off_cpu_walks"`
+	ScopeLinks              *ebpf.Variable `ebpf:"scope_links"`
+	UnusedCounter           *ebpf.Variable `ebpf:"unused_counter"`
+	UnusedNotice            *ebpf.Variable `ebpf:"unused_notice"`
+	UnusedNoticeFlag        *ebpf.Variable `ebpf:"unused_notice_flag"`
+	UnusedNoticeKind        *ebpf.Variable `ebpf:"unused_notice_kind"`
+	UnusedOpenScopeKey      *ebpf.Variable `ebpf:"unused_open_scope_key"`
+	UnusedSample            *ebpf.Variable `ebpf:"unused_sample"`
+	UnusedSampleFlag        *ebpf.Variable `ebpf:"unused_sample_flag"`
+	UnusedScopeKind         *ebpf.Variable `ebpf:"unused_scope_kind"`
+	UnusedScopeLink         *ebpf.Variable `ebpf:"unused_scope_link"`
+	UnusedUnwindFile        *ebpf.Variable `ebpf:"unused_unwind_file"`
+	UnusedUnwindFileKey     *ebpf.Variable `ebpf:"unused_unwind_file_key"`
+	UnusedUnwindFileState   *ebpf.Variable `ebpf:"unused_unwind_file_state"`
+	UnusedUnwindMappingKind *ebpf.Variable `ebpf:"unused_unwind_mapping_kind"`
+	UnusedUnwindProcFlag    *ebpf.Variable `ebpf:"unused_unwind_proc_flag"`
 }
 
 // profilerPrograms contains all programs after they have been loaded into the kernel.
@@ -355,7 +513,9 @@ type profilerPrograms struct {
 	OffCpuExitWalk   *ebpf.Program `ebpf:"off_cpu_exit_walk"`
 	OffCpuSwitch     *ebpf.Program `ebpf:"off_cpu_switch"`
 	OffCpuSwitchWalk *ebpf.Program `ebpf:"off_cpu_switch_walk"`
+	ProcExit         *ebpf.Program `ebpf:"proc_exit"`
 	SampleStack      *ebpf.Program `ebpf:"sample_stack"`
+	SampleStackUser  *ebpf.Program `ebpf:"sample_stack_user"`
 }
 
 func (p *profilerPrograms) Close() error {
@@ -364,7 +524,9 @@ func (p *profilerPrograms) Close() error {
 		p.OffCpuExitWalk,
 		p.OffCpuSwitch,
 		p.OffCpuSwitchWalk,
+		p.ProcExit,
 		p.SampleStack,
+		p.SampleStackUser,
 	)
 }
 

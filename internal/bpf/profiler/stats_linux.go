@@ -15,22 +15,28 @@ import (
 type eventTarget struct{ pid, cpu int }
 
 func eventTargets(opts Options, cpus []int) ([]eventTarget, error) {
-	if opts.PID == 0 {
+	pids := opts.PIDs
+	if opts.PID != 0 {
+		pids = append([]int{opts.PID}, pids...)
+	}
+	if len(pids) == 0 {
 		targets := make([]eventTarget, len(cpus))
 		for i, cpu := range cpus {
 			targets[i] = eventTarget{-1, cpu}
 		}
 		return targets, nil
 	}
-	entries, err := os.ReadDir("/proc/" + strconv.Itoa(opts.PID) + "/task")
-	if err != nil {
-		return nil, fmt.Errorf("listing threads of pid %d: %w", opts.PID, err)
-	}
 	var targets []eventTarget
-	for _, e := range entries {
-		tid, err := strconv.Atoi(e.Name())
-		if err == nil {
-			targets = append(targets, eventTarget{tid, -1})
+	for _, pid := range pids {
+		entries, err := os.ReadDir("/proc/" + strconv.Itoa(pid) + "/task")
+		if err != nil {
+			return nil, fmt.Errorf("listing threads of pid %d: %w", pid, err)
+		}
+		for _, e := range entries {
+			tid, err := strconv.Atoi(e.Name())
+			if err == nil {
+				targets = append(targets, eventTarget{tid, -1})
+			}
 		}
 	}
 	return targets, nil
@@ -75,6 +81,21 @@ func (s *Sampler) OffCPUWalkStats() (time.Duration, uint64, error) {
 	}
 	if err := s.objs.OffCpuWalks.Get(&n); err != nil {
 		return 0, 0, fmt.Errorf("reading off-CPU walk count: %w", err)
+	}
+	return time.Duration(ns), n, nil
+}
+
+// ComposeStats returns how long the task work that reads processes'
+// mappings (and walks their first sample) ran in total and how often. A
+// task work callback is no program of its own, so the kernel's statistics
+// miss it: the callback times itself, always.
+func (s *Sampler) ComposeStats() (time.Duration, uint64, error) {
+	var ns, n uint64
+	if err := s.objs.ComposeWalkNs.Get(&ns); err != nil {
+		return 0, 0, fmt.Errorf("reading mapping read time: %w", err)
+	}
+	if err := s.objs.ComposeWalks.Get(&n); err != nil {
+		return 0, 0, fmt.Errorf("reading mapping read count: %w", err)
 	}
 	return time.Duration(ns), n, nil
 }
