@@ -703,16 +703,11 @@ static __always_inline bool defer_compose(void *ctx, struct task_struct *task, u
 // the identity its entry must carry.
 static __always_inline void ask_user(struct task_struct *task, u32 tgid, u64 now)
 {
-	struct notice *n = bpf_ringbuf_reserve(&notices, NOTICE_HEAD_BYTES, 0);
+	struct notice *n = reserve_notice(NOTICE_READ, tgid, now, NOTICE_HEAD_BYTES);
 	if (!n) {
-		count(COUNTER_NOTICES_LOST);
 		release_compose(tgid);
 		return;
 	}
-	__builtin_memset(n, 0, NOTICE_HEAD_BYTES);
-	n->kind = NOTICE_READ;
-	n->pid = tgid;
-	n->ktime = now;
 	n->proc.mm = (u64)task->mm;
 	n->proc.start_ns = image_start(task);
 	n->proc.composed_ns = now;

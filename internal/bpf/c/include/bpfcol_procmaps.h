@@ -203,6 +203,23 @@ static __always_inline struct unwind_file_key file_key(struct unwind_mapping *m)
 	return k;
 }
 
+// reserve_notice reserves a notice of bytes (a constant once inlined),
+// its head zeroed but for kind, pid and ktime; NULL, counted, when the
+// ringbuf is full.
+static __always_inline struct notice *reserve_notice(u32 kind, u32 pid, u64 ktime, u64 bytes)
+{
+	struct notice *n = bpf_ringbuf_reserve(&notices, bytes, 0);
+	if (!n) {
+		count(COUNTER_NOTICES_LOST);
+		return 0;
+	}
+	__builtin_memset(n, 0, NOTICE_HEAD_BYTES);
+	n->kind = kind;
+	n->pid = pid;
+	n->ktime = ktime;
+	return n;
+}
+
 // announce asks user space for the table of m's file, which a walk of pid
 // entered and unwind_files does not hold: a pending entry first, so that
 // only one notice goes per file, taken back when the notice is lost.
@@ -215,16 +232,11 @@ static __always_inline void announce(struct unwind_file_key *k, struct unwind_ma
 			count(COUNTER_FILES_FULL);
 		return;
 	}
-	struct notice *n = bpf_ringbuf_reserve(&notices, NOTICE_HEAD_BYTES + sizeof(struct unwind_mapping), 0);
+	struct notice *n = reserve_notice(NOTICE_FILE, pid, ktime, NOTICE_HEAD_BYTES + sizeof(struct unwind_mapping));
 	if (!n) {
 		bpf_map_delete_elem(&unwind_files, k);
-		count(COUNTER_NOTICES_LOST);
 		return;
 	}
-	__builtin_memset(n, 0, NOTICE_HEAD_BYTES);
-	n->kind = NOTICE_FILE;
-	n->pid = pid;
-	n->ktime = ktime;
 	n->proc.count = 1;
 	n->proc.mappings[0] = *m;
 	bpf_ringbuf_submit(n, BPF_RB_FORCE_WAKEUP);
@@ -340,15 +352,9 @@ static __always_inline void notify(struct notice *n)
 // notice_exit tells user space that tgid, which had mappings here, exited.
 static __always_inline void notice_exit(u32 tgid)
 {
-	struct notice *n = bpf_ringbuf_reserve(&notices, NOTICE_HEAD_BYTES, 0);
-	if (!n) {
-		count(COUNTER_NOTICES_LOST);
+	struct notice *n = reserve_notice(NOTICE_EXIT, tgid, bpf_ktime_get_ns(), NOTICE_HEAD_BYTES);
+	if (!n)
 		return;
-	}
-	__builtin_memset(n, 0, NOTICE_HEAD_BYTES);
-	n->kind = NOTICE_EXIT;
-	n->pid = tgid;
-	n->ktime = bpf_ktime_get_ns();
 	// Exits are not urgent: read with the next notice that wakes.
 	bpf_ringbuf_submit(n, BPF_RB_NO_WAKEUP);
 }
