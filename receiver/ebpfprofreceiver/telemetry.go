@@ -90,9 +90,33 @@ func (r *profilesReceiver) registerTelemetry() error {
 		}),
 		tb.RegisterEbpfprofUnwindErrorsCallback(func(_ context.Context, o metric.Int64Observer) error {
 			u := r.unwind.Stats()
+			c, err := r.sampler.Counters()
+			if err != nil {
+				return err
+			}
 			observe(o, u.LoadErrors, "reason", "process_load")
 			observe(o, u.TableErrors, "reason", "table_build")
 			observe(o, u.DroppedRequests, "reason", "request_dropped")
+			observe(o, int64(c.FilesFull), "reason", "files_full")
+			observe(o, int64(c.NoticesLost), "reason", "notice_lost")
+			return nil
+		}),
+		tb.RegisterEbpfprofProcessReadsCallback(func(_ context.Context, o metric.Int64Observer) error {
+			c, err := r.sampler.Counters()
+			if err != nil {
+				return err
+			}
+			_, reads, err := r.sampler.ComposeStats()
+			if err != nil {
+				return err
+			}
+			observe(o, int64(reads), "outcome", "read")
+			observe(o, int64(c.ComposeDeferred), "outcome", "first_sample_deferred")
+			observe(o, int64(c.ComposeBusy), "outcome", "lock_busy")
+			observe(o, int64(c.ComposeOverflow), "outcome", "mappings_overflow")
+			observe(o, int64(c.ComposeGone), "outcome", "thread_gone")
+			observe(o, int64(c.ComposeRefused), "outcome", "task_work_refused")
+			observe(o, int64(c.ProcessesFull), "outcome", "processes_full")
 			return nil
 		}),
 		tb.RegisterEbpfprofProfilesEmittedCallback(func(_ context.Context, o metric.Int64Observer) error {
