@@ -590,6 +590,9 @@ struct {
 	__type(value, struct notice);
 } compose_scratch SEC(".maps");
 
+// Set by user space when sampling stops (Sampler.Stop).
+u32 sampling_stopped = 0;
+
 // Time spent in compose_walk and its runs: a task work callback is no
 // program of its own, so the kernel's run-time statistics miss it.
 u64 compose_walk_ns = 0;
@@ -637,8 +640,13 @@ static int compose_walk(struct bpf_map *map, void *key, void *value)
 			notify(n);
 	}
 	release_compose(tgid);
-	if (!w->ktime)
+	// After the sampler stopped, its last samples are being read to the
+	// end: one sent now would be counted but never read.
+	if (!w->ktime || sampling_stopped) {
+		if (w->ktime)
+			count(COUNTER_COMPOSE_GONE);
 		goto done;
+	}
 	struct sample *s = bpf_ringbuf_reserve(&samples, sizeof(*s), 0);
 	if (!s) {
 		count(COUNTER_DROPPED_RINGBUF);

@@ -291,6 +291,7 @@ const (
 	profilerVarOffCpuSlotCount         = "off_cpu_slot_count"
 	profilerVarOffCpuWalkNs            = "off_cpu_walk_ns"
 	profilerVarOffCpuWalks             = "off_cpu_walks"
+	profilerVarSamplingStopped         = "sampling_stopped"
 	profilerVarScopeLinks              = "scope_links"
 	profilerVarUnusedCounter           = "unused_counter"
 	profilerVarUnusedNotice            = "unused_notice"
@@ -397,6 +398,7 @@ type profilerVariableSpecs struct {
 	OffCpuSlotCount         *ebpf.VariableSpec `ebpf:"off_cpu_slot_count"`
 	OffCpuWalkNs            *ebpf.VariableSpec `ebpf:"off_cpu_walk_ns"`
 	OffCpuWalks             *ebpf.VariableSpec `ebpf:"off_cpu_walks"`
+	SamplingStopped         *ebpf.VariableSpec `ebpf:"sampling_stopped"`
 	ScopeLinks              *ebpf.VariableSpec `ebpf:"scope_links"`
 	UnusedCounter           *ebpf.VariableSpec `ebpf:"unused_counter"`
 	UnusedNotice            *ebpf.VariableSpec `ebpf:"unused_notice"`
@@ -488,6 +490,7 @@ type profilerVariables struct {
 	OffCpuSlotCount         *ebpf.Variable `ebpf:"off_cpu_slot_count"`
 	OffCpuWalkNs            *ebpf.Variable `ebpf:"off_cpu_walk_ns"`
 	OffCpuWalks             *ebpf.Variable `ebpf:"off_cpu_walks"`
+	SamplingStopped         *ebpf.Variable `ebpf:"sampling_stopped"`
 	ScopeLinks              *ebpf.Variable `ebpf:"scope_links"`
 	UnusedCounter           *ebpf.Variable `ebpf:"unused_counter"`
 	UnusedNotice            *ebpf.Variable `ebpf:"unused_notice"`

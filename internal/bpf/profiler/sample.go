@@ -152,8 +152,8 @@ type Counters struct {
 	// space.
 	ComposeDeferred uint64
 	// ComposeGone counts reads not done because the thread exited or
-	// exec'd before returning to user space: a deferred sample is lost
-	// with it.
+	// exec'd before returning to user space (a deferred sample is lost
+	// with it), and deferred samples not sent because sampling stopped.
 	ComposeGone uint64
 	// ComposeRefused counts reads not asked for: no free task work slot,
 	// or the kernel refused the task work.

@@ -431,6 +431,13 @@ func (s *Sampler) CPUs() int { return s.ncpu }
 // still be read and counted. It is safe to call more than once.
 func (s *Sampler) Stop() error {
 	var errs []error
+	// First samples still waiting for their task work are not sent from
+	// here on: they would come after the ringbuf was read to its end.
+	if s.objs.SamplingStopped != nil {
+		if err := s.objs.SamplingStopped.Set(uint32(1)); err != nil {
+			errs = append(errs, fmt.Errorf("marking sampling stopped: %w", err))
+		}
+	}
 	// Disabling the event waits for a sample being taken on its CPU, so
 	// every record reserved before Stop returns is also submitted.
 	for _, fd := range s.events {

@@ -251,8 +251,10 @@ func (l *Loader) Tick(now time.Time) {
 	}
 }
 
-// Run serves requests and sweeps until ctx is done.
+// Run serves requests and sweeps until ctx is done; then it closes the
+// files it held open for builds.
 func (l *Loader) Run(ctx context.Context) {
+	defer l.tables.closeFiles()
 	var ticker <-chan time.Time // nil, never ready, with SweepOnTick
 	if !l.cfg.SweepOnTick {
 		t := time.NewTicker(l.cfg.SweepInterval)

@@ -254,6 +254,13 @@ func (t *tableSet) setFramePointers(fe *fileEntry) {
 	t.publish(fe)
 }
 
+// closeFiles closes every file held open for a build.
+func (t *tableSet) closeFiles() {
+	for _, fe := range t.files {
+		fe.closeHeld()
+	}
+}
+
 func (fe *fileEntry) closeHeld() {
 	if fe.held != nil {
 		fe.held.Close()
