@@ -1,0 +1,178 @@
+package e2e
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/cilium/ebpf"
+
+	"github.com/bpfcol/bpfcol/internal/conventions"
+	"github.com/bpfcol/bpfcol/internal/testenv"
+	"github.com/bpfcol/bpfcol/internal/testworkload"
+)
+
+// cpuNs sums the on-CPU time of pid's threads in nanoseconds, from
+// /proc/PID/task/*/schedstat: finer than stat's clock ticks.
+func cpuNs(b *testing.B, pid int) int64 {
+	b.Helper()
+	tasks, err := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/schedstat", pid))
+	if err != nil || len(tasks) == 0 {
+		b.Fatalf("no threads of pid %d: %v", pid, err)
+	}
+	var total int64
+	for _, t := range tasks {
+		data, err := os.ReadFile(t)
+		if err != nil {
+			continue // exited since it was listed
+		}
+		f := strings.Fields(string(data))
+		if len(f) == 0 {
+			continue
+		}
+		ns, _ := strconv.ParseInt(f[0], 10, 64)
+		total += ns
+	}
+	return total
+}
+
+// programRuns returns the run time and count, in the kernel's BPF
+// statistics (enableBPFStats), of the BPF programs named name that pid
+// holds.
+func programRuns(b *testing.B, pid int, name string) (time.Duration, uint64) {
+	b.Helper()
+	fds, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))
+	if err != nil {
+		b.Fatal(err)
+	}
+	var rt time.Duration
+	var runs uint64
+	seen := map[ebpf.ProgramID]bool{}
+	for _, fd := range fds {
+		if target, err := os.Readlink(fmt.Sprintf("/proc/%d/fd/%s", pid, fd.Name())); err != nil || target != "anon_inode:bpf-prog" {
+			continue
+		}
+		info, err := fdinfo(pid, fd.Name())
+		if err != nil {
+			b.Fatal(err)
+		}
+		id, _ := strconv.ParseUint(info["prog_id"], 10, 32)
+		if seen[ebpf.ProgramID(id)] {
+			continue
+		}
+		seen[ebpf.ProgramID(id)] = true
+		prog, err := ebpf.NewProgramFromID(ebpf.ProgramID(id))
+		if err != nil {
+			b.Fatal(err)
+		}
+		pi, err := prog.Info()
+		if err != nil || pi.Name != name {
+			prog.Close()
+			continue
+		}
+		st, err := prog.Stats()
+		prog.Close()
+		if err != nil {
+			b.Fatal(err)
+		}
+		rt += st.Runtime
+		runs += st.RunCount
+	}
+	if len(seen) == 0 {
+		b.Fatalf("pid %d holds no BPF program", pid)
+	}
+	return rt, runs
+}
+
+// BenchmarkPerExecCost measures what a process that bin/bpfcol never
+// samples costs it: its CPU time over a window of execs of a tiny static
+// program (each exits at once, one after the other, so that almost none is
+// sampled), less its CPU time over an idle window as long, per exec. It
+// reports too the time the kernel spent in bpfcol's BPF program at each
+// exiting process (run in that process, not in bpfcol), and how many of
+// the execs were sampled. It fails unless bpfcol sampled the exec loop
+// through the window.
+func BenchmarkPerExecCost(b *testing.B) {
+	testenv.RequireBPF(b)
+	exitnow := testworkload.BuildC(b, "exitnow.c", "-O2", "-static")
+	loop := testworkload.BuildC(b, "execloop.c", "-O2")
+	window := max(benchSeconds(b)/3, 10*time.Second)
+	enableBPFStats(b)
+	for b.Loop() {
+		server := startProfilesServer(b)
+		col := startCollector(b, strings.Replace(profilesConfig(server.addr), "sampling_frequency: 99\n    report_interval: 1s",
+			fmt.Sprintf("sampling_frequency: %d\n    report_interval: %s", overheadHz, overheadReport), 1))
+		for deadline := time.Now().Add(90 * time.Second); len(server.all()) == 0; time.Sleep(100 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				b.Fatalf("bpfcol exported nothing within 90s:\n%s", col.output)
+			}
+		}
+		time.Sleep(warmUp)
+		pid := col.cmd.Process.Pid
+
+		idle0 := cpuNs(b, pid)
+		idleFrom := time.Now()
+		time.Sleep(window)
+		idle := time.Since(idleFrom)
+		idle1 := cpuNs(b, pid)
+
+		exitRT0, exitRuns0 := programRuns(b, pid, "proc_exit")
+		from := time.Now()
+		cmd := exec.Command(loop, strconv.FormatFloat(window.Seconds(), 'f', 3, 64), exitnow)
+		out, err := cmd.Output()
+		if err != nil {
+			b.Fatalf("exec loop: %v", err)
+		}
+		to := time.Now()
+		busy := to.Sub(from)
+		execs1 := cpuNs(b, pid)
+		exitRT1, exitRuns1 := programRuns(b, pid, "proc_exit")
+		execs, err := strconv.ParseInt(strings.TrimSpace(string(out)), 10, 64)
+		if err != nil || execs == 0 {
+			b.Fatalf("exec loop printed %q", out)
+		}
+
+		// bpfcol must have kept sampling: the exec loop's own samples, at
+		// 20 Hz of its busy time, in the window.
+		for deadline := to.Add(3*overheadReport + 10*time.Second); latestSample(server).Before(to.Add(overheadReport)); time.Sleep(100 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				b.Fatalf("bpfcol exported no sample taken after %s", to.Add(overheadReport).Format(time.TimeOnly))
+			}
+		}
+		var loopSamples int64
+		sampled := map[int64]bool{}
+		for _, s := range windowSamples(b, server, from, to) {
+			switch s.Labels[conventions.ThreadName] {
+			case "execloop":
+				loopSamples += s.Count
+			case "exitnow":
+				sampled[s.PID] = true
+			}
+		}
+		if least := int64(overheadHz * busy.Seconds() / 4); loopSamples < least {
+			b.Fatalf("bpfcol exported %d samples of the exec loop over %s, want at least %d", loopSamples, busy, least)
+		}
+
+		idleRate := float64(idle1-idle0) / idle.Seconds() // ns of CPU per second
+		extra := float64(execs1-idle1) - idleRate*busy.Seconds()
+		perExec := extra / float64(execs) / 1000
+		b.ReportMetric(perExec, "bpfcol_us/exec")
+		b.ReportMetric(float64(execs)/busy.Seconds(), "execs/s")
+		b.ReportMetric(100*idleRate/1e9, "bpfcol_idle_%core")
+		b.ReportMetric(100*float64(execs1-idle1)/busy.Seconds()/1e9, "bpfcol_execs_%core")
+		b.ReportMetric(float64(len(sampled))/float64(execs), "execs_sampled/exec")
+		exitNsPerRun := 0.0
+		if exitRuns1 > exitRuns0 {
+			exitNsPerRun = float64((exitRT1 - exitRT0).Nanoseconds()) / float64(exitRuns1-exitRuns0)
+			b.ReportMetric(exitNsPerRun, "exit_bpf_ns/run")
+		}
+		b.Logf("%d execs in %s (%.0f/s): bpfcol %.3f%% of a core idle, %.3f%% with the execs, %.2f µs per exec; %d of the execs sampled; its exit program %.0f ns per thread exit (%d runs); load average %.2f",
+			execs, busy.Round(time.Millisecond), float64(execs)/busy.Seconds(), 100*idleRate/1e9, 100*float64(execs1-idle1)/busy.Seconds()/1e9,
+			perExec, len(sampled), exitNsPerRun, exitRuns1-exitRuns0, loadAverage())
+	}
+}
