@@ -5,6 +5,9 @@ package profiler
 import (
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -216,4 +219,58 @@ func TestSamplerAsksUserSpaceToReadMappings(t *testing.T) {
 	if f.Mappings[0].File != maps[0].File && (len(maps) < 2 || f.Mappings[0].File != maps[1].File) {
 		t.Logf("first file asked for: %+v", f.Mappings[0])
 	}
+}
+
+// TestSamplerNamesOverlayFilesAsProc runs a program from an overlayfs
+// mount, in a mount namespace of its own, as containers do: the kernel
+// maps the backing (lower) file, yet the sampler must name the file as
+// /proc/PID/maps does, the overlay's inode, which is the file user space
+// opens through /proc/PID/map_files.
+func TestSamplerNamesOverlayFilesAsProc(t *testing.T) {
+	testenv.RequireBPF(t)
+	if err := CheckCompose(); err != nil {
+		t.Skipf("BPF does not read mappings on this kernel: %v", err)
+	}
+	unshare := testenv.LookPath(t, "unshare")
+	bin := testworkload.BuildC(t, "cpuhog.c", testworkload.CPUHogFlags()...)
+	dir := t.TempDir()
+	for _, d := range []string{"lower", "upper", "work", "merged"} {
+		if err := os.Mkdir(filepath.Join(dir, d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	data, err := os.ReadFile(bin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "lower", "cpuhog"), data, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	s, err := New(Options{Frequency: 99})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	script := fmt.Sprintf("mount -t overlay overlay -o lowerdir=%[1]s/lower,upperdir=%[1]s/upper,workdir=%[1]s/work %[1]s/merged && exec %[1]s/merged/cpuhog 30", dir)
+	cmd := testworkload.Start(t, unshare, "--mount", "--propagation", "private", "sh", "-c", script)
+	pid := cmd.Process.Pid
+	ns := noticesOf(t, s, pid)
+	n := waitNotice(t, s, ns, NoticeProcess, "notice of the mappings read")
+	want := execMappings(t, pid)
+	if !strings.HasSuffix(want[0].Path, "/merged/cpuhog") {
+		t.Fatalf("the workload does not run from the overlay: %+v", want[0])
+	}
+	lower, err := os.Stat(filepath.Join(dir, "lower", "cpuhog"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if id, _ := process.FileIDOf(lower); id.FileKey == want[0].Key() {
+		t.Fatalf("the overlay shows the lower file's identity %+v: the test proves nothing", id)
+	}
+	sameMappings(t, n.Mappings, want)
+	f, err := process.OpenMappedFile(pid, want[0].Start, want[0].End, n.Mappings[0].File)
+	if err != nil {
+		t.Fatalf("opening the mapping as the sampler names it: %v", err)
+	}
+	f.Close()
 }

@@ -281,6 +281,7 @@ const (
 	profilerVarComposeWalkNs           = "compose_walk_ns"
 	profilerVarComposeWalks            = "compose_walks"
 	profilerVarFirstSamplePending      = "first_sample_pending"
+	profilerVarFmodeBacking            = "fmode_backing"
 	profilerVarOffCpuGapFrac           = "off_cpu_gap_frac"
 	profilerVarOffCpuGapInt            = "off_cpu_gap_int"
 	profilerVarOffCpuLog2Frac          = "off_cpu_log2_frac"
@@ -388,6 +389,7 @@ type profilerVariableSpecs struct {
 	ComposeWalkNs           *ebpf.VariableSpec `ebpf:"compose_walk_ns"`
 	ComposeWalks            *ebpf.VariableSpec `ebpf:"compose_walks"`
 	FirstSamplePending      *ebpf.VariableSpec `ebpf:"first_sample_pending"`
+	FmodeBacking            *ebpf.VariableSpec `ebpf:"fmode_backing"`
 	OffCpuGapFrac           *ebpf.VariableSpec `ebpf:"off_cpu_gap_frac"`
 	OffCpuGapInt            *ebpf.VariableSpec `ebpf:"off_cpu_gap_int"`
 	OffCpuLog2Frac          *ebpf.VariableSpec `ebpf:"off_cpu_log2_frac"`
@@ -480,6 +482,7 @@ type profilerVariables struct {
 	ComposeWalkNs           *ebpf.Variable `ebpf:"compose_walk_ns"`
 	ComposeWalks            *ebpf.Variable `ebpf:"compose_walks"`
 	FirstSamplePending      *ebpf.Variable `ebpf:"first_sample_pending"`
+	FmodeBacking            *ebpf.Variable `ebpf:"fmode_backing"`
 	OffCpuGapFrac           *ebpf.Variable `ebpf:"off_cpu_gap_frac"`
 	OffCpuGapInt            *ebpf.Variable `ebpf:"off_cpu_gap_int"`
 	OffCpuLog2Frac          *ebpf.Variable `ebpf:"off_cpu_log2_frac"`

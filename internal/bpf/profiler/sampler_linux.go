@@ -74,6 +74,9 @@ func New(opts Options) (_ *Sampler, err error) {
 		spec.Maps[profilerMapUnwindFiles].MaxEntries = uint32(opts.UnwindFiles)
 	}
 
+	if err := spec.Variables[profilerVarFmodeBacking].Set(fmodeBacking(kernelRelease())); err != nil {
+		return nil, fmt.Errorf("setting FMODE_BACKING: %w", err)
+	}
 	if err := configureOffCPU(spec, opts.OffCPU); err != nil {
 		return nil, err
 	}

@@ -118,7 +118,44 @@ struct inode___pm {
 
 struct file___pm {
 	struct inode___pm *f_inode;
+	unsigned int f_mode;
 } __attribute__((preserve_access_index));
+
+struct dentry___pm {
+	struct inode___pm *d_inode;
+} __attribute__((preserve_access_index));
+
+struct path___pm {
+	void *mnt;
+	struct dentry___pm *dentry;
+} __attribute__((preserve_access_index));
+
+// A file that a stackable file system (overlayfs) maps in its own place
+// (6.6+): the path the process opened follows it.
+struct backing_file___pm {
+	struct file___pm file;
+	struct path___pm user_path;
+} __attribute__((preserve_access_index));
+
+// FMODE_BACKING of this kernel, set by the loader from its version: 1 << 25
+// from 6.8, when /proc/PID/maps began to show the inode the process opened
+// (overlayfs's) rather than the backing file's, 1 << 24 from 6.14; 0
+// before 6.8.
+const volatile u32 fmode_backing = 0;
+
+// user_inode returns the inode of file as /proc/PID/maps shows it: for a
+// backing file, the inode of the path the process opened, whose identity
+// user space sees when it opens the mapping (kernel's file_user_inode).
+static __always_inline struct inode___pm *user_inode(struct file___pm *file)
+{
+	if (fmode_backing && bpf_core_type_exists(struct backing_file___pm) &&
+	    (BPF_CORE_READ(file, f_mode) & fmode_backing)) {
+		struct inode___pm *inode = BPF_CORE_READ((struct backing_file___pm *)file, user_path.dentry, d_inode);
+		if (inode)
+			return inode;
+	}
+	return BPF_CORE_READ(file, f_inode);
+}
 
 struct vm_area_struct___pm {
 	unsigned long vm_start, vm_end;
@@ -252,9 +289,10 @@ static __always_inline void add_vma(struct unwind_mapping *m, struct vm_area_str
 	m->file_base = m->start - (v->vm_pgoff << PAGE_SHIFT);
 	struct file___pm *file = v->vm_file;
 	if (file) {
+		struct inode___pm *inode = user_inode(file);
 		m->kind = UNWIND_MAPPING_FILE;
-		m->ino = BPF_CORE_READ(file, f_inode, i_ino);
-		m->dev = BPF_CORE_READ(file, f_inode, i_sb, s_dev);
+		m->ino = BPF_CORE_READ(inode, i_ino);
+		m->dev = BPF_CORE_READ(inode, i_sb, s_dev);
 		return;
 	}
 	m->kind = m->start == vdso ? UNWIND_MAPPING_VDSO : UNWIND_MAPPING_ANON;
@@ -288,8 +326,15 @@ static __always_inline int compose(struct task_struct *task, struct notice *n, u
 	n->pid = task->tgid;
 	n->ktime = since;
 	n->cgroup = bpf_get_current_cgroup_id();
-	n->exe_ino = BPF_CORE_READ(mm, exe_file, f_inode, i_ino);
-	n->exe_dev = BPF_CORE_READ(mm, exe_file, f_inode, i_sb, s_dev);
+	struct file___pm *exe = BPF_CORE_READ(mm, exe_file);
+	if (exe) {
+		struct inode___pm *inode = user_inode(exe);
+		n->exe_ino = BPF_CORE_READ(inode, i_ino);
+		n->exe_dev = BPF_CORE_READ(inode, i_sb, s_dev);
+	} else {
+		n->exe_ino = 0;
+		n->exe_dev = 0;
+	}
 	n->visited = 0;
 	n->flags = 0;
 	n->proc.mm = (u64)mm;
