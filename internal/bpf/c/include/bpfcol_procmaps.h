@@ -92,9 +92,11 @@ struct notice {
 
 #define NOTICE_HEAD_BYTES __builtin_offsetof(struct notice, proc.mappings)
 
+// Read as notices come (each wakes the reader): room for 48 of the largest
+// is plenty, and its pages are the collector's memory once touched.
 struct {
 	__uint(type, BPF_MAP_TYPE_RINGBUF);
-	__uint(max_entries, 256 << 10);
+	__uint(max_entries, 128 << 10);
 } notices SEC(".maps");
 
 const struct notice *unused_notice __attribute__((unused));
