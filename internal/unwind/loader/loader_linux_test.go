@@ -236,7 +236,7 @@ func TestLoaderDropsIdleFiles(t *testing.T) {
 	cmd := startBusy(t, "/usr/bin/python3.11", pythonArgs...)
 	l := newTestLoader(t, profiler.Options{Frequency: 99, PID: cmd.Process.Pid},
 		Config{MaxIdleFiles: maxIdle, IdleAfter: 3 * time.Second, SweepInterval: 100 * time.Millisecond}, true)
-	waitReady(t, l, cmd.Process.Pid)
+	waitSettled(t, l, cmd.Process.Pid)
 	loaded := l.Stats()
 	if loaded.Files <= maxIdle {
 		t.Fatalf("python3.11 loaded %d files' tables, want more than %d for the test", loaded.Files, maxIdle)
@@ -305,7 +305,7 @@ func TestLoaderSweepsOnTick(t *testing.T) {
 	const maxIdle = 1
 	l := newTestLoader(t, profiler.Options{Frequency: 99, PID: cmd.Process.Pid},
 		Config{MaxIdleFiles: maxIdle, IdleAfter: time.Nanosecond, SweepInterval: time.Hour, SweepOnTick: true}, true)
-	waitReady(t, l, cmd.Process.Pid)
+	waitSettled(t, l, cmd.Process.Pid)
 	cmd.Process.Kill()
 	cmd.Wait()
 	loaded := l.Stats().Files
