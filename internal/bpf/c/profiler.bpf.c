@@ -708,8 +708,9 @@ static __always_inline bool defer_compose(void *ctx, struct task_struct *task, u
 
 // ask_user asks user space to read the current process's mappings from
 // /proc, where the kernel cannot have BPF read them: a READ notice with
-// the identity its entry must carry.
-static __always_inline void ask_user(struct task_struct *task, u32 tgid, u64 now)
+// the identity its entry must carry, and the reads its samples asked for
+// so far (flags bits 24-31, the backoff of recompose_due).
+static __always_inline void ask_user(struct task_struct *task, u32 tgid, u64 now, u32 reads)
 {
 	struct notice *n = reserve_notice(NOTICE_READ, tgid, now, NOTICE_HEAD_BYTES);
 	if (!n) {
@@ -719,6 +720,7 @@ static __always_inline void ask_user(struct task_struct *task, u32 tgid, u64 now
 	n->proc.mm = (u64)task->mm;
 	n->proc.start_ns = image_start(task);
 	n->proc.composed_ns = now;
+	n->proc.flags = (reads > 255 ? 255 : reads) << 24;
 	bpf_ringbuf_submit(n, BPF_RB_FORCE_WAKEUP);
 }
 
@@ -744,7 +746,7 @@ static __always_inline int sample(void *ctx, bool compose_in_bpf)
 			u64 now = bpf_ktime_get_ns();
 			if (claim_compose(tgid, now)) {
 				if (!compose_in_bpf)
-					ask_user(task, tgid, now);
+					ask_user(task, tgid, now, 0);
 				else if (defer_compose(ctx, task, tid, tgid, now, true))
 					return 0; // walked by compose_walk
 			}
@@ -761,7 +763,7 @@ static __always_inline int sample(void *ctx, bool compose_in_bpf)
 		struct unwind_proc *proc = bpf_map_lookup_elem(&unwind_procs, &tgid);
 		if (proc && recompose_due(proc, s->ktime_ns) && claim_compose(tgid, s->ktime_ns)) {
 			if (!compose_in_bpf)
-				ask_user(task, tgid, s->ktime_ns);
+				ask_user(task, tgid, s->ktime_ns, (proc->flags >> 24) + 1);
 			else
 				defer_compose(ctx, task, tid, tgid, s->ktime_ns, false);
 		}

@@ -33,7 +33,7 @@ func (s *Sampler) ReadNotice(dst *Notice) error {
 	}
 	dst.PID, dst.KtimeNs, dst.CgroupID = n.Pid, n.Ktime, n.Cgroup
 	dst.Exe = fileKeyOf(n.ExeDev, n.ExeIno)
-	dst.Image = Image{MM: n.Proc.Mm, StartNs: n.Proc.StartNs}
+	dst.Image = Image{MM: n.Proc.Mm, StartNs: n.Proc.StartNs, Reads: uint8(n.Proc.Flags >> 24)}
 	dst.New = n.Flags&uint32(profilerNoticeFlagNOTICE_NEW) != 0
 	dst.Overflow = n.Proc.Flags&uint32(profilerUnwindProcFlagUNWIND_PROC_OVERFLOW) != 0
 	dst.Mappings = appendMappings(dst.Mappings[:0], &n.Proc)

@@ -274,3 +274,65 @@ func TestSamplerNamesOverlayFilesAsProc(t *testing.T) {
 	}
 	f.Close()
 }
+
+// TestSamplerBacksOffReadsAskedByLeaves runs a program that loads a
+// library and spends its time in it, under the sampler that leaves reads
+// to user space, which keeps setting mappings without the library (as
+// with a JIT that keeps mapping code): its samples' leaves stay outside
+// them, and they ask again, each time waiting twice as long (from 10 ms),
+// not once per sample.
+func TestSamplerBacksOffReadsAskedByLeaves(t *testing.T) {
+	testenv.RequireBPF(t)
+	composeInBPF = func() error { return errors.New("kernel feature missing: test") }
+	t.Cleanup(func() { composeInBPF = CheckCompose })
+	lib := testworkload.BuildC(t, "dlopenlib.c", "-shared", "-fPIC")
+	bin := testworkload.BuildC(t, "dlopenhot.c")
+	s, err := New(Options{Frequency: 997})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	cmd := testworkload.Start(t, bin, lib, "0.2")
+	pid := cmd.Process.Pid
+	ns := noticesOf(t, s, pid)
+	var maps []UnwindMapping
+	for _, m := range execMappings(t, pid) {
+		if m.Path == lib {
+			continue
+		}
+		um := UnwindMapping{Start: m.Start, End: m.End, FileBase: m.Start - m.Offset, Kind: MappingAnon, Prot: ProtRead | ProtExec}
+		if m.Inode != 0 {
+			um.Kind, um.File = MappingFile, m.Key()
+		}
+		maps = append(maps, um)
+	}
+	deadline := time.After(3 * time.Second)
+	var reads []uint8
+	var at []time.Duration
+	start := time.Now()
+	for done := false; !done; {
+		select {
+		case n := <-ns:
+			if n.Kind != NoticeRead {
+				continue
+			}
+			reads = append(reads, n.Image.Reads)
+			at = append(at, time.Since(start).Round(time.Millisecond))
+			if _, err := s.SetUnwindMappings(uint32(pid), n.Image, maps); err != nil {
+				t.Fatal(err)
+			}
+		case <-deadline:
+			done = true
+		}
+	}
+	t.Logf("reads asked at %v, counts %v", at, reads)
+	// 10 + 20 + ... + 1280 ms: 8 reads after the first in 2.5 s.
+	if len(reads) < 3 || len(reads) > 12 {
+		t.Fatalf("%d reads asked in 3 s, want a few growing apart (10 ms doubling)", len(reads))
+	}
+	for i := 1; i < len(reads); i++ {
+		if reads[i] <= reads[i-1] {
+			t.Fatalf("reads asked counted %v: the backoff does not grow", reads)
+		}
+	}
+}

@@ -68,6 +68,10 @@ func (m *UnwindMapping) Offset() uint64 { return m.Start - m.FileBase }
 // its own only while both are the same.
 type Image struct {
 	MM, StartNs uint64
+	// Reads is how many times the process's samples asked for its
+	// mappings to be read again (a leaf outside them): the longer the
+	// sampler waits before it asks again (NoticeRead only).
+	Reads uint8
 }
 
 // FileState is where a file's table stands.

@@ -166,6 +166,7 @@ func (s *Sampler) SetUnwindMappings(pid uint32, img Image, maps []UnwindMapping)
 	n := min(len(maps), MaxUnwindMappings)
 	p.Mm, p.StartNs, p.ComposedNs = img.MM, img.StartNs, uint64(ktime.MonotonicNanos())
 	p.Count = uint32(n)
+	p.Flags = uint32(img.Reads) << 24
 	if len(maps) > n {
 		p.Flags |= uint32(profilerUnwindProcFlagUNWIND_PROC_OVERFLOW)
 	}
@@ -198,7 +199,7 @@ func (s *Sampler) UnwindMappings(pid uint32) ([]UnwindMapping, Image, bool, erro
 		}
 		return nil, Image{}, false, fmt.Errorf("looking up unwind mappings of pid %d: %w", pid, err)
 	}
-	return appendMappings(nil, &p), Image{MM: p.Mm, StartNs: p.StartNs}, true, nil
+	return appendMappings(nil, &p), Image{MM: p.Mm, StartNs: p.StartNs, Reads: uint8(p.Flags >> 24)}, true, nil
 }
 
 // appendMappings appends p's mappings to dst.

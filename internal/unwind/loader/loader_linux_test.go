@@ -459,7 +459,7 @@ func TestLoaderReadsMappingsForKernelsWithout(t *testing.T) {
 	l := newTestLoader(t, profiler.Options{Frequency: 1}, Config{}, false)
 	cmd := startBusy(t, "/usr/bin/python3.11", "-c", "import time; time.sleep(60)")
 	pid := cmd.Process.Pid
-	img := profiler.Image{MM: 0xffff888012345000, StartNs: 42}
+	img := profiler.Image{MM: 0xffff888012345000, StartNs: 42, Reads: 3}
 	if err := l.Read(uint32(pid), img); err != nil {
 		t.Fatal(err)
 	}
