@@ -74,7 +74,14 @@ enum unwind_proc_flag {
 /*
  * A process's executable mappings. An entry is only ever replaced whole
  * (a map update), never changed in place but for asked_ns: a walk on
- * another CPU sees the old entry or the new one.
+ * another CPU finds the old entry or the new one, never one half written.
+ * The hash links the new element before it unlinks the old, but frees the
+ * old one to its allocator's per-CPU cache at once (bpf_mem_cache_free,
+ * not after an RCU grace period): a walk still holding the old entry reads
+ * another entry's bytes if the updating CPU allocates that element again
+ * within the walk's microseconds. Entries are replaced about once per
+ * process image, so that is left as it is; the aggregator checks every
+ * frame against the process's mappings.
  */
 struct unwind_proc {
 	u64 mm;          /* the address space the mappings were read from: another one (exec) reads them again */
