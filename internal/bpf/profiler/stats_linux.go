@@ -8,6 +8,8 @@ import (
 	"os"
 	"strconv"
 	"time"
+
+	"github.com/cilium/ebpf"
 )
 
 // eventTarget is one perf event to open: a CPU (pid -1), or a thread on
@@ -75,14 +77,20 @@ func (s *Sampler) OffCPUWalkStats() (time.Duration, uint64, error) {
 	if s.offCPUSwitch == nil {
 		return 0, 0, errors.New("reading off-CPU walk stats: off-CPU events are not enabled")
 	}
-	var ns, n uint64
-	if err := s.objs.OffCpuWalkNs.Get(&ns); err != nil {
-		return 0, 0, fmt.Errorf("reading off-CPU walk time: %w", err)
+	return selfTimed(s.objs.OffCpuWalkNs, s.objs.OffCpuWalks, "off-CPU walk")
+}
+
+// selfTimed reads the time and the runs that a task work callback counts
+// of itself, in the variables ns and runs.
+func selfTimed(ns, runs *ebpf.Variable, what string) (time.Duration, uint64, error) {
+	var t, n uint64
+	if err := ns.Get(&t); err != nil {
+		return 0, 0, fmt.Errorf("reading %s time: %w", what, err)
 	}
-	if err := s.objs.OffCpuWalks.Get(&n); err != nil {
-		return 0, 0, fmt.Errorf("reading off-CPU walk count: %w", err)
+	if err := runs.Get(&n); err != nil {
+		return 0, 0, fmt.Errorf("reading %s count: %w", what, err)
 	}
-	return time.Duration(ns), n, nil
+	return time.Duration(t), n, nil
 }
 
 // ComposeStats returns how long the task work that reads processes'
@@ -90,12 +98,5 @@ func (s *Sampler) OffCPUWalkStats() (time.Duration, uint64, error) {
 // task work callback is no program of its own, so the kernel's statistics
 // miss it: the callback times itself, always.
 func (s *Sampler) ComposeStats() (time.Duration, uint64, error) {
-	var ns, n uint64
-	if err := s.objs.ComposeWalkNs.Get(&ns); err != nil {
-		return 0, 0, fmt.Errorf("reading mapping read time: %w", err)
-	}
-	if err := s.objs.ComposeWalks.Get(&n); err != nil {
-		return 0, 0, fmt.Errorf("reading mapping read count: %w", err)
-	}
-	return time.Duration(ns), n, nil
+	return selfTimed(s.objs.ComposeWalkNs, s.objs.ComposeWalks, "mapping read")
 }
