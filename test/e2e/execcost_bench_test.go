@@ -95,12 +95,14 @@ func programRuns(b *testing.B, pid int, name string) (time.Duration, uint64) {
 // sampled), less its CPU time over an idle window as long, per exec. It
 // reports too the time the kernel spent in bpfcol's BPF program at each
 // exiting process (run in that process, not in bpfcol), and how many of
-// the execs were sampled. It fails unless bpfcol sampled the exec loop
-// through the window.
+// the execs were sampled. A busy workload runs through both windows, the
+// same in each: the benchmark fails unless bpfcol exported its samples of
+// the exec window, 20 a second of its CPU time.
 func BenchmarkPerExecCost(b *testing.B) {
 	testenv.RequireBPF(b)
 	exitnow := testworkload.BuildC(b, "exitnow.c", "-O2", "-static")
 	loop := testworkload.BuildC(b, "execloop.c", "-O2")
+	hog := testworkload.Start(b, testworkload.BuildC(b, "cpuhog.c", testworkload.CPUHogFlags()...))
 	window := max(benchSeconds(b)/3, 10*time.Second)
 	enableBPFStats(b)
 	for b.Loop() {
@@ -122,6 +124,7 @@ func BenchmarkPerExecCost(b *testing.B) {
 		idle1 := cpuNs(b, pid)
 
 		exitRT0, exitRuns0 := programRuns(b, pid, "proc_exit")
+		hogTicks := cpuTicks(b, hog.Process.Pid)
 		from := time.Now()
 		cmd := exec.Command(loop, strconv.FormatFloat(window.Seconds(), 'f', 3, 64), exitnow)
 		out, err := cmd.Output()
@@ -129,6 +132,7 @@ func BenchmarkPerExecCost(b *testing.B) {
 			b.Fatalf("exec loop: %v", err)
 		}
 		to := time.Now()
+		hogTicks = cpuTicks(b, hog.Process.Pid) - hogTicks
 		busy := to.Sub(from)
 		execs1 := cpuNs(b, pid)
 		exitRT1, exitRuns1 := programRuns(b, pid, "proc_exit")
@@ -137,25 +141,28 @@ func BenchmarkPerExecCost(b *testing.B) {
 			b.Fatalf("exec loop printed %q", out)
 		}
 
-		// bpfcol must have kept sampling: the exec loop's own samples, at
-		// 20 Hz of its busy time, in the window.
+		// bpfcol must have kept sampling: the busy workload's samples, 20
+		// a second of its CPU time in the window, less one sample period
+		// at each report interval's edges and the clock tick of /proc.
 		for deadline := to.Add(3*overheadReport + 10*time.Second); latestSample(server).Before(to.Add(overheadReport)); time.Sleep(100 * time.Millisecond) {
 			if time.Now().After(deadline) {
 				b.Fatalf("bpfcol exported no sample taken after %s", to.Add(overheadReport).Format(time.TimeOnly))
 			}
 		}
-		var loopSamples int64
+		var hogSamples int64
 		sampled := map[int64]bool{}
 		for _, s := range windowSamples(b, server, from, to) {
-			switch s.Labels[conventions.ThreadName] {
-			case "execloop":
-				loopSamples += s.Count
-			case "exitnow":
+			switch {
+			case s.PID == int64(hog.Process.Pid):
+				hogSamples += s.Count
+			case s.Labels[conventions.ThreadName] == "exitnow":
 				sampled[s.PID] = true
 			}
 		}
-		if least := int64(overheadHz * busy.Seconds() / 4); loopSamples < least {
-			b.Fatalf("bpfcol exported %d samples of the exec loop over %s, want at least %d", loopSamples, busy, least)
+		edges := 2 * (busy/overheadReport + 2)
+		want := int64(overheadHz*float64(hogTicks)/clockTicksPerSecond) - int64(edges) - overheadHz/clockTicksPerSecond - 1
+		if hogSamples < want {
+			b.Fatalf("bpfcol exported %d samples of the busy workload over %s, want at least %d (%d Hz of its %d ticks)", hogSamples, busy, want, overheadHz, hogTicks)
 		}
 
 		idleRate := float64(idle1-idle0) / idle.Seconds() // ns of CPU per second
