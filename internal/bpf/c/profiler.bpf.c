@@ -788,18 +788,23 @@ int sample_stack_user(void *ctx)
 
 // proc_exit forgets a process whose last thread exits, and tells user
 // space when it had read its mappings. An exiting thread's read, waiting
-// for its task work, goes with its entry (the work is cancelled).
+// for its task work, goes with its entry (the work is cancelled). It runs
+// at every thread exit of the host: each map is looked up first, without
+// a lock, and deleted from (which takes the bucket's lock) only when it
+// holds the key, as for few exits it does.
 SEC("tp_btf/sched_process_exit")
 int proc_exit(u64 *ctx)
 {
 	struct task_struct *task = (struct task_struct *)ctx[0];
 	u32 tid = task->pid;
-	bpf_map_delete_elem(&compose_works, &tid);
+	if (bpf_map_lookup_elem(&compose_works, &tid))
+		bpf_map_delete_elem(&compose_works, &tid);
 	if (task->signal->live.counter != 0)
 		return 0;
 	u32 tgid = task->tgid;
-	release_compose(tgid);
-	if (bpf_map_delete_elem(&unwind_procs, &tgid) == 0)
+	if (bpf_map_lookup_elem(&composing, &tgid))
+		release_compose(tgid);
+	if (bpf_map_lookup_elem(&unwind_procs, &tgid) && bpf_map_delete_elem(&unwind_procs, &tgid) == 0)
 		notice_exit(tgid);
 	return 0;
 }
