@@ -204,7 +204,7 @@ func sideBySide(b *testing.B, peerBin, symbolizer string, warm time.Duration, wo
 	both := []*sideProfiler{ours, theirs}
 	for _, p := range both {
 		for len(p.server.all()) == 0 {
-			if time.Since(started) > 240*time.Second {
+			if time.Since(started) > 90*time.Second {
 				b.Fatalf("%s exported nothing within 90s:\nbpfcol:\n%s\npeer:\n%s", p.name, col.output, peer.output)
 			}
 			time.Sleep(100 * time.Millisecond)
