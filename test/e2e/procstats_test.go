@@ -59,8 +59,8 @@ type bpfRunStats struct {
 	// in the program that called them.
 	runtimeNs uint64
 	// samples is how often its perf_event programs ran: one run per
-	// sample.
-	samples uint64
+	// sample; samplingNs is their run time.
+	samples, samplingNs uint64
 }
 
 // bpfProgPerfEvent is BPF_PROG_TYPE_PERF_EVENT in fdinfo's prog_type.
@@ -106,6 +106,7 @@ func processBPFStats(b *testing.B, pid int) bpfRunStats {
 		st.runtimeNs += rt
 		if info["prog_type"] == strconv.Itoa(bpfProgPerfEvent) {
 			st.samples += n
+			st.samplingNs += rt
 		}
 	}
 	for _, id := range linked {

@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -194,6 +195,25 @@ func expectedSamples(b *testing.B, hz int, window time.Duration, before, after c
 		b.Fatalf("the host was busy only %.1f CPU-s of the %s window on %d CPUs: the workloads did not run", busy, window, after.cpus)
 	}
 	return float64(hz)*busy - 2*cpus - cpus*float64(hz)/clockTicksPerSecond
+}
+
+// longestGap is the longest time in [from, to] in which no sample was
+// taken.
+func longestGap(samples []pprofiletest.Sample, from, to time.Time) time.Duration {
+	times := []int64{from.UnixNano(), to.UnixNano()}
+	for _, s := range samples {
+		for _, ts := range s.Timestamps {
+			times = append(times, int64(ts))
+		}
+	}
+	slices.Sort(times)
+	var gap int64
+	for i := 1; i < len(times); i++ {
+		if from.UnixNano() <= times[i-1] && times[i] <= to.UnixNano() {
+			gap = max(gap, times[i]-times[i-1])
+		}
+	}
+	return time.Duration(gap)
 }
 
 func countSamples(samples []pprofiletest.Sample) int64 {
