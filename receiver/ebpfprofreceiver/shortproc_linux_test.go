@@ -104,7 +104,7 @@ func TestShortProcessesCompleteFromFirstSample(t *testing.T) {
 	xz := testenv.LookPath(t, "xz")
 	data := filepath.Join(t.TempDir(), "data")
 	var buf bytes.Buffer
-	for i := 0; buf.Len() < 2<<20; i++ {
+	for i := 0; buf.Len() < 1<<20; i++ {
 		fmt.Fprintf(&buf, "sample %d of a stack %d frames deep\n", i, i%97)
 	}
 	if err := os.WriteFile(data, buf.Bytes(), 0o644); err != nil {
@@ -157,7 +157,10 @@ func TestShortProcessesCompleteFromFirstSample(t *testing.T) {
 		t.Fatalf("only %d samples of %d xz processes", total, len(pids))
 	}
 	t.Logf("%d of %d samples of %d short xz processes complete (%.1f%%)", complete, total, len(pids), pct(complete, total))
-	if pct(complete, total) < 95 {
+	// The goal of issue 23; loaded only after a first sample was read,
+	// tables left the first half second of each process to frame
+	// pointers (83.9% complete, under load 96.7%).
+	if pct(complete, total) < 98 {
 		t.Fatalf("%.1f%% of the samples of short processes are complete; some that are not: %v", pct(complete, total), some)
 	}
 }
