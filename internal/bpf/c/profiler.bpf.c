@@ -598,6 +598,81 @@ u32 sampling_stopped = 0;
 u64 compose_walk_ns = 0;
 u64 compose_walks = 0;
 
+// ask_user asks user space to read the current process's mappings from
+// /proc, where the kernel cannot have BPF read them: a READ notice with
+// the identity its entry must carry, and the reads its samples asked for
+// so far (flags bits 24-31, the backoff of recompose_due).
+static __always_inline void ask_user(struct task_struct *task, u32 tgid, u64 now, u32 reads)
+{
+	struct notice *n = reserve_notice(NOTICE_READ, tgid, now, NOTICE_HEAD_BYTES);
+	if (!n) {
+		release_compose(tgid);
+		return;
+	}
+	n->proc.mm = (u64)task->mm;
+	n->proc.start_ns = image_start(task);
+	n->proc.composed_ns = now;
+	n->proc.flags = (reads > 255 ? 255 : reads) << 24;
+	bpf_ringbuf_submit(n, BPF_RB_FORCE_WAKEUP);
+}
+
+// read_mappings reads the current process's executable mappings into its
+// entry, at now, for a sample taken at since, and tells user space; after
+// a read asked by a leaf outside the mappings (recompose), the next waits
+// longer. It runs in the process's context (a task work): the VMA
+// iterator takes the mmap lock.
+static __always_inline void read_mappings(struct task_struct *task, u32 tgid, u64 now, u64 since, bool recompose)
+{
+	u32 zero = 0;
+	struct notice *n = bpf_map_lookup_elem(&compose_scratch, &zero);
+	if (!n)
+		return;
+	u32 reads = 0;
+	if (recompose) {
+		struct unwind_proc *old = bpf_map_lookup_elem(&unwind_procs, &tgid);
+		if (old && same_image(old, task))
+			reads = (old->flags >> 24) + 1;
+	}
+	if (compose(task, n, now, since))
+		return;
+	// Bits 24-31: reads asked by samples so far, the backoff.
+	n->proc.flags |= (reads > 255 ? 255 : reads) << 24;
+	long err = bpf_map_update_elem(&unwind_procs, &tgid, &n->proc, BPF_NOEXIST);
+	if (err == 0)
+		n->flags |= NOTICE_NEW;
+	else if (err == -17 /* EEXIST */)
+		err = bpf_map_update_elem(&unwind_procs, &tgid, &n->proc, BPF_ANY);
+	if (err)
+		count(COUNTER_PROCS_FULL);
+	else
+		notify(n);
+}
+
+// Set by the loader when BPF reads mappings (task work and the VMA
+// iterator): the off-CPU task work then reads those of a process it walks
+// without them.
+const volatile bool compose_in_task_work = false;
+
+// want_mappings has the mappings of the current process read, from a walk
+// that is not a sample's (an off-CPU event), when it has none of its
+// current image: now, from a task work (in_task_work), or asked of user
+// space where BPF does not read them.
+static __always_inline void want_mappings(struct task_struct *task, u64 now, bool in_task_work)
+{
+	u32 tgid = task->tgid;
+	struct unwind_proc *proc = bpf_map_lookup_elem(&unwind_procs, &tgid);
+	if ((proc && same_image(proc, task)) || !claim_compose(tgid, now))
+		return;
+	if (!compose_in_task_work)
+		ask_user(task, tgid, now, 0);
+	else if (in_task_work) {
+		read_mappings(task, tgid, now, now, false);
+		release_compose(tgid);
+	} else {
+		release_compose(tgid);
+	}
+}
+
 // compose_walk is the task work of a read: it runs in the process's
 // context, reads its executable mappings into unwind_procs, tells user
 // space, and walks and sends the sample that asked, if any.
@@ -608,37 +683,13 @@ static int compose_walk(struct bpf_map *map, void *key, void *value)
 	struct task_struct *task = bpf_get_current_task_btf();
 	u64 pid_tgid = bpf_get_current_pid_tgid();
 	u32 tgid = pid_tgid >> 32;
-	u32 zero = 0;
 	// Run from the exit path, or after an exec: not the process asked for.
 	if ((task->flags & PF_EXITING) || (u64)task->mm != w->mm) {
 		count(COUNTER_COMPOSE_GONE);
 		release_compose(tgid);
 		goto done;
 	}
-	struct notice *n = bpf_map_lookup_elem(&compose_scratch, &zero);
-	if (!n) {
-		release_compose(tgid);
-		goto done;
-	}
-	u32 reads = 0;
-	if (w->recompose) {
-		struct unwind_proc *old = bpf_map_lookup_elem(&unwind_procs, &tgid);
-		if (old && same_image(old, task))
-			reads = (old->flags >> 24) + 1;
-	}
-	if (compose(task, n, t0, w->ktime ? w->ktime : w->asked) == 0) {
-		// Bits 24-31: reads asked by samples so far, the backoff.
-		n->proc.flags |= (reads > 255 ? 255 : reads) << 24;
-		long err = bpf_map_update_elem(&unwind_procs, &tgid, &n->proc, BPF_NOEXIST);
-		if (err == 0)
-			n->flags |= NOTICE_NEW;
-		else if (err == -17 /* EEXIST */)
-			err = bpf_map_update_elem(&unwind_procs, &tgid, &n->proc, BPF_ANY);
-		if (err)
-			count(COUNTER_PROCS_FULL);
-		else
-			notify(n);
-	}
+	read_mappings(task, tgid, t0, w->ktime ? w->ktime : w->asked, w->recompose);
 	release_compose(tgid);
 	// After the sampler stopped, its last samples are being read to the
 	// end: one sent now would be counted but never read.
@@ -704,24 +755,6 @@ static __always_inline bool defer_compose(void *ctx, struct task_struct *task, u
 	if (with_sample)
 		count(COUNTER_COMPOSE_DEFERRED);
 	return true;
-}
-
-// ask_user asks user space to read the current process's mappings from
-// /proc, where the kernel cannot have BPF read them: a READ notice with
-// the identity its entry must carry, and the reads its samples asked for
-// so far (flags bits 24-31, the backoff of recompose_due).
-static __always_inline void ask_user(struct task_struct *task, u32 tgid, u64 now, u32 reads)
-{
-	struct notice *n = reserve_notice(NOTICE_READ, tgid, now, NOTICE_HEAD_BYTES);
-	if (!n) {
-		release_compose(tgid);
-		return;
-	}
-	n->proc.mm = (u64)task->mm;
-	n->proc.start_ns = image_start(task);
-	n->proc.composed_ns = now;
-	n->proc.flags = (reads > 255 ? 255 : reads) << 24;
-	bpf_ringbuf_submit(n, BPF_RB_FORCE_WAKEUP);
 }
 
 // sample records the current task's stacks. A process whose mappings
@@ -1116,6 +1149,9 @@ static int off_cpu_walk(struct bpf_map *map, void *key, void *value)
 		count(COUNTER_OFF_CPU_GONE);
 		goto done;
 	}
+	// A process blocked more than it runs may have no on-CPU sample to
+	// have its mappings read.
+	want_mappings(task, t0, true);
 	struct sample *s = bpf_ringbuf_reserve(&samples, sizeof(*s), 0);
 	if (!s) {
 		count(COUNTER_DROPPED_RINGBUF);
@@ -1299,6 +1335,7 @@ static __always_inline void off_cpu_begin_walk(u64 *ctx, struct task_struct *pre
 	// space; its kernel stack waits where it is until the thread runs
 	// again, so it is taken then, and only for waits that are kept.
 	struct sample *s = &slot->rec;
+	want_mappings((struct task_struct *)prev, bpf_ktime_get_ns(), false);
 	fill_sample(ctx, s, bpf_get_current_pid_tgid(), false);
 	s->flags |= SAMPLE_OFF_CPU | (preempted(ctx) ? SAMPLE_PREEMPTED : 0);
 	s->off_cpu_ns = 0;

@@ -278,6 +278,7 @@ const (
 	profilerProgProcExit               = "proc_exit"
 	profilerProgSampleStack            = "sample_stack"
 	profilerProgSampleStackUser        = "sample_stack_user"
+	profilerVarComposeInTaskWork       = "compose_in_task_work"
 	profilerVarComposeWalkNs           = "compose_walk_ns"
 	profilerVarComposeWalks            = "compose_walks"
 	profilerVarFirstSamplePending      = "first_sample_pending"
@@ -386,6 +387,7 @@ type profilerMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type profilerVariableSpecs struct {
+	ComposeInTaskWork       *ebpf.VariableSpec `ebpf:"compose_in_task_work"`
 	ComposeWalkNs           *ebpf.VariableSpec `ebpf:"compose_walk_ns"`
 	ComposeWalks            *ebpf.VariableSpec `ebpf:"compose_walks"`
 	FirstSamplePending      *ebpf.VariableSpec `ebpf:"first_sample_pending"`
@@ -479,6 +481,7 @@ func (m *profilerMaps) Close() error {
 //
 // It can be passed to loadProfilerObjects or ebpf.CollectionSpec.LoadAndAssign.
 type profilerVariables struct {
+	ComposeInTaskWork       *ebpf.Variable `ebpf:"compose_in_task_work"`
 	ComposeWalkNs           *ebpf.Variable `ebpf:"compose_walk_ns"`
 	ComposeWalks            *ebpf.Variable `ebpf:"compose_walks"`
 	FirstSamplePending      *ebpf.Variable `ebpf:"first_sample_pending"`

@@ -77,6 +77,10 @@ func New(opts Options) (_ *Sampler, err error) {
 	if err := spec.Variables[profilerVarFmodeBacking].Set(fmodeBacking(kernelRelease())); err != nil {
 		return nil, fmt.Errorf("setting FMODE_BACKING: %w", err)
 	}
+	composeErr := composeInBPF()
+	if err := spec.Variables[profilerVarComposeInTaskWork].Set(composeErr == nil); err != nil {
+		return nil, fmt.Errorf("setting where mappings are read: %w", err)
+	}
 	if err := configureOffCPU(spec, opts.OffCPU); err != nil {
 		return nil, err
 	}
@@ -86,7 +90,7 @@ func New(opts Options) (_ *Sampler, err error) {
 	}
 	loadOpts.Cache = support.KernelTypes()
 
-	s := &Sampler{ncpu: len(cpus), rows: spec.Maps[profilerMapUnwindRows].MaxEntries, composeErr: composeInBPF()}
+	s := &Sampler{ncpu: len(cpus), rows: spec.Maps[profilerMapUnwindRows].MaxEntries, composeErr: composeErr}
 	defer func() {
 		if err != nil {
 			s.Close()
