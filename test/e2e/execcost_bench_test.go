@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -89,21 +90,25 @@ func programRuns(b *testing.B, pid int, name string) (time.Duration, uint64) {
 	return rt, runs
 }
 
+// execRounds is how many idle and exec windows BenchmarkPerExecCost takes.
+const execRounds = 3
+
 // BenchmarkPerExecCost measures what a process that bin/bpfcol never
 // samples costs it: its CPU time over a window of execs of a tiny static
 // program (each exits at once, one after the other, so that almost none is
-// sampled), less its CPU time over an idle window as long, per exec. It
-// reports too the time the kernel spent in bpfcol's BPF program at each
-// exiting process (run in that process, not in bpfcol), and how many of
-// the execs were sampled. A busy workload runs through both windows, the
-// same in each: the benchmark fails unless bpfcol exported its samples of
-// the exec window, 20 a second of its CPU time.
+// sampled), less its CPU time over the idle window as long just before,
+// per exec: the median of execRounds such pairs. It reports too the time
+// the kernel spent in bpfcol's BPF program at each exiting process (run in
+// that process, not in bpfcol), and how many of the execs were sampled. A
+// busy workload runs through every window: the benchmark fails unless
+// bpfcol exported its samples of the exec windows, 20 a second of its CPU
+// time.
 func BenchmarkPerExecCost(b *testing.B) {
 	testenv.RequireBPF(b)
 	exitnow := testworkload.BuildC(b, "exitnow.c", "-O2", "-static")
 	loop := testworkload.BuildC(b, "execloop.c", "-O2")
 	hog := testworkload.Start(b, testworkload.BuildC(b, "cpuhog.c", testworkload.CPUHogFlags()...))
-	window := max(benchSeconds(b)/3, 10*time.Second)
+	window := max(benchSeconds(b)/(2*execRounds), 5*time.Second)
 	enableBPFStats(b)
 	for b.Loop() {
 		server := startProfilesServer(b)
@@ -117,69 +122,84 @@ func BenchmarkPerExecCost(b *testing.B) {
 		time.Sleep(warmUp)
 		pid := col.cmd.Process.Pid
 
-		idle0 := cpuNs(b, pid)
-		idleFrom := time.Now()
-		time.Sleep(window)
-		idle := time.Since(idleFrom)
-		idle1 := cpuNs(b, pid)
-
+		// Rounds of an idle window, then an exec window as long: each
+		// exec window is measured against the idle one just before it, so
+		// that the rest of the host, which bpfcol samples too, changes
+		// little between the two; the median round is reported.
+		var perExec, idlePct, execPct []float64
+		var execs, hogTicks int64
+		var busy time.Duration
+		var windows [][2]time.Time
 		exitRT0, exitRuns0 := programRuns(b, pid, "proc_exit")
-		hogTicks := cpuTicks(b, hog.Process.Pid)
-		from := time.Now()
-		cmd := exec.Command(loop, strconv.FormatFloat(window.Seconds(), 'f', 3, 64), exitnow)
-		out, err := cmd.Output()
-		if err != nil {
-			b.Fatalf("exec loop: %v", err)
+		for range execRounds {
+			idle0, idleFrom := cpuNs(b, pid), time.Now()
+			time.Sleep(window)
+			idle, idle1 := time.Since(idleFrom), cpuNs(b, pid)
+
+			hog0, from := cpuTicks(b, hog.Process.Pid), time.Now()
+			out, err := exec.Command(loop, strconv.FormatFloat(window.Seconds(), 'f', 3, 64), exitnow).Output()
+			if err != nil {
+				b.Fatalf("exec loop: %v", err)
+			}
+			to, execs1 := time.Now(), cpuNs(b, pid)
+			hogTicks += cpuTicks(b, hog.Process.Pid) - hog0
+			n, err := strconv.ParseInt(strings.TrimSpace(string(out)), 10, 64)
+			if err != nil || n == 0 {
+				b.Fatalf("exec loop printed %q", out)
+			}
+			execs += n
+			busy += to.Sub(from)
+			windows = append(windows, [2]time.Time{from, to})
+			idleRate := float64(idle1-idle0) / idle.Seconds() // ns of CPU per second
+			perExec = append(perExec, (float64(execs1-idle1)-idleRate*to.Sub(from).Seconds())/float64(n)/1000)
+			idlePct = append(idlePct, 100*idleRate/1e9)
+			execPct = append(execPct, 100*float64(execs1-idle1)/to.Sub(from).Seconds()/1e9)
 		}
-		to := time.Now()
-		hogTicks = cpuTicks(b, hog.Process.Pid) - hogTicks
-		busy := to.Sub(from)
-		execs1 := cpuNs(b, pid)
 		exitRT1, exitRuns1 := programRuns(b, pid, "proc_exit")
-		execs, err := strconv.ParseInt(strings.TrimSpace(string(out)), 10, 64)
-		if err != nil || execs == 0 {
-			b.Fatalf("exec loop printed %q", out)
-		}
 
 		// bpfcol must have kept sampling: the busy workload's samples, 20
-		// a second of its CPU time in the window, less one sample period
-		// at each report interval's edges and the clock tick of /proc.
-		for deadline := to.Add(3*overheadReport + 10*time.Second); latestSample(server).Before(to.Add(overheadReport)); time.Sleep(100 * time.Millisecond) {
+		// a second of its CPU time in the exec windows, less one sample
+		// period at each report interval's edges.
+		last := windows[len(windows)-1][1]
+		for deadline := last.Add(3*overheadReport + 10*time.Second); latestSample(server).Before(last.Add(overheadReport)); time.Sleep(100 * time.Millisecond) {
 			if time.Now().After(deadline) {
-				b.Fatalf("bpfcol exported no sample taken after %s", to.Add(overheadReport).Format(time.TimeOnly))
+				b.Fatalf("bpfcol exported no sample taken after %s", last.Add(overheadReport).Format(time.TimeOnly))
 			}
 		}
 		var hogSamples int64
 		sampled := map[int64]bool{}
-		for _, s := range windowSamples(b, server, from, to) {
-			switch {
-			case s.PID == int64(hog.Process.Pid):
-				hogSamples += s.Count
-			case s.Labels[conventions.ThreadName] == "exitnow":
-				sampled[s.PID] = true
+		for _, w := range windows {
+			for _, s := range windowSamples(b, server, w[0], w[1]) {
+				switch {
+				case s.PID == int64(hog.Process.Pid):
+					hogSamples += s.Count
+				case s.Labels[conventions.ThreadName] == "exitnow":
+					sampled[s.PID] = true
+				}
 			}
 		}
-		edges := 2 * (busy/overheadReport + 2)
-		want := int64(overheadHz*float64(hogTicks)/clockTicksPerSecond) - int64(edges) - overheadHz/clockTicksPerSecond - 1
-		if hogSamples < want {
+		edges := int64(len(windows)) * 2 * int64(window/overheadReport+2)
+		if want := int64(overheadHz*float64(hogTicks)/clockTicksPerSecond) - edges; hogSamples < want {
 			b.Fatalf("bpfcol exported %d samples of the busy workload over %s, want at least %d (%d Hz of its %d ticks)", hogSamples, busy, want, overheadHz, hogTicks)
 		}
 
-		idleRate := float64(idle1-idle0) / idle.Seconds() // ns of CPU per second
-		extra := float64(execs1-idle1) - idleRate*busy.Seconds()
-		perExec := extra / float64(execs) / 1000
-		b.ReportMetric(perExec, "bpfcol_us/exec")
+		median := func(v []float64) float64 {
+			v = slices.Clone(v)
+			slices.Sort(v)
+			return v[len(v)/2]
+		}
+		b.ReportMetric(median(perExec), "bpfcol_us/exec")
 		b.ReportMetric(float64(execs)/busy.Seconds(), "execs/s")
-		b.ReportMetric(100*idleRate/1e9, "bpfcol_idle_%core")
-		b.ReportMetric(100*float64(execs1-idle1)/busy.Seconds()/1e9, "bpfcol_execs_%core")
+		b.ReportMetric(median(idlePct), "bpfcol_idle_%core")
+		b.ReportMetric(median(execPct), "bpfcol_execs_%core")
 		b.ReportMetric(float64(len(sampled))/float64(execs), "execs_sampled/exec")
 		exitNsPerRun := 0.0
 		if exitRuns1 > exitRuns0 {
 			exitNsPerRun = float64((exitRT1 - exitRT0).Nanoseconds()) / float64(exitRuns1-exitRuns0)
 			b.ReportMetric(exitNsPerRun, "exit_bpf_ns/run")
 		}
-		b.Logf("%d execs in %s (%.0f/s): bpfcol %.3f%% of a core idle, %.3f%% with the execs, %.2f µs per exec; %d of the execs sampled; its exit program %.0f ns per thread exit (%d runs); load average %.2f",
-			execs, busy.Round(time.Millisecond), float64(execs)/busy.Seconds(), 100*idleRate/1e9, 100*float64(execs1-idle1)/busy.Seconds()/1e9,
-			perExec, len(sampled), exitNsPerRun, exitRuns1-exitRuns0, loadAverage())
+		b.Logf("%d execs in %s (%.0f/s), %d rounds: µs per exec %.2f (median of %.2f), bpfcol %% of a core idle %.3f, with the execs %.3f; %d of the execs sampled; its exit program %.0f ns per thread exit (%d runs); load average %.2f",
+			execs, busy.Round(time.Millisecond), float64(execs)/busy.Seconds(), execRounds, median(perExec), perExec,
+			median(idlePct), median(execPct), len(sampled), exitNsPerRun, exitRuns1-exitRuns0, loadAverage())
 	}
 }
