@@ -79,8 +79,10 @@ FUZZ_TARGETS := FuzzOpenBinary:./internal/symbolize:15000 \
 	FuzzGopclntab:./internal/symbolize:150000 \
 	FuzzCFI:./internal/unwind/cfi:100000 \
 	FuzzStreamCheck:./internal/symbolize/debuginfod:150000 \
-	FuzzPerfMap:./internal/perfmap:300000
-fuzz-short: ## Fuzz each ELF, DWARF, gopclntab and CFI reader (about 8 s each).
+	FuzzPerfMap:./internal/perfmap:300000 \
+	FuzzLineTable:./internal/interp/python:50000 \
+	FuzzCodeObject:./internal/interp/python:50000
+fuzz-short: ## Fuzz each ELF, DWARF, gopclntab, CFI, code object and line table reader (about 8 s each).
 	for t in $(FUZZ_TARGETS); do \
 		name=$${t%%:*}; rest=$${t#*:}; pkg=$${rest%%:*}; execs=$${rest#*:}; \
 		$(GO) test -run '^$$' -fuzz "^$$name\$$" -fuzztime $${execs}x -fuzzminimizetime 1s $$pkg || exit 1; \

@@ -35,9 +35,10 @@ const ProfileFrameType = string(semconv.ProfileFrameTypeKey)
 
 // Values of ProfileFrameType.
 var (
-	FrameTypeNative = semconv.ProfileFrameTypeNative.Value.AsString()
-	FrameTypeKernel = semconv.ProfileFrameTypeKernel.Value.AsString()
-	FrameTypeGo     = semconv.ProfileFrameTypeGo.Value.AsString()
+	FrameTypeNative  = semconv.ProfileFrameTypeNative.Value.AsString()
+	FrameTypeKernel  = semconv.ProfileFrameTypeKernel.Value.AsString()
+	FrameTypeGo      = semconv.ProfileFrameTypeGo.Value.AsString()
+	FrameTypeCPython = semconv.ProfileFrameTypeCpython.Value.AsString()
 )
 
 // FrameTypeBPF marks a JIT-compiled BPF program running in the kernel. The

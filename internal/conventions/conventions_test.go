@@ -19,6 +19,7 @@ func TestWireNames(t *testing.T) {
 		FrameTypeNative:                 "native",
 		FrameTypeKernel:                 "kernel",
 		FrameTypeGo:                     "go",
+		FrameTypeCPython:                "cpython",
 		KernelModuleMappingPath("ext4"): "[ext4]",
 	} {
 		if got != want {

@@ -25,6 +25,9 @@ const (
 	Kernel
 	// BPF is a JIT-compiled BPF program running in the kernel.
 	BPF
+	// CPython is a Python function run by the CPython interpreter: an
+	// interpreted frame, with no machine code of its own.
+	CPython
 )
 
 // String returns the profile.frame.type value of t.
@@ -36,6 +39,8 @@ func (t Type) String() string {
 		return conventions.FrameTypeKernel
 	case BPF:
 		return conventions.FrameTypeBPF
+	case CPython:
+		return conventions.FrameTypeCPython
 	default:
 		return conventions.FrameTypeNative
 	}
@@ -43,6 +48,11 @@ func (t Type) String() string {
 
 // InKernel reports whether frames of type t run in the kernel.
 func (t Type) InKernel() bool { return t == Kernel || t == BPF }
+
+// Interpreted reports whether frames of type t are an interpreter's: no
+// machine code, so no mapping; their Address is the interpreter's object
+// that names them, in the process, and Offset the instruction in it.
+func (t Type) Interpreted() bool { return t == CPython }
 
 // Mapping is the memory mapping a frame's address falls in, with the build
 // ids of its file once known.
@@ -89,6 +99,12 @@ type Frame struct {
 	// ReturnAddress is set when the stack held a return address rather
 	// than the interrupted instruction.
 	ReturnAddress bool
+	// Offset is an interpreted frame's instruction: its offset in the
+	// code Address names. Resolved, the frame has Address and Offset 0.
+	Offset uint32
+	// Truncated marks the frame that stands for the interpreted frames
+	// of a stack cut at the sampler's limit.
+	Truncated bool
 	// Mapping is nil when the address is in no known mapping.
 	Mapping *Mapping
 	// Lines holds the inlined functions first and the function they were
@@ -109,6 +125,17 @@ func AtReturnAddress(t Type, ret uint64) Frame {
 		f.Address--
 	}
 	return f
+}
+
+// NoOffset is the Offset of an interpreted frame whose instruction is
+// unknown: it is named without a line.
+const NoOffset = ^uint32(0)
+
+// Interpreted returns the frame of an interpreter's frame: its object
+// (code object, method) at address obj in the process, its instruction at
+// offset.
+func Interpreted(t Type, obj uint64, offset uint32) Frame {
+	return Frame{Type: t, Address: obj, Offset: offset}
 }
 
 // Name returns the name of the function the frame's code belongs to (the

@@ -23,6 +23,12 @@ type Sample struct {
 	// profiler does with native code) has one entry with an empty name.
 	Addrs []uint64
 	Files []string
+	// SourceFiles and Lines are each name's source file and line, "" and 0
+	// when unknown; Locations the index in the stack of its location
+	// (names of inlined functions share their location).
+	SourceFiles []string
+	Lines       []int64
+	Locations   []int
 	// Count is the sample's first value or, when it has none (the OTel
 	// eBPF profiler sends only timestamps), its number of timestamps.
 	Count     int64
@@ -37,6 +43,31 @@ type Sample struct {
 	TraceID, SpanID string
 	// Timestamps are the sample's times, unix nanoseconds.
 	Timestamps []uint64
+	// StackLocations are the sample's locations, leaf first.
+	StackLocations []StackLocation
+}
+
+// StackLocation is one location of a sample: several names where calls
+// were inlined.
+type StackLocation struct {
+	// Names are its functions, the inlined ones first and last the one
+	// its address is in.
+	Names []string
+	// Type is its profile.frame.type; File is its mapping's file name.
+	Type, File string
+	// Address is its address: an ELF virtual address in File where the
+	// frame was named from it, a caller's one byte before its return
+	// address.
+	Address uint64
+}
+
+// Function is the function f's address is in, the inlined calls folded
+// into it ("" when unnamed), as tools that do not expand inlines name it.
+func (f StackLocation) Function() string {
+	if len(f.Names) == 0 {
+		return ""
+	}
+	return f.Names[len(f.Names)-1]
 }
 
 // Samples flattens every sample of every process in p.
@@ -88,18 +119,26 @@ func Samples(p pprofile.Profiles) []Sample {
 						if mi := loc.MappingIndex(); mi > 0 && int(mi) < d.MappingTable().Len() {
 							file = str(d.MappingTable().At(int(mi)).FilenameStrindex())
 						}
-						add := func(name string) {
+						frame := StackLocation{Type: ftype, File: file, Address: loc.Address()}
+						add := func(name, src string, line int64) {
 							ss.Names = append(ss.Names, name)
+							frame.Names = append(frame.Names, name)
 							ss.Types = append(ss.Types, ftype)
 							ss.Addrs = append(ss.Addrs, loc.Address())
 							ss.Files = append(ss.Files, file)
+							ss.SourceFiles = append(ss.SourceFiles, src)
+							ss.Lines = append(ss.Lines, line)
+							ss.Locations = append(ss.Locations, l)
 						}
 						if loc.Lines().Len() == 0 {
-							add("")
+							add("", "", 0)
 						}
 						for n := 0; n < loc.Lines().Len(); n++ {
-							add(str(d.FunctionTable().At(int(loc.Lines().At(n).FunctionIndex())).NameStrindex()))
+							ln := loc.Lines().At(n)
+							fn := d.FunctionTable().At(int(ln.FunctionIndex()))
+							add(str(fn.NameStrindex()), str(fn.FilenameStrindex()), ln.Line())
 						}
+						ss.StackLocations = append(ss.StackLocations, frame)
 					}
 					out = append(out, ss)
 				}
@@ -120,6 +159,17 @@ func (s Sample) UserNames() []string {
 	return names
 }
 
+// UserLocations returns the sample's user locations, leaf first.
+func (s Sample) UserLocations() []StackLocation {
+	var out []StackLocation
+	for _, f := range s.StackLocations {
+		if !isKernel(f.Type) {
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
 // KernelNames returns the names of the sample's kernel frames.
 func (s Sample) KernelNames() []string {
 	var names []string
@@ -135,6 +185,24 @@ func (s Sample) KernelNames() []string {
 func (s Sample) HasChain(chain []string) bool {
 	names := s.UserNames()
 	return len(names) >= len(chain) && slices.Equal(names[:len(chain)], chain)
+}
+
+// Frame is one name of a sample's stack, with its type and place.
+type Frame struct {
+	Name, Type, File string
+	Line             int64
+	// Location is the index in the stack of the frame's location.
+	Location int
+}
+
+// Frames returns the sample's names with their types, files and lines,
+// leaf first.
+func (s Sample) Frames() []Frame {
+	out := make([]Frame, len(s.Names))
+	for i := range s.Names {
+		out[i] = Frame{Name: s.Names[i], Type: s.Types[i], File: s.SourceFiles[i], Line: s.Lines[i], Location: s.Locations[i]}
+	}
+	return out
 }
 
 // isKernel reports whether a frame type runs in the kernel: kernel code or

@@ -6,6 +6,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"time"
 
 	"go.opentelemetry.io/collector/component"
@@ -14,6 +15,7 @@ import (
 	"github.com/bpfcol/bpfcol/internal/bpf/profiler"
 	"github.com/bpfcol/bpfcol/internal/confcheck"
 	"github.com/bpfcol/bpfcol/internal/errormode"
+	"github.com/bpfcol/bpfcol/internal/interp/python"
 	"github.com/bpfcol/bpfcol/internal/symbolize"
 	"github.com/bpfcol/bpfcol/internal/symbolize/debuginfod"
 )
@@ -61,6 +63,10 @@ type Config struct {
 	// live heap of the last two minutes when that is larger; 0 leaves the runtime alone, as does a
 	// GOMEMLIMIT set in the environment.
 	GoMemoryLimit int64 `mapstructure:"go_memory_limit"`
+	// Interpreters lists the interpreters whose frames are walked and
+	// named (cpython); the default is every one bpfcol knows, an empty
+	// list none.
+	Interpreters []string `mapstructure:"interpreters"`
 
 	// prevent unkeyed literal initialization
 	_ struct{}
@@ -194,7 +200,27 @@ func createDefaultConfig() component.Config {
 		// profiling never reads again.
 		PageOutStartupImage: true,
 		GoMemoryLimit:       defaultGoMemoryLimit,
+		Interpreters:        slices.Clone(knownInterpreters),
 	}
+}
+
+// knownInterpreters are the interpreters bpfcol follows.
+var knownInterpreters = []string{python.Name}
+
+// interpreter reports whether name is in Interpreters.
+func (c *Config) interpreter(name string) bool { return slices.Contains(c.Interpreters, name) }
+
+func (c *Config) validateInterpreters() []error {
+	var errs []error
+	for i, name := range c.Interpreters {
+		switch {
+		case !slices.Contains(knownInterpreters, name):
+			errs = append(errs, fmt.Errorf("interpreters[%d]: %q is not one of %v", i, name, knownInterpreters))
+		case slices.Index(c.Interpreters, name) < i:
+			errs = append(errs, fmt.Errorf("interpreters[%d]: %q is listed twice", i, name))
+		}
+	}
+	return errs
 }
 
 // Validate checks every field and names the one that is wrong.
@@ -213,6 +239,7 @@ func (c *Config) Validate() error {
 		errs = append(errs, fmt.Errorf("unwind_table_bytes: %d is outside [%d, %d]", c.UnwindTableBytes, minUnwindTableBytes, maxUnwindTableBytes))
 	}
 	errs = append(errs, c.Symbolizer.validate()...)
+	errs = append(errs, c.validateInterpreters()...)
 	errs = append(errs, c.OffCPU.validate()...)
 	// error_mode is checked by its own Validate, which the collector calls
 	// on every field: calling it here too would print its error twice.

@@ -946,7 +946,7 @@ func waitIdle(b *testing.B) bool {
 }
 
 // loadAverage is /proc/loadavg's 1, 5 and 15 minute averages.
-func loadAverage(b *testing.B) string {
+func loadAverage(b testing.TB) string {
 	data, err := os.ReadFile("/proc/loadavg")
 	if err != nil {
 		b.Fatalf("reading load average: %v", err)

@@ -19,6 +19,8 @@ import (
 	"github.com/bpfcol/bpfcol/internal/bpf/profiler"
 	"github.com/bpfcol/bpfcol/internal/bpf/scopes"
 	"github.com/bpfcol/bpfcol/internal/bpf/support"
+	"github.com/bpfcol/bpfcol/internal/interp"
+	"github.com/bpfcol/bpfcol/internal/interp/python"
 	"github.com/bpfcol/bpfcol/internal/process"
 	"github.com/bpfcol/bpfcol/internal/symbolize"
 	"github.com/bpfcol/bpfcol/internal/symbolize/kernelsym"
@@ -88,6 +90,9 @@ type profilesReceiver struct {
 
 	aggregator *aggregate.Aggregator
 	resolver   *resolve.Resolver
+	// interps follows the processes that run an interpreter; nil when
+	// the interpreters setting is empty.
+	interps    *interp.Manager
 	samples    chan drained
 	batches    chan *aggregate.Batch
 	samplePool sync.Pool
@@ -98,7 +103,10 @@ type profilesReceiver struct {
 	// unmappedLeaves and truncatedStacks count the user stacks the
 	// aggregator dropped or cut (aggregate.Stats).
 	unmappedLeaves, truncatedStacks atomic.Int64
-	profilesEmitted                 atomic.Int64
+	// unplacedInterpreted counts samples whose interpreted frames
+	// found no loop frame (aggregate.Stats).
+	unplacedInterpreted atomic.Int64
+	profilesEmitted     atomic.Int64
 	// stopMemoryLimit gives up the Go memory limit (goMemoryLimiter).
 	stopMemoryLimit func()
 	firstSample     atomic.Bool
@@ -112,6 +120,9 @@ type profilesReceiver struct {
 type testHooks struct {
 	// ringBufferBytes sizes the sampler's ringbuf (profiler.Options).
 	ringBufferBytes int
+	// samplePID samples that process alone (profiler.Options.PID): its
+	// BPF time per sample is the sampler's.
+	samplePID int
 	// drainStart, when set, holds the drain back until it is closed.
 	drainStart <-chan struct{}
 	// afterStop runs in Shutdown once sampling stopped, before the drain
@@ -223,9 +234,11 @@ func (r *profilesReceiver) start(_ context.Context, _ component.Host) error {
 	sampler, err := profiler.New(profiler.Options{
 		Frequency:       r.cfg.SamplingFrequency,
 		RingBufferBytes: r.hooks.ringBufferBytes,
+		PID:             r.hooks.samplePID,
 		UnwindRows:      int(r.cfg.UnwindTableBytes / profiler.UnwindRowBytes),
 		OffCPU:          r.cfg.OffCPU.samplerOptions(),
 		Scopes:          shared,
+		Python:          r.cfg.interpreter(python.Name),
 	})
 	if err != nil {
 		r.releaseScopes()
@@ -264,6 +277,7 @@ func (r *profilesReceiver) start(_ context.Context, _ component.Host) error {
 	if err != nil {
 		r.set.Logger.Warn("user frames named from the mapped binaries only", zap.Error(err))
 	}
+	r.startInterpreters()
 	r.startUnwind()
 	r.samples = make(chan drained, sampleQueueSize/maxDrainBatch)
 	r.batches = make(chan *aggregate.Batch, batchQueueSize)
@@ -274,10 +288,19 @@ func (r *profilesReceiver) start(_ context.Context, _ component.Host) error {
 	r.stopUnwind = stopUnwind
 	r.wg.Add(1)
 	go func() { defer r.wg.Done(); r.unwind.Run(unwindCtx) }()
+	if r.interps != nil {
+		r.wg.Add(1)
+		go func() { defer r.wg.Done(); r.interps.Run(unwindCtx) }()
+	}
 
 	r.startSnapshots()
-	r.aggregator = aggregate.New(aggregate.Config{Binaries: r.binaries, Snapshots: r.snapshots})
+	aggCfg := aggregate.Config{Binaries: r.binaries, Snapshots: r.snapshots}
 	var opts []resolve.Option
+	if r.interps != nil {
+		aggCfg.Interpreters = r.interps
+		opts = append(opts, resolve.WithInterpreters(r.interps))
+	}
+	r.aggregator = aggregate.New(aggCfg)
 	if r.symbolizer != nil {
 		opts = append(opts, resolve.WithSymbolizer(r.symbolizer))
 	}
@@ -417,6 +440,7 @@ func (r *profilesReceiver) aggregate(sampler *profiler.Sampler) {
 		r.unknownProcesses.Add(b.Stats.UnknownProcesses)
 		r.unmappedLeaves.Add(b.Stats.UnmappedLeaves)
 		r.truncatedStacks.Add(b.Stats.TruncatedStacks)
+		r.unplacedInterpreted.Add(b.Stats.UnplacedInterpreted)
 		if len(b.Stacks) == 0 {
 			return
 		}

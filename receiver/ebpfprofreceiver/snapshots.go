@@ -62,12 +62,33 @@ func (r *profilesReceiver) watchNotices(s *profiler.Sampler) {
 		switch n.Kind {
 		case profiler.NoticeProcess:
 			sighting(&n, &sg)
-			r.snapshots.Record(&sg)
+			if r.snapshots.Record(&sg) {
+				r.mapped(n.PID, n.KtimeNs)
+			}
 		case profiler.NoticeRead:
-			r.snapshots.Take(int(n.PID), "", n.KtimeNs)
+			if r.snapshots.Take(int(n.PID), "", n.KtimeNs) {
+				r.mapped(n.PID, n.KtimeNs)
+			}
 		case profiler.NoticeExit:
 			r.snapshots.Exited(int(n.PID), time.Now(), n.KtimeNs)
+			if r.interps != nil {
+				r.interps.Forgot(n.PID)
+			}
 		}
+	}
+}
+
+// mapped tells the interpreters of pid's executable mappings as its
+// snapshot, just recorded at ktime, names them: paths they can match and
+// open (through /proc/PID/map_files). They learn of a process where the
+// sampler reads it, at its first sample, exec and new mapping, never at
+// a sample.
+func (r *profilesReceiver) mapped(pid uint32, ktime uint64) {
+	if r.interps == nil {
+		return
+	}
+	if snap, ok := r.snapshots.Get(int(pid), ktime); ok {
+		r.interps.Mapped(pid, snap.Mappings)
 	}
 }
 

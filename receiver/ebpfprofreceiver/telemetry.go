@@ -70,6 +70,14 @@ func (r *profilesReceiver) registerTelemetry() error {
 			observe(o, int64(c.OffCPUUnended), "outcome", "switch_in_unseen")
 			return nil
 		}),
+		tb.RegisterEbpfprofOffCPUUnreportedSwitchesCallback(func(_ context.Context, o metric.Int64Observer) error {
+			c, err := r.sampler.Counters()
+			if err != nil {
+				return err
+			}
+			o.Observe(int64(c.OffCPUUnreported))
+			return nil
+		}),
 		tb.RegisterEbpfprofUnwindStopsCallback(func(_ context.Context, o metric.Int64Observer) error {
 			c, err := r.sampler.Counters()
 			if err != nil {
@@ -182,6 +190,16 @@ func (r *profilesReceiver) registerTelemetry() error {
 			observe(o, snaps.Processes, "cache", "process_snapshots")
 			observe(o, snaps.Bytes, "cache", "process_snapshot_bytes")
 			observe(o, snaps.Files, "cache", "process_snapshot_files")
+			if r.interps != nil {
+				s := r.interps.Stats()
+				var procs int64
+				for _, c := range s.Clients {
+					procs += c.Processes
+				}
+				observe(o, procs, "cache", "interpreter_processes")
+				observe(o, int64(s.Objects.Len), "cache", "interpreter_objects")
+				observe(o, s.Objects.Cost, "cache", "interpreter_object_bytes")
+			}
 			return nil
 		}),
 		tb.RegisterEbpfprofCacheEvictionsCallback(func(_ context.Context, o metric.Int64Observer) error {
@@ -195,6 +213,57 @@ func (r *profilesReceiver) registerTelemetry() error {
 			// Snapshots dropped for room before their process's last
 			// samples were reported (not those that lingered their time).
 			observe(o, r.snapshots.Stats().Dropped, "cache", "process_snapshots")
+			if r.interps != nil {
+				observe(o, dropped(r.interps.Stats().Objects), "cache", "interpreter_objects")
+			}
+			return nil
+		}),
+		tb.RegisterEbpfprofInterpreterProcessesCallback(func(_ context.Context, o metric.Int64Observer) error {
+			if r.interps == nil {
+				return nil
+			}
+			for name, c := range r.interps.Stats().Clients {
+				attrs := func(outcome string) metric.ObserveOption {
+					return metric.WithAttributes(attribute.String("interpreter", name), attribute.String("outcome", outcome))
+				}
+				o.Observe(c.Attached, attrs("attached"))
+				o.Observe(c.Unsupported, attrs("unsupported"))
+				o.Observe(c.Failed, attrs("failed"))
+			}
+			return nil
+		}),
+		tb.RegisterEbpfprofInterpreterFramesCallback(func(_ context.Context, o metric.Int64Observer) error {
+			if r.interps == nil {
+				return nil
+			}
+			for name, c := range r.interps.Stats().Clients {
+				attrs := func(result string) metric.ObserveOption {
+					return metric.WithAttributes(attribute.String("interpreter", name), attribute.String("result", result))
+				}
+				o.Observe(c.Named, attrs("named"))
+				o.Observe(c.Unnamed, attrs("unnamed"))
+				o.Observe(c.Reused, attrs("reused"))
+			}
+			return nil
+		}),
+		tb.RegisterEbpfprofInterpreterFramesUnplacedCallback(func(_ context.Context, o metric.Int64Observer) error {
+			o.Observe(r.unplacedInterpreted.Load())
+			return nil
+		}),
+		tb.RegisterEbpfprofInterpreterReadErrorsCallback(func(_ context.Context, o metric.Int64Observer) error {
+			if r.interps != nil {
+				o.Observe(r.interps.Stats().ReadFailures)
+			}
+			return nil
+		}),
+		tb.RegisterEbpfprofInterpreterWalksCallback(func(_ context.Context, o metric.Int64Observer) error {
+			c, err := r.sampler.Counters()
+			if err != nil {
+				return err
+			}
+			for reason, n := range c.InterpStops {
+				observe(o, int64(n), "reason", profiler.InterpStop(reason).String())
+			}
 			return nil
 		}),
 		tb.RegisterEbpfprofCallersRecoveredCallback(func(_ context.Context, o metric.Int64Observer) error {

@@ -17,38 +17,11 @@
 #include <bpf/bpf_core_read.h>
 #include "bpfcol_unwind.h"
 #include "bpfcol_scopes.h"
+#include "bpfcol_uretprobe.h"
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";
 
 #define MAX_STACK_DEPTH 127
-
-// Counter indexes, generated for Go by bpf2go (-type counter).
-enum counter {
-	COUNTER_SAMPLES = 0,       // samples recorded
-	COUNTER_DROPPED_RINGBUF,   // ringbuf full: sample lost
-	COUNTER_USER_STACK_ERR,    // user stack could not be read
-	COUNTER_KERNEL_STACK_ERR,  // kernel stack could not be read
-	COUNTER_SP_READ_ERR,       // the words at the user SP could not be read
-	COUNTER_IDLE,              // sample on the idle task: not recorded
-	COUNTER_OFF_CPU_EVENTS,    // off-CPU events recorded
-	COUNTER_OFF_CPU_SHORT,     // sampled switch-outs back on CPU within min_duration: dropped
-	COUNTER_OFF_CPU_FULL,      // sampled switch-outs not held: off_cpu_max_threads reached
-	COUNTER_OFF_CPU_MERGED,    // kept waits added to the thread's previous one, whose walk has not started
-	COUNTER_OFF_CPU_BUSY,      // kept waits dropped: the thread's previous one is being walked
-	COUNTER_OFF_CPU_SCHED_ERR, // kept waits dropped: the task work walking the stack was refused
-	COUNTER_OFF_CPU_GONE,      // kept waits dropped: the thread exited or exec'd before its walk
-	COUNTER_OFF_CPU_UNENDED,   // sampled switch-outs lost: the thread's switch-in never reached sched_switch
-	COUNTER_NOTICES_LOST,      // notices to user space lost: their ringbuf was full
-	COUNTER_FILES_FULL,        // files entered with no table not asked for: unwind_files was full
-	COUNTER_PROCS_FULL,        // processes whose mappings were read but not kept: unwind_procs was full
-	COUNTER_COMPOSE_BUSY,      // reads of a process's mappings refused: its mmap lock was taken
-	COUNTER_COMPOSE_OVERFLOW,  // reads that kept only UNWIND_MAX_MAPPINGS executable mappings
-	COUNTER_COMPOSE_DEFERRED,  // first samples of a process walked once its mappings were read
-	COUNTER_COMPOSE_GONE,      // reads not done: the thread exited or exec'd before its task work ran
-	COUNTER_COMPOSE_REFUSED,   // reads not asked: no task work slot, or the kernel refused it
-	COUNTER_UNWIND_STOP,       // first of UNWIND_STOP_MAX counters, by enum unwind_stop
-	COUNTER_MAX = COUNTER_UNWIND_STOP + UNWIND_STOP_MAX,
-};
 
 struct sample {
 	u64 ktime_ns;
@@ -87,6 +60,39 @@ enum sample_flag {
 };
 #define SAMPLE_STOP_SHIFT 8 // bits 8-11: enum unwind_stop of a CFI walk
 
+#include "bpfcol_interp.h"
+
+// Counter indexes, generated for Go by bpf2go (-type counter).
+enum counter {
+	COUNTER_SAMPLES = 0,       // samples recorded
+	COUNTER_DROPPED_RINGBUF,   // ringbuf full: sample lost
+	COUNTER_USER_STACK_ERR,    // user stack could not be read
+	COUNTER_KERNEL_STACK_ERR,  // kernel stack could not be read
+	COUNTER_SP_READ_ERR,       // the words at the user SP could not be read
+	COUNTER_IDLE,              // sample on the idle task: not recorded
+	COUNTER_OFF_CPU_EVENTS,    // off-CPU events recorded
+	COUNTER_OFF_CPU_SHORT,     // sampled switch-outs back on CPU within min_duration: dropped
+	COUNTER_OFF_CPU_FULL,      // sampled switch-outs not held: off_cpu_max_threads reached
+	COUNTER_OFF_CPU_MERGED,    // kept waits added to the thread's previous one, whose walk has not started
+	COUNTER_OFF_CPU_BUSY,      // kept waits dropped: the thread's previous one is being walked
+	COUNTER_OFF_CPU_SCHED_ERR, // kept waits dropped: the task work walking the stack was refused
+	COUNTER_OFF_CPU_GONE,      // kept waits dropped: the thread exited or exec'd before its walk
+	COUNTER_OFF_CPU_UNENDED,   // kept waits lost: the thread's switch-in never reached sched_switch
+	COUNTER_OFF_CPU_UNREPORTED, // switches sched_switch did not report, seen at the CPU's next one
+	COUNTER_INTERP_SAMPLES,    // samples of processes that run an interpreter, with its frames walked
+	COUNTER_NOTICES_LOST,      // notices to user space lost: their ringbuf was full
+	COUNTER_FILES_FULL,        // files entered with no table not asked for: unwind_files was full
+	COUNTER_PROCS_FULL,        // processes whose mappings were read but not kept: unwind_procs was full
+	COUNTER_COMPOSE_BUSY,      // reads of a process's mappings refused: its mmap lock was taken
+	COUNTER_COMPOSE_OVERFLOW,  // reads that kept only UNWIND_MAX_MAPPINGS executable mappings
+	COUNTER_COMPOSE_DEFERRED,  // first samples of a process walked once its mappings were read
+	COUNTER_COMPOSE_GONE,      // reads not done: the thread exited or exec'd before its task work ran
+	COUNTER_COMPOSE_REFUSED,   // reads not asked: no task work slot, or the kernel refused it
+	COUNTER_UNWIND_STOP,       // first of UNWIND_STOP_MAX counters, by enum unwind_stop
+	COUNTER_INTERP_STOP = COUNTER_UNWIND_STOP + UNWIND_STOP_MAX, // first of INTERP_STOP_MAX, by enum interp_stop
+	COUNTER_MAX = COUNTER_INTERP_STOP + INTERP_STOP_MAX,
+};
+
 // Set on a user[] entry (after the first) that is not a return address: an
 // interrupted PC after a signal frame, and the signal trampoline itself,
 // whose return address is its first instruction. User space names it
@@ -106,6 +112,7 @@ struct {
 
 #include "bpfcol_counters.h"
 #include "bpfcol_procmaps.h"
+#include "bpfcol_python.h"
 
 // Mappable: user space writes rows through a shared mapping, a memory
 // copy, instead of one map update per row.
@@ -124,6 +131,7 @@ struct {
 // frame count and register range.
 struct walk_regs {
 	u64 pc, sp, bp;
+	u64 tramp;      // the process's uretprobe trampoline, 0 if none
 	u32 n;          // frames written to s->user
 	u32 stop;       // enum unwind_stop, valid once stopped
 	u8 stopped;
@@ -253,6 +261,14 @@ __noinline long unwind_frame(struct walk_regs *w, struct sample *s, struct unwin
 	if (!w || !s || !proc)
 		return 1;
 	u64 pc = w->pc;
+	// A uretprobe's trampoline in place of this return address, read
+	// from the slot right under the caller's SP.
+	if (pc == w->tramp && pc && !w->exact_pc) {
+		pc = uretprobe_return(w->sp - 8);
+		if (!pc)
+			return stop(w, UNWIND_STOP_URETPROBE);
+		w->pc = pc;
+	}
 	if (pc == 0 || pc > MAX_USER_ADDR)
 		return stop(w, UNWIND_STOP_OUTSIDE_MAPPINGS);
 	// A return address follows the call: the call itself is at pc-1, which
@@ -376,15 +392,24 @@ static long unwind_step(u64 i, struct walk *w)
 // unwind_cfi walks the user stack of a loaded process into s->user. It
 // returns false when the interrupted PC is in none of the process's known
 // mappings, so the caller falls back to frame pointers.
-static __always_inline bool unwind_cfi(struct sample *s, struct unwind_proc *proc)
+static __always_inline bool unwind_cfi(struct sample *s, struct unwind_proc *proc, u64 tramp)
 {
+	// In the uretprobe trampoline, the probed function has returned: the
+	// walk starts where it returns to. Elsewhere in [uprobes], a probed
+	// instruction is being stepped out of line, for its function.
+	u64 pc = s->user_ip, sp = s->user_sp;
+	if (tramp && pc - tramp < URETPROBE_TRAMPOLINE_BYTES)
+		uretprobe_returned(&pc, &sp);
+	else if (tramp)
+		pc = uprobe_stepped_pc(pc);
 	struct walk w = {
 		.s = s,
 		.proc = proc,
 		.regs = {
-			.pc = s->user_ip,
-			.sp = s->user_sp,
+			.pc = pc,
+			.sp = sp,
 			.bp = s->user_bp,
+			.tramp = tramp,
 			.exact_pc = 1,
 			.bp_known = 1,
 		},
@@ -409,16 +434,21 @@ static __always_inline bool unwind_cfi(struct sample *s, struct unwind_proc *pro
 	return true;
 }
 
-// submit hands a reserved record to user space. User space drains on a
-// short timer, so a record wakes it only when the ringbuf is half full: no
-// wakeup (and no context switch) per record, and still no loss under
-// bursts.
+// wakeup says whether a record sent now wakes user space. User space
+// drains on a short timer, so a record wakes it only when the ringbuf is
+// half full: no wakeup (and no context switch) per record, and still no
+// loss under bursts.
+static __always_inline u64 wakeup(void)
+{
+	if (bpf_ringbuf_query(&samples, BPF_RB_AVAIL_DATA) > bpf_ringbuf_query(&samples, BPF_RB_RING_SIZE) / 2)
+		return BPF_RB_FORCE_WAKEUP;
+	return BPF_RB_NO_WAKEUP;
+}
+
+// submit hands a reserved record to user space.
 static __always_inline void submit(struct sample *s)
 {
-	u64 wakeup = BPF_RB_NO_WAKEUP;
-	if (bpf_ringbuf_query(&samples, BPF_RB_AVAIL_DATA) > bpf_ringbuf_query(&samples, BPF_RB_RING_SIZE) / 2)
-		wakeup = BPF_RB_FORCE_WAKEUP;
-	bpf_ringbuf_submit(s, wakeup);
+	bpf_ringbuf_submit(s, wakeup());
 }
 
 // link_scope links s to the probe scope open on its thread, or else on the
@@ -483,17 +513,25 @@ static __always_inline bool fill_sample(void *ctx, struct sample *s, u64 pid_tgi
 		// Off-CPU events link here too: the scope the thread blocked in.
 		if (scope_links)
 			link_scope(s, regs);
-		if (bpf_probe_read_user(s->sp_words, sizeof(s->sp_words), (void *)s->user_sp) == 0)
+		u64 tramp = uretprobe_trampoline(task);
+		if (bpf_probe_read_user(s->sp_words, sizeof(s->sp_words), (void *)s->user_sp) == 0) {
 			s->flags |= SAMPLE_SP_WORDS_VALID;
-		else
+			// A frameless leaf under a uretprobe: its return address,
+			// at SP, is the trampoline's.
+			if (tramp && s->sp_words[0] == tramp)
+				s->sp_words[0] = uretprobe_return(s->user_sp);
+			if (tramp && s->sp_words[1] == tramp)
+				s->sp_words[1] = uretprobe_return(s->user_sp + 8);
+		} else {
 			count(COUNTER_SP_READ_ERR);
+		}
 		u32 tgid = s->pid;
 		struct unwind_proc *proc = bpf_map_lookup_elem(&unwind_procs, &tgid);
 		// Mappings of an earlier image (exec), or of an earlier process
 		// with the same pid, are none.
 		if (proc && (proc->count == 0 || !same_image(proc, task)))
 			proc = 0;
-		if (!proc || !unwind_cfi(s, proc)) {
+		if (!proc || !unwind_cfi(s, proc, tramp)) {
 			if (!proc) {
 				s->flags |= SAMPLE_NO_TABLE;
 				count(COUNTER_UNWIND_STOP + UNWIND_STOP_NO_TABLE);
@@ -512,6 +550,47 @@ static __always_inline bool fill_sample(void *ctx, struct sample *s, u64 pid_tgi
 		}
 	}
 	return leaf_unmapped;
+}
+
+// python_proc returns the CPython state of process tgid, when CPython
+// frames are wanted and the process runs CPython.
+static __always_inline struct py_proc *python_proc(u32 tgid)
+{
+	if (!python_frames)
+		return 0;
+	return bpf_map_lookup_elem(&py_procs, &tgid);
+}
+
+// walk_interp adds the interpreter frames of the current thread to r.
+static __always_inline void walk_interp(struct sample_interp *r, struct py_proc *py)
+{
+	r->interp_frames = 0;
+	r->interp_stop = INTERP_STOP_END;
+	if (r->s.flags & SAMPLE_KERNEL_THREAD)
+		return;
+	count(COUNTER_INTERP_SAMPLES);
+	walk_python(r, py, bpf_get_current_task_btf());
+}
+
+// The record a sample of an interpreter's process is put together in
+// before it is copied into the ringbuf at its length: reserved whole, its
+// mostly empty tail of interpreter frames would fill the ringbuf four
+// times faster. One per CPU: a perf_event program does not nest on its
+// CPU.
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, u32);
+	__type(value, struct sample_interp);
+} interp_scratch SEC(".maps");
+
+// interp_record_bytes is the length of r up to its last interpreter frame.
+static __always_inline u64 interp_record_bytes(struct sample_interp *r)
+{
+	u64 n = r->interp_frames;
+	if (n > INTERP_MAX_FRAMES + 1)
+		n = INTERP_MAX_FRAMES + 1;
+	return __builtin_offsetof(struct sample_interp, frames) + n * sizeof(struct interp_frame);
 }
 
 // Set until a sampler's first sample: that one wakes the reader, which
@@ -757,6 +836,30 @@ static __always_inline bool defer_compose(void *ctx, struct task_struct *task, u
 	return true;
 }
 
+// sample_interp_stack records a sample of a process that runs CPython.
+// It reports, as fill_sample, whether the leaf lay outside the process's
+// mappings read, with the sample's time in *ktime.
+static __always_inline bool sample_interp_stack(void *ctx, u64 pid_tgid, struct py_proc *py, u64 *ktime)
+{
+	u32 zero = 0;
+	struct sample_interp *r = bpf_map_lookup_elem(&interp_scratch, &zero);
+	if (!r)
+		return false;
+	bool leaf_unmapped = fill_sample(ctx, &r->s, pid_tgid, true);
+	*ktime = r->s.ktime_ns;
+	walk_interp(r, py);
+	u64 flags = wakeup();
+	if (first_sample_pending) {
+		first_sample_pending = 0;
+		flags = BPF_RB_FORCE_WAKEUP;
+	}
+	if (bpf_ringbuf_output(&samples, r, interp_record_bytes(r), flags))
+		count(COUNTER_DROPPED_RINGBUF);
+	else
+		count(COUNTER_SAMPLES);
+	return leaf_unmapped;
+}
+
 // sample records the current task's stacks. A process whose mappings
 // were never read from its current image has them read, by BPF on the
 // thread's return to user space (compose_in_bpf), which then walks this
@@ -786,22 +889,30 @@ static __always_inline int sample(void *ctx, bool compose_in_bpf)
 		}
 	}
 
-	struct sample *s = bpf_ringbuf_reserve(&samples, sizeof(*s), 0);
-	if (!s) {
-		count(COUNTER_DROPPED_RINGBUF);
-		return 0;
+	bool leaf_unmapped;
+	u64 ktime;
+	struct py_proc *py = python_proc(tgid);
+	if (py) {
+		leaf_unmapped = sample_interp_stack(ctx, pid_tgid, py, &ktime);
+	} else {
+		struct sample *s = bpf_ringbuf_reserve(&samples, sizeof(*s), 0);
+		if (!s) {
+			count(COUNTER_DROPPED_RINGBUF);
+			return 0;
+		}
+		leaf_unmapped = fill_sample(ctx, s, pid_tgid, true);
+		ktime = s->ktime_ns;
+		emit(s);
 	}
-	bool leaf_unmapped = fill_sample(ctx, s, pid_tgid, true);
 	if (user && leaf_unmapped) {
 		struct unwind_proc *proc = bpf_map_lookup_elem(&unwind_procs, &tgid);
-		if (proc && recompose_due(proc, s->ktime_ns) && claim_compose(tgid, s->ktime_ns)) {
+		if (proc && recompose_due(proc, ktime) && claim_compose(tgid, ktime)) {
 			if (!compose_in_bpf)
-				ask_user(task, tgid, s->ktime_ns, (proc->flags >> 24) + 1);
+				ask_user(task, tgid, ktime, (proc->flags >> 24) + 1);
 			else
-				defer_compose(ctx, task, tid, tgid, s->ktime_ns, false);
+				defer_compose(ctx, task, tid, tgid, ktime, false);
 		}
 	}
-	emit(s);
 	return 0;
 }
 
@@ -863,6 +974,10 @@ int proc_exit(u64 *ctx)
 // Set by the loader.
 const volatile u64 off_cpu_min_ns = 0;
 
+// Set by the loader: the one process whose switch-outs are followed, 0
+// for all.
+const volatile u32 off_cpu_tgid = 0;
+
 // Set by the loader: at most this many threads hold a record slot.
 const volatile u64 off_cpu_max_threads = 4096;
 
@@ -906,7 +1021,8 @@ const volatile u32 off_cpu_log2_frac[256] = {};
 struct off_cpu_rng {
 	u64 left;  // switch-outs to let pass before the next sampled one
 	u64 state; // never 0
-	u64 pad[6];
+	u64 cur;   // the task this CPU last switched to (check_reported)
+	u64 pad[5];
 };
 struct off_cpu_rng off_cpu_rngs[OFF_CPU_RNG_CPUS];
 
@@ -955,10 +1071,15 @@ static __always_inline u64 next_gap(struct off_cpu_rng *r)
 	return (neglog * off_cpu_gap_int + (neglog * off_cpu_gap_frac >> 32)) >> 16;
 }
 
-// sampled says whether this switch-out is followed.
-static __always_inline bool sampled(void)
+// this_rng is this CPU's countdown and state.
+static __always_inline struct off_cpu_rng *this_rng(void)
 {
-	struct off_cpu_rng *r = &off_cpu_rngs[bpf_get_smp_processor_id() & (OFF_CPU_RNG_CPUS - 1)];
+	return &off_cpu_rngs[bpf_get_smp_processor_id() & (OFF_CPU_RNG_CPUS - 1)];
+}
+
+// sampled says whether this switch-out is followed.
+static __always_inline bool sampled(struct off_cpu_rng *r)
+{
 	u64 left = r->left;
 	if (left) {
 		r->left = left - 1;
@@ -990,6 +1111,24 @@ struct rq {
 struct task_struct___sched {
 	struct sched_entity se;
 } __attribute__((preserve_access_index));
+
+struct sched_info {
+	unsigned long long last_arrival;
+} __attribute__((preserve_access_index));
+
+struct task_struct___sched_info {
+	struct sched_info sched_info;
+} __attribute__((preserve_access_index));
+
+// arrival_ns is when task last came on a CPU, on the clock of switch_ns
+// (CONFIG_SCHED_INFO); 0 if unknown.
+static __always_inline u64 arrival_ns(struct task_struct *task)
+{
+	if (!bpf_core_field_exists(((struct task_struct___sched_info *)0)->sched_info) ||
+	    !bpf_core_field_exists(((struct cfs_rq *)0)->rq))
+		return 0;
+	return ((struct task_struct___sched_info *)task)->sched_info.last_arrival;
+}
 
 // switch_ns is the time of a switch on this CPU of task, prev or next; 0
 // if its run queue could not be read.
@@ -1129,7 +1268,8 @@ static __always_inline void slot_release(void *map, struct task_struct *task)
 // would never be counted back.
 static __always_inline bool followed(struct task_struct *task)
 {
-	return task->pid != 0 && !(task->flags & (PF_KTHREAD | PF_EXITING | PF_IO_WORKER | PF_USER_WORKER));
+	return task->pid != 0 && !(task->flags & (PF_KTHREAD | PF_EXITING | PF_IO_WORKER | PF_USER_WORKER)) &&
+	       (!off_cpu_tgid || task->tgid == off_cpu_tgid);
 }
 
 // off_cpu_walk is the task work of a kept wait: it runs in the thread's
@@ -1152,18 +1292,28 @@ static int off_cpu_walk(struct bpf_map *map, void *key, void *value)
 	// A process blocked more than it runs may have no on-CPU sample to
 	// have its mappings read.
 	want_mappings(task, t0, true);
-	struct sample *s = bpf_ringbuf_reserve(&samples, sizeof(*s), 0);
+	// An interpreter's process has its frames walked too: its record is
+	// reserved whole (off-CPU events are rarer than samples).
+	u64 pid_tgid = bpf_get_current_pid_tgid();
+	struct py_proc *py = python_proc(pid_tgid >> 32);
+	struct sample *s;
+	if (py)
+		s = bpf_ringbuf_reserve(&samples, sizeof(struct sample_interp), 0);
+	else
+		s = bpf_ringbuf_reserve(&samples, sizeof(*s), 0);
 	if (!s) {
 		count(COUNTER_DROPPED_RINGBUF);
 		goto done;
 	}
-	fill_sample(0, s, bpf_get_current_pid_tgid(), false);
+	fill_sample(0, s, pid_tgid, false);
 	s->ktime_ns = w->start_ns;
 	s->flags |= SAMPLE_OFF_CPU | (w->flags & SAMPLE_PREEMPTED);
 	s->off_cpu_ns = w->off_ns;
 	s->kernel_bytes = w->kernel_bytes;
 	if (s->kernel_bytes > 0 && bpf_probe_read_kernel(s->kernel, sizeof(s->kernel), w->kernel))
 		s->kernel_bytes = -14; // EFAULT
+	if (py)
+		walk_interp((struct sample_interp *)s, py);
 	count(COUNTER_OFF_CPU_EVENTS);
 	submit(s);
 done:
@@ -1183,10 +1333,70 @@ static __always_inline bool preempted(u64 *ctx)
 	return (bool)ctx[0] || (unsigned int)ctx[3] == 0;
 }
 
-// off_cpu_begin notes a sampled switch-out of prev: its time only.
-static __always_inline void off_cpu_begin(u64 *ctx, struct task_struct *prev)
+// unended_wait says whether a wait that ended at in (arrival_ns), out
+// (switch_ns) after it began, needed keeping: not known short.
+static __always_inline bool unended_kept(u64 out, u64 in)
 {
-	if (!sampled() || !followed(prev))
+	u64 off = in - out;
+	if (in && (s64)off >= 0 && off < off_cpu_min_ns) {
+		count(COUNTER_OFF_CPU_SHORT);
+		return false;
+	}
+	return true;
+}
+
+// take_wait takes task's open followed wait, if any: it returns its slot
+// and sets *out to its switch-out time.
+static __always_inline struct off_cpu_slot *take_wait(struct task_struct *task, u64 *out)
+{
+	u32 tid = task->pid;
+	if (tid == 0 || !maybe_open(tid))
+		return 0;
+	struct off_cpu_slot *slot = bpf_task_storage_get(&off_cpu_slots, task, 0, 0);
+	if (!slot || !slot->out_ns)
+		return 0;
+	*out = slot->out_ns;
+	slot->out_ns = 0;
+	close_wait(tid);
+	return slot;
+}
+
+// The threads that lost kept waits (off_cpu_unended), with how many: a
+// bounded record of which, for tests and troubleshooting.
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 256);
+	__type(key, u32); // tid
+	__type(value, u64);
+} off_cpu_unended_tids SEC(".maps");
+
+static __always_inline void count_unended(u32 tid)
+{
+	count(COUNTER_OFF_CPU_UNENDED);
+	u64 *n = bpf_map_lookup_elem(&off_cpu_unended_tids, &tid);
+	if (n) {
+		__sync_fetch_and_add(n, 1);
+		return;
+	}
+	u64 one = 1;
+	bpf_map_update_elem(&off_cpu_unended_tids, &tid, &one, BPF_NOEXIST);
+}
+
+// off_cpu_unended ends prev's wait if its switch-in was never seen: prev
+// is switching out, so it came back on a CPU at its last arrival, but its
+// wait's stacks went with that switch-in. A kept one is lost, counted.
+static __always_inline void off_cpu_unended(struct task_struct *prev)
+{
+	u64 out;
+	if (take_wait(prev, &out) && unended_kept(out, arrival_ns(prev)))
+		count_unended(prev->pid);
+}
+
+// off_cpu_begin notes a sampled switch-out of prev: its time only.
+static __always_inline void off_cpu_begin(u64 *ctx, struct task_struct *prev, struct off_cpu_rng *r)
+{
+	off_cpu_unended(prev);
+	if (!sampled(r) || !followed(prev))
 		return;
 	u64 now = switch_ns(prev);
 	if (!now)
@@ -1194,12 +1404,7 @@ static __always_inline void off_cpu_begin(u64 *ctx, struct task_struct *prev)
 	struct off_cpu_slot *slot = slot_get(&off_cpu_slots, prev);
 	if (!slot)
 		return;
-	// A time still set is a wait whose switch-in this program never saw
-	// (a rare loss, seen under load): its length is unknown.
-	if (!slot->out_ns)
-		open_wait(prev->pid);
-	else
-		count(COUNTER_OFF_CPU_UNENDED);
+	open_wait(prev->pid);
 	slot->out_ns = now;
 	slot->flags = preempted(ctx) ? SAMPLE_PREEMPTED : 0;
 }
@@ -1250,15 +1455,10 @@ static __always_inline void keep_wait(struct task_struct *next, u64 off, u32 fla
 // off_cpu_end ends next's followed wait, if any.
 static __always_inline void off_cpu_end(struct task_struct *next)
 {
-	u32 tid = next->pid;
-	if (tid == 0 || !maybe_open(tid))
+	u64 start;
+	struct off_cpu_slot *slot = take_wait(next, &start);
+	if (!slot)
 		return;
-	struct off_cpu_slot *slot = bpf_task_storage_get(&off_cpu_slots, next, 0, 0);
-	if (!slot || !slot->out_ns)
-		return;
-	u64 start = slot->out_ns;
-	slot->out_ns = 0;
-	close_wait(tid);
 	u64 now = switch_ns(next);
 	u64 off = now - start;
 	// Unknown, or the clocks of two CPUs a little apart: as short.
@@ -1291,6 +1491,22 @@ int off_cpu_exit(u64 *ctx)
 	return 0;
 }
 
+// Switches sched_switch does not report. The kernel may leave some out:
+// on the VM measured here, every switch-out of the VM agent's threads
+// (pid 1, hidden from perf's sampling and tracepoints alike; only its
+// context-switch counter counts them), and with it the switch-in of
+// whichever thread ran next. A CPU's reported switches then do not chain:
+// the next one switches out another task than the one it last switched
+// to. They are counted; a wait whose switch-in went so is found at its
+// thread's next switch-out (off_cpu_unended).
+static __always_inline void check_reported(struct off_cpu_rng *r, struct task_struct *prev, struct task_struct *next)
+{
+	u64 cur = r->cur;
+	r->cur = next->pid;
+	if (cur != (u64)prev->pid && cur != 0 && bpf_get_smp_processor_id() < OFF_CPU_RNG_CPUS)
+		count(COUNTER_OFF_CPU_UNREPORTED);
+}
+
 // sched_switch(bool preempt, struct task_struct *prev, struct task_struct
 // *next, unsigned int prev_state): prev_state is an argument since 5.18.
 SEC("tp_btf/sched_switch")
@@ -1298,9 +1514,11 @@ int off_cpu_switch(u64 *ctx)
 {
 	struct task_struct *prev = (struct task_struct *)ctx[1];
 	struct task_struct *next = (struct task_struct *)ctx[2];
+	struct off_cpu_rng *r = this_rng();
 
+	check_reported(r, prev, next);
 	off_cpu_end(next);
-	off_cpu_begin(ctx, prev);
+	off_cpu_begin(ctx, prev, r);
 	return 0;
 }
 
@@ -1320,17 +1538,85 @@ struct {
 	__type(value, struct off_cpu_held);
 } off_cpu_held_slots SEC(".maps");
 
-static __always_inline void off_cpu_begin_walk(u64 *ctx, struct task_struct *prev)
+// submit_held sends slot's held record, off long, with task's kernel
+// stack when task is still switched out (its switch-in), else none.
+static __always_inline void submit_held(struct off_cpu_held *slot, u64 off, struct task_struct *task)
 {
-	if (!sampled() || !followed(prev))
+	struct sample *rec = &slot->rec;
+	rec->off_cpu_ns = off;
+	rec->kernel_bytes = task ? bpf_get_task_stack(task, rec->kernel, sizeof(rec->kernel), 0) : -2 /* ENOENT */;
+	if (rec->kernel_bytes < 0)
+		count(COUNTER_KERNEL_STACK_ERR);
+	struct sample *s = bpf_ringbuf_reserve(&samples, sizeof(*s), 0);
+	if (!s) {
+		count(COUNTER_DROPPED_RINGBUF);
+		return;
+	}
+	if (bpf_probe_read_kernel(s, sizeof(*s), rec)) {
+		bpf_ringbuf_discard(s, 0);
+		return;
+	}
+	count(COUNTER_OFF_CPU_EVENTS);
+	submit(s);
+}
+
+// take_held takes task's held record of an open followed wait, if any.
+static __always_inline struct off_cpu_held *take_held(struct task_struct *task)
+{
+	u32 tid = task->pid;
+	if (tid == 0 || !maybe_open(tid))
+		return 0;
+	struct off_cpu_held *slot = bpf_task_storage_get(&off_cpu_held_slots, task, 0, 0);
+	if (!slot || !slot->held)
+		return 0;
+	slot->held = 0;
+	close_wait(tid);
+	return slot;
+}
+
+static __always_inline void off_cpu_end_walk(struct task_struct *next)
+{
+	struct off_cpu_held *slot = take_held(next);
+	if (!slot)
+		return;
+	u64 off = bpf_ktime_get_ns() - slot->rec.ktime_ns;
+	if (off < off_cpu_min_ns)
+		count(COUNTER_OFF_CPU_SHORT);
+	else
+		submit_held(slot, off, next);
+	slot_release(&off_cpu_held_slots, next);
+}
+
+// off_cpu_unended_walk is off_cpu_unended for waits walked at their
+// switch-out: the held record, user stack and all, goes out without its
+// kernel stack, the wait's length from prev's last arrival.
+static __always_inline void off_cpu_unended_walk(struct task_struct *prev)
+{
+	struct off_cpu_held *slot = take_held(prev);
+	if (!slot)
+		return;
+	u64 now = switch_ns(prev), in = arrival_ns(prev);
+	if (!in || !now || (s64)(now - in) < 0) {
+		count_unended(prev->pid);
+		return;
+	}
+	// The arrival, on the clock of the record's switch-out time.
+	u64 off = bpf_ktime_get_ns() - (now - in) - slot->rec.ktime_ns;
+	if ((s64)off < 0 || off < off_cpu_min_ns)
+		count(COUNTER_OFF_CPU_SHORT);
+	else
+		submit_held(slot, off, 0);
+}
+
+static __always_inline void off_cpu_begin_walk(u64 *ctx, struct task_struct *prev, struct off_cpu_rng *r)
+{
+	off_cpu_unended_walk(prev);
+	if (!sampled(r) || !followed(prev))
 		return;
 	struct off_cpu_held *slot = slot_get(&off_cpu_held_slots, prev);
 	if (!slot)
 		return;
-	if (!slot->held)
-		open_wait(prev->pid);
-	else
-		count(COUNTER_OFF_CPU_UNENDED);
+	open_wait(prev->pid);
 	// The user stack can only be read now, in the thread's own address
 	// space; its kernel stack waits where it is until the thread runs
 	// again, so it is taken then, and only for waits that are kept.
@@ -1340,40 +1626,6 @@ static __always_inline void off_cpu_begin_walk(u64 *ctx, struct task_struct *pre
 	s->flags |= SAMPLE_OFF_CPU | (preempted(ctx) ? SAMPLE_PREEMPTED : 0);
 	s->off_cpu_ns = 0;
 	slot->held = 1;
-}
-
-static __always_inline void off_cpu_end_walk(struct task_struct *next)
-{
-	u32 tid = next->pid;
-	if (tid == 0 || !maybe_open(tid))
-		return;
-	struct off_cpu_held *slot = bpf_task_storage_get(&off_cpu_held_slots, next, 0, 0);
-	if (!slot || !slot->held)
-		return;
-	slot->held = 0;
-	close_wait(tid);
-	u64 off = bpf_ktime_get_ns() - slot->rec.ktime_ns;
-	if (off < off_cpu_min_ns) {
-		count(COUNTER_OFF_CPU_SHORT);
-		goto out;
-	}
-	struct sample *s = bpf_ringbuf_reserve(&samples, sizeof(*s), 0);
-	if (!s) {
-		count(COUNTER_DROPPED_RINGBUF);
-		goto out;
-	}
-	if (bpf_probe_read_kernel(s, sizeof(*s), &slot->rec)) {
-		bpf_ringbuf_discard(s, 0);
-		goto out;
-	}
-	s->off_cpu_ns = off;
-	s->kernel_bytes = bpf_get_task_stack(next, s->kernel, sizeof(s->kernel), 0);
-	if (s->kernel_bytes < 0)
-		count(COUNTER_KERNEL_STACK_ERR);
-	count(COUNTER_OFF_CPU_EVENTS);
-	submit(s);
-out:
-	slot_release(&off_cpu_held_slots, next);
 }
 
 SEC("tp_btf/sched_process_exit")
@@ -1396,7 +1648,10 @@ int off_cpu_switch_walk(u64 *ctx)
 	struct task_struct *prev = (struct task_struct *)ctx[1];
 	struct task_struct *next = (struct task_struct *)ctx[2];
 
+	struct off_cpu_rng *r = this_rng();
+
+	check_reported(r, prev, next);
 	off_cpu_end_walk(next);
-	off_cpu_begin_walk(ctx, prev);
+	off_cpu_begin_walk(ctx, prev, r);
 	return 0;
 }

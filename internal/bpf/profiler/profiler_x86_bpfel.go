@@ -37,30 +37,68 @@ type profilerComposeWorkBytes struct {
 type profilerCounter uint32
 
 const (
-	profilerCounterCOUNTER_SAMPLES           profilerCounter = 0
-	profilerCounterCOUNTER_DROPPED_RINGBUF   profilerCounter = 1
-	profilerCounterCOUNTER_USER_STACK_ERR    profilerCounter = 2
-	profilerCounterCOUNTER_KERNEL_STACK_ERR  profilerCounter = 3
-	profilerCounterCOUNTER_SP_READ_ERR       profilerCounter = 4
-	profilerCounterCOUNTER_IDLE              profilerCounter = 5
-	profilerCounterCOUNTER_OFF_CPU_EVENTS    profilerCounter = 6
-	profilerCounterCOUNTER_OFF_CPU_SHORT     profilerCounter = 7
-	profilerCounterCOUNTER_OFF_CPU_FULL      profilerCounter = 8
-	profilerCounterCOUNTER_OFF_CPU_MERGED    profilerCounter = 9
-	profilerCounterCOUNTER_OFF_CPU_BUSY      profilerCounter = 10
-	profilerCounterCOUNTER_OFF_CPU_SCHED_ERR profilerCounter = 11
-	profilerCounterCOUNTER_OFF_CPU_GONE      profilerCounter = 12
-	profilerCounterCOUNTER_OFF_CPU_UNENDED   profilerCounter = 13
-	profilerCounterCOUNTER_NOTICES_LOST      profilerCounter = 14
-	profilerCounterCOUNTER_FILES_FULL        profilerCounter = 15
-	profilerCounterCOUNTER_PROCS_FULL        profilerCounter = 16
-	profilerCounterCOUNTER_COMPOSE_BUSY      profilerCounter = 17
-	profilerCounterCOUNTER_COMPOSE_OVERFLOW  profilerCounter = 18
-	profilerCounterCOUNTER_COMPOSE_DEFERRED  profilerCounter = 19
-	profilerCounterCOUNTER_COMPOSE_GONE      profilerCounter = 20
-	profilerCounterCOUNTER_COMPOSE_REFUSED   profilerCounter = 21
-	profilerCounterCOUNTER_UNWIND_STOP       profilerCounter = 22
-	profilerCounterCOUNTER_MAX               profilerCounter = 31
+	profilerCounterCOUNTER_SAMPLES            profilerCounter = 0
+	profilerCounterCOUNTER_DROPPED_RINGBUF    profilerCounter = 1
+	profilerCounterCOUNTER_USER_STACK_ERR     profilerCounter = 2
+	profilerCounterCOUNTER_KERNEL_STACK_ERR   profilerCounter = 3
+	profilerCounterCOUNTER_SP_READ_ERR        profilerCounter = 4
+	profilerCounterCOUNTER_IDLE               profilerCounter = 5
+	profilerCounterCOUNTER_OFF_CPU_EVENTS     profilerCounter = 6
+	profilerCounterCOUNTER_OFF_CPU_SHORT      profilerCounter = 7
+	profilerCounterCOUNTER_OFF_CPU_FULL       profilerCounter = 8
+	profilerCounterCOUNTER_OFF_CPU_MERGED     profilerCounter = 9
+	profilerCounterCOUNTER_OFF_CPU_BUSY       profilerCounter = 10
+	profilerCounterCOUNTER_OFF_CPU_SCHED_ERR  profilerCounter = 11
+	profilerCounterCOUNTER_OFF_CPU_GONE       profilerCounter = 12
+	profilerCounterCOUNTER_OFF_CPU_UNENDED    profilerCounter = 13
+	profilerCounterCOUNTER_OFF_CPU_UNREPORTED profilerCounter = 14
+	profilerCounterCOUNTER_INTERP_SAMPLES     profilerCounter = 15
+	profilerCounterCOUNTER_NOTICES_LOST       profilerCounter = 16
+	profilerCounterCOUNTER_FILES_FULL         profilerCounter = 17
+	profilerCounterCOUNTER_PROCS_FULL         profilerCounter = 18
+	profilerCounterCOUNTER_COMPOSE_BUSY       profilerCounter = 19
+	profilerCounterCOUNTER_COMPOSE_OVERFLOW   profilerCounter = 20
+	profilerCounterCOUNTER_COMPOSE_DEFERRED   profilerCounter = 21
+	profilerCounterCOUNTER_COMPOSE_GONE       profilerCounter = 22
+	profilerCounterCOUNTER_COMPOSE_REFUSED    profilerCounter = 23
+	profilerCounterCOUNTER_UNWIND_STOP        profilerCounter = 24
+	profilerCounterCOUNTER_INTERP_STOP        profilerCounter = 34
+	profilerCounterCOUNTER_MAX                profilerCounter = 40
+)
+
+type profilerInterpFrame struct {
+	_      structs.HostLayout
+	Object uint64
+	Offset uint32
+	Anchor uint16
+	Kind   uint8
+	Flags  uint8
+}
+
+type profilerInterpFrameFlag uint32
+
+const (
+	profilerInterpFrameFlagINTERP_FRAME_NO_OFFSET profilerInterpFrameFlag = 1
+)
+
+type profilerInterpFrameKind uint32
+
+const (
+	profilerInterpFrameKindINTERP_FRAME_NONE      profilerInterpFrameKind = 0
+	profilerInterpFrameKindINTERP_FRAME_CPYTHON   profilerInterpFrameKind = 1
+	profilerInterpFrameKindINTERP_FRAME_TRUNCATED profilerInterpFrameKind = 2
+)
+
+type profilerInterpStop uint32
+
+const (
+	profilerInterpStopINTERP_STOP_END             profilerInterpStop = 0
+	profilerInterpStopINTERP_STOP_NO_THREAD_STATE profilerInterpStop = 1
+	profilerInterpStopINTERP_STOP_TLS_FAULT       profilerInterpStop = 2
+	profilerInterpStopINTERP_STOP_READ_FAULT      profilerInterpStop = 3
+	profilerInterpStopINTERP_STOP_TRUNCATED       profilerInterpStop = 4
+	profilerInterpStopINTERP_STOP_BAD_LAYOUT      profilerInterpStop = 5
+	profilerInterpStopINTERP_STOP_MAX             profilerInterpStop = 6
 )
 
 type profilerNotice struct {
@@ -103,7 +141,8 @@ type profilerOffCpuRng struct {
 	_     structs.HostLayout
 	Left  uint64
 	State uint64
-	Pad   [6]uint64
+	Cur   uint64
+	Pad   [5]uint64
 }
 
 type profilerOffCpuSlot struct {
@@ -141,6 +180,52 @@ type profilerOpenScopeKey struct {
 	Id   uint64
 }
 
+type profilerPyFrameLayout uint32
+
+const (
+	profilerPyFrameLayoutPY_FRAMES_OBJECTS  profilerPyFrameLayout = 1
+	profilerPyFrameLayoutPY_FRAMES_IS_ENTRY profilerPyFrameLayout = 2
+	profilerPyFrameLayoutPY_FRAMES_SHIM     profilerPyFrameLayout = 3
+)
+
+type profilerPyProc struct {
+	_              structs.HostLayout
+	TssKey         uint64
+	DtvEntry       uint64
+	TlsOffset      int64
+	TsdSelf        uint16
+	TsdFirst       uint16
+	TsdSecond      uint16
+	DtvOffset      uint16
+	TsdEntry       uint8
+	TsdData        uint8
+	TsdBlockShift  uint8
+	TstateVia      uint8
+	TssInitialized uint8
+	Pad0           uint8
+	TstateFrame    uint16
+	CframeFrame    uint16
+	FramePrevious  uint16
+	FrameCode      uint16
+	FrameInstr     uint16
+	FrameEntry     uint16
+	FrameBytes     uint16
+	CodeInsns      uint16
+	FrameLayout    uint8
+	ShimOwner      uint8
+	LastiScale     uint8
+	Pad            uint8
+	_              [6]byte
+}
+
+type profilerPyTstateVia uint32
+
+const (
+	profilerPyTstateViaPY_TSTATE_TSD     profilerPyTstateVia = 1
+	profilerPyTstateViaPY_TSTATE_TLS_DTV profilerPyTstateVia = 2
+	profilerPyTstateViaPY_TSTATE_TLS_TP  profilerPyTstateVia = 3
+)
+
 type profilerSample struct {
 	_           structs.HostLayout
 	KtimeNs     uint64
@@ -175,6 +260,14 @@ const (
 	profilerSampleFlagSAMPLE_PREEMPTED       profilerSampleFlag = 4096
 	profilerSampleFlagSAMPLE_SCOPE           profilerSampleFlag = 8192
 )
+
+type profilerSampleInterp struct {
+	_            structs.HostLayout
+	S            profilerSample
+	InterpFrames uint32
+	InterpStop   uint32
+	Frames       [513]profilerInterpFrame
+}
 
 type profilerScopeLink struct {
 	_       structs.HostLayout
@@ -261,12 +354,15 @@ const (
 	profilerMapComposeWorks            = "compose_works"
 	profilerMapComposing               = "composing"
 	profilerMapCounters                = "counters"
+	profilerMapInterpScratch           = "interp_scratch"
 	profilerMapNotices                 = "notices"
 	profilerMapOffCpuEmptyWork         = "off_cpu_empty_work"
 	profilerMapOffCpuHeldSlots         = "off_cpu_held_slots"
 	profilerMapOffCpuSlots             = "off_cpu_slots"
+	profilerMapOffCpuUnendedTids       = "off_cpu_unended_tids"
 	profilerMapOffCpuWorks             = "off_cpu_works"
 	profilerMapOpenScopes              = "open_scopes"
+	profilerMapPyProcs                 = "py_procs"
 	profilerMapSamples                 = "samples"
 	profilerMapUnwindFiles             = "unwind_files"
 	profilerMapUnwindProcs             = "unwind_procs"
@@ -291,17 +387,27 @@ const (
 	profilerVarOffCpuOpen              = "off_cpu_open"
 	profilerVarOffCpuRngs              = "off_cpu_rngs"
 	profilerVarOffCpuSlotCount         = "off_cpu_slot_count"
+	profilerVarOffCpuTgid              = "off_cpu_tgid"
 	profilerVarOffCpuWalkNs            = "off_cpu_walk_ns"
 	profilerVarOffCpuWalks             = "off_cpu_walks"
+	profilerVarPythonFrames            = "python_frames"
 	profilerVarSamplingStopped         = "sampling_stopped"
 	profilerVarScopeLinks              = "scope_links"
 	profilerVarUnusedCounter           = "unused_counter"
+	profilerVarUnusedInterpFrame       = "unused_interp_frame"
+	profilerVarUnusedInterpFrameFlag   = "unused_interp_frame_flag"
+	profilerVarUnusedInterpFrameKind   = "unused_interp_frame_kind"
+	profilerVarUnusedInterpStop        = "unused_interp_stop"
 	profilerVarUnusedNotice            = "unused_notice"
 	profilerVarUnusedNoticeFlag        = "unused_notice_flag"
 	profilerVarUnusedNoticeKind        = "unused_notice_kind"
 	profilerVarUnusedOpenScopeKey      = "unused_open_scope_key"
+	profilerVarUnusedPyFrameLayout     = "unused_py_frame_layout"
+	profilerVarUnusedPyProc            = "unused_py_proc"
+	profilerVarUnusedPyTstateVia       = "unused_py_tstate_via"
 	profilerVarUnusedSample            = "unused_sample"
 	profilerVarUnusedSampleFlag        = "unused_sample_flag"
+	profilerVarUnusedSampleInterp      = "unused_sample_interp"
 	profilerVarUnusedScopeKind         = "unused_scope_kind"
 	profilerVarUnusedScopeLink         = "unused_scope_link"
 	profilerVarUnusedUnwindFile        = "unused_unwind_file"
@@ -366,21 +472,24 @@ type profilerProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type profilerMapSpecs struct {
-	ComposeEmptyWork *ebpf.MapSpec `ebpf:"compose_empty_work"`
-	ComposeScratch   *ebpf.MapSpec `ebpf:"compose_scratch"`
-	ComposeWorks     *ebpf.MapSpec `ebpf:"compose_works"`
-	Composing        *ebpf.MapSpec `ebpf:"composing"`
-	Counters         *ebpf.MapSpec `ebpf:"counters"`
-	Notices          *ebpf.MapSpec `ebpf:"notices"`
-	OffCpuEmptyWork  *ebpf.MapSpec `ebpf:"off_cpu_empty_work"`
-	OffCpuHeldSlots  *ebpf.MapSpec `ebpf:"off_cpu_held_slots"`
-	OffCpuSlots      *ebpf.MapSpec `ebpf:"off_cpu_slots"`
-	OffCpuWorks      *ebpf.MapSpec `ebpf:"off_cpu_works"`
-	OpenScopes       *ebpf.MapSpec `ebpf:"open_scopes"`
-	Samples          *ebpf.MapSpec `ebpf:"samples"`
-	UnwindFiles      *ebpf.MapSpec `ebpf:"unwind_files"`
-	UnwindProcs      *ebpf.MapSpec `ebpf:"unwind_procs"`
-	UnwindRows       *ebpf.MapSpec `ebpf:"unwind_rows"`
+	ComposeEmptyWork  *ebpf.MapSpec `ebpf:"compose_empty_work"`
+	ComposeScratch    *ebpf.MapSpec `ebpf:"compose_scratch"`
+	ComposeWorks      *ebpf.MapSpec `ebpf:"compose_works"`
+	Composing         *ebpf.MapSpec `ebpf:"composing"`
+	Counters          *ebpf.MapSpec `ebpf:"counters"`
+	InterpScratch     *ebpf.MapSpec `ebpf:"interp_scratch"`
+	Notices           *ebpf.MapSpec `ebpf:"notices"`
+	OffCpuEmptyWork   *ebpf.MapSpec `ebpf:"off_cpu_empty_work"`
+	OffCpuHeldSlots   *ebpf.MapSpec `ebpf:"off_cpu_held_slots"`
+	OffCpuSlots       *ebpf.MapSpec `ebpf:"off_cpu_slots"`
+	OffCpuUnendedTids *ebpf.MapSpec `ebpf:"off_cpu_unended_tids"`
+	OffCpuWorks       *ebpf.MapSpec `ebpf:"off_cpu_works"`
+	OpenScopes        *ebpf.MapSpec `ebpf:"open_scopes"`
+	PyProcs           *ebpf.MapSpec `ebpf:"py_procs"`
+	Samples           *ebpf.MapSpec `ebpf:"samples"`
+	UnwindFiles       *ebpf.MapSpec `ebpf:"unwind_files"`
+	UnwindProcs       *ebpf.MapSpec `ebpf:"unwind_procs"`
+	UnwindRows        *ebpf.MapSpec `ebpf:"unwind_rows"`
 }
 
 // profilerVariableSpecs contains global variables before they are loaded into the kernel.
@@ -400,17 +509,27 @@ type profilerVariableSpecs struct {
 	OffCpuOpen              *ebpf.VariableSpec `ebpf:"off_cpu_open"`
 	OffCpuRngs              *ebpf.VariableSpec `ebpf:"off_cpu_rngs"`
 	OffCpuSlotCount         *ebpf.VariableSpec `ebpf:"off_cpu_slot_count"`
+	OffCpuTgid              *ebpf.VariableSpec `ebpf:"off_cpu_tgid"`
 	OffCpuWalkNs            *ebpf.VariableSpec `ebpf:"off_cpu_walk_ns"`
 	OffCpuWalks             *ebpf.VariableSpec `ebpf:"off_cpu_walks"`
+	PythonFrames            *ebpf.VariableSpec `ebpf:"python_frames"`
 	SamplingStopped         *ebpf.VariableSpec `ebpf:"sampling_stopped"`
 	ScopeLinks              *ebpf.VariableSpec `ebpf:"scope_links"`
 	UnusedCounter           *ebpf.VariableSpec `ebpf:"unused_counter"`
+	UnusedInterpFrame       *ebpf.VariableSpec `ebpf:"unused_interp_frame"`
+	UnusedInterpFrameFlag   *ebpf.VariableSpec `ebpf:"unused_interp_frame_flag"`
+	UnusedInterpFrameKind   *ebpf.VariableSpec `ebpf:"unused_interp_frame_kind"`
+	UnusedInterpStop        *ebpf.VariableSpec `ebpf:"unused_interp_stop"`
 	UnusedNotice            *ebpf.VariableSpec `ebpf:"unused_notice"`
 	UnusedNoticeFlag        *ebpf.VariableSpec `ebpf:"unused_notice_flag"`
 	UnusedNoticeKind        *ebpf.VariableSpec `ebpf:"unused_notice_kind"`
 	UnusedOpenScopeKey      *ebpf.VariableSpec `ebpf:"unused_open_scope_key"`
+	UnusedPyFrameLayout     *ebpf.VariableSpec `ebpf:"unused_py_frame_layout"`
+	UnusedPyProc            *ebpf.VariableSpec `ebpf:"unused_py_proc"`
+	UnusedPyTstateVia       *ebpf.VariableSpec `ebpf:"unused_py_tstate_via"`
 	UnusedSample            *ebpf.VariableSpec `ebpf:"unused_sample"`
 	UnusedSampleFlag        *ebpf.VariableSpec `ebpf:"unused_sample_flag"`
+	UnusedSampleInterp      *ebpf.VariableSpec `ebpf:"unused_sample_interp"`
 	UnusedScopeKind         *ebpf.VariableSpec `ebpf:"unused_scope_kind"`
 	UnusedScopeLink         *ebpf.VariableSpec `ebpf:"unused_scope_link"`
 	UnusedUnwindFile        *ebpf.VariableSpec `ebpf:"unused_unwind_file"`
@@ -440,21 +559,24 @@ func (o *profilerObjects) Close() error {
 //
 // It can be passed to loadProfilerObjects or ebpf.CollectionSpec.LoadAndAssign.
 type profilerMaps struct {
-	ComposeEmptyWork *ebpf.Map `ebpf:"compose_empty_work"`
-	ComposeScratch   *ebpf.Map `ebpf:"compose_scratch"`
-	ComposeWorks     *ebpf.Map `ebpf:"compose_works"`
-	Composing        *ebpf.Map `ebpf:"composing"`
-	Counters         *ebpf.Map `ebpf:"counters"`
-	Notices          *ebpf.Map `ebpf:"notices"`
-	OffCpuEmptyWork  *ebpf.Map `ebpf:"off_cpu_empty_work"`
-	OffCpuHeldSlots  *ebpf.Map `ebpf:"off_cpu_held_slots"`
-	OffCpuSlots      *ebpf.Map `ebpf:"off_cpu_slots"`
-	OffCpuWorks      *ebpf.Map `ebpf:"off_cpu_works"`
-	OpenScopes       *ebpf.Map `ebpf:"open_scopes"`
-	Samples          *ebpf.Map `ebpf:"samples"`
-	UnwindFiles      *ebpf.Map `ebpf:"unwind_files"`
-	UnwindProcs      *ebpf.Map `ebpf:"unwind_procs"`
-	UnwindRows       *ebpf.Map `ebpf:"unwind_rows"`
+	ComposeEmptyWork  *ebpf.Map `ebpf:"compose_empty_work"`
+	ComposeScratch    *ebpf.Map `ebpf:"compose_scratch"`
+	ComposeWorks      *ebpf.Map `ebpf:"compose_works"`
+	Composing         *ebpf.Map `ebpf:"composing"`
+	Counters          *ebpf.Map `ebpf:"counters"`
+	InterpScratch     *ebpf.Map `ebpf:"interp_scratch"`
+	Notices           *ebpf.Map `ebpf:"notices"`
+	OffCpuEmptyWork   *ebpf.Map `ebpf:"off_cpu_empty_work"`
+	OffCpuHeldSlots   *ebpf.Map `ebpf:"off_cpu_held_slots"`
+	OffCpuSlots       *ebpf.Map `ebpf:"off_cpu_slots"`
+	OffCpuUnendedTids *ebpf.Map `ebpf:"off_cpu_unended_tids"`
+	OffCpuWorks       *ebpf.Map `ebpf:"off_cpu_works"`
+	OpenScopes        *ebpf.Map `ebpf:"open_scopes"`
+	PyProcs           *ebpf.Map `ebpf:"py_procs"`
+	Samples           *ebpf.Map `ebpf:"samples"`
+	UnwindFiles       *ebpf.Map `ebpf:"unwind_files"`
+	UnwindProcs       *ebpf.Map `ebpf:"unwind_procs"`
+	UnwindRows        *ebpf.Map `ebpf:"unwind_rows"`
 }
 
 func (m *profilerMaps) Close() error {
@@ -464,12 +586,15 @@ func (m *profilerMaps) Close() error {
 		m.ComposeWorks,
 		m.Composing,
 		m.Counters,
+		m.InterpScratch,
 		m.Notices,
 		m.OffCpuEmptyWork,
 		m.OffCpuHeldSlots,
 		m.OffCpuSlots,
+		m.OffCpuUnendedTids,
 		m.OffCpuWorks,
 		m.OpenScopes,
+		m.PyProcs,
 		m.Samples,
 		m.UnwindFiles,
 		m.UnwindProcs,
@@ -494,17 +619,27 @@ type profilerVariables struct {
 	OffCpuOpen              *ebpf.Variable `ebpf:"off_cpu_open"`
 	OffCpuRngs              *ebpf.Variable `ebpf:"off_cpu_rngs"`
 	OffCpuSlotCount         *ebpf.Variable `ebpf:"off_cpu_slot_count"`
+	OffCpuTgid              *ebpf.Variable `ebpf:"off_cpu_tgid"`
 	OffCpuWalkNs            *ebpf.Variable `ebpf:"off_cpu_walk_ns"`
 	OffCpuWalks             *ebpf.Variable `ebpf:"off_cpu_walks"`
+	PythonFrames            *ebpf.Variable `ebpf:"python_frames"`
 	SamplingStopped         *ebpf.Variable `ebpf:"sampling_stopped"`
 	ScopeLinks              *ebpf.Variable `ebpf:"scope_links"`
 	UnusedCounter           *ebpf.Variable `ebpf:"unused_counter"`
+	UnusedInterpFrame       *ebpf.Variable `ebpf:"unused_interp_frame"`
+	UnusedInterpFrameFlag   *ebpf.Variable `ebpf:"unused_interp_frame_flag"`
+	UnusedInterpFrameKind   *ebpf.Variable `ebpf:"unused_interp_frame_kind"`
+	UnusedInterpStop        *ebpf.Variable `ebpf:"unused_interp_stop"`
 	UnusedNotice            *ebpf.Variable `ebpf:"unused_notice"`
 	UnusedNoticeFlag        *ebpf.Variable `ebpf:"unused_notice_flag"`
 	UnusedNoticeKind        *ebpf.Variable `ebpf:"unused_notice_kind"`
 	UnusedOpenScopeKey      *ebpf.Variable `ebpf:"unused_open_scope_key"`
+	UnusedPyFrameLayout     *ebpf.Variable `ebpf:"unused_py_frame_layout"`
+	UnusedPyProc            *ebpf.Variable `ebpf:"unused_py_proc"`
+	UnusedPyTstateVia       *ebpf.Variable `ebpf:"unused_py_tstate_via"`
 	UnusedSample            *ebpf.Variable `ebpf:"unused_sample"`
 	UnusedSampleFlag        *ebpf.Variable `ebpf:"unused_sample_flag"`
+	UnusedSampleInterp      *ebpf.Variable `ebpf:"unused_sample_interp"`
 	UnusedScopeKind         *ebpf.Variable `ebpf:"unused_scope_kind"`
 	UnusedScopeLink         *ebpf.Variable `ebpf:"unused_scope_link"`
 	UnusedUnwindFile        *ebpf.Variable `ebpf:"unused_unwind_file"`

@@ -77,6 +77,11 @@ type Sample struct {
 	// event); Scope is that scope.
 	InScope bool
 	Scope   scopes.Link
+	// Interp holds the sample's interpreter frames, leaf first, when its
+	// process runs an interpreter the sampler walks; InterpStop says why
+	// their walk ended.
+	Interp     []InterpFrame
+	InterpStop InterpStop
 }
 
 // IsPC reports whether User[i] is a PC to name as is: the leaf, or a frame
@@ -125,10 +130,11 @@ type Counters struct {
 	// OffCPUGone counts kept waits dropped because the thread exited or
 	// replaced its program (exec) before its user stack was walked.
 	OffCPUGone uint64
-	// OffCPUUnended counts sampled switch-outs lost because the thread's
-	// next switch-in was never seen by the sched_switch program: the
-	// thread went off CPU again with the earlier wait still open, whose
-	// length is unknown.
+	// OffCPUUnended counts waits long enough to keep but lost because
+	// the thread's switch-in was never seen (found at its next
+	// switch-out): their stacks went with it. Walked at the switch-out
+	// (kernels before 6.18), such a wait is recorded without its kernel
+	// stack instead, counted in KernelStackErrors.
 	OffCPUUnended uint64
 	// NoticesLost counts notices to user space (files to build, processes
 	// read or exited) lost on a full ringbuf; a lost file notice is sent
@@ -158,6 +164,15 @@ type Counters struct {
 	// ComposeRefused counts reads not asked for: no free task work slot,
 	// or the kernel refused the task work.
 	ComposeRefused uint64
+	// OffCPUUnreported counts context switches the kernel's sched_switch
+	// tracepoint did not report, found at their CPU's next reported one:
+	// the cause of OffCPUUnended (a kernel may hide some tasks' switches;
+	// the VM measured here hides its agent's).
+	OffCPUUnreported uint64
+	// InterpSamples counts samples whose interpreter frames were walked;
+	// InterpStops counts those walks by why they ended.
+	InterpSamples uint64
+	InterpStops   [NumInterpStops]uint64
 }
 
 // Recorded returns how many samples were recorded into the ringbuf, CPU
@@ -189,10 +204,18 @@ type Options struct {
 	// or goroutine. Unset, samples carry no scope and pay no lookup.
 	Scopes *ebpf.Map
 	// PID, when not zero, samples only that process (its threads as they
-	// exist at New) instead of every CPU: for benchmarks that must see the
-	// program's cost on one workload alone. PIDs adds more processes.
+	// exist at New) instead of every CPU, and follows only its threads'
+	// switch-outs off CPU: for benchmarks and tests that must see the
+	// program's cost, or its outcomes, on one workload alone. PIDs adds
+	// more processes to sample (their switch-outs are not followed).
 	PID  int
 	PIDs []int
+	// Python walks the CPython frames of the processes given a
+	// PythonProc (SetPythonProc). Unset, no sample looks for them.
+	Python bool
+	// PythonProcesses bounds the processes given a PythonProc; zero
+	// means 1024.
+	PythonProcesses int
 }
 
 // OffCPUOptions configures off-CPU events, taken at sched_switch.

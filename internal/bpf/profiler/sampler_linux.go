@@ -68,7 +68,7 @@ func New(opts Options) (_ *Sampler, err error) {
 		return nil, fmt.Errorf("loading sampler spec: %w", err)
 	}
 	spec.Maps[profilerMapSamples].MaxEntries = ringBufferSize(opts, len(cpus))
-	spec.Maps[profilerMapUnwindRows].MaxEntries = unwindRows(opts)
+	spec.Maps[profilerMapUnwindRows].MaxEntries = unwindRows(opts) + MaxVDSORows
 	spec.Maps[profilerMapUnwindProcs].MaxEntries = unwindProcesses(opts)
 	if opts.UnwindFiles > 0 {
 		spec.Maps[profilerMapUnwindFiles].MaxEntries = uint32(opts.UnwindFiles)
@@ -81,7 +81,10 @@ func New(opts Options) (_ *Sampler, err error) {
 	if err := spec.Variables[profilerVarComposeInTaskWork].Set(composeErr == nil); err != nil {
 		return nil, fmt.Errorf("setting where mappings are read: %w", err)
 	}
-	if err := configureOffCPU(spec, opts.OffCPU); err != nil {
+	if err := configurePython(spec, opts); err != nil {
+		return nil, err
+	}
+	if err := configureOffCPU(spec, opts.OffCPU, opts.PID); err != nil {
 		return nil, err
 	}
 	loadOpts, err := configureScopes(spec, opts.Scopes)
@@ -90,7 +93,7 @@ func New(opts Options) (_ *Sampler, err error) {
 	}
 	loadOpts.Cache = support.KernelTypes()
 
-	s := &Sampler{ncpu: len(cpus), rows: spec.Maps[profilerMapUnwindRows].MaxEntries, composeErr: composeErr}
+	s := &Sampler{ncpu: len(cpus), rows: unwindRows(opts), composeErr: composeErr}
 	defer func() {
 		if err != nil {
 			s.Close()
@@ -221,9 +224,12 @@ func (s *Sampler) ComposeError() error { return s.composeErr }
 func (s *Sampler) OffCPUTaskWork() bool { return s.offCPUTaskWork }
 
 // configureOffCPU sets the off-CPU program's constants and bounds.
-func configureOffCPU(spec *ebpf.CollectionSpec, o OffCPUOptions) error {
+func configureOffCPU(spec *ebpf.CollectionSpec, o OffCPUOptions, pid int) error {
 	if !o.Enabled {
 		return nil
+	}
+	if err := spec.Variables[profilerVarOffCpuTgid].Set(uint32(pid)); err != nil {
+		return fmt.Errorf("setting the off-CPU process: %w", err)
 	}
 	if !(o.Probability > 0 && o.Probability <= 1) {
 		return fmt.Errorf("off-CPU probability %v: must be in (0, 1]", o.Probability)
@@ -348,11 +354,11 @@ func (s *Sampler) Read(dst *Sample) error {
 	if err != nil {
 		return err
 	}
-	decode(rec, dst)
+	decode(rec, s.reader.Raw(), dst)
 	return nil
 }
 
-func decode(rec *profilerSample, dst *Sample) {
+func decode(rec *profilerSample, raw []byte, dst *Sample) {
 	dst.KtimeNs = rec.KtimeNs
 	dst.PID, dst.TID, dst.CPU = rec.Pid, rec.Tid, rec.Cpu
 	dst.Comm = ringrec.Comm(&rec.Comm, dst.Comm)
@@ -386,6 +392,7 @@ func decode(rec *profilerSample, dst *Sample) {
 	if dst.InScope {
 		dst.Scope = scopes.Link{TraceID: rec.Link.TraceId, SpanID: rec.Link.SpanId, ProbeID: rec.Link.ProbeId}
 	}
+	dst.Interp, dst.InterpStop = decodeInterp(raw, dst.Interp[:0])
 }
 
 func appendFrames(dst, frames []uint64, nbytes int32) []uint64 {
@@ -410,7 +417,7 @@ func (s *Sampler) Counters() (Counters, error) {
 		SPReadErrors:      v[profilerCounterCOUNTER_SP_READ_ERR],
 		Idle:              v[profilerCounterCOUNTER_IDLE],
 	}
-	copy(c.UnwindStops[:], v[profilerCounterCOUNTER_UNWIND_STOP:profilerCounterCOUNTER_MAX])
+	copy(c.UnwindStops[:], v[profilerCounterCOUNTER_UNWIND_STOP:profilerCounterCOUNTER_INTERP_STOP])
 	c.OffCPUEvents = v[profilerCounterCOUNTER_OFF_CPU_EVENTS]
 	c.OffCPUShort = v[profilerCounterCOUNTER_OFF_CPU_SHORT]
 	c.OffCPUFull = v[profilerCounterCOUNTER_OFF_CPU_FULL]
@@ -427,7 +434,27 @@ func (s *Sampler) Counters() (Counters, error) {
 	c.ComposeDeferred = v[profilerCounterCOUNTER_COMPOSE_DEFERRED]
 	c.ComposeGone = v[profilerCounterCOUNTER_COMPOSE_GONE]
 	c.ComposeRefused = v[profilerCounterCOUNTER_COMPOSE_REFUSED]
+	c.OffCPUUnreported = v[profilerCounterCOUNTER_OFF_CPU_UNREPORTED]
+	c.InterpSamples = v[profilerCounterCOUNTER_INTERP_SAMPLES]
+	copy(c.InterpStops[:], v[profilerCounterCOUNTER_INTERP_STOP:profilerCounterCOUNTER_MAX])
 	return c, nil
+}
+
+// UnendedThreads returns the threads that lost kept off-CPU waits
+// (Counters.OffCPUUnended), with how many each; the most recent few
+// hundred threads only.
+func (s *Sampler) UnendedThreads() (map[uint32]uint64, error) {
+	out := map[uint32]uint64{}
+	var tid uint32
+	var n uint64
+	it := s.objs.OffCpuUnendedTids.Iterate()
+	for it.Next(&tid, &n) {
+		out[tid] = n
+	}
+	if err := it.Err(); err != nil {
+		return nil, fmt.Errorf("reading the threads that lost off-CPU waits: %w", err)
+	}
+	return out, nil
 }
 
 // CPUs is how many CPUs the sampler is attached to.

@@ -72,6 +72,12 @@ func (*Sampler) UnwindMappings(uint32) ([]UnwindMapping, Image, bool, error) {
 	return nil, Image{}, false, errNotLinux
 }
 
+// UnendedThreads fails: sampling needs linux/amd64.
+func (*Sampler) UnendedThreads() (map[uint32]uint64, error) { return nil, errNotLinux }
+
+// SetUnwindVDSO fails: sampling needs linux/amd64.
+func (*Sampler) SetUnwindVDSO([]cfi.Row, uint64) error { return errNotLinux }
+
 // DeleteUnwindMappings fails: sampling needs linux/amd64.
 func (*Sampler) DeleteUnwindMappings(uint32) error { return errNotLinux }
 
@@ -107,3 +113,9 @@ func CheckOffCPUTaskWork() error { return errNotLinux }
 
 // OnlineCPUs fails: sampling needs linux/amd64.
 func OnlineCPUs() ([]int, error) { return nil, errNotLinux }
+
+// SetPythonProc fails: sampling needs linux/amd64.
+func (*Sampler) SetPythonProc(uint32, PythonProc) error { return errNotLinux }
+
+// DeletePythonProc fails: sampling needs linux/amd64.
+func (*Sampler) DeletePythonProc(uint32) error { return errNotLinux }

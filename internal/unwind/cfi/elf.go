@@ -59,8 +59,42 @@ func NeedsDebugFrame(f *elf.File, t *Table) bool {
 // EHFrame compiles f's .eh_frame. Without section headers, .eh_frame is
 // found through the PT_GNU_EH_FRAME segment (.eh_frame_hdr).
 func EHFrame(f *elf.File) (*Table, error) {
-	if err := checkMachine(f); err != nil {
+	data, b, err := ehFrameData(f)
+	if err != nil {
 		return nil, err
+	}
+	return compileSection(f, data, ehFrame, b, ".eh_frame")
+}
+
+// FDERanges returns, for each of pcs, the address range of the .eh_frame
+// FDE that covers it: a function, or a part of one that the compiler
+// moved away (its .cold code). A pc no FDE covers gets the zero Range.
+func FDERanges(f *elf.File, pcs []uint64) ([]Range, error) {
+	data, b, err := ehFrameData(f)
+	if err != nil {
+		return nil, err
+	}
+	var st parseStats
+	fdes, err := parseSection(data, ehFrame, b, &st)
+	if err != nil && len(fdes) == 0 {
+		return nil, fmt.Errorf("parsing .eh_frame: %w", err)
+	}
+	out := make([]Range, len(pcs))
+	for _, fd := range fdes {
+		for i, pc := range pcs {
+			if pc >= fd.begin && pc < fd.end {
+				out[i] = Range{Start: fd.begin, End: fd.end}
+			}
+		}
+	}
+	return out, nil
+}
+
+// ehFrameData returns f's .eh_frame and the bases its pointers are read
+// with.
+func ehFrameData(f *elf.File) ([]byte, *bases, error) {
+	if err := checkMachine(f); err != nil {
+		return nil, nil, err
 	}
 	b := &bases{}
 	if got := f.Section(".got"); got != nil {
@@ -70,20 +104,20 @@ func EHFrame(f *elf.File) (*Table, error) {
 	if s := f.Section(".eh_frame"); s != nil && s.Type != elf.SHT_NOBITS {
 		var err error
 		if data, err = sectionData(s); err != nil {
-			return nil, fmt.Errorf("reading .eh_frame: %w", err)
+			return nil, nil, fmt.Errorf("reading .eh_frame: %w", err)
 		}
 		b.section = s.Addr
 	} else {
 		addr, err := ehFrameFromHeader(f)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		if data, err = segmentData(f, addr); err != nil {
-			return nil, fmt.Errorf("reading .eh_frame at %#x: %w", addr, err)
+			return nil, nil, fmt.Errorf("reading .eh_frame at %#x: %w", addr, err)
 		}
 		b.section = addr
 	}
-	return compileSection(f, data, ehFrame, b, ".eh_frame")
+	return data, b, nil
 }
 
 // DebugFrame compiles f's .debug_frame (f may be a separate debug file:

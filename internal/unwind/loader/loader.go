@@ -37,6 +37,9 @@ type Sink interface {
 	UnwindFileUse() (map[process.FileKey]uint32, error)
 	SetUnwindMappings(pid uint32, img profiler.Image, maps []profiler.UnwindMapping) (bool, error)
 	UnwindMappings(pid uint32) ([]profiler.UnwindMapping, profiler.Image, bool, error)
+	// SetUnwindVDSO sets the one table of the kernel's vDSO (the file
+	// profiler.VDSOFile), rows' PCs offsets in the image relative to base.
+	SetUnwindVDSO(rows []cfi.Row, base uint64) error
 }
 
 // Tables builds files' unwind tables off the loader's goroutine: a
@@ -255,6 +258,7 @@ func (l *Loader) Tick(now time.Time) {
 // files it held open for builds.
 func (l *Loader) Run(ctx context.Context) {
 	defer l.tables.closeFiles()
+	l.loadVDSO()
 	var ticker <-chan time.Time // nil, never ready, with SweepOnTick
 	if !l.cfg.SweepOnTick {
 		t := time.NewTicker(l.cfg.SweepInterval)

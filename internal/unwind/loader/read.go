@@ -45,8 +45,9 @@ func unwindMappings(all []process.Mapping) []profiler.UnwindMapping {
 		switch {
 		case m.File():
 			um.Kind, um.File = profiler.MappingFile, m.Key()
-		case m.Path == "[vdso]":
-			um.Kind = profiler.MappingVDSO
+		case m.Path == process.VDSOPath:
+			// Its table's offsets are from the image's first byte.
+			um.Kind, um.FileBase = profiler.MappingVDSO, m.Start
 		}
 		for i, c := range []byte(m.Perms) {
 			if c != '-' && i < 4 {

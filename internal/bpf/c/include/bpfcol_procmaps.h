@@ -297,9 +297,15 @@ static __always_inline void add_vma(struct unwind_mapping *m, struct vm_area_str
 		m->dev = BPF_CORE_READ(inode, i_sb, s_dev);
 		return;
 	}
-	m->kind = m->start == vdso ? UNWIND_MAPPING_VDSO : UNWIND_MAPPING_ANON;
+	m->kind = UNWIND_MAPPING_ANON;
 	m->ino = 0;
 	m->dev = 0;
+	if (m->start == vdso) {
+		// Its table's offsets are from the image's first byte, which
+		// the mapping starts with whatever its vm_pgoff.
+		m->kind = UNWIND_MAPPING_VDSO;
+		m->file_base = m->start;
+	}
 }
 
 // VMAs a read looks at, at most: a process with more (a JVM maps

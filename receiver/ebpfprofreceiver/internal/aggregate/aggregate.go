@@ -13,6 +13,7 @@ import (
 	"github.com/bpfcol/bpfcol/internal/bpf/profiler"
 	"github.com/bpfcol/bpfcol/internal/bpf/scopes"
 	"github.com/bpfcol/bpfcol/internal/frame"
+	"github.com/bpfcol/bpfcol/internal/interp"
 	"github.com/bpfcol/bpfcol/internal/ktime"
 	"github.com/bpfcol/bpfcol/internal/lru"
 	"github.com/bpfcol/bpfcol/internal/process"
@@ -38,6 +39,24 @@ type Config struct {
 	// Snapshots, when set, holds the mappings of processes that exited
 	// before their samples were read, and opens the files behind them.
 	Snapshots *process.Snapshots
+	// Interpreters, when set, places and reads a sample's interpreted
+	// frames.
+	Interpreters Interpreters
+}
+
+// Interpreters follows the processes that run an interpreter
+// (*interp.Manager).
+type Interpreters interface {
+	// Loops gives the address ranges of a process's interpreter loop,
+	// nil for a process that runs no interpreter followed: a sample's
+	// interpreted frames go among its native frames at the loop frames
+	// that run them.
+	Loops(pid uint32) []interp.Range
+	// Read reads, while the process still runs, what names an
+	// interpreted frame of a stack first seen in this interval.
+	Read(pid uint32, f *frame.Frame)
+	// NewInterval says an interval ended.
+	NewInterval()
 }
 
 // Process is what the profile says about one process.
@@ -108,6 +127,10 @@ type Stats struct {
 	// none of its executable mappings, even read again: no frame of the
 	// user stack can be checked, and none is kept.
 	UnmappedLeaves int64
+	// UnplacedInterpreted counts samples with interpreted frames that
+	// found no interpreter-loop frame to go under (the native stack was
+	// cut before it): they were put at the root end of the stack.
+	UnplacedInterpreted int64
 }
 
 // Batch is everything aggregated over one interval.
@@ -139,6 +162,7 @@ type Aggregator struct {
 	leaves     *leafAnalyzer
 	key        []byte
 	scratch    []frame.Frame // the frames of the sample being added
+	placed     []frame.Frame // the frames with interpreted ones placed
 	clock      ktime.Clock   // refreshed every interval, so wall-clock steps are followed
 	// sampleKtime is when the sample being added was taken.
 	sampleKtime uint64
@@ -208,6 +232,13 @@ func (a *Aggregator) Add(s *profiler.Sample) {
 			scope := s.Scope
 			st.Scope = &scope
 		}
+		if len(s.Interp) > 0 && a.cfg.Interpreters != nil {
+			for i := range st.Frames {
+				if st.Frames[i].Type.Interpreted() {
+					a.cfg.Interpreters.Read(s.PID, &st.Frames[i])
+				}
+			}
+		}
 		a.stacks[string(key)] = st
 		a.order = append(a.order, st)
 	}
@@ -276,7 +307,69 @@ func (a *Aggregator) frames(proc *Process, s *profiler.Sample) []frame.Frame {
 		frames = append(frames, mapped(f))
 	}
 	a.holdBinaries(proc, frames[user:])
+	if len(s.Interp) > 0 && a.cfg.Interpreters != nil {
+		frames = a.placeInterpreted(frames, user, s)
+	}
 	return frames
+}
+
+// interpTypes maps the sampler's interpreter frame kinds to frame types.
+var interpTypes = map[profiler.InterpKind]frame.Type{
+	profiler.InterpCPython:   frame.CPython,
+	profiler.InterpTruncated: frame.CPython,
+}
+
+// placeInterpreted inserts the sample's interpreted frames among its
+// native user frames, frames[user:]: those run by the k-th native frame
+// in the interpreter's loop, from the leaf, go right leafward of it. What
+// finds no loop frame (the native stack was cut before) goes at the root
+// end, in order.
+func (a *Aggregator) placeInterpreted(frames []frame.Frame, user int, s *profiler.Sample) []frame.Frame {
+	loops := a.cfg.Interpreters.Loops(s.PID)
+	out := append(a.placed[:0], frames[:user]...)
+	next, call := 0, uint16(0)
+	take := func(upTo uint16) {
+		for ; next < len(s.Interp) && s.Interp[next].Anchor <= upTo; next++ {
+			out = append(out, interpFrame(&s.Interp[next]))
+		}
+	}
+	for _, f := range frames[user:] {
+		if inRanges(loops, f.Address) {
+			take(call)
+			call++
+		}
+		out = append(out, f)
+	}
+	if next < len(s.Interp) {
+		a.stats.UnplacedInterpreted++
+		take(^uint16(0))
+	}
+	// The sample's frames are copied out by Add: frames and out swap
+	// roles for the next sample.
+	a.placed = frames
+	return out
+}
+
+// interpFrame turns a sampler's interpreter frame into a frame.
+func interpFrame(f *profiler.InterpFrame) frame.Frame {
+	typ := interpTypes[f.Kind]
+	if f.Kind == profiler.InterpTruncated {
+		return frame.Frame{Type: typ, Truncated: true}
+	}
+	out := frame.Interpreted(typ, f.Object, f.Offset)
+	if f.NoOffset {
+		out.Offset = frame.NoOffset
+	}
+	return out
+}
+
+func inRanges(ranges []interp.Range, addr uint64) bool {
+	for _, r := range ranges {
+		if r.Contains(addr) {
+			return true
+		}
+	}
+	return false
 }
 
 // maxUserAddr is the highest canonical user address on x86-64.
@@ -320,6 +413,12 @@ func (a *Aggregator) stackKey(s *profiler.Sample, frames []frame.Frame) []byte {
 	}
 	for _, f := range frames {
 		k = binary.LittleEndian.AppendUint64(k, f.Address)
+		if f.Type.Interpreted() {
+			k = binary.LittleEndian.AppendUint32(k, f.Offset)
+			if f.Truncated {
+				k = append(k, 1)
+			}
+		}
 	}
 	a.key = k
 	return k
@@ -340,6 +439,9 @@ func (a *Aggregator) Flush(now time.Time) *Batch {
 	a.start = now
 	a.procs.endInterval()
 	a.clock.Refresh()
+	if a.cfg.Interpreters != nil {
+		a.cfg.Interpreters.NewInterval()
+	}
 	return b
 }
 

@@ -25,30 +25,36 @@ func Tracer(settings component.TelemetrySettings) trace.Tracer {
 // TelemetryBuilder provides an interface for components to report telemetry
 // as defined in metadata and user config.
 type TelemetryBuilder struct {
-	meter                          metric.Meter
-	mu                             sync.Mutex
-	registrations                  []metric.Registration
-	EbpfprofBinariesClassified     metric.Int64ObservableCounter
-	EbpfprofCacheEvictions         metric.Int64ObservableCounter
-	EbpfprofCacheSize              metric.Int64ObservableGauge
-	EbpfprofCallersRecovered       metric.Int64ObservableCounter
-	EbpfprofDebuginfodBytes        metric.Int64ObservableCounter
-	EbpfprofFramesResolved         metric.Int64ObservableCounter
-	EbpfprofKernelSymbolizer       metric.Int64ObservableGauge
-	EbpfprofOffCPUEvents           metric.Int64ObservableCounter
-	EbpfprofParserPanics           metric.Int64ObservableCounter
-	EbpfprofProcessReads           metric.Int64ObservableCounter
-	EbpfprofProcessesUnknown       metric.Int64ObservableCounter
-	EbpfprofProfilesEmitted        metric.Int64ObservableCounter
-	EbpfprofSamplesDropped         metric.Int64ObservableCounter
-	EbpfprofSamplesTaken           metric.Int64ObservableCounter
-	EbpfprofStacksLost             metric.Int64ObservableCounter
-	EbpfprofSymbolizationOutcomes  metric.Int64ObservableCounter
-	EbpfprofUnwindErrors           metric.Int64ObservableCounter
-	EbpfprofUnwindStops            metric.Int64ObservableCounter
-	EbpfprofUnwindTableCompactions metric.Int64ObservableCounter
-	EbpfprofUnwindTableEvictions   metric.Int64ObservableCounter
-	EbpfprofUserStacksCut          metric.Int64ObservableCounter
+	meter                             metric.Meter
+	mu                                sync.Mutex
+	registrations                     []metric.Registration
+	EbpfprofBinariesClassified        metric.Int64ObservableCounter
+	EbpfprofCacheEvictions            metric.Int64ObservableCounter
+	EbpfprofCacheSize                 metric.Int64ObservableGauge
+	EbpfprofCallersRecovered          metric.Int64ObservableCounter
+	EbpfprofDebuginfodBytes           metric.Int64ObservableCounter
+	EbpfprofFramesResolved            metric.Int64ObservableCounter
+	EbpfprofInterpreterFrames         metric.Int64ObservableCounter
+	EbpfprofInterpreterFramesUnplaced metric.Int64ObservableCounter
+	EbpfprofInterpreterProcesses      metric.Int64ObservableCounter
+	EbpfprofInterpreterReadErrors     metric.Int64ObservableCounter
+	EbpfprofInterpreterWalks          metric.Int64ObservableCounter
+	EbpfprofKernelSymbolizer          metric.Int64ObservableGauge
+	EbpfprofOffCPUEvents              metric.Int64ObservableCounter
+	EbpfprofOffCPUUnreportedSwitches  metric.Int64ObservableCounter
+	EbpfprofParserPanics              metric.Int64ObservableCounter
+	EbpfprofProcessReads              metric.Int64ObservableCounter
+	EbpfprofProcessesUnknown          metric.Int64ObservableCounter
+	EbpfprofProfilesEmitted           metric.Int64ObservableCounter
+	EbpfprofSamplesDropped            metric.Int64ObservableCounter
+	EbpfprofSamplesTaken              metric.Int64ObservableCounter
+	EbpfprofStacksLost                metric.Int64ObservableCounter
+	EbpfprofSymbolizationOutcomes     metric.Int64ObservableCounter
+	EbpfprofUnwindErrors              metric.Int64ObservableCounter
+	EbpfprofUnwindStops               metric.Int64ObservableCounter
+	EbpfprofUnwindTableCompactions    metric.Int64ObservableCounter
+	EbpfprofUnwindTableEvictions      metric.Int64ObservableCounter
+	EbpfprofUserStacksCut             metric.Int64ObservableCounter
 }
 
 // TelemetryBuilderOption applies changes to default builder.
@@ -152,6 +158,81 @@ func (builder *TelemetryBuilder) RegisterEbpfprofFramesResolvedCallback(cb metri
 	return nil
 }
 
+// RegisterEbpfprofInterpreterFramesCallback sets callback for observable EbpfprofInterpreterFrames metric.
+func (builder *TelemetryBuilder) RegisterEbpfprofInterpreterFramesCallback(cb metric.Int64Callback) error {
+	reg, err := builder.meter.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
+		cb(ctx, &observerInt64{inst: builder.EbpfprofInterpreterFrames, obs: o})
+		return nil
+	}, builder.EbpfprofInterpreterFrames)
+	if err != nil {
+		return err
+	}
+	builder.mu.Lock()
+	defer builder.mu.Unlock()
+	builder.registrations = append(builder.registrations, reg)
+	return nil
+}
+
+// RegisterEbpfprofInterpreterFramesUnplacedCallback sets callback for observable EbpfprofInterpreterFramesUnplaced metric.
+func (builder *TelemetryBuilder) RegisterEbpfprofInterpreterFramesUnplacedCallback(cb metric.Int64Callback) error {
+	reg, err := builder.meter.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
+		cb(ctx, &observerInt64{inst: builder.EbpfprofInterpreterFramesUnplaced, obs: o})
+		return nil
+	}, builder.EbpfprofInterpreterFramesUnplaced)
+	if err != nil {
+		return err
+	}
+	builder.mu.Lock()
+	defer builder.mu.Unlock()
+	builder.registrations = append(builder.registrations, reg)
+	return nil
+}
+
+// RegisterEbpfprofInterpreterProcessesCallback sets callback for observable EbpfprofInterpreterProcesses metric.
+func (builder *TelemetryBuilder) RegisterEbpfprofInterpreterProcessesCallback(cb metric.Int64Callback) error {
+	reg, err := builder.meter.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
+		cb(ctx, &observerInt64{inst: builder.EbpfprofInterpreterProcesses, obs: o})
+		return nil
+	}, builder.EbpfprofInterpreterProcesses)
+	if err != nil {
+		return err
+	}
+	builder.mu.Lock()
+	defer builder.mu.Unlock()
+	builder.registrations = append(builder.registrations, reg)
+	return nil
+}
+
+// RegisterEbpfprofInterpreterReadErrorsCallback sets callback for observable EbpfprofInterpreterReadErrors metric.
+func (builder *TelemetryBuilder) RegisterEbpfprofInterpreterReadErrorsCallback(cb metric.Int64Callback) error {
+	reg, err := builder.meter.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
+		cb(ctx, &observerInt64{inst: builder.EbpfprofInterpreterReadErrors, obs: o})
+		return nil
+	}, builder.EbpfprofInterpreterReadErrors)
+	if err != nil {
+		return err
+	}
+	builder.mu.Lock()
+	defer builder.mu.Unlock()
+	builder.registrations = append(builder.registrations, reg)
+	return nil
+}
+
+// RegisterEbpfprofInterpreterWalksCallback sets callback for observable EbpfprofInterpreterWalks metric.
+func (builder *TelemetryBuilder) RegisterEbpfprofInterpreterWalksCallback(cb metric.Int64Callback) error {
+	reg, err := builder.meter.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
+		cb(ctx, &observerInt64{inst: builder.EbpfprofInterpreterWalks, obs: o})
+		return nil
+	}, builder.EbpfprofInterpreterWalks)
+	if err != nil {
+		return err
+	}
+	builder.mu.Lock()
+	defer builder.mu.Unlock()
+	builder.registrations = append(builder.registrations, reg)
+	return nil
+}
+
 // RegisterEbpfprofKernelSymbolizerCallback sets callback for observable EbpfprofKernelSymbolizer metric.
 func (builder *TelemetryBuilder) RegisterEbpfprofKernelSymbolizerCallback(cb metric.Int64Callback) error {
 	reg, err := builder.meter.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
@@ -173,6 +254,21 @@ func (builder *TelemetryBuilder) RegisterEbpfprofOffCPUEventsCallback(cb metric.
 		cb(ctx, &observerInt64{inst: builder.EbpfprofOffCPUEvents, obs: o})
 		return nil
 	}, builder.EbpfprofOffCPUEvents)
+	if err != nil {
+		return err
+	}
+	builder.mu.Lock()
+	defer builder.mu.Unlock()
+	builder.registrations = append(builder.registrations, reg)
+	return nil
+}
+
+// RegisterEbpfprofOffCPUUnreportedSwitchesCallback sets callback for observable EbpfprofOffCPUUnreportedSwitches metric.
+func (builder *TelemetryBuilder) RegisterEbpfprofOffCPUUnreportedSwitchesCallback(cb metric.Int64Callback) error {
+	reg, err := builder.meter.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
+		cb(ctx, &observerInt64{inst: builder.EbpfprofOffCPUUnreportedSwitches, obs: o})
+		return nil
+	}, builder.EbpfprofOffCPUUnreportedSwitches)
 	if err != nil {
 		return err
 	}
@@ -419,7 +515,7 @@ func NewTelemetryBuilder(settings component.TelemetrySettings, options ...Teleme
 	errs = errors.Join(errs, err)
 	builder.EbpfprofCacheSize, err = builder.meter.Int64ObservableGauge(
 		"otelcol_ebpfprof_cache_size",
-		metric.WithDescription("Entries (or bytes, for binary_bytes, debug_table_bytes, frame_name_bytes, leaf_function_bytes, process_snapshot_bytes and unwind_table_bytes) held by each cache. [Development]"),
+		metric.WithDescription("Entries (or bytes, for binary_bytes, debug_table_bytes, frame_name_bytes, interpreter_object_bytes, leaf_function_bytes, process_snapshot_bytes and unwind_table_bytes) held by each cache. [Development]"),
 		metric.WithUnit("1"),
 	)
 	errs = errors.Join(errs, err)
@@ -441,6 +537,36 @@ func NewTelemetryBuilder(settings component.TelemetrySettings, options ...Teleme
 		metric.WithUnit("{frame}"),
 	)
 	errs = errors.Join(errs, err)
+	builder.EbpfprofInterpreterFrames, err = builder.meter.Int64ObservableCounter(
+		"otelcol_ebpfprof_interpreter_frames",
+		metric.WithDescription("Interpreted frames of the distinct stacks of each interval, by interpreter and by what became of them. [Development]"),
+		metric.WithUnit("{frame}"),
+	)
+	errs = errors.Join(errs, err)
+	builder.EbpfprofInterpreterFramesUnplaced, err = builder.meter.Int64ObservableCounter(
+		"otelcol_ebpfprof_interpreter_frames_unplaced",
+		metric.WithDescription("Samples with interpreted frames that found no interpreter-loop frame to go under (the native stack was cut before it); they were put, in order, at the root end of the stack. [Development]"),
+		metric.WithUnit("{sample}"),
+	)
+	errs = errors.Join(errs, err)
+	builder.EbpfprofInterpreterProcesses, err = builder.meter.Int64ObservableCounter(
+		"otelcol_ebpfprof_interpreter_processes",
+		metric.WithDescription("Processes found running an interpreter, by interpreter and outcome. [Development]"),
+		metric.WithUnit("{process}"),
+	)
+	errs = errors.Join(errs, err)
+	builder.EbpfprofInterpreterReadErrors, err = builder.meter.Int64ObservableCounter(
+		"otelcol_ebpfprof_interpreter_read_errors",
+		metric.WithDescription("Reads of an interpreter process's memory that failed (the process gone, or an address not mapped), for its layout or to name its frames. [Development]"),
+		metric.WithUnit("{read}"),
+	)
+	errs = errors.Join(errs, err)
+	builder.EbpfprofInterpreterWalks, err = builder.meter.Int64ObservableCounter(
+		"otelcol_ebpfprof_interpreter_walks",
+		metric.WithDescription("Samples of interpreter processes whose interpreted frames the BPF program walked, by how the walk ended. [Development]"),
+		metric.WithUnit("{sample}"),
+	)
+	errs = errors.Join(errs, err)
 	builder.EbpfprofKernelSymbolizer, err = builder.meter.Int64ObservableGauge(
 		"otelcol_ebpfprof_kernel_symbolizer",
 		metric.WithDescription("1 for the way kernel frames are named now (bpf, or the kallsyms fallback). [Development]"),
@@ -451,6 +577,12 @@ func NewTelemetryBuilder(settings component.TelemetrySettings, options ...Teleme
 		"otelcol_ebpfprof_off_cpu_events",
 		metric.WithDescription("Sampled switch-outs (off_cpu), by outcome at the thread's switch-in. [Development]"),
 		metric.WithUnit("{event}"),
+	)
+	errs = errors.Join(errs, err)
+	builder.EbpfprofOffCPUUnreportedSwitches, err = builder.meter.Int64ObservableCounter(
+		"otelcol_ebpfprof_off_cpu_unreported_switches",
+		metric.WithDescription("Context switches the kernel's sched_switch tracepoint did not report (off_cpu), found at their CPU's next reported switch; each hides a switch-in, which loses that thread's wait if one was sampled (outcome switch_in_unseen). [Development]"),
+		metric.WithUnit("{switch}"),
 	)
 	errs = errors.Join(errs, err)
 	builder.EbpfprofParserPanics, err = builder.meter.Int64ObservableCounter(

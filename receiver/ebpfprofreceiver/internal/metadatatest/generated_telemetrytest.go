@@ -56,7 +56,7 @@ func AssertEqualEbpfprofCacheEvictions(t *testing.T, tt *componenttest.Telemetry
 func AssertEqualEbpfprofCacheSize(t *testing.T, tt *componenttest.Telemetry, dps []metricdata.DataPoint[int64], opts ...metricdatatest.Option) {
 	want := metricdata.Metrics{
 		Name:        "otelcol_ebpfprof_cache_size",
-		Description: "Entries (or bytes, for binary_bytes, debug_table_bytes, frame_name_bytes, leaf_function_bytes, process_snapshot_bytes and unwind_table_bytes) held by each cache. [Development]",
+		Description: "Entries (or bytes, for binary_bytes, debug_table_bytes, frame_name_bytes, interpreter_object_bytes, leaf_function_bytes, process_snapshot_bytes and unwind_table_bytes) held by each cache. [Development]",
 		Unit:        "1",
 		Data: metricdata.Gauge[int64]{
 			DataPoints: dps,
@@ -115,6 +115,86 @@ func AssertEqualEbpfprofFramesResolved(t *testing.T, tt *componenttest.Telemetry
 	metricdatatest.AssertEqual(t, want, got, opts...)
 }
 
+func AssertEqualEbpfprofInterpreterFrames(t *testing.T, tt *componenttest.Telemetry, dps []metricdata.DataPoint[int64], opts ...metricdatatest.Option) {
+	want := metricdata.Metrics{
+		Name:        "otelcol_ebpfprof_interpreter_frames",
+		Description: "Interpreted frames of the distinct stacks of each interval, by interpreter and by what became of them. [Development]",
+		Unit:        "{frame}",
+		Data: metricdata.Sum[int64]{
+			Temporality: metricdata.CumulativeTemporality,
+			IsMonotonic: true,
+			DataPoints:  dps,
+		},
+	}
+	got, err := tt.GetMetric("otelcol_ebpfprof_interpreter_frames")
+	require.NoError(t, err)
+	metricdatatest.AssertEqual(t, want, got, opts...)
+}
+
+func AssertEqualEbpfprofInterpreterFramesUnplaced(t *testing.T, tt *componenttest.Telemetry, dps []metricdata.DataPoint[int64], opts ...metricdatatest.Option) {
+	want := metricdata.Metrics{
+		Name:        "otelcol_ebpfprof_interpreter_frames_unplaced",
+		Description: "Samples with interpreted frames that found no interpreter-loop frame to go under (the native stack was cut before it); they were put, in order, at the root end of the stack. [Development]",
+		Unit:        "{sample}",
+		Data: metricdata.Sum[int64]{
+			Temporality: metricdata.CumulativeTemporality,
+			IsMonotonic: true,
+			DataPoints:  dps,
+		},
+	}
+	got, err := tt.GetMetric("otelcol_ebpfprof_interpreter_frames_unplaced")
+	require.NoError(t, err)
+	metricdatatest.AssertEqual(t, want, got, opts...)
+}
+
+func AssertEqualEbpfprofInterpreterProcesses(t *testing.T, tt *componenttest.Telemetry, dps []metricdata.DataPoint[int64], opts ...metricdatatest.Option) {
+	want := metricdata.Metrics{
+		Name:        "otelcol_ebpfprof_interpreter_processes",
+		Description: "Processes found running an interpreter, by interpreter and outcome. [Development]",
+		Unit:        "{process}",
+		Data: metricdata.Sum[int64]{
+			Temporality: metricdata.CumulativeTemporality,
+			IsMonotonic: true,
+			DataPoints:  dps,
+		},
+	}
+	got, err := tt.GetMetric("otelcol_ebpfprof_interpreter_processes")
+	require.NoError(t, err)
+	metricdatatest.AssertEqual(t, want, got, opts...)
+}
+
+func AssertEqualEbpfprofInterpreterReadErrors(t *testing.T, tt *componenttest.Telemetry, dps []metricdata.DataPoint[int64], opts ...metricdatatest.Option) {
+	want := metricdata.Metrics{
+		Name:        "otelcol_ebpfprof_interpreter_read_errors",
+		Description: "Reads of an interpreter process's memory that failed (the process gone, or an address not mapped), for its layout or to name its frames. [Development]",
+		Unit:        "{read}",
+		Data: metricdata.Sum[int64]{
+			Temporality: metricdata.CumulativeTemporality,
+			IsMonotonic: true,
+			DataPoints:  dps,
+		},
+	}
+	got, err := tt.GetMetric("otelcol_ebpfprof_interpreter_read_errors")
+	require.NoError(t, err)
+	metricdatatest.AssertEqual(t, want, got, opts...)
+}
+
+func AssertEqualEbpfprofInterpreterWalks(t *testing.T, tt *componenttest.Telemetry, dps []metricdata.DataPoint[int64], opts ...metricdatatest.Option) {
+	want := metricdata.Metrics{
+		Name:        "otelcol_ebpfprof_interpreter_walks",
+		Description: "Samples of interpreter processes whose interpreted frames the BPF program walked, by how the walk ended. [Development]",
+		Unit:        "{sample}",
+		Data: metricdata.Sum[int64]{
+			Temporality: metricdata.CumulativeTemporality,
+			IsMonotonic: true,
+			DataPoints:  dps,
+		},
+	}
+	got, err := tt.GetMetric("otelcol_ebpfprof_interpreter_walks")
+	require.NoError(t, err)
+	metricdatatest.AssertEqual(t, want, got, opts...)
+}
+
 func AssertEqualEbpfprofKernelSymbolizer(t *testing.T, tt *componenttest.Telemetry, dps []metricdata.DataPoint[int64], opts ...metricdatatest.Option) {
 	want := metricdata.Metrics{
 		Name:        "otelcol_ebpfprof_kernel_symbolizer",
@@ -141,6 +221,22 @@ func AssertEqualEbpfprofOffCPUEvents(t *testing.T, tt *componenttest.Telemetry, 
 		},
 	}
 	got, err := tt.GetMetric("otelcol_ebpfprof_off_cpu_events")
+	require.NoError(t, err)
+	metricdatatest.AssertEqual(t, want, got, opts...)
+}
+
+func AssertEqualEbpfprofOffCPUUnreportedSwitches(t *testing.T, tt *componenttest.Telemetry, dps []metricdata.DataPoint[int64], opts ...metricdatatest.Option) {
+	want := metricdata.Metrics{
+		Name:        "otelcol_ebpfprof_off_cpu_unreported_switches",
+		Description: "Context switches the kernel's sched_switch tracepoint did not report (off_cpu), found at their CPU's next reported switch; each hides a switch-in, which loses that thread's wait if one was sampled (outcome switch_in_unseen). [Development]",
+		Unit:        "{switch}",
+		Data: metricdata.Sum[int64]{
+			Temporality: metricdata.CumulativeTemporality,
+			IsMonotonic: true,
+			DataPoints:  dps,
+		},
+	}
+	got, err := tt.GetMetric("otelcol_ebpfprof_off_cpu_unreported_switches")
 	require.NoError(t, err)
 	metricdatatest.AssertEqual(t, want, got, opts...)
 }

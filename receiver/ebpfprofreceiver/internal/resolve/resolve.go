@@ -134,6 +134,21 @@ type Resolver struct {
 	// snapshots opens the binaries of processes gone since their samples
 	// (nil opens through /proc only).
 	snapshots *process.Snapshots
+	// interp names interpreted frames; nil leaves them unnamed.
+	interp Interpreters
+}
+
+// Interpreters names interpreted frames (*interp.Manager).
+type Interpreters interface {
+	// BeginBatch starts the naming of a batch.
+	BeginBatch()
+	// Name returns the lines of f, an interpreted frame of process pid.
+	Name(pid uint32, f *frame.Frame) []frame.Line
+}
+
+// WithInterpreters names interpreted frames through in.
+func WithInterpreters(in Interpreters) Option {
+	return func(r *Resolver) { r.interp = in }
 }
 
 // Option configures a Resolver.
@@ -216,6 +231,9 @@ func (r *Resolver) Resolve(b *aggregate.Batch) []profilebuilder.Process {
 		r.names.RemoveIdle()
 	}()
 	st.kernel = r.resolveKernel(b)
+	if r.interp != nil {
+		r.interp.BeginBatch()
+	}
 
 	byPID := map[uint32]int{}
 	var procs []profilebuilder.Process
@@ -232,9 +250,12 @@ func (r *Resolver) Resolve(b *aggregate.Batch) []profilebuilder.Process {
 		}
 		frames := make([]frame.Frame, len(s.Frames))
 		for i, f := range s.Frames {
-			if f.Type.InKernel() {
+			switch {
+			case f.Type.InKernel():
 				frames[i] = r.kernelFrame(st, f)
-			} else {
+			case f.Type.Interpreted():
+				frames[i] = r.interpretedFrame(s.PID, f)
+			default:
 				frames[i] = r.userFrame(st, s.PID, f)
 			}
 		}
@@ -300,6 +321,16 @@ func (r *Resolver) kernelFrame(st *batchState, f frame.Frame) frame.Frame {
 	if sym.IsBPFProg {
 		f.Type = frame.BPF
 	}
+	return f
+}
+
+// interpretedFrame names an interpreted frame. Like the OTel profiler's,
+// it has no mapping and address 0: it runs no machine code of its own.
+func (r *Resolver) interpretedFrame(pid uint32, f frame.Frame) frame.Frame {
+	if r.interp != nil {
+		f.Lines = r.interp.Name(pid, &f)
+	}
+	f.Address, f.Offset, f.Mapping = 0, 0, nil
 	return f
 }
 

@@ -1,0 +1,144 @@
+//go:build linux && amd64
+
+package profiler
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"unsafe"
+
+	"github.com/cilium/ebpf"
+)
+
+// The Go mirrors of the C interpreter structures must keep their sizes:
+// a size apart fails the build.
+var (
+	_ [0]struct{} = [unsafe.Sizeof(profilerInterpFrame{}) - interpFrameBytes]struct{}{}
+	_ [0]struct{} = [interpFrameBytes - unsafe.Sizeof(profilerInterpFrame{})]struct{}{}
+	_ [0]struct{} = [MaxInterpFrames + 1 - len(profilerSampleInterp{}.Frames)]struct{}{}
+)
+
+const (
+	interpFrameBytes = 16
+	// interpTail is where a record's interpreter tail starts: its frame
+	// count and stop reason, then the frames.
+	interpTail       = int(unsafe.Offsetof(profilerSampleInterp{}.InterpFrames))
+	interpFramesAt   = int(unsafe.Offsetof(profilerSampleInterp{}.Frames))
+	interpRecordSize = int(unsafe.Sizeof(profilerSampleInterp{}))
+)
+
+// configurePython turns the walk of CPython frames on, and bounds the
+// processes that have one.
+func configurePython(spec *ebpf.CollectionSpec, opts Options) error {
+	if opts.PythonProcesses > 0 {
+		spec.Maps[profilerMapPyProcs].MaxEntries = uint32(opts.PythonProcesses)
+	}
+	if !opts.Python {
+		return nil
+	}
+	if err := spec.Variables[profilerVarPythonFrames].Set(true); err != nil {
+		return fmt.Errorf("enabling CPython frames: %w", err)
+	}
+	return nil
+}
+
+// decodeInterp appends the interpreter frames of a record's tail, raw
+// being the whole record, to dst. A record without a tail has none.
+func decodeInterp(raw []byte, dst []InterpFrame) ([]InterpFrame, InterpStop) {
+	if len(raw) < interpFramesAt {
+		return dst, InterpStopEnd
+	}
+	n := int(binary.LittleEndian.Uint32(raw[interpTail:]))
+	stop := InterpStop(binary.LittleEndian.Uint32(raw[interpTail+4:]))
+	// The kernel sends at most the frames it wrote: a count beyond the
+	// record is never trusted.
+	n = min(n, MaxInterpFrames+1, (len(raw)-interpFramesAt)/interpFrameBytes)
+	for i := range n {
+		b := raw[interpFramesAt+i*interpFrameBytes:]
+		dst = append(dst, InterpFrame{
+			Object:   binary.LittleEndian.Uint64(b),
+			Offset:   binary.LittleEndian.Uint32(b[8:]),
+			Anchor:   binary.LittleEndian.Uint16(b[12:]),
+			Kind:     InterpKind(b[14]),
+			NoOffset: b[15]&uint8(profilerInterpFrameFlagINTERP_FRAME_NO_OFFSET) != 0,
+		})
+	}
+	return dst, stop
+}
+
+// SetPythonProc gives process pid's samples their CPython frames, walked
+// as p says.
+func (s *Sampler) SetPythonProc(pid uint32, p PythonProc) error {
+	if err := p.check(); err != nil {
+		return fmt.Errorf("setting CPython layout of pid %d: %w", pid, err)
+	}
+	v := profilerPyProc{
+		TssKey:        p.TSSKey,
+		DtvEntry:      p.DTVEntry,
+		TlsOffset:     p.TLSOffset,
+		TsdSelf:       p.TSD.Self,
+		TsdFirst:      p.TSD.First,
+		TsdSecond:     p.TSD.Second,
+		DtvOffset:     p.DTVOffset,
+		TsdEntry:      p.TSD.Entry,
+		TsdData:       p.TSD.Data,
+		TsdBlockShift: p.TSD.BlockShift,
+		TstateVia:     uint8(p.TState),
+		TstateFrame:   p.TStateFrame,
+		CframeFrame:   p.CFrameFrame,
+		FramePrevious: p.FramePrevious,
+		FrameCode:     p.FrameCode,
+		FrameInstr:    p.FrameInstr,
+		FrameEntry:    p.Entry,
+		FrameBytes:    p.FrameBytes,
+		CodeInsns:     p.CodeInsns,
+		FrameLayout:   uint8(p.Layout),
+		ShimOwner:     p.ShimOwner,
+		LastiScale:    p.LastiScale,
+	}
+	if p.TSSInitialized {
+		v.TssInitialized = 1
+	}
+	if err := s.objs.PyProcs.Update(pid, &v, ebpf.UpdateAny); err != nil {
+		return fmt.Errorf("setting CPython layout of pid %d: %w", pid, err)
+	}
+	return nil
+}
+
+// DeletePythonProc stops walking process pid's CPython frames. Deleting
+// an unknown process is not an error.
+func (s *Sampler) DeletePythonProc(pid uint32) error {
+	if err := s.objs.PyProcs.Delete(pid); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+		return fmt.Errorf("deleting CPython layout of pid %d: %w", pid, err)
+	}
+	return nil
+}
+
+// check refuses a layout the walk would read outside a frame with: the
+// BPF side masks the offsets, which keeps it safe but not right.
+func (p *PythonProc) check() error {
+	if p.FrameBytes < 16 || p.FrameBytes > PythonFrameBytesMax {
+		return fmt.Errorf("frame read of %d bytes: outside [16, %d]", p.FrameBytes, PythonFrameBytesMax)
+	}
+	fits := func(name string, off uint16, size, align uint16) error {
+		if off%align != 0 || off+size > p.FrameBytes {
+			return fmt.Errorf("frame field %s at %d: not a %d-byte field within the %d bytes read", name, off, size, p.FrameBytes)
+		}
+		return nil
+	}
+	instr := uint16(8)
+	if p.Layout == PythonFrameObjects {
+		instr = 4
+	}
+	entryErr := error(nil)
+	if p.Layout != PythonFrameObjects {
+		entryErr = fits("entry", p.Entry, 1, 1)
+	}
+	return errors.Join(
+		fits("previous", p.FramePrevious, 8, 8),
+		fits("code", p.FrameCode, 8, 8),
+		fits("instruction", p.FrameInstr, instr, instr),
+		entryErr,
+	)
+}
