@@ -123,9 +123,7 @@ func sameMappings(t *testing.T, got []UnwindMapping, want []process.Mapping) {
 // it (NoticeFile, once); and its exit forgets it and says so.
 func TestSamplerReadsMappingsAtFirstSample(t *testing.T) {
 	testenv.RequireBPF(t)
-	if err := CheckCompose(); err != nil {
-		t.Skipf("BPF does not read mappings on this kernel: %v", err)
-	}
+	testenv.Kernel(t, testenv.TaskWork, CheckCompose())
 	bin := testworkload.BuildC(t, "cpuhog.c", testworkload.CPUHogFlags()...)
 	s, err := New(Options{Frequency: 99})
 	if err != nil {
@@ -228,9 +226,7 @@ func TestSamplerAsksUserSpaceToReadMappings(t *testing.T) {
 // opens through /proc/PID/map_files.
 func TestSamplerNamesOverlayFilesAsProc(t *testing.T) {
 	testenv.RequireBPF(t)
-	if err := CheckCompose(); err != nil {
-		t.Skipf("BPF does not read mappings on this kernel: %v", err)
-	}
+	testenv.Kernel(t, testenv.TaskWork, CheckCompose())
 	unshare := testenv.LookPath(t, "unshare")
 	bin := testworkload.BuildC(t, "cpuhog.c", testworkload.CPUHogFlags()...)
 	dir := t.TempDir()
