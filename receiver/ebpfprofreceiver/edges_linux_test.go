@@ -12,6 +12,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/bpfcol/bpfcol/internal/conventions"
 	"github.com/bpfcol/bpfcol/internal/pprofiletest"
 )
 
@@ -274,7 +275,11 @@ func compareEdges(x *funcIndex, ours []pprofiletest.Sample, theirs [][]perfFrame
 	}
 	a := edgeAgreement{missing: map[edge]int64{}, index: x}
 	for _, s := range ours {
-		frames := s.UserLocations()
+		// Interpreted frames (CPython's, placed among the native ones)
+		// are not in perf's stacks: the native edges are compared.
+		frames := slices.DeleteFunc(s.UserLocations(), func(fr pprofiletest.StackLocation) bool {
+			return fr.Type == conventions.FrameTypeCPython
+		})
 		for i := 0; i+1 < len(frames); i++ {
 			e := edge{caller: x.ours(frames[i+1]), callee: x.ours(frames[i])}
 			a.edges += s.Count
