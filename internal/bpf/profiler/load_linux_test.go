@@ -66,7 +66,16 @@ func verifierStats(tb testing.TB, offCPU bool, progs []string) (insns, usec map[
 	return insns, usec
 }
 
-var onCPUPrograms = []string{profilerProgSampleStack}
+// onCPUPrograms are the programs New loads for on-CPU samples: with BPF
+// task work, the sampler that reads a process's mappings itself (and the
+// one that asks user space, loaded where it cannot); without, the latter
+// alone. The exit program either way.
+func onCPUPrograms(taskWork bool) []string {
+	if taskWork {
+		return []string{profilerProgSampleStack, profilerProgSampleStackUser, profilerProgProcExit}
+	}
+	return []string{profilerProgSampleStackUser, profilerProgProcExit}
+}
 
 // offCPUPrograms are the programs New loads with off-CPU: the pair that
 // walks the user stack in task work, or the pair that walks it in
@@ -75,7 +84,7 @@ func offCPUPrograms(taskWork bool) []string {
 	if taskWork {
 		return []string{profilerProgSampleStack, profilerProgOffCpuSwitch, profilerProgOffCpuExit}
 	}
-	return []string{profilerProgSampleStack, profilerProgOffCpuSwitchWalk, profilerProgOffCpuExitWalk}
+	return []string{profilerProgSampleStackUser, profilerProgOffCpuSwitchWalk, profilerProgOffCpuExitWalk}
 }
 
 // TestSamplerVerifiedOnce checks that the verifier walks the CFI frame step
@@ -95,12 +104,13 @@ func TestSamplerVerifiedOnce(t *testing.T) {
 		t.Logf("task-work programs not loaded: %v", err)
 	}
 	for _, taskWork := range variants {
-		progs := offCPUPrograms(taskWork)
-		insns, _ := verifierStats(t, true, progs)
-		for _, p := range progs {
-			t.Logf("%s: %d instructions processed", p, insns[p])
-			if insns[p] > bound {
-				t.Errorf("%s: the verifier processed %d instructions, want at most %d", p, insns[p], bound)
+		for _, progs := range [][]string{onCPUPrograms(taskWork), offCPUPrograms(taskWork)} {
+			insns, _ := verifierStats(t, true, progs)
+			for _, p := range progs {
+				t.Logf("%s: %d instructions processed", p, insns[p])
+				if insns[p] > bound {
+					t.Errorf("%s: the verifier processed %d instructions, want at most %d", p, insns[p], bound)
+				}
 			}
 		}
 	}
@@ -117,7 +127,7 @@ func BenchmarkSamplerLoad(b *testing.B) {
 		offCPU bool
 		progs  []string
 	}{
-		{"on-cpu", false, onCPUPrograms},
+		{"on-cpu", false, onCPUPrograms(offCPUTaskWork() == nil)},
 		{"off-cpu", true, offCPUPrograms(offCPUTaskWork() == nil)},
 	} {
 		b.Run(bc.name, func(b *testing.B) {
