@@ -13,6 +13,27 @@ import (
 	"github.com/cilium/ebpf"
 )
 
+type profilerComposeWork struct {
+	_  structs.HostLayout
+	Tw struct {
+		_      structs.HostLayout
+		Opaque uint64
+	}
+	Ktime       uint64
+	Mm          uint64
+	Cpu         uint32
+	KernelBytes int32
+	Recompose   uint32
+	Pad         uint32
+	Asked       uint64
+	Kernel      [127]uint64
+}
+
+type profilerComposeWorkBytes struct {
+	_ structs.HostLayout
+	B [1064]uint8
+}
+
 type profilerCounter uint32
 
 const (
@@ -32,10 +53,18 @@ const (
 	profilerCounterCOUNTER_OFF_CPU_UNENDED    profilerCounter = 13
 	profilerCounterCOUNTER_OFF_CPU_UNREPORTED profilerCounter = 14
 	profilerCounterCOUNTER_INTERP_SAMPLES     profilerCounter = 15
-	profilerCounterCOUNTER_UNWIND_STOP        profilerCounter = 16
-	profilerCounterCOUNTER_INTERP_STOP        profilerCounter = 26
-	profilerCounterCOUNTER_JIT_FRAME          profilerCounter = 32
-	profilerCounterCOUNTER_MAX                profilerCounter = 36
+	profilerCounterCOUNTER_NOTICES_LOST       profilerCounter = 16
+	profilerCounterCOUNTER_FILES_FULL         profilerCounter = 17
+	profilerCounterCOUNTER_PROCS_FULL         profilerCounter = 18
+	profilerCounterCOUNTER_COMPOSE_BUSY       profilerCounter = 19
+	profilerCounterCOUNTER_COMPOSE_OVERFLOW   profilerCounter = 20
+	profilerCounterCOUNTER_COMPOSE_DEFERRED   profilerCounter = 21
+	profilerCounterCOUNTER_COMPOSE_GONE       profilerCounter = 22
+	profilerCounterCOUNTER_COMPOSE_REFUSED    profilerCounter = 23
+	profilerCounterCOUNTER_UNWIND_STOP        profilerCounter = 24
+	profilerCounterCOUNTER_INTERP_STOP        profilerCounter = 34
+	profilerCounterCOUNTER_JIT_FRAME          profilerCounter = 40
+	profilerCounterCOUNTER_MAX                profilerCounter = 44
 )
 
 type profilerInterpFrame struct {
@@ -82,6 +111,35 @@ const (
 	profilerJitFrameResultJIT_FRAME_NOT_JIT    profilerJitFrameResult = 2
 	profilerJitFrameResultJIT_FRAME_READ_FAULT profilerJitFrameResult = 3
 	profilerJitFrameResultJIT_FRAME_RESULT_MAX profilerJitFrameResult = 4
+)
+
+type profilerNotice struct {
+	_       structs.HostLayout
+	Kind    uint32
+	Pid     uint32
+	Ktime   uint64
+	Cgroup  uint64
+	ExeIno  uint64
+	ExeDev  uint32
+	Visited uint32
+	Flags   uint32
+	Pad     uint32
+	Proc    profilerUnwindProc
+}
+
+type profilerNoticeFlag uint32
+
+const (
+	profilerNoticeFlagNOTICE_NEW profilerNoticeFlag = 1
+)
+
+type profilerNoticeKind uint32
+
+const (
+	profilerNoticeKindNOTICE_PROCESS profilerNoticeKind = 1
+	profilerNoticeKindNOTICE_EXIT    profilerNoticeKind = 2
+	profilerNoticeKindNOTICE_FILE    profilerNoticeKind = 3
+	profilerNoticeKindNOTICE_READ    profilerNoticeKind = 4
 )
 
 type profilerOffCpuHeld struct {
@@ -231,23 +289,65 @@ type profilerScopeLink struct {
 	Pad     uint32
 }
 
-type profilerUnwindMapping struct {
-	_         structs.HostLayout
-	Start     uint64
-	End       uint64
-	TableBase uint64
-	RowFirst  uint32
-	RowCount  uint32
-	Kind      uint32
-	Pad       uint32
+type profilerUnwindFile struct {
+	_        structs.HostLayout
+	RowBase  uint64
+	RowFirst uint32
+	RowCount uint32
+	State    uint32
+	Used     uint32
 }
 
-type profilerUnwindProc struct {
-	_        structs.HostLayout
-	Count    uint32
-	Pad      uint32
-	Mappings [512]profilerUnwindMapping
+type profilerUnwindFileKey struct {
+	_   structs.HostLayout
+	Ino uint64
+	Dev uint32
+	Pad uint32
 }
+
+type profilerUnwindFileState uint32
+
+const (
+	profilerUnwindFileStateUNWIND_FILE_PENDING profilerUnwindFileState = 0
+	profilerUnwindFileStateUNWIND_FILE_CFI     profilerUnwindFileState = 1
+	profilerUnwindFileStateUNWIND_FILE_FP      profilerUnwindFileState = 2
+)
+
+type profilerUnwindMapping struct {
+	_        structs.HostLayout
+	Start    uint64
+	End      uint64
+	FileBase uint64
+	Ino      uint64
+	Dev      uint32
+	Kind     uint16
+	Prot     uint16
+}
+
+type profilerUnwindMappingKind uint32
+
+const (
+	profilerUnwindMappingKindUNWIND_MAPPING_FILE profilerUnwindMappingKind = 0
+	profilerUnwindMappingKindUNWIND_MAPPING_ANON profilerUnwindMappingKind = 1
+	profilerUnwindMappingKindUNWIND_MAPPING_VDSO profilerUnwindMappingKind = 2
+)
+
+type profilerUnwindProc struct {
+	_          structs.HostLayout
+	Mm         uint64
+	StartNs    uint64
+	ComposedNs uint64
+	AskedNs    uint64
+	Count      uint32
+	Flags      uint32
+	Mappings   [64]profilerUnwindMapping
+}
+
+type profilerUnwindProcFlag uint32
+
+const (
+	profilerUnwindProcFlagUNWIND_PROC_OVERFLOW profilerUnwindProcFlag = 1
+)
 
 type profilerUnwindRow struct {
 	_      structs.HostLayout
@@ -272,56 +372,76 @@ type profilerV8Proc struct {
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	profilerMapCounters              = "counters"
-	profilerMapInterpScratch         = "interp_scratch"
-	profilerMapOffCpuEmptyWork       = "off_cpu_empty_work"
-	profilerMapOffCpuHeldSlots       = "off_cpu_held_slots"
-	profilerMapOffCpuSlots           = "off_cpu_slots"
-	profilerMapOffCpuUnendedTids     = "off_cpu_unended_tids"
-	profilerMapOffCpuWorks           = "off_cpu_works"
-	profilerMapOpenScopes            = "open_scopes"
-	profilerMapPyProcs               = "py_procs"
-	profilerMapSamples               = "samples"
-	profilerMapUnwindProcs           = "unwind_procs"
-	profilerMapUnwindRows            = "unwind_rows"
-	profilerMapUnwindVdso            = "unwind_vdso"
-	profilerMapV8Procs               = "v8_procs"
-	profilerProgOffCpuExit           = "off_cpu_exit"
-	profilerProgOffCpuExitWalk       = "off_cpu_exit_walk"
-	profilerProgOffCpuSwitch         = "off_cpu_switch"
-	profilerProgOffCpuSwitchWalk     = "off_cpu_switch_walk"
-	profilerProgSampleStack          = "sample_stack"
-	profilerVarFirstSamplePending    = "first_sample_pending"
-	profilerVarOffCpuGapFrac         = "off_cpu_gap_frac"
-	profilerVarOffCpuGapInt          = "off_cpu_gap_int"
-	profilerVarOffCpuLog2Frac        = "off_cpu_log2_frac"
-	profilerVarOffCpuMaxThreads      = "off_cpu_max_threads"
-	profilerVarOffCpuMinNs           = "off_cpu_min_ns"
-	profilerVarOffCpuOpen            = "off_cpu_open"
-	profilerVarOffCpuRngs            = "off_cpu_rngs"
-	profilerVarOffCpuSlotCount       = "off_cpu_slot_count"
-	profilerVarOffCpuTgid            = "off_cpu_tgid"
-	profilerVarOffCpuWalkNs          = "off_cpu_walk_ns"
-	profilerVarOffCpuWalks           = "off_cpu_walks"
-	profilerVarPythonFrames          = "python_frames"
-	profilerVarScopeLinks            = "scope_links"
-	profilerVarUnusedCounter         = "unused_counter"
-	profilerVarUnusedInterpFrame     = "unused_interp_frame"
-	profilerVarUnusedInterpFrameFlag = "unused_interp_frame_flag"
-	profilerVarUnusedInterpFrameKind = "unused_interp_frame_kind"
-	profilerVarUnusedInterpStop      = "unused_interp_stop"
-	profilerVarUnusedJitFrameResult  = "unused_jit_frame_result"
-	profilerVarUnusedOpenScopeKey    = "unused_open_scope_key"
-	profilerVarUnusedPyFrameLayout   = "unused_py_frame_layout"
-	profilerVarUnusedPyProc          = "unused_py_proc"
-	profilerVarUnusedPyTstateVia     = "unused_py_tstate_via"
-	profilerVarUnusedSample          = "unused_sample"
-	profilerVarUnusedSampleFlag      = "unused_sample_flag"
-	profilerVarUnusedSampleInterp    = "unused_sample_interp"
-	profilerVarUnusedScopeKind       = "unused_scope_kind"
-	profilerVarUnusedScopeLink       = "unused_scope_link"
-	profilerVarUnusedV8Proc          = "unused_v8_proc"
-	profilerVarV8Frames              = "v8_frames"
+	profilerMapComposeEmptyWork        = "compose_empty_work"
+	profilerMapComposeScratch          = "compose_scratch"
+	profilerMapComposeWorks            = "compose_works"
+	profilerMapComposing               = "composing"
+	profilerMapCounters                = "counters"
+	profilerMapInterpScratch           = "interp_scratch"
+	profilerMapNotices                 = "notices"
+	profilerMapOffCpuEmptyWork         = "off_cpu_empty_work"
+	profilerMapOffCpuHeldSlots         = "off_cpu_held_slots"
+	profilerMapOffCpuSlots             = "off_cpu_slots"
+	profilerMapOffCpuUnendedTids       = "off_cpu_unended_tids"
+	profilerMapOffCpuWorks             = "off_cpu_works"
+	profilerMapOpenScopes              = "open_scopes"
+	profilerMapPyProcs                 = "py_procs"
+	profilerMapSamples                 = "samples"
+	profilerMapUnwindFiles             = "unwind_files"
+	profilerMapUnwindProcs             = "unwind_procs"
+	profilerMapUnwindRows              = "unwind_rows"
+	profilerMapV8Procs                 = "v8_procs"
+	profilerProgOffCpuExit             = "off_cpu_exit"
+	profilerProgOffCpuExitWalk         = "off_cpu_exit_walk"
+	profilerProgOffCpuSwitch           = "off_cpu_switch"
+	profilerProgOffCpuSwitchWalk       = "off_cpu_switch_walk"
+	profilerProgProcExit               = "proc_exit"
+	profilerProgSampleStack            = "sample_stack"
+	profilerProgSampleStackUser        = "sample_stack_user"
+	profilerVarComposeInTaskWork       = "compose_in_task_work"
+	profilerVarComposeWalkNs           = "compose_walk_ns"
+	profilerVarComposeWalks            = "compose_walks"
+	profilerVarFirstSamplePending      = "first_sample_pending"
+	profilerVarFmodeBacking            = "fmode_backing"
+	profilerVarOffCpuGapFrac           = "off_cpu_gap_frac"
+	profilerVarOffCpuGapInt            = "off_cpu_gap_int"
+	profilerVarOffCpuLog2Frac          = "off_cpu_log2_frac"
+	profilerVarOffCpuMaxThreads        = "off_cpu_max_threads"
+	profilerVarOffCpuMinNs             = "off_cpu_min_ns"
+	profilerVarOffCpuOpen              = "off_cpu_open"
+	profilerVarOffCpuRngs              = "off_cpu_rngs"
+	profilerVarOffCpuSlotCount         = "off_cpu_slot_count"
+	profilerVarOffCpuTgid              = "off_cpu_tgid"
+	profilerVarOffCpuWalkNs            = "off_cpu_walk_ns"
+	profilerVarOffCpuWalks             = "off_cpu_walks"
+	profilerVarPythonFrames            = "python_frames"
+	profilerVarSamplingStopped         = "sampling_stopped"
+	profilerVarScopeLinks              = "scope_links"
+	profilerVarUnusedCounter           = "unused_counter"
+	profilerVarUnusedInterpFrame       = "unused_interp_frame"
+	profilerVarUnusedInterpFrameFlag   = "unused_interp_frame_flag"
+	profilerVarUnusedInterpFrameKind   = "unused_interp_frame_kind"
+	profilerVarUnusedInterpStop        = "unused_interp_stop"
+	profilerVarUnusedJitFrameResult    = "unused_jit_frame_result"
+	profilerVarUnusedNotice            = "unused_notice"
+	profilerVarUnusedNoticeFlag        = "unused_notice_flag"
+	profilerVarUnusedNoticeKind        = "unused_notice_kind"
+	profilerVarUnusedOpenScopeKey      = "unused_open_scope_key"
+	profilerVarUnusedPyFrameLayout     = "unused_py_frame_layout"
+	profilerVarUnusedPyProc            = "unused_py_proc"
+	profilerVarUnusedPyTstateVia       = "unused_py_tstate_via"
+	profilerVarUnusedSample            = "unused_sample"
+	profilerVarUnusedSampleFlag        = "unused_sample_flag"
+	profilerVarUnusedSampleInterp      = "unused_sample_interp"
+	profilerVarUnusedScopeKind         = "unused_scope_kind"
+	profilerVarUnusedScopeLink         = "unused_scope_link"
+	profilerVarUnusedUnwindFile        = "unused_unwind_file"
+	profilerVarUnusedUnwindFileKey     = "unused_unwind_file_key"
+	profilerVarUnusedUnwindFileState   = "unused_unwind_file_state"
+	profilerVarUnusedUnwindMappingKind = "unused_unwind_mapping_kind"
+	profilerVarUnusedUnwindProcFlag    = "unused_unwind_proc_flag"
+	profilerVarUnusedV8Proc            = "unused_v8_proc"
+	profilerVarV8Frames                = "v8_frames"
 )
 
 // loadProfiler returns the embedded CollectionSpec for profiler.
@@ -370,15 +490,22 @@ type profilerProgramSpecs struct {
 	OffCpuExitWalk   *ebpf.ProgramSpec `ebpf:"off_cpu_exit_walk"`
 	OffCpuSwitch     *ebpf.ProgramSpec `ebpf:"off_cpu_switch"`
 	OffCpuSwitchWalk *ebpf.ProgramSpec `ebpf:"off_cpu_switch_walk"`
+	ProcExit         *ebpf.ProgramSpec `ebpf:"proc_exit"`
 	SampleStack      *ebpf.ProgramSpec `ebpf:"sample_stack"`
+	SampleStackUser  *ebpf.ProgramSpec `ebpf:"sample_stack_user"`
 }
 
 // profilerMapSpecs contains maps before they are loaded into the kernel.
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type profilerMapSpecs struct {
+	ComposeEmptyWork  *ebpf.MapSpec `ebpf:"compose_empty_work"`
+	ComposeScratch    *ebpf.MapSpec `ebpf:"compose_scratch"`
+	ComposeWorks      *ebpf.MapSpec `ebpf:"compose_works"`
+	Composing         *ebpf.MapSpec `ebpf:"composing"`
 	Counters          *ebpf.MapSpec `ebpf:"counters"`
 	InterpScratch     *ebpf.MapSpec `ebpf:"interp_scratch"`
+	Notices           *ebpf.MapSpec `ebpf:"notices"`
 	OffCpuEmptyWork   *ebpf.MapSpec `ebpf:"off_cpu_empty_work"`
 	OffCpuHeldSlots   *ebpf.MapSpec `ebpf:"off_cpu_held_slots"`
 	OffCpuSlots       *ebpf.MapSpec `ebpf:"off_cpu_slots"`
@@ -387,9 +514,9 @@ type profilerMapSpecs struct {
 	OpenScopes        *ebpf.MapSpec `ebpf:"open_scopes"`
 	PyProcs           *ebpf.MapSpec `ebpf:"py_procs"`
 	Samples           *ebpf.MapSpec `ebpf:"samples"`
+	UnwindFiles       *ebpf.MapSpec `ebpf:"unwind_files"`
 	UnwindProcs       *ebpf.MapSpec `ebpf:"unwind_procs"`
 	UnwindRows        *ebpf.MapSpec `ebpf:"unwind_rows"`
-	UnwindVdso        *ebpf.MapSpec `ebpf:"unwind_vdso"`
 	V8Procs           *ebpf.MapSpec `ebpf:"v8_procs"`
 }
 
@@ -397,37 +524,50 @@ type profilerMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type profilerVariableSpecs struct {
-	FirstSamplePending    *ebpf.VariableSpec `ebpf:"first_sample_pending"`
-	OffCpuGapFrac         *ebpf.VariableSpec `ebpf:"off_cpu_gap_frac"`
-	OffCpuGapInt          *ebpf.VariableSpec `ebpf:"off_cpu_gap_int"`
-	OffCpuLog2Frac        *ebpf.VariableSpec `ebpf:"off_cpu_log2_frac"`
-	OffCpuMaxThreads      *ebpf.VariableSpec `ebpf:"off_cpu_max_threads"`
-	OffCpuMinNs           *ebpf.VariableSpec `ebpf:"off_cpu_min_ns"`
-	OffCpuOpen            *ebpf.VariableSpec `ebpf:"off_cpu_open"`
-	OffCpuRngs            *ebpf.VariableSpec `ebpf:"off_cpu_rngs"`
-	OffCpuSlotCount       *ebpf.VariableSpec `ebpf:"off_cpu_slot_count"`
-	OffCpuTgid            *ebpf.VariableSpec `ebpf:"off_cpu_tgid"`
-	OffCpuWalkNs          *ebpf.VariableSpec `ebpf:"off_cpu_walk_ns"`
-	OffCpuWalks           *ebpf.VariableSpec `ebpf:"off_cpu_walks"`
-	PythonFrames          *ebpf.VariableSpec `ebpf:"python_frames"`
-	ScopeLinks            *ebpf.VariableSpec `ebpf:"scope_links"`
-	UnusedCounter         *ebpf.VariableSpec `ebpf:"unused_counter"`
-	UnusedInterpFrame     *ebpf.VariableSpec `ebpf:"unused_interp_frame"`
-	UnusedInterpFrameFlag *ebpf.VariableSpec `ebpf:"unused_interp_frame_flag"`
-	UnusedInterpFrameKind *ebpf.VariableSpec `ebpf:"unused_interp_frame_kind"`
-	UnusedInterpStop      *ebpf.VariableSpec `ebpf:"unused_interp_stop"`
-	UnusedJitFrameResult  *ebpf.VariableSpec `ebpf:"unused_jit_frame_result"`
-	UnusedOpenScopeKey    *ebpf.VariableSpec `ebpf:"unused_open_scope_key"`
-	UnusedPyFrameLayout   *ebpf.VariableSpec `ebpf:"unused_py_frame_layout"`
-	UnusedPyProc          *ebpf.VariableSpec `ebpf:"unused_py_proc"`
-	UnusedPyTstateVia     *ebpf.VariableSpec `ebpf:"unused_py_tstate_via"`
-	UnusedSample          *ebpf.VariableSpec `ebpf:"unused_sample"`
-	UnusedSampleFlag      *ebpf.VariableSpec `ebpf:"unused_sample_flag"`
-	UnusedSampleInterp    *ebpf.VariableSpec `ebpf:"unused_sample_interp"`
-	UnusedScopeKind       *ebpf.VariableSpec `ebpf:"unused_scope_kind"`
-	UnusedScopeLink       *ebpf.VariableSpec `ebpf:"unused_scope_link"`
-	UnusedV8Proc          *ebpf.VariableSpec `ebpf:"unused_v8_proc"`
-	V8Frames              *ebpf.VariableSpec `ebpf:"v8_frames"`
+	ComposeInTaskWork       *ebpf.VariableSpec `ebpf:"compose_in_task_work"`
+	ComposeWalkNs           *ebpf.VariableSpec `ebpf:"compose_walk_ns"`
+	ComposeWalks            *ebpf.VariableSpec `ebpf:"compose_walks"`
+	FirstSamplePending      *ebpf.VariableSpec `ebpf:"first_sample_pending"`
+	FmodeBacking            *ebpf.VariableSpec `ebpf:"fmode_backing"`
+	OffCpuGapFrac           *ebpf.VariableSpec `ebpf:"off_cpu_gap_frac"`
+	OffCpuGapInt            *ebpf.VariableSpec `ebpf:"off_cpu_gap_int"`
+	OffCpuLog2Frac          *ebpf.VariableSpec `ebpf:"off_cpu_log2_frac"`
+	OffCpuMaxThreads        *ebpf.VariableSpec `ebpf:"off_cpu_max_threads"`
+	OffCpuMinNs             *ebpf.VariableSpec `ebpf:"off_cpu_min_ns"`
+	OffCpuOpen              *ebpf.VariableSpec `ebpf:"off_cpu_open"`
+	OffCpuRngs              *ebpf.VariableSpec `ebpf:"off_cpu_rngs"`
+	OffCpuSlotCount         *ebpf.VariableSpec `ebpf:"off_cpu_slot_count"`
+	OffCpuTgid              *ebpf.VariableSpec `ebpf:"off_cpu_tgid"`
+	OffCpuWalkNs            *ebpf.VariableSpec `ebpf:"off_cpu_walk_ns"`
+	OffCpuWalks             *ebpf.VariableSpec `ebpf:"off_cpu_walks"`
+	PythonFrames            *ebpf.VariableSpec `ebpf:"python_frames"`
+	SamplingStopped         *ebpf.VariableSpec `ebpf:"sampling_stopped"`
+	ScopeLinks              *ebpf.VariableSpec `ebpf:"scope_links"`
+	UnusedCounter           *ebpf.VariableSpec `ebpf:"unused_counter"`
+	UnusedInterpFrame       *ebpf.VariableSpec `ebpf:"unused_interp_frame"`
+	UnusedInterpFrameFlag   *ebpf.VariableSpec `ebpf:"unused_interp_frame_flag"`
+	UnusedInterpFrameKind   *ebpf.VariableSpec `ebpf:"unused_interp_frame_kind"`
+	UnusedInterpStop        *ebpf.VariableSpec `ebpf:"unused_interp_stop"`
+	UnusedJitFrameResult    *ebpf.VariableSpec `ebpf:"unused_jit_frame_result"`
+	UnusedNotice            *ebpf.VariableSpec `ebpf:"unused_notice"`
+	UnusedNoticeFlag        *ebpf.VariableSpec `ebpf:"unused_notice_flag"`
+	UnusedNoticeKind        *ebpf.VariableSpec `ebpf:"unused_notice_kind"`
+	UnusedOpenScopeKey      *ebpf.VariableSpec `ebpf:"unused_open_scope_key"`
+	UnusedPyFrameLayout     *ebpf.VariableSpec `ebpf:"unused_py_frame_layout"`
+	UnusedPyProc            *ebpf.VariableSpec `ebpf:"unused_py_proc"`
+	UnusedPyTstateVia       *ebpf.VariableSpec `ebpf:"unused_py_tstate_via"`
+	UnusedSample            *ebpf.VariableSpec `ebpf:"unused_sample"`
+	UnusedSampleFlag        *ebpf.VariableSpec `ebpf:"unused_sample_flag"`
+	UnusedSampleInterp      *ebpf.VariableSpec `ebpf:"unused_sample_interp"`
+	UnusedScopeKind         *ebpf.VariableSpec `ebpf:"unused_scope_kind"`
+	UnusedScopeLink         *ebpf.VariableSpec `ebpf:"unused_scope_link"`
+	UnusedUnwindFile        *ebpf.VariableSpec `ebpf:"unused_unwind_file"`
+	UnusedUnwindFileKey     *ebpf.VariableSpec `ebpf:"unused_unwind_file_key"`
+	UnusedUnwindFileState   *ebpf.VariableSpec `ebpf:"unused_unwind_file_state"`
+	UnusedUnwindMappingKind *ebpf.VariableSpec `ebpf:"unused_unwind_mapping_kind"`
+	UnusedUnwindProcFlag    *ebpf.VariableSpec `ebpf:"unused_unwind_proc_flag"`
+	UnusedV8Proc            *ebpf.VariableSpec `ebpf:"unused_v8_proc"`
+	V8Frames                *ebpf.VariableSpec `ebpf:"v8_frames"`
 }
 
 // profilerObjects contains all objects after they have been loaded into the kernel.
@@ -450,8 +590,13 @@ func (o *profilerObjects) Close() error {
 //
 // It can be passed to loadProfilerObjects or ebpf.CollectionSpec.LoadAndAssign.
 type profilerMaps struct {
+	ComposeEmptyWork  *ebpf.Map `ebpf:"compose_empty_work"`
+	ComposeScratch    *ebpf.Map `ebpf:"compose_scratch"`
+	ComposeWorks      *ebpf.Map `ebpf:"compose_works"`
+	Composing         *ebpf.Map `ebpf:"composing"`
 	Counters          *ebpf.Map `ebpf:"counters"`
 	InterpScratch     *ebpf.Map `ebpf:"interp_scratch"`
+	Notices           *ebpf.Map `ebpf:"notices"`
 	OffCpuEmptyWork   *ebpf.Map `ebpf:"off_cpu_empty_work"`
 	OffCpuHeldSlots   *ebpf.Map `ebpf:"off_cpu_held_slots"`
 	OffCpuSlots       *ebpf.Map `ebpf:"off_cpu_slots"`
@@ -460,16 +605,21 @@ type profilerMaps struct {
 	OpenScopes        *ebpf.Map `ebpf:"open_scopes"`
 	PyProcs           *ebpf.Map `ebpf:"py_procs"`
 	Samples           *ebpf.Map `ebpf:"samples"`
+	UnwindFiles       *ebpf.Map `ebpf:"unwind_files"`
 	UnwindProcs       *ebpf.Map `ebpf:"unwind_procs"`
 	UnwindRows        *ebpf.Map `ebpf:"unwind_rows"`
-	UnwindVdso        *ebpf.Map `ebpf:"unwind_vdso"`
 	V8Procs           *ebpf.Map `ebpf:"v8_procs"`
 }
 
 func (m *profilerMaps) Close() error {
 	return _ProfilerClose(
+		m.ComposeEmptyWork,
+		m.ComposeScratch,
+		m.ComposeWorks,
+		m.Composing,
 		m.Counters,
 		m.InterpScratch,
+		m.Notices,
 		m.OffCpuEmptyWork,
 		m.OffCpuHeldSlots,
 		m.OffCpuSlots,
@@ -478,9 +628,9 @@ func (m *profilerMaps) Close() error {
 		m.OpenScopes,
 		m.PyProcs,
 		m.Samples,
+		m.UnwindFiles,
 		m.UnwindProcs,
 		m.UnwindRows,
-		m.UnwindVdso,
 		m.V8Procs,
 	)
 }
@@ -489,37 +639,50 @@ func (m *profilerMaps) Close() error {
 //
 // It can be passed to loadProfilerObjects or ebpf.CollectionSpec.LoadAndAssign.
 type profilerVariables struct {
-	FirstSamplePending    *ebpf.Variable `ebpf:"first_sample_pending"`
-	OffCpuGapFrac         *ebpf.Variable `ebpf:"off_cpu_gap_frac"`
-	OffCpuGapInt          *ebpf.Variable `ebpf:"off_cpu_gap_int"`
-	OffCpuLog2Frac        *ebpf.Variable `ebpf:"off_cpu_log2_frac"`
-	OffCpuMaxThreads      *ebpf.Variable `ebpf:"off_cpu_max_threads"`
-	OffCpuMinNs           *ebpf.Variable `ebpf:"off_cpu_min_ns"`
-	OffCpuOpen            *ebpf.Variable `ebpf:"off_cpu_open"`
-	OffCpuRngs            *ebpf.Variable `ebpf:"off_cpu_rngs"`
-	OffCpuSlotCount       *ebpf.Variable `ebpf:"off_cpu_slot_count"`
-	OffCpuTgid            *ebpf.Variable `ebpf:"off_cpu_tgid"`
-	OffCpuWalkNs          *ebpf.Variable `ebpf:"off_cpu_walk_ns"`
-	OffCpuWalks           *ebpf.Variable `ebpf:"off_cpu_walks"`
-	PythonFrames          *ebpf.Variable `ebpf:"python_frames"`
-	ScopeLinks            *ebpf.Variable `ebpf:"scope_links"`
-	UnusedCounter         *ebpf.Variable `ebpf:"unused_counter"`
-	UnusedInterpFrame     *ebpf.Variable `ebpf:"unused_interp_frame"`
-	UnusedInterpFrameFlag *ebpf.Variable `ebpf:"unused_interp_frame_flag"`
-	UnusedInterpFrameKind *ebpf.Variable `ebpf:"unused_interp_frame_kind"`
-	UnusedInterpStop      *ebpf.Variable `ebpf:"unused_interp_stop"`
-	UnusedJitFrameResult  *ebpf.Variable `ebpf:"unused_jit_frame_result"`
-	UnusedOpenScopeKey    *ebpf.Variable `ebpf:"unused_open_scope_key"`
-	UnusedPyFrameLayout   *ebpf.Variable `ebpf:"unused_py_frame_layout"`
-	UnusedPyProc          *ebpf.Variable `ebpf:"unused_py_proc"`
-	UnusedPyTstateVia     *ebpf.Variable `ebpf:"unused_py_tstate_via"`
-	UnusedSample          *ebpf.Variable `ebpf:"unused_sample"`
-	UnusedSampleFlag      *ebpf.Variable `ebpf:"unused_sample_flag"`
-	UnusedSampleInterp    *ebpf.Variable `ebpf:"unused_sample_interp"`
-	UnusedScopeKind       *ebpf.Variable `ebpf:"unused_scope_kind"`
-	UnusedScopeLink       *ebpf.Variable `ebpf:"unused_scope_link"`
-	UnusedV8Proc          *ebpf.Variable `ebpf:"unused_v8_proc"`
-	V8Frames              *ebpf.Variable `ebpf:"v8_frames"`
+	ComposeInTaskWork       *ebpf.Variable `ebpf:"compose_in_task_work"`
+	ComposeWalkNs           *ebpf.Variable `ebpf:"compose_walk_ns"`
+	ComposeWalks            *ebpf.Variable `ebpf:"compose_walks"`
+	FirstSamplePending      *ebpf.Variable `ebpf:"first_sample_pending"`
+	FmodeBacking            *ebpf.Variable `ebpf:"fmode_backing"`
+	OffCpuGapFrac           *ebpf.Variable `ebpf:"off_cpu_gap_frac"`
+	OffCpuGapInt            *ebpf.Variable `ebpf:"off_cpu_gap_int"`
+	OffCpuLog2Frac          *ebpf.Variable `ebpf:"off_cpu_log2_frac"`
+	OffCpuMaxThreads        *ebpf.Variable `ebpf:"off_cpu_max_threads"`
+	OffCpuMinNs             *ebpf.Variable `ebpf:"off_cpu_min_ns"`
+	OffCpuOpen              *ebpf.Variable `ebpf:"off_cpu_open"`
+	OffCpuRngs              *ebpf.Variable `ebpf:"off_cpu_rngs"`
+	OffCpuSlotCount         *ebpf.Variable `ebpf:"off_cpu_slot_count"`
+	OffCpuTgid              *ebpf.Variable `ebpf:"off_cpu_tgid"`
+	OffCpuWalkNs            *ebpf.Variable `ebpf:"off_cpu_walk_ns"`
+	OffCpuWalks             *ebpf.Variable `ebpf:"off_cpu_walks"`
+	PythonFrames            *ebpf.Variable `ebpf:"python_frames"`
+	SamplingStopped         *ebpf.Variable `ebpf:"sampling_stopped"`
+	ScopeLinks              *ebpf.Variable `ebpf:"scope_links"`
+	UnusedCounter           *ebpf.Variable `ebpf:"unused_counter"`
+	UnusedInterpFrame       *ebpf.Variable `ebpf:"unused_interp_frame"`
+	UnusedInterpFrameFlag   *ebpf.Variable `ebpf:"unused_interp_frame_flag"`
+	UnusedInterpFrameKind   *ebpf.Variable `ebpf:"unused_interp_frame_kind"`
+	UnusedInterpStop        *ebpf.Variable `ebpf:"unused_interp_stop"`
+	UnusedJitFrameResult    *ebpf.Variable `ebpf:"unused_jit_frame_result"`
+	UnusedNotice            *ebpf.Variable `ebpf:"unused_notice"`
+	UnusedNoticeFlag        *ebpf.Variable `ebpf:"unused_notice_flag"`
+	UnusedNoticeKind        *ebpf.Variable `ebpf:"unused_notice_kind"`
+	UnusedOpenScopeKey      *ebpf.Variable `ebpf:"unused_open_scope_key"`
+	UnusedPyFrameLayout     *ebpf.Variable `ebpf:"unused_py_frame_layout"`
+	UnusedPyProc            *ebpf.Variable `ebpf:"unused_py_proc"`
+	UnusedPyTstateVia       *ebpf.Variable `ebpf:"unused_py_tstate_via"`
+	UnusedSample            *ebpf.Variable `ebpf:"unused_sample"`
+	UnusedSampleFlag        *ebpf.Variable `ebpf:"unused_sample_flag"`
+	UnusedSampleInterp      *ebpf.Variable `ebpf:"unused_sample_interp"`
+	UnusedScopeKind         *ebpf.Variable `ebpf:"unused_scope_kind"`
+	UnusedScopeLink         *ebpf.Variable `ebpf:"unused_scope_link"`
+	UnusedUnwindFile        *ebpf.Variable `ebpf:"unused_unwind_file"`
+	UnusedUnwindFileKey     *ebpf.Variable `ebpf:"unused_unwind_file_key"`
+	UnusedUnwindFileState   *ebpf.Variable `ebpf:"unused_unwind_file_state"`
+	UnusedUnwindMappingKind *ebpf.Variable `ebpf:"unused_unwind_mapping_kind"`
+	UnusedUnwindProcFlag    *ebpf.Variable `ebpf:"unused_unwind_proc_flag"`
+	UnusedV8Proc            *ebpf.Variable `ebpf:"unused_v8_proc"`
+	V8Frames                *ebpf.Variable `ebpf:"v8_frames"`
 }
 
 // profilerPrograms contains all programs after they have been loaded into the kernel.
@@ -530,7 +693,9 @@ type profilerPrograms struct {
 	OffCpuExitWalk   *ebpf.Program `ebpf:"off_cpu_exit_walk"`
 	OffCpuSwitch     *ebpf.Program `ebpf:"off_cpu_switch"`
 	OffCpuSwitchWalk *ebpf.Program `ebpf:"off_cpu_switch_walk"`
+	ProcExit         *ebpf.Program `ebpf:"proc_exit"`
 	SampleStack      *ebpf.Program `ebpf:"sample_stack"`
+	SampleStackUser  *ebpf.Program `ebpf:"sample_stack_user"`
 }
 
 func (p *profilerPrograms) Close() error {
@@ -539,7 +704,9 @@ func (p *profilerPrograms) Close() error {
 		p.OffCpuExitWalk,
 		p.OffCpuSwitch,
 		p.OffCpuSwitchWalk,
+		p.ProcExit,
 		p.SampleStack,
+		p.SampleStackUser,
 	)
 }
 
