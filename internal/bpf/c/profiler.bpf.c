@@ -575,6 +575,11 @@ static __always_inline bool fill_sample(void *ctx, struct sample *s, u64 pid_tgi
 				s->user_bytes = bpf_get_task_stack(task, s->user, sizeof(s->user), BPF_F_USER_STACK);
 			if (s->user_bytes < 0)
 				count(COUNTER_USER_STACK_ERR);
+		} else if (v8 && (s->flags & SAMPLE_UNKNOWN_MAPPING)) {
+			// V8 maps JIT code as it runs: a caller there, under a
+			// leaf in a library (an off-CPU wait), has the mappings
+			// read again too.
+			leaf_unmapped = true;
 		}
 	}
 	return leaf_unmapped;
@@ -1360,9 +1365,20 @@ static int off_cpu_walk(struct bpf_map *map, void *key, void *value)
 	}
 	if (py || v8)
 		interp_begin((struct sample_interp *)s);
-	fill_sample(0, s, pid_tgid, false, v8);
+	bool unmapped = fill_sample(0, s, pid_tgid, false, v8);
 	if (py || v8)
 		walk_interp((struct sample_interp *)s, py);
+	// A V8 process's waits may be all the samples it has: a caller in JIT
+	// code mapped since has its mappings read again here, as a sample's
+	// leaf would (rate-limited alike).
+	if (v8 && unmapped && compose_in_task_work) {
+		u32 tgid = pid_tgid >> 32;
+		struct unwind_proc *proc = bpf_map_lookup_elem(&unwind_procs, &tgid);
+		if (proc && recompose_due(proc, t0) && claim_compose(tgid, t0)) {
+			read_mappings(task, tgid, t0, t0, true);
+			release_compose(tgid);
+		}
+	}
 	s->ktime_ns = w->start_ns;
 	s->flags |= SAMPLE_OFF_CPU | (w->flags & SAMPLE_PREEMPTED);
 	s->off_cpu_ns = w->off_ns;
