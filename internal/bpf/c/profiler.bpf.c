@@ -135,15 +135,6 @@ struct walk_regs {
 	u32 pad;
 };
 
-// State of one CFI walk, shared with the bpf_loop callback. The pointers
-// stay out of regs: a global function's memory argument comes back to
-// the caller as unknown scalars.
-struct walk {
-	struct sample *s;
-	struct unwind_proc *proc;
-	struct walk_regs regs;
-};
-
 // Anchor the record and flag types in BTF so bpf2go can mirror them in Go;
 // they cost 8 bytes each of one .bss map.
 const struct sample *unused_sample __attribute__((unused));
@@ -241,6 +232,8 @@ static __always_inline long step_fp(struct walk_regs *w, u32 reason)
 	w->exact_pc = 0;
 	return 0;
 }
+
+#include "bpfcol_hotspot.h"
 
 // Offsets in the ucontext that a signal handler returns through
 // (__restore_rt): uc_mcontext starts at 40, gregs in REG_* order.
@@ -353,20 +346,39 @@ __noinline long unwind_frame(struct walk_regs *w, struct sample *s, struct unwin
 	return 0;
 }
 
+// State of one CFI walk, shared with the bpf_loop callback. The pointers
+// stay out of regs: a global function's memory argument comes back to
+// the caller as unknown scalars.
+struct walk {
+	struct sample *s;
+	struct unwind_proc *proc;
+	// Set for a JVM's sample, then s is a struct sample_interp: the
+	// frames in its code cache are walked by hotspot_frame.
+	struct hs_proc *hs;
+	struct hs_walk hx;
+	struct walk_regs regs;
+};
+
 // unwind_step is the bpf_loop callback: one frame per iteration.
 static long unwind_step(u64 i, struct walk *w)
 {
+	if (w->hs && hotspot_pc(w->hs, w->regs.pc))
+		return hotspot_frame(&w->regs, (struct sample_interp *)w->s, w->hs, &w->hx) ? 1 : 0;
 	return unwind_frame(&w->regs, w->s, w->proc) ? 1 : 0;
 }
 
 // unwind_cfi walks the user stack of a loaded process into s->user. It
 // returns false when the interrupted PC is in none of the process's known
-// mappings, so the caller falls back to frame pointers.
-static __always_inline bool unwind_cfi(struct sample *s, struct unwind_proc *proc)
+// mappings, so the caller falls back to frame pointers. With hs (a JVM's
+// sample, s a struct sample_interp), its HotSpot frames are walked too,
+// bcp being the user R13.
+static __always_inline bool unwind_cfi(struct sample *s, struct unwind_proc *proc, struct hs_proc *hs, u64 bcp)
 {
 	struct walk w = {
 		.s = s,
 		.proc = proc,
+		.hs = hs,
+		.hx = { .bcp = bcp, .stop = INTERP_STOP_END },
 		.regs = {
 			.pc = s->user_ip,
 			.sp = s->user_sp,
@@ -376,6 +388,8 @@ static __always_inline bool unwind_cfi(struct sample *s, struct unwind_proc *pro
 		},
 	};
 	bpf_loop(MAX_STACK_DEPTH, unwind_step, &w, 0);
+	if (hs)
+		((struct sample_interp *)s)->interp_stop = w.hx.stop;
 	struct walk_regs *r = &w.regs;
 	if (r->n == 0) {
 		// The leaf is not in a loaded mapping (a new library or JIT
@@ -435,8 +449,11 @@ static __always_inline void link_scope(struct sample *s, struct pt_regs *regs)
 // are loaded, else by frame pointers. The on-CPU sampler and the off-CPU
 // event share it, so both walk alike. Without with_kernel the kernel
 // stack is left empty, for the caller to take. ctx is NULL in a task work
-// callback, which runs in the task's own context but has none.
-static __always_inline void fill_sample(void *ctx, struct sample *s, u64 pid_tgid, bool with_kernel)
+// callback, which runs in the task's own context but has none. hs is set
+// for a JVM's sample, s then being a struct sample_interp whose
+// interpreter tail is empty: its HotSpot frames are added there.
+static __always_inline void fill_sample(void *ctx, struct sample *s, u64 pid_tgid, bool with_kernel,
+					struct hs_proc *hs)
 {
 	s->ktime_ns = bpf_ktime_get_ns();
 	s->pid = pid_tgid >> 32;
@@ -477,7 +494,7 @@ static __always_inline void fill_sample(void *ctx, struct sample *s, u64 pid_tgi
 			count(COUNTER_SP_READ_ERR);
 		u32 tgid = s->pid;
 		struct unwind_proc *proc = bpf_map_lookup_elem(&unwind_procs, &tgid);
-		if (!proc || !unwind_cfi(s, proc)) {
+		if (!proc || !unwind_cfi(s, proc, hs, regs->r13)) {
 			if (!proc) {
 				s->flags |= SAMPLE_NO_TABLE;
 				count(COUNTER_UNWIND_STOP + UNWIND_STOP_NO_TABLE);
@@ -505,15 +522,36 @@ static __always_inline struct py_proc *python_proc(u32 tgid)
 	return bpf_map_lookup_elem(&py_procs, &tgid);
 }
 
-// walk_interp adds the interpreter frames of the current thread to r.
-static __always_inline void walk_interp(struct sample_interp *r, struct py_proc *py)
+// hotspot_proc returns the HotSpot state of process tgid, when HotSpot
+// frames are wanted and the process runs a JVM.
+static __always_inline struct hs_proc *hotspot_proc(u32 tgid)
+{
+	if (!hotspot_frames)
+		return 0;
+	return bpf_map_lookup_elem(&hs_procs, &tgid);
+}
+
+// interp_begin empties r's interpreter tail before its native walk, which
+// adds a JVM's frames to it.
+static __always_inline void interp_begin(struct sample_interp *r)
 {
 	r->interp_frames = 0;
 	r->interp_stop = INTERP_STOP_END;
+}
+
+// walk_interp ends r's interpreter tail after its native walk: CPython's
+// frames are walked now (py), a JVM's were with the native ones.
+static __always_inline void walk_interp(struct sample_interp *r, struct py_proc *py)
+{
 	if (r->s.flags & SAMPLE_KERNEL_THREAD)
 		return;
 	count(COUNTER_INTERP_SAMPLES);
-	walk_python(r, py, bpf_get_current_task_btf());
+	if (py) {
+		walk_python(r, py, bpf_get_current_task_btf());
+		return;
+	}
+	u32 stop = r->interp_stop;
+	count(COUNTER_INTERP_STOP + (stop < INTERP_STOP_MAX ? stop : INTERP_STOP_BAD_LAYOUT));
 }
 
 // The record a sample of an interpreter's process is put together in
@@ -542,14 +580,16 @@ static __always_inline u64 interp_record_bytes(struct sample_interp *r)
 // CPUs racing for it only wake the reader twice.
 u32 first_sample_pending = 1;
 
-// sample_interp_stack records a sample of a process that runs CPython.
-static __always_inline void sample_interp_stack(void *ctx, u64 pid_tgid, struct py_proc *py)
+// sample_interp_stack records a sample of a process that runs CPython (py)
+// or a JVM (hs).
+static __always_inline void sample_interp_stack(void *ctx, u64 pid_tgid, struct py_proc *py, struct hs_proc *hs)
 {
 	u32 zero = 0;
 	struct sample_interp *r = bpf_map_lookup_elem(&interp_scratch, &zero);
 	if (!r)
 		return;
-	fill_sample(ctx, &r->s, pid_tgid, true);
+	interp_begin(r);
+	fill_sample(ctx, &r->s, pid_tgid, true, hs);
 	walk_interp(r, py);
 	u64 flags = wakeup();
 	if (first_sample_pending) {
@@ -573,8 +613,9 @@ int sample_stack(void *ctx)
 		return 0;
 	}
 	struct py_proc *py = python_proc(pid_tgid >> 32);
-	if (py) {
-		sample_interp_stack(ctx, pid_tgid, py);
+	struct hs_proc *hs = py ? 0 : hotspot_proc(pid_tgid >> 32);
+	if (py || hs) {
+		sample_interp_stack(ctx, pid_tgid, py, hs);
 		return 0;
 	}
 
@@ -584,7 +625,7 @@ int sample_stack(void *ctx)
 		return 0;
 	}
 
-	fill_sample(ctx, s, pid_tgid, true);
+	fill_sample(ctx, s, pid_tgid, true, 0);
 
 	count(COUNTER_SAMPLES);
 	if (first_sample_pending) {
@@ -919,8 +960,9 @@ static int off_cpu_walk(struct bpf_map *map, void *key, void *value)
 	// reserved whole (off-CPU events are rarer than samples).
 	u64 pid_tgid = bpf_get_current_pid_tgid();
 	struct py_proc *py = python_proc(pid_tgid >> 32);
+	struct hs_proc *hs = py ? 0 : hotspot_proc(pid_tgid >> 32);
 	struct sample *s;
-	if (py)
+	if (py || hs)
 		s = bpf_ringbuf_reserve(&samples, sizeof(struct sample_interp), 0);
 	else
 		s = bpf_ringbuf_reserve(&samples, sizeof(*s), 0);
@@ -928,14 +970,16 @@ static int off_cpu_walk(struct bpf_map *map, void *key, void *value)
 		count(COUNTER_DROPPED_RINGBUF);
 		goto done;
 	}
-	fill_sample(0, s, pid_tgid, false);
+	if (py || hs)
+		interp_begin((struct sample_interp *)s);
+	fill_sample(0, s, pid_tgid, false, hs);
 	s->ktime_ns = w->start_ns;
 	s->flags |= SAMPLE_OFF_CPU | (w->flags & SAMPLE_PREEMPTED);
 	s->off_cpu_ns = w->off_ns;
 	s->kernel_bytes = w->kernel_bytes;
 	if (s->kernel_bytes > 0 && bpf_probe_read_kernel(s->kernel, sizeof(s->kernel), w->kernel))
 		s->kernel_bytes = -14; // EFAULT
-	if (py)
+	if (py || hs)
 		walk_interp((struct sample_interp *)s, py);
 	count(COUNTER_OFF_CPU_EVENTS);
 	submit(s);
@@ -1108,7 +1152,7 @@ static __always_inline void off_cpu_begin_walk(u64 *ctx, struct task_struct *pre
 	// space; its kernel stack waits where it is until the thread runs
 	// again, so it is taken then, and only for waits that are kept.
 	struct sample *s = &slot->rec;
-	fill_sample(ctx, s, bpf_get_current_pid_tgid(), false);
+	fill_sample(ctx, s, bpf_get_current_pid_tgid(), false, 0);
 	s->flags |= SAMPLE_OFF_CPU | (preempted(ctx) ? SAMPLE_PREEMPTED : 0);
 	s->off_cpu_ns = 0;
 	slot->held = 1;

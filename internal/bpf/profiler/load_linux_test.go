@@ -32,8 +32,12 @@ func verifierStats(tb testing.TB, offCPU bool, progs []string) (insns, usec map[
 	if err := configureOffCPU(spec, OffCPUOptions{Enabled: offCPU, Probability: 0.01}); err != nil {
 		tb.Fatal(err)
 	}
-	// The CPython walk is verified too: it is the larger load.
+	// The CPython and HotSpot walks are verified too: they are the
+	// larger load.
 	if err := configurePython(spec, Options{Python: true}); err != nil {
+		tb.Fatal(err)
+	}
+	if err := configureHotSpot(spec, Options{HotSpot: true}); err != nil {
 		tb.Fatal(err)
 	}
 	keep := map[string]bool{}

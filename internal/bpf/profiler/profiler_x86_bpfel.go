@@ -33,8 +33,46 @@ const (
 	profilerCounterCOUNTER_INTERP_SAMPLES    profilerCounter = 14
 	profilerCounterCOUNTER_UNWIND_STOP       profilerCounter = 15
 	profilerCounterCOUNTER_INTERP_STOP       profilerCounter = 24
-	profilerCounterCOUNTER_MAX               profilerCounter = 30
+	profilerCounterCOUNTER_MAX               profilerCounter = 32
 )
+
+type profilerHsBlock struct {
+	_ structs.HostLayout
+	B [512]uint8
+}
+
+type profilerHsHeap struct {
+	_      structs.HostLayout
+	Low    uint64
+	High   uint64
+	Segmap uint64
+}
+
+type profilerHsProc struct {
+	_                 structs.HostLayout
+	CacheLow          uint64
+	CacheHigh         uint64
+	InterpLow         uint64
+	InterpHigh        uint64
+	Heaps             [4]profilerHsHeap
+	HeapCount         uint32
+	BlockHeader       uint16
+	BlockUsed         uint16
+	BlockBytes        uint16
+	BlobName          uint16
+	BlobFrameComplete uint16
+	BlobFrameSize     uint16
+	BlobCodeBegin     uint16
+	NmCompileId       uint16
+	NmOrigPc          uint16
+	NmDeoptHandler    uint16
+	MethodConst       uint16
+	ConstBytes        uint16
+	FpMethod          int8
+	FpBcp             int8
+	FpSenderSp        int8
+	SegmentShift      uint8
+}
 
 type profilerInterpFrame struct {
 	_      structs.HostLayout
@@ -49,6 +87,7 @@ type profilerInterpFrameFlag uint32
 
 const (
 	profilerInterpFrameFlagINTERP_FRAME_NO_OFFSET profilerInterpFrameFlag = 1
+	profilerInterpFrameFlagINTERP_FRAME_AT_NATIVE profilerInterpFrameFlag = 2
 )
 
 type profilerInterpFrameKind uint32
@@ -57,6 +96,7 @@ const (
 	profilerInterpFrameKindINTERP_FRAME_NONE      profilerInterpFrameKind = 0
 	profilerInterpFrameKindINTERP_FRAME_CPYTHON   profilerInterpFrameKind = 1
 	profilerInterpFrameKindINTERP_FRAME_TRUNCATED profilerInterpFrameKind = 2
+	profilerInterpFrameKindINTERP_FRAME_HOTSPOT   profilerInterpFrameKind = 3
 )
 
 type profilerInterpStop uint32
@@ -68,7 +108,9 @@ const (
 	profilerInterpStopINTERP_STOP_READ_FAULT      profilerInterpStop = 3
 	profilerInterpStopINTERP_STOP_TRUNCATED       profilerInterpStop = 4
 	profilerInterpStopINTERP_STOP_BAD_LAYOUT      profilerInterpStop = 5
-	profilerInterpStopINTERP_STOP_MAX             profilerInterpStop = 6
+	profilerInterpStopINTERP_STOP_NO_CODE_BLOB    profilerInterpStop = 6
+	profilerInterpStopINTERP_STOP_BAD_FRAME       profilerInterpStop = 7
+	profilerInterpStopINTERP_STOP_MAX             profilerInterpStop = 8
 )
 
 type profilerOffCpuHeld struct {
@@ -248,6 +290,8 @@ type profilerUnwindRow struct {
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
 	profilerMapCounters              = "counters"
+	profilerMapHsProcs               = "hs_procs"
+	profilerMapHsScratch             = "hs_scratch"
 	profilerMapInterpScratch         = "interp_scratch"
 	profilerMapOffCpuEmptyWork       = "off_cpu_empty_work"
 	profilerMapOffCpuHeldSlots       = "off_cpu_held_slots"
@@ -264,6 +308,7 @@ const (
 	profilerProgOffCpuSwitchWalk     = "off_cpu_switch_walk"
 	profilerProgSampleStack          = "sample_stack"
 	profilerVarFirstSamplePending    = "first_sample_pending"
+	profilerVarHotspotFrames         = "hotspot_frames"
 	profilerVarOffCpuGapFrac         = "off_cpu_gap_frac"
 	profilerVarOffCpuGapInt          = "off_cpu_gap_int"
 	profilerVarOffCpuLog2Frac        = "off_cpu_log2_frac"
@@ -277,6 +322,7 @@ const (
 	profilerVarPythonFrames          = "python_frames"
 	profilerVarScopeLinks            = "scope_links"
 	profilerVarUnusedCounter         = "unused_counter"
+	profilerVarUnusedHsProc          = "unused_hs_proc"
 	profilerVarUnusedInterpFrame     = "unused_interp_frame"
 	profilerVarUnusedInterpFrameFlag = "unused_interp_frame_flag"
 	profilerVarUnusedInterpFrameKind = "unused_interp_frame_kind"
@@ -346,6 +392,8 @@ type profilerProgramSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type profilerMapSpecs struct {
 	Counters        *ebpf.MapSpec `ebpf:"counters"`
+	HsProcs         *ebpf.MapSpec `ebpf:"hs_procs"`
+	HsScratch       *ebpf.MapSpec `ebpf:"hs_scratch"`
 	InterpScratch   *ebpf.MapSpec `ebpf:"interp_scratch"`
 	OffCpuEmptyWork *ebpf.MapSpec `ebpf:"off_cpu_empty_work"`
 	OffCpuHeldSlots *ebpf.MapSpec `ebpf:"off_cpu_held_slots"`
@@ -363,6 +411,7 @@ type profilerMapSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type profilerVariableSpecs struct {
 	FirstSamplePending    *ebpf.VariableSpec `ebpf:"first_sample_pending"`
+	HotspotFrames         *ebpf.VariableSpec `ebpf:"hotspot_frames"`
 	OffCpuGapFrac         *ebpf.VariableSpec `ebpf:"off_cpu_gap_frac"`
 	OffCpuGapInt          *ebpf.VariableSpec `ebpf:"off_cpu_gap_int"`
 	OffCpuLog2Frac        *ebpf.VariableSpec `ebpf:"off_cpu_log2_frac"`
@@ -376,6 +425,7 @@ type profilerVariableSpecs struct {
 	PythonFrames          *ebpf.VariableSpec `ebpf:"python_frames"`
 	ScopeLinks            *ebpf.VariableSpec `ebpf:"scope_links"`
 	UnusedCounter         *ebpf.VariableSpec `ebpf:"unused_counter"`
+	UnusedHsProc          *ebpf.VariableSpec `ebpf:"unused_hs_proc"`
 	UnusedInterpFrame     *ebpf.VariableSpec `ebpf:"unused_interp_frame"`
 	UnusedInterpFrameFlag *ebpf.VariableSpec `ebpf:"unused_interp_frame_flag"`
 	UnusedInterpFrameKind *ebpf.VariableSpec `ebpf:"unused_interp_frame_kind"`
@@ -412,6 +462,8 @@ func (o *profilerObjects) Close() error {
 // It can be passed to loadProfilerObjects or ebpf.CollectionSpec.LoadAndAssign.
 type profilerMaps struct {
 	Counters        *ebpf.Map `ebpf:"counters"`
+	HsProcs         *ebpf.Map `ebpf:"hs_procs"`
+	HsScratch       *ebpf.Map `ebpf:"hs_scratch"`
 	InterpScratch   *ebpf.Map `ebpf:"interp_scratch"`
 	OffCpuEmptyWork *ebpf.Map `ebpf:"off_cpu_empty_work"`
 	OffCpuHeldSlots *ebpf.Map `ebpf:"off_cpu_held_slots"`
@@ -427,6 +479,8 @@ type profilerMaps struct {
 func (m *profilerMaps) Close() error {
 	return _ProfilerClose(
 		m.Counters,
+		m.HsProcs,
+		m.HsScratch,
 		m.InterpScratch,
 		m.OffCpuEmptyWork,
 		m.OffCpuHeldSlots,
@@ -445,6 +499,7 @@ func (m *profilerMaps) Close() error {
 // It can be passed to loadProfilerObjects or ebpf.CollectionSpec.LoadAndAssign.
 type profilerVariables struct {
 	FirstSamplePending    *ebpf.Variable `ebpf:"first_sample_pending"`
+	HotspotFrames         *ebpf.Variable `ebpf:"hotspot_frames"`
 	OffCpuGapFrac         *ebpf.Variable `ebpf:"off_cpu_gap_frac"`
 	OffCpuGapInt          *ebpf.Variable `ebpf:"off_cpu_gap_int"`
 	OffCpuLog2Frac        *ebpf.Variable `ebpf:"off_cpu_log2_frac"`
@@ -458,6 +513,7 @@ type profilerVariables struct {
 	PythonFrames          *ebpf.Variable `ebpf:"python_frames"`
 	ScopeLinks            *ebpf.Variable `ebpf:"scope_links"`
 	UnusedCounter         *ebpf.Variable `ebpf:"unused_counter"`
+	UnusedHsProc          *ebpf.Variable `ebpf:"unused_hs_proc"`
 	UnusedInterpFrame     *ebpf.Variable `ebpf:"unused_interp_frame"`
 	UnusedInterpFrameFlag *ebpf.Variable `ebpf:"unused_interp_frame_flag"`
 	UnusedInterpFrameKind *ebpf.Variable `ebpf:"unused_interp_frame_kind"`
