@@ -15,6 +15,9 @@ TEST_TIMEOUT ?= 30m
 # `make bench BENCH=Overhead BENCHTIME=10x` narrows and shortens a run.
 BENCH ?= .
 BENCHTIME ?= 2s
+# test/e2e's benchmarks run one after the other: the soak (10 min) and the
+# five side-by-side scenarios (about 11 min) alone come close to 30m.
+BENCH_TIMEOUT ?= 60m
 
 BIN := bin/bpfcol
 # ocb and mdatagen are pinned in their own module so that their dependencies
@@ -87,7 +90,7 @@ fuzz-short: ## Fuzz each ELF, DWARF, gopclntab, CFI, code object and line table 
 
 # -p 1: benchmarks of different packages must not compete for the CPUs.
 bench: deps-bench build ## Run every benchmark, one package at a time.
-	$(GO) test -p 1 -run '^$$' -bench '$(BENCH)' -benchtime $(BENCHTIME) -benchmem -count 1 -timeout $(TEST_TIMEOUT) ./...
+	$(GO) test -p 1 -run '^$$' -bench '$(BENCH)' -benchtime $(BENCHTIME) -benchmem -count 1 -timeout $(BENCH_TIMEOUT) ./...
 
 deps: ## Install missing build and test tools with apt-get.
 	scripts/install-deps.sh

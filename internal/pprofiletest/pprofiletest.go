@@ -23,8 +23,16 @@ type Sample struct {
 	SourceFiles []string
 	Lines       []int64
 	Locations   []int
-	Count       int64
-	ThreadIDs   []int64
+	// Addrs and Files are the address and mapping file name of the
+	// location each name comes from; a location without lines (a frame
+	// the profiler left for the backend to name, as the OTel eBPF
+	// profiler does with native code) has one entry with an empty name.
+	Addrs []uint64
+	Files []string
+	// Count is the sample's first value or, when it has none (the OTel
+	// eBPF profiler sends only timestamps), its number of timestamps.
+	Count     int64
+	ThreadIDs []int64
 	// SampleType is the profile's sample type and unit: "samples/count",
 	// "off_cpu/nanoseconds".
 	SampleType string
@@ -53,8 +61,12 @@ func Samples(p pprofile.Profiles) []Sample {
 				samples := prof.Samples()
 				for s := 0; s < samples.Len(); s++ {
 					smp := samples.At(s)
-					ss := Sample{PID: pidVal.Int(), Count: smp.Values().At(0), SampleType: sampleType, Labels: map[string]string{}}
+					ss := Sample{PID: pidVal.Int(), SampleType: sampleType, Labels: map[string]string{}}
 					ss.Timestamps = smp.TimestampsUnixNano().AsRaw()
+					ss.Count = int64(len(ss.Timestamps))
+					if smp.Values().Len() > 0 {
+						ss.Count = smp.Values().At(0)
+					}
 					if li := smp.LinkIndex(); li > 0 && int(li) < d.LinkTable().Len() {
 						l := d.LinkTable().At(int(li))
 						ss.TraceID, ss.SpanID = l.TraceID().String(), l.SpanID().String()
@@ -78,21 +90,28 @@ func Samples(p pprofile.Profiles) []Sample {
 								ftype = a.Value().Str()
 							}
 						}
-						if loc.Lines().Len() == 0 {
-							ss.Names = append(ss.Names, "")
+						file := ""
+						if mi := loc.MappingIndex(); mi > 0 && int(mi) < d.MappingTable().Len() {
+							file = str(d.MappingTable().At(int(mi)).FilenameStrindex())
+						}
+						add := func(name string) {
+							ss.Names = append(ss.Names, name)
 							ss.Types = append(ss.Types, ftype)
+							ss.Addrs = append(ss.Addrs, loc.Address())
+							ss.Files = append(ss.Files, file)
+							ss.Locations = append(ss.Locations, l)
+						}
+						if loc.Lines().Len() == 0 {
+							add("")
 							ss.SourceFiles = append(ss.SourceFiles, "")
 							ss.Lines = append(ss.Lines, 0)
-							ss.Locations = append(ss.Locations, l)
 						}
 						for n := 0; n < loc.Lines().Len(); n++ {
 							line := loc.Lines().At(n)
 							fn := d.FunctionTable().At(int(line.FunctionIndex()))
-							ss.Names = append(ss.Names, str(fn.NameStrindex()))
-							ss.Types = append(ss.Types, ftype)
+							add(str(fn.NameStrindex()))
 							ss.SourceFiles = append(ss.SourceFiles, str(fn.FilenameStrindex()))
 							ss.Lines = append(ss.Lines, line.Line())
-							ss.Locations = append(ss.Locations, l)
 						}
 					}
 					out = append(out, ss)

@@ -42,7 +42,7 @@ func startTracedCollector(t *testing.T, config, log string, keep []string) *runn
 	if err := os.WriteFile(cfgPath, []byte(config), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	c := &runningCollector{output: &lockedBuffer{}, done: make(chan error, 1)}
+	c := &runningCollector{output: &lockedBuffer{}, done: make(chan error, 1), stopSignal: syscall.SIGTERM}
 	c.cmd = exec.Command(strace, "-f", "-y", "-qq", "-o", log,
 		"-e", "trace=open,openat,openat2,creat,mkdir,mkdirat,rename,renameat,renameat2,link,linkat,unlink,unlinkat",
 		"capsh", "--drop="+strings.Join(drop, ","), "--", "-c", fmt.Sprintf("exec %s --config %s", bin, cfgPath))

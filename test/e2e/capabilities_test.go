@@ -6,6 +6,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -50,7 +51,7 @@ func startCollectorWithCaps(t *testing.T, config string, keep []string) *running
 	if err := os.WriteFile(cfgPath, []byte(config), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	c := &runningCollector{output: &lockedBuffer{}, done: make(chan error, 1)}
+	c := &runningCollector{output: &lockedBuffer{}, done: make(chan error, 1), stopSignal: syscall.SIGTERM}
 	c.cmd = exec.Command("capsh", "--drop="+strings.Join(drop, ","), "--", "-c", fmt.Sprintf("exec %s --config %s", bin, cfgPath))
 	c.cmd.Stdout, c.cmd.Stderr = c.output, c.output
 	c.started = time.Now()

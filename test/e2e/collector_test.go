@@ -48,12 +48,15 @@ func (b *lockedBuffer) String() string {
 	return b.buf.String()
 }
 
-// runningCollector is bin/bpfcol started with a config.
+// runningCollector is bin/bpfcol started with a config, or another
+// profiler the tests run beside it.
 type runningCollector struct {
 	cmd     *exec.Cmd
 	output  *lockedBuffer
 	started time.Time
 	done    chan error
+	// stopSignal asks it to shut down.
+	stopSignal syscall.Signal
 }
 
 // startCollector writes config to a file and runs bin/bpfcol with it. The
@@ -65,36 +68,42 @@ func startCollector(t testing.TB, config string) *runningCollector {
 	if err := os.WriteFile(cfgPath, []byte(config), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	c := &runningCollector{output: &lockedBuffer{}, done: make(chan error, 1)}
-	c.cmd = exec.Command(bin, "--config", cfgPath)
+	return startRunning(t, exec.Command(bin, "--config", cfgPath), syscall.SIGTERM)
+}
+
+// startRunning starts cmd, keeping its output. At cleanup it is sent
+// stopSignal and must exit cleanly.
+func startRunning(t testing.TB, cmd *exec.Cmd, stopSignal syscall.Signal) *runningCollector {
+	t.Helper()
+	c := &runningCollector{cmd: cmd, output: &lockedBuffer{}, done: make(chan error, 1), stopSignal: stopSignal}
 	c.cmd.Stdout = c.output
 	c.cmd.Stderr = c.output
 	c.started = time.Now()
 	if err := c.cmd.Start(); err != nil {
-		t.Fatal(err)
+		t.Fatalf("starting %s: %v", cmd.Path, err)
 	}
 	go func() { c.done <- c.cmd.Wait() }()
 	t.Cleanup(func() {
 		if err := c.stop(); err != nil {
-			t.Errorf("collector did not stop cleanly: %v\n%s", err, c.output)
+			t.Errorf("%s did not stop cleanly: %v\n%s", cmd.Path, err, c.output)
 		}
 	})
 	return c
 }
 
-// stop sends SIGTERM and waits for the collector to exit.
+// stop sends stopSignal and waits for the process to exit.
 func (c *runningCollector) stop() error {
 	if c.cmd.ProcessState != nil {
 		return nil
 	}
-	_ = c.cmd.Process.Signal(syscall.SIGTERM)
+	_ = c.cmd.Process.Signal(c.stopSignal)
 	select {
 	case err := <-c.done:
 		c.done <- err
 		return err
 	case <-time.After(30 * time.Second):
 		_ = c.cmd.Process.Kill()
-		return fmt.Errorf("still running 30s after SIGTERM")
+		return fmt.Errorf("still running 30s after %s", c.stopSignal)
 	}
 }
 

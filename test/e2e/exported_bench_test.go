@@ -80,8 +80,12 @@ func exportedSamples(received []pprofile.Profiles, from, to time.Time) (samples 
 					}
 					ss := prof.Samples()
 					for s := 0; s < ss.Len(); s++ {
+						// The OTel eBPF profiler sends CPU samples with
+						// timestamps and no value.
 						if v := ss.At(s).Values(); v.Len() > 0 {
 							samples += v.At(0)
+						} else {
+							samples += int64(ss.At(s).TimestampsUnixNano().Len())
 						}
 					}
 				}

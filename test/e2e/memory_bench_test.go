@@ -88,48 +88,58 @@ func loadAverage() float64 {
 	return v
 }
 
+// fourWorkloads are the four usual workloads of the memory and overhead
+// goals, running.
+type fourWorkloads struct {
+	c, goHog, python *exec.Cmd
+	// xz is the shell loop running `xz -6`; it prints each xz's pid.
+	xz *shellLoop
+}
+
 // memoryWorkloads starts the four workloads of the memory goals: the C
-// frame-pointer chain, the Go chain, a pure-Python loop under Debian's
-// python3.11 and `xz -6` compressing generated data. It returns their PIDs
-// (xz runs under a shell loop: the shell's PID).
-func memoryWorkloads(b *testing.B) []int {
+// frame-pointer chain, the Go chain, a pure-Python loop (leaf called by
+// middle) under Debian's python3.11 and `xz -6` compressing generated
+// data, one xz after the other.
+func memoryWorkloads(b testing.TB) *fourWorkloads {
 	b.Helper()
 	for _, p := range []string{"/usr/bin/python3.11", "xz"} {
 		if _, err := exec.LookPath(p); err != nil {
 			b.Fatalf("%s is needed by the memory benchmark (scripts/install-deps.sh installs it): %v", p, err)
 		}
 	}
-	dir := b.TempDir()
 	cHog := testworkload.BuildC(b, "cpuhog.c", testworkload.CPUHogFlags()...)
 	goHog := testworkload.BuildGo(b, "gohog")
-
-	script := filepath.Join(dir, "loop.py")
+	script := filepath.Join(b.TempDir(), "loop.py")
 	writeFile(b, script, "def leaf(n):\n    s = 0\n    for i in range(n):\n        s += i * i\n    return s\n\ndef middle():\n    return leaf(20000)\n\nwhile True:\n    middle()\n")
+	return &fourWorkloads{
+		c:      testworkload.Start(b, cHog),
+		goHog:  testworkload.Start(b, goHog),
+		python: testworkload.Start(b, "/usr/bin/python3.11", script),
+		xz:     startShellLoop(b, xzLoop, xzInput(b, 24<<20)),
+	}
+}
 
-	// Text-like data compresses at xz's usual pace: words drawn from a
-	// small vocabulary, with random numbers between them.
-	data := filepath.Join(dir, "data.txt")
+// xzLoop is the body of a shell loop compressing the file $1 with
+// `xz -6`, one process at a time, printing each one's pid.
+const xzLoop = `xz -6 -T1 -c "$1" >/dev/null & echo $!; wait $!`
+
+// xzInput writes size bytes of text-like data, which compresses at xz's
+// usual pace: words drawn from a small vocabulary, with random numbers
+// between them. It returns the file's path.
+func xzInput(b testing.TB, size int) string {
+	b.Helper()
 	var buf bytes.Buffer
 	rng := rand.New(rand.NewPCG(1, 2))
 	words := strings.Fields("profile sample frame stack kernel user binary symbol table address mapping process thread report interval memory")
-	for buf.Len() < 24<<20 {
+	for buf.Len() < size {
 		fmt.Fprintf(&buf, "%s %d ", words[rng.IntN(len(words))], rng.IntN(1<<20))
 	}
+	data := filepath.Join(b.TempDir(), "data.txt")
 	writeFile(b, data, buf.String())
-
-	var pids []int
-	for _, cmd := range []*exec.Cmd{
-		testworkload.Start(b, cHog),
-		testworkload.Start(b, goHog),
-		testworkload.Start(b, "/usr/bin/python3.11", script),
-		testworkload.Start(b, "/bin/sh", "-c", `while :; do xz -6 -T1 -c "$0" >/dev/null; done`, data),
-	} {
-		pids = append(pids, cmd.Process.Pid)
-	}
-	return pids
+	return data
 }
 
-func writeFile(b *testing.B, path, content string) {
+func writeFile(b testing.TB, path, content string) {
 	b.Helper()
 	if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
 		b.Fatal(err)
