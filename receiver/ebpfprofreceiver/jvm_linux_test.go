@@ -8,7 +8,6 @@ import (
 	"path/filepath"
 	"slices"
 	"sort"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -76,7 +75,7 @@ func hasJavaChain(frames []javaFrame, chain []string) bool {
 }
 
 // startJava starts java with args, in a directory of its own.
-func startJava(t *testing.T, args ...string) *exec.Cmd {
+func startJava(t testing.TB, args ...string) *exec.Cmd {
 	t.Helper()
 	java := testenv.LookPath(t, "java")
 	cmd := testworkload.Start(t, java, args...)
@@ -123,26 +122,11 @@ func stopJava(t *testing.T, cmd *exec.Cmd) {
 // javaMainThread returns the thread that runs a JVM's main method: the
 // java launcher runs it in the first thread it creates, which keeps the
 // process's name.
-func javaMainThread(t *testing.T, pid int) int {
+func javaMainThread(t testing.TB, pid int) int {
 	t.Helper()
-	comm, err := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid))
-	if err != nil {
-		t.Fatal(err)
-	}
-	tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var tids []int
-	for _, e := range tasks {
-		tid, _ := strconv.Atoi(e.Name())
-		c, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/comm", pid, tid))
-		if err == nil && tid != pid && string(c) == string(comm) {
-			tids = append(tids, tid)
-		}
-	}
+	tids := namedThreads(pid)
 	if len(tids) == 0 {
-		t.Fatalf("JVM %d: no thread named %q but its first", pid, strings.TrimSpace(string(comm)))
+		t.Fatalf("JVM %d: no thread named as the process but its first", pid)
 	}
 	return slices.Min(tids)
 }
