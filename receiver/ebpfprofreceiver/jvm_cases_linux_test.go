@@ -14,6 +14,7 @@ import (
 	"github.com/bpfcol/bpfcol/internal/pprofiletest"
 	"github.com/bpfcol/bpfcol/internal/testenv"
 	"github.com/bpfcol/bpfcol/internal/testworkload"
+	"github.com/bpfcol/bpfcol/receiver/uproberecv"
 )
 
 // TestJVMOffCPU profiles JavaSleeper, which sleeps a millisecond at a time
@@ -212,4 +213,64 @@ func topKeys(m map[string]int64, n int) []string {
 		return strings.Compare(a, b)
 	})
 	return keys[:min(n, len(keys))]
+}
+
+// TestScopeProfilesJVM probes zlib's deflate under both receivers while
+// JavaDeflate calls it from Java through java.util.zip.Deflater: the
+// samples linked to its scopes hold the Java frames that called it,
+// compressBlock under compressOuter under main.
+func TestScopeProfilesJVM(t *testing.T) {
+	libz := "/lib/x86_64-linux-gnu/libz.so.1"
+	if _, err := os.Stat(libz); err != nil {
+		t.Fatalf("zlib, which the JDK's libzip calls, not found: %v", err)
+	}
+	dir := testworkload.BuildJava(t, "JavaDeflate.java")
+	cfg := createDefaultConfig().(*Config)
+	cfg.SamplingFrequency = 199
+	cfg.ReportInterval = time.Second
+	b := startBoth(t, cfg, []uproberecv.ProbeConfig{{ID: "deflate", Binary: libz, Entry: "deflate", Exit: "return"}}, false)
+	stopped := false
+	defer func() {
+		if !stopped {
+			b.stop(t)
+		}
+	}()
+	cmd := startJava(t, "-cp", dir, "JavaDeflate")
+	deadline := time.Now().Add(60 * time.Second)
+	for !b.prof.interps.Attached(uint32(cmd.Process.Pid)) || len(b.records("deflate")) < 20 {
+		if time.Now().After(deadline) {
+			t.Fatalf("within 60 s: attached %v, %d records", b.prof.interps.Attached(uint32(cmd.Process.Pid)), len(b.records("deflate")))
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	time.Sleep(6 * time.Second)
+	stopJava(t, cmd)
+	time.Sleep(2 * cfg.ReportInterval)
+	b.stop(t)
+	stopped = true
+	want := []string{"JavaDeflate.compressBlock", "JavaDeflate.compressOuter", "JavaDeflate.main"}
+	var linked, right int64
+	var bad []string
+	for _, s := range b.samples(cmd.Process.Pid) {
+		if s.SpanID == "" || s.SampleType != onCPUType {
+			continue
+		}
+		frames := javaFrames(s)
+		if len(frames) == 0 {
+			continue // taken before the JVM was attached
+		}
+		linked += s.Count
+		// The JDK's own Deflater methods lie between deflate and the
+		// workload's methods.
+		i := slices.IndexFunc(frames, func(f javaFrame) bool { return !strings.HasPrefix(f.name, "java.util.zip.") })
+		if i > 0 && hasJavaChain(frames[i:], want) && s.Labels[conventions.ProbeID] == "deflate" {
+			right += s.Count
+		} else if len(bad) < 3 {
+			bad = append(bad, shortChain(s.UserNames()))
+		}
+	}
+	t.Logf("%d samples linked to deflate's scopes with Java frames, %d called from java.util.zip then %v", linked, right, want)
+	if linked < 20 || float64(right) < 0.95*float64(linked) {
+		t.Errorf("%d of %d linked samples hold the Java callers; some that do not: %v", right, linked, bad)
+	}
 }
