@@ -43,6 +43,7 @@ required=(
 	"nm binutils"
 	"readelf binutils"
 	"gcc gcc"                                     # C test workloads
+	"musl-gcc musl-tools"                         # C test workloads on musl libc
 	"g++ g++"                                     # C++ test workloads
 	"objcopy binutils"                            # stripped copies of test binaries
 	"unshare util-linux"                          # mount-namespace symbolization test

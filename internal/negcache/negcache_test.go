@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/bpfcol/bpfcol/internal/process"
+	"github.com/bpfcol/bpfcol/internal/testenv"
 )
 
 type fakeClock struct{ t time.Time }
@@ -123,9 +124,8 @@ func TestConcurrent(t *testing.T) {
 }
 
 func TestFileOfReplacedFile(t *testing.T) {
-	if runtime.GOOS != "linux" {
-		t.Skip("FileIDOf reads stat fields on Linux only")
-	}
+	// FileIDOf reads stat fields on Linux only.
+	testenv.RequirePlatform(t, runtime.GOOS == "linux", "Linux")
 	p := filepath.Join(t.TempDir(), "bin")
 	if err := os.WriteFile(p, []byte("stripped"), 0o755); err != nil {
 		t.Fatal(err)

@@ -17,18 +17,18 @@ type Sample struct {
 	PID   int64
 	Names []string
 	Types []string
-	// SourceFiles and Lines are each name's source file and line, "" and 0
-	// when unknown; Locations the index in the stack of its location
-	// (names of inlined functions share their location).
-	SourceFiles []string
-	Lines       []int64
-	Locations   []int
 	// Addrs and Files are the address and mapping file name of the
 	// location each name comes from; a location without lines (a frame
 	// the profiler left for the backend to name, as the OTel eBPF
 	// profiler does with native code) has one entry with an empty name.
 	Addrs []uint64
 	Files []string
+	// SourceFiles and Lines are each name's source file and line, "" and 0
+	// when unknown; Locations the index in the stack of its location
+	// (names of inlined functions share their location).
+	SourceFiles []string
+	Lines       []int64
+	Locations   []int
 	// Count is the sample's first value or, when it has none (the OTel
 	// eBPF profiler sends only timestamps), its number of timestamps.
 	Count     int64
@@ -43,6 +43,31 @@ type Sample struct {
 	TraceID, SpanID string
 	// Timestamps are the sample's times, unix nanoseconds.
 	Timestamps []uint64
+	// StackLocations are the sample's locations, leaf first.
+	StackLocations []StackLocation
+}
+
+// StackLocation is one location of a sample: several names where calls
+// were inlined.
+type StackLocation struct {
+	// Names are its functions, the inlined ones first and last the one
+	// its address is in.
+	Names []string
+	// Type is its profile.frame.type; File is its mapping's file name.
+	Type, File string
+	// Address is its address: an ELF virtual address in File where the
+	// frame was named from it, a caller's one byte before its return
+	// address.
+	Address uint64
+}
+
+// Function is the function f's address is in, the inlined calls folded
+// into it ("" when unnamed), as tools that do not expand inlines name it.
+func (f StackLocation) Function() string {
+	if len(f.Names) == 0 {
+		return ""
+	}
+	return f.Names[len(f.Names)-1]
 }
 
 // Samples flattens every sample of every process in p.
@@ -94,25 +119,26 @@ func Samples(p pprofile.Profiles) []Sample {
 						if mi := loc.MappingIndex(); mi > 0 && int(mi) < d.MappingTable().Len() {
 							file = str(d.MappingTable().At(int(mi)).FilenameStrindex())
 						}
-						add := func(name string) {
+						frame := StackLocation{Type: ftype, File: file, Address: loc.Address()}
+						add := func(name, src string, line int64) {
 							ss.Names = append(ss.Names, name)
+							frame.Names = append(frame.Names, name)
 							ss.Types = append(ss.Types, ftype)
 							ss.Addrs = append(ss.Addrs, loc.Address())
 							ss.Files = append(ss.Files, file)
+							ss.SourceFiles = append(ss.SourceFiles, src)
+							ss.Lines = append(ss.Lines, line)
 							ss.Locations = append(ss.Locations, l)
 						}
 						if loc.Lines().Len() == 0 {
-							add("")
-							ss.SourceFiles = append(ss.SourceFiles, "")
-							ss.Lines = append(ss.Lines, 0)
+							add("", "", 0)
 						}
 						for n := 0; n < loc.Lines().Len(); n++ {
-							line := loc.Lines().At(n)
-							fn := d.FunctionTable().At(int(line.FunctionIndex()))
-							add(str(fn.NameStrindex()))
-							ss.SourceFiles = append(ss.SourceFiles, str(fn.FilenameStrindex()))
-							ss.Lines = append(ss.Lines, line.Line())
+							ln := loc.Lines().At(n)
+							fn := d.FunctionTable().At(int(ln.FunctionIndex()))
+							add(str(fn.NameStrindex()), str(fn.FilenameStrindex()), ln.Line())
 						}
+						ss.StackLocations = append(ss.StackLocations, frame)
 					}
 					out = append(out, ss)
 				}
@@ -131,6 +157,17 @@ func (s Sample) UserNames() []string {
 		}
 	}
 	return names
+}
+
+// UserLocations returns the sample's user locations, leaf first.
+func (s Sample) UserLocations() []StackLocation {
+	var out []StackLocation
+	for _, f := range s.StackLocations {
+		if !isKernel(f.Type) {
+			out = append(out, f)
+		}
+	}
+	return out
 }
 
 // KernelNames returns the names of the sample's kernel frames.

@@ -5,6 +5,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/bpfcol/bpfcol/internal/testenv"
 )
 
 // disassembled is one instruction as objdump prints it.
@@ -17,11 +19,11 @@ type disassembled struct {
 // instruction boundaries and mnemonics.
 func objdumpFunction(t testing.TB, bin string, fn Function) []disassembled {
 	t.Helper()
-	out, err := exec.Command("objdump", "-d", "--no-show-raw-insn", "-w",
+	out, err := exec.Command(testenv.LookPath(t, "objdump"), "-d", "--no-show-raw-insn", "-w",
 		"--start-address="+strconv.FormatUint(fn.Start, 10),
 		"--stop-address="+strconv.FormatUint(fn.End, 10), bin).Output()
 	if err != nil {
-		t.Skipf("objdump: %v", err)
+		t.Fatalf("objdump: %v", err)
 	}
 	var insts []disassembled
 	for _, line := range strings.Split(string(out), "\n") {

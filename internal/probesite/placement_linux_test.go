@@ -139,9 +139,9 @@ func TestHarnessPlacement(t *testing.T) {
 func TestUSDTSites(t *testing.T) {
 	bin := testworkload.BuildC(t, "fastprobe.c", harnessFlags...)
 	b := open(t, bin)
-	out, err := exec.Command("readelf", "-n", "-W", bin).Output()
+	out, err := exec.Command(testenv.LookPath(t, "readelf"), "-n", "-W", bin).Output()
 	if err != nil {
-		t.Skipf("readelf: %v", err)
+		t.Fatalf("readelf: %v", err)
 	}
 	// readelf prints per note: Provider, Name, then
 	// "Location: 0x..., Base: 0x..., Semaphore: 0x...".

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/bpfcol/bpfcol/internal/bpf/scopeprobe"
+	"github.com/bpfcol/bpfcol/internal/testenv"
 	"github.com/bpfcol/bpfcol/internal/testworkload"
 )
 
@@ -43,9 +44,9 @@ func TestParseSpec(t *testing.T) {
 
 // dynsymValue asks readelf for a versioned dynamic symbol's value.
 func dynsymValue(t *testing.T, lib, name string) uint64 {
-	out, err := exec.Command("readelf", "--dyn-syms", "-W", lib).Output()
+	out, err := exec.Command(testenv.LookPath(t, "readelf"), "--dyn-syms", "-W", lib).Output()
 	if err != nil {
-		t.Skipf("readelf: %v", err)
+		t.Fatalf("readelf: %v", err)
 	}
 	for _, line := range strings.Split(string(out), "\n") {
 		f := strings.Fields(line)
@@ -62,9 +63,7 @@ func dynsymValue(t *testing.T, lib, name string) uint64 {
 // without its version, against readelf.
 func TestVersionedLibcSymbol(t *testing.T) {
 	const libc = "/lib/x86_64-linux-gnu/libc.so.6"
-	if _, err := os.Stat(libc); err != nil {
-		t.Skip("no glibc at", libc)
-	}
+	testenv.RequireFile(t, libc, "libc6")
 	want := dynsymValue(t, libc, "getaddrinfo@@GLIBC_2.2.5")
 	b := open(t, libc)
 	for _, ref := range []string{"getaddrinfo", "getaddrinfo@@GLIBC_2.2.5"} {
@@ -96,11 +95,11 @@ func TestGoReturnSites(t *testing.T) {
 		t.Fatalf("entry %+v", plan.Sites[0])
 	}
 	// objdump is the ground truth for instruction boundaries.
-	out, err := exec.Command("objdump", "-d", "--no-show-raw-insn",
+	out, err := exec.Command(testenv.LookPath(t, "objdump"), "-d", "--no-show-raw-insn",
 		"--start-address="+strconv.FormatUint(plan.Entry.Start, 10),
 		"--stop-address="+strconv.FormatUint(plan.Entry.End, 10), bin).Output()
 	if err != nil {
-		t.Skipf("objdump: %v", err)
+		t.Fatalf("objdump: %v", err)
 	}
 	var rets []uint64
 	var afterJbe uint64

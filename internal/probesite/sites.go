@@ -74,6 +74,13 @@ func (b *Binary) PlanProbe(id uint32, entry, exit string) (Plan, error) {
 		}
 		plan.Sites = append(plan.Sites, sites...)
 		plan.Notes = append(plan.Notes, note)
+		if sites[0].Kind == scopeprobe.ReturnProbe {
+			// The kernel hooks only so many returns per thread: the
+			// scope programs check, on every site of the probe.
+			for i := range plan.Sites {
+				plan.Sites[i].ReturnProbeExit = true
+			}
+		}
 		return plan, nil
 	}
 

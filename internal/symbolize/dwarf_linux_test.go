@@ -12,6 +12,8 @@ import (
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/bpfcol/bpfcol/internal/testenv"
 )
 
 // dwarfWorkload is one binary with DWARF for the accuracy tests.
@@ -71,24 +73,26 @@ func builtDWARFWorkloads(tb testing.TB) []dwarfWorkload {
 // llvmSymbolizer finds llvm-symbolizer, skipping the test without it.
 func llvmSymbolizer(tb testing.TB) string {
 	tb.Helper()
-	for _, name := range []string{"llvm-symbolizer", "llvm-symbolizer-14"} {
-		if p, err := exec.LookPath(name); err == nil {
-			return p
-		}
-	}
-	tb.Skip("llvm-symbolizer not installed")
-	return ""
+	return testenv.LookPath(tb, "llvm-symbolizer", "llvm-symbolizer-14")
 }
 
 // llvmFrames runs llvm-symbolizer once over addrs and returns its frames
-// per address, innermost first, with "??" turned into empty fields.
+// per address, innermost first, with "??" turned into empty fields. The
+// physical function is named by its linkage name, which for code without
+// DW_AT_linkage_name (Go) is the ELF symbol's.
 func llvmFrames(tb testing.TB, bin string, addrs []uint64) [][]Frame {
+	return llvmFramesNamed(tb, bin, addrs, "linkage")
+}
+
+// llvmFramesNamed is llvmFrames with llvm-symbolizer's --functions mode:
+// "short" names every frame by its DW_AT_name.
+func llvmFramesNamed(tb testing.TB, bin string, addrs []uint64, functions string) [][]Frame {
 	tb.Helper()
 	var in strings.Builder
 	for _, a := range addrs {
 		fmt.Fprintf(&in, "%#x\n", a)
 	}
-	out := run(tb, in.String(), llvmSymbolizer(tb), "--obj="+bin, "--functions=linkage", "--inlining", "--demangle")
+	out := run(tb, in.String(), llvmSymbolizer(tb), "--obj="+bin, "--functions="+functions, "--inlining", "--demangle")
 	res, err := parseLLVMSymbolizer(out, len(addrs))
 	if err != nil {
 		tb.Fatal(err)
@@ -240,22 +244,19 @@ func TestDWARFAgainstLLVMSymbolizer(t *testing.T) {
 		run(t, "", "go", "test", "-c", "-o", self, "github.com/bpfcol/bpfcol/receiver/ebpfprofreceiver")
 	}
 	big := openWorkload(t, self)
-	// Go binaries answer from .gopclntab; check the DWARF reader directly.
+	// Go binaries answer from .gopclntab; check the DWARF reader directly,
+	// its names as DWARF gives them (DW_AT_name: Go emits no linkage
+	// names, so llvm-symbolizer's linkage mode would name the physical
+	// function from the symbol table, ".abi0" suffixes and all).
 	big.loadDWARF()
-	big.loadSymbols()
 	if big.dwarf == nil {
 		t.Fatalf("test binary DWARF: %v", big.dwarfErr)
 	}
 	goAddrs := textAddresses(t, self, 20000)
-	want := llvmFrames(t, self, goAddrs)
+	want := llvmFramesNamed(t, self, goAddrs, "short")
 	goMisses := 0
 	for i, a := range goAddrs {
 		got, _ := big.dwarf.lookup(a)
-		// As Symbolize does for native code: the physical function is
-		// named from the symbol table.
-		if f, ok := big.elfSyms.lookup(a); ok && len(got) > 0 {
-			got[len(got)-1].Function = f.name
-		}
 		if !framesEqual(got, want[i]) {
 			goMisses++
 			misses = append(misses, fmt.Sprintf("ebpfprofreceiver.test %#x: %s", a, framesDiff(got, want[i])))

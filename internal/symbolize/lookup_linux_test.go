@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/bpfcol/bpfcol/internal/testenv"
 )
 
 // TestLookupFunctionC finds every uniquely named function of the C
@@ -142,9 +144,7 @@ func readelfFuncs(t *testing.T, lib string) map[string]map[string]uint64 {
 func TestLookupFunctionVersioned(t *testing.T) {
 	requireTools(t, "readelf")
 	const libc = "/lib/x86_64-linux-gnu/libc.so.6"
-	if _, err := os.Stat(libc); err != nil {
-		t.Skip("no glibc at", libc)
-	}
+	testenv.RequireFile(t, libc, "libc6")
 	syms := readelfFuncs(t, libc)
 	b := openWorkload(t, libc)
 	check := func(name, version string, want uint64) {

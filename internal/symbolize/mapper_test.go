@@ -4,15 +4,15 @@ import (
 	"debug/elf"
 	"os"
 	"testing"
+
+	"github.com/bpfcol/bpfcol/internal/testenv"
 )
 
 // TestAddressMapperUnaligned checks a layout as lld emits it: the
 // executable segment's p_offset is not page-aligned, so the kernel maps it
 // from the page below and /proc/PID/maps shows that page as pgoff.
 func TestAddressMapperUnaligned(t *testing.T) {
-	if os.Getpagesize() != 4096 {
-		t.Skipf("expected values assume 4 KiB pages, have %d", os.Getpagesize())
-	}
+	testenv.RequirePlatform(t, os.Getpagesize() == 4096, "4 KiB pages")
 	progs := []*elf.Prog{
 		{ProgHeader: elf.ProgHeader{Type: elf.PT_PHDR, Flags: elf.PF_R | elf.PF_X, Off: 0x40, Vaddr: 0x200040, Filesz: 0x100}},
 		{ProgHeader: elf.ProgHeader{Type: elf.PT_LOAD, Flags: elf.PF_R, Off: 0, Vaddr: 0x200000, Filesz: 0x1234}},
@@ -52,9 +52,7 @@ func TestAddressMapperUnaligned(t *testing.T) {
 // page-aligned starts overlap the previous one's bytes: exact containment
 // must win over the slack below an unaligned p_offset.
 func TestAddressMapperSeveralSegments(t *testing.T) {
-	if os.Getpagesize() != 4096 {
-		t.Skipf("expected values assume 4 KiB pages, have %d", os.Getpagesize())
-	}
+	testenv.RequirePlatform(t, os.Getpagesize() == 4096, "4 KiB pages")
 	progs := []*elf.Prog{
 		{ProgHeader: elf.ProgHeader{Type: elf.PT_LOAD, Flags: elf.PF_R | elf.PF_X, Off: 0x0, Vaddr: 0x400000, Filesz: 0x1800}},
 		{ProgHeader: elf.ProgHeader{Type: elf.PT_LOAD, Flags: elf.PF_R | elf.PF_X, Off: 0x1800, Vaddr: 0x601800, Filesz: 0x800}},

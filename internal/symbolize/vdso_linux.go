@@ -11,7 +11,7 @@ import (
 )
 
 // VDSOPath is the pseudo-path /proc/PID/maps gives the kernel's vDSO.
-const VDSOPath = "[vdso]"
+const VDSOPath = process.VDSOPath
 
 var vdso struct {
 	once sync.Once
@@ -32,39 +32,23 @@ func VDSO() (bin *Binary, size uint64, err error) {
 }
 
 func openVDSO() (*Binary, uint64, error) {
-	maps, err := process.ReadMappings(os.Getpid())
+	image, err := process.VDSOImage()
+	if err != nil {
+		return nil, 0, err
+	}
+	// A Binary reads a file: the image goes into a memfd.
+	fd, err := unix.MemfdCreate("bpfcol-vdso", unix.MFD_CLOEXEC)
+	if err != nil {
+		return nil, 0, fmt.Errorf("reading the vDSO: creating a memfd: %w", err)
+	}
+	f := os.NewFile(uintptr(fd), VDSOPath)
+	if _, err := f.Write(image); err != nil {
+		f.Close()
+		return nil, 0, fmt.Errorf("reading the vDSO: %w", err)
+	}
+	bin, err := OpenBinary(f)
 	if err != nil {
 		return nil, 0, fmt.Errorf("reading the vDSO: %w", err)
 	}
-	for _, m := range maps {
-		if m.Path != VDSOPath {
-			continue
-		}
-		image := make([]byte, m.End-m.Start)
-		mem, err := os.Open("/proc/self/mem")
-		if err != nil {
-			return nil, 0, fmt.Errorf("reading the vDSO: %w", err)
-		}
-		_, err = mem.ReadAt(image, int64(m.Start))
-		mem.Close()
-		if err != nil {
-			return nil, 0, fmt.Errorf("reading the vDSO: %w", err)
-		}
-		// A Binary reads a file: the image goes into a memfd.
-		fd, err := unix.MemfdCreate("bpfcol-vdso", unix.MFD_CLOEXEC)
-		if err != nil {
-			return nil, 0, fmt.Errorf("reading the vDSO: creating a memfd: %w", err)
-		}
-		f := os.NewFile(uintptr(fd), VDSOPath)
-		if _, err := f.Write(image); err != nil {
-			f.Close()
-			return nil, 0, fmt.Errorf("reading the vDSO: %w", err)
-		}
-		bin, err := OpenBinary(f)
-		if err != nil {
-			return nil, 0, fmt.Errorf("reading the vDSO: %w", err)
-		}
-		return bin, uint64(len(image)), nil
-	}
-	return nil, 0, fmt.Errorf("reading the vDSO: no %s mapping", VDSOPath)
+	return bin, uint64(len(image)), nil
 }

@@ -14,6 +14,8 @@ import (
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/bpfcol/bpfcol/internal/testenv"
 )
 
 // workloadDir holds the binaries built once per test process.
@@ -106,9 +108,7 @@ func builtWorkloads(tb testing.TB) map[string]workload {
 func requireTools(tb testing.TB, tools ...string) {
 	tb.Helper()
 	for _, tool := range tools {
-		if _, err := exec.LookPath(tool); err != nil {
-			tb.Skipf("%s not installed: %v", tool, err)
-		}
+		testenv.LookPath(tb, tool)
 	}
 }
 

@@ -4,7 +4,6 @@
 package testenv
 
 import (
-	"fmt"
 	"os"
 	"os/exec"
 	"testing"
@@ -53,11 +52,11 @@ func LookPath(t testing.TB, names ...string) string {
 			return p
 		}
 	}
-	unavailable(t, fmt.Sprintf("none of %v is installed (scripts/install-deps.sh installs them)", names))
+	unavailable(t, lookPathMessage(names))
 	return ""
 }
 
-func unavailable(t testing.TB, why string) {
+func unavailable(t TB, why string) {
 	t.Helper()
 	if os.Getenv(RequireBPFEnv) == "1" {
 		t.Fatalf("%s, and %s=1 forbids skipping", why, RequireBPFEnv)

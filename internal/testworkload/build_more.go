@@ -16,6 +16,15 @@ func BuildCXX(t testing.TB, name string, flags ...string) string {
 	return buildSingle(t, lookTool(t, "g++"), name, flags)
 }
 
+// BuildMusl compiles the named C source under src/ with musl-gcc (musl
+// libc instead of glibc; add -static for a static binary) and the extra
+// flags, and returns the binary's path. Without musl-gcc the test is
+// skipped, or fails under BPFCOL_REQUIRE_BPF=1.
+func BuildMusl(t testing.TB, name string, flags ...string) string {
+	t.Helper()
+	return buildSingle(t, lookTool(t, "musl-gcc"), name, flags)
+}
+
 // BuildRust compiles the named single-file Rust program under src/ with
 // rustc (std only) and the extra flags, and returns the binary's path. The
 // test is skipped when rustc is not installed.

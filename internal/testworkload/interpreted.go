@@ -9,14 +9,15 @@ import (
 )
 
 // Source writes the named source under src/ (for example "crunch.py" or
-// "crunch.js", run by an interpreter) to a temp dir and returns its path.
+// "crunch.js", run by an interpreter; "python/threads.py") to a temp dir,
+// under its base name, and returns its path.
 func Source(t testing.TB, name string) string {
 	t.Helper()
 	src, err := sources.ReadFile(path.Join("src", name))
 	if err != nil {
 		t.Fatalf("reading workload source %q: %v", name, err)
 	}
-	p := filepath.Join(t.TempDir(), name)
+	p := filepath.Join(t.TempDir(), path.Base(name))
 	if err := os.WriteFile(p, src, 0o644); err != nil {
 		t.Fatalf("writing workload source: %v", err)
 	}

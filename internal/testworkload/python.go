@@ -74,13 +74,5 @@ func Debian311(t testing.TB) Python {
 // dir and returns its path.
 func PythonScript(t testing.TB, name string) string {
 	t.Helper()
-	src, err := sources.ReadFile(path.Join("src", "python", name))
-	if err != nil {
-		t.Fatalf("reading python workload %q: %v", name, err)
-	}
-	p := filepath.Join(t.TempDir(), name)
-	if err := os.WriteFile(p, src, 0o644); err != nil {
-		t.Fatalf("writing python workload: %v", err)
-	}
-	return p
+	return Source(t, path.Join("python", name))
 }

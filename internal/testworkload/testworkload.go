@@ -15,6 +15,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/bpfcol/bpfcol/internal/testenv"
 )
 
 // sources holds the workload sources. Go workloads are directories without a
@@ -31,7 +33,7 @@ func CPUHogFlags() []string {
 
 // BuildC compiles the named C source under src/ (for example "cpuhog.c") with
 // gcc and the extra flags, and returns the path of the binary in a temp dir.
-// The test is skipped when gcc is not installed.
+// Without gcc the test is skipped, or fails under BPFCOL_REQUIRE_BPF=1.
 func BuildC(t testing.TB, name string, flags ...string) string {
 	t.Helper()
 	return buildSingle(t, lookTool(t, "gcc"), name, flags)
@@ -91,11 +93,7 @@ func Start(t testing.TB, bin string, args ...string) *exec.Cmd {
 
 func lookTool(t testing.TB, name string) string {
 	t.Helper()
-	p, err := exec.LookPath(name)
-	if err != nil {
-		t.Skipf("%s not installed: %v", name, err)
-	}
-	return p
+	return testenv.LookPath(t, name)
 }
 
 // buildTimeout bounds a compiler run so a wedged toolchain fails the test

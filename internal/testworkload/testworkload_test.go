@@ -6,6 +6,8 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+
+	"github.com/bpfcol/bpfcol/internal/testenv"
 )
 
 var cpuhogFlags = CPUHogFlags()
@@ -13,10 +15,7 @@ var cpuhogFlags = CPUHogFlags()
 // disassemble returns the instructions of one function as objdump prints them.
 func disassemble(t *testing.T, bin, fn string) []string {
 	t.Helper()
-	if _, err := exec.LookPath("objdump"); err != nil {
-		t.Skipf("objdump not installed: %v", err)
-	}
-	out, err := exec.Command("objdump", "-d", "-M", "intel", "--no-show-raw-insn", "--disassemble="+fn, bin).Output()
+	out, err := exec.Command(testenv.LookPath(t, "objdump"), "-d", "-M", "intel", "--no-show-raw-insn", "--disassemble="+fn, bin).Output()
 	if err != nil {
 		t.Fatalf("objdump %s: %v", fn, err)
 	}

@@ -168,6 +168,27 @@ func TestReportIntervalValidate(t *testing.T) {
 	}
 }
 
+// TestSymbolizerCacheDirDefault checks where README.md says an unset
+// symbolizer::cache_dir leads: the user cache dir + bpfcol/debuginfod,
+// that is $XDG_CACHE_HOME, else $HOME/.cache; with neither set, no cache
+// dir (nothing is fetched).
+func TestSymbolizerCacheDirDefault(t *testing.T) {
+	for _, c := range []struct {
+		xdg, home, want string
+	}{
+		{"/srv/xdg", "/home/u", "/srv/xdg/bpfcol/debuginfod"},
+		{"", "/home/u", "/home/u/.cache/bpfcol/debuginfod"},
+		{"", "", ""},
+	} {
+		t.Setenv("XDG_CACHE_HOME", c.xdg)
+		t.Setenv("HOME", c.home)
+		var s SymbolizerConfig
+		if got := s.symbolizeConfig().CacheDir; got != c.want {
+			t.Errorf("XDG_CACHE_HOME=%q HOME=%q: cache dir %q, want %q", c.xdg, c.home, got, c.want)
+		}
+	}
+}
+
 // TestConfigInterpreters: the default follows every interpreter bpfcol
 // knows; an empty list none; an unknown or repeated name is refused with
 // the field and its index.

@@ -104,6 +104,7 @@ func TestOffCPUBlockingStacks(t *testing.T) {
 	// and one report interval bring its last events out.
 	time.Sleep(cfg.ReportInterval + 500*time.Millisecond)
 	counters, _ := r.sampler.Counters()
+	checkNoWaitLost(t, r, threads[0].tid, threads[1].tid)
 	shutdown()
 	t.Logf("off-CPU counters: events %d, shorter than min %d, threads full %d, ringbuf drops %d",
 		counters.OffCPUEvents, counters.OffCPUShort, counters.OffCPUFull, counters.DroppedRingbuf)
@@ -158,6 +159,27 @@ func TestOffCPUBlockingStacks(t *testing.T) {
 		if float64(inChain) < 0.95*float64(th.blockedNs) {
 			t.Errorf("%s: only %v of the off-CPU weight names the blocking stack %v down to the root with its kernel side; others: %v",
 				th.role, time.Duration(inChain), th.userChain, other)
+		}
+	}
+}
+
+// checkNoWaitLost fails the test, apart from its weight checks, if one of
+// tids lost a kept off-CPU wait: the kernel did not report its switch-in
+// to sched_switch, which no timing explains.
+func checkNoWaitLost(t *testing.T, r *profilesReceiver, tids ...int64) {
+	t.Helper()
+	lost, err := r.sampler.UnendedThreads()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := r.sampler.Counters()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tid := range tids {
+		if n := lost[uint32(tid)]; n > 0 {
+			t.Errorf("thread %d lost %d kept waits: the kernel did not report their switch-ins to sched_switch (%d switches unreported on the host, %d waits lost on it)",
+				tid, n, c.OffCPUUnreported, c.OffCPUUnended)
 		}
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"debug/elf"
 	"encoding/binary"
+	"fmt"
 	"io"
 	"os"
 	"os/exec"
@@ -22,6 +23,7 @@ import (
 	"github.com/bpfcol/bpfcol/internal/conventions"
 	"github.com/bpfcol/bpfcol/internal/interp"
 	"github.com/bpfcol/bpfcol/internal/pprofiletest"
+	"github.com/bpfcol/bpfcol/internal/testenv"
 	"github.com/bpfcol/bpfcol/internal/testworkload"
 	"github.com/bpfcol/bpfcol/receiver/uproberecv"
 )
@@ -636,4 +638,57 @@ func TestScopeProfilesPython(t *testing.T) {
 	if linked < 20 || float64(right) < 0.95*float64(linked) {
 		t.Errorf("%d of %d linked samples hold the Python callers; some that do not: %v", right, linked, bad)
 	}
+}
+
+// TestPythonOtherMountNamespace runs CPython 3.12 in a mount namespace of
+// its own, where its installation is mounted at a path that does not
+// exist outside (and hidden where it was): bpfcol opens its libpython
+// through the process, and its samples hold crunch.py's chains.
+func TestPythonOtherMountNamespace(t *testing.T) {
+	testenv.RequireRoot(t)
+	unshare := testenv.LookPath(t, "unshare")
+	py := testworkload.PyenvPython(t, 12)
+	install := filepath.Dir(filepath.Dir(py.Path))
+	dir := t.TempDir()
+	script := filepath.Join(dir, "crunch.py")
+	if err := os.WriteFile(script, mustRead(t, testworkload.PythonScript(t, "crunch.py")), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// Inside: the installation at ns/py under a tmpfs of the namespace's
+	// own, the original path hidden under another.
+	ns := filepath.Join(dir, "ns")
+	if err := os.Mkdir(ns, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	inside := filepath.Join(ns, "py")
+	shell := fmt.Sprintf(`set -e; mount -t tmpfs none %[5]s; mkdir %[1]s; mount --bind %[2]s %[1]s; mount -t tmpfs none %[2]s
+exec env LD_LIBRARY_PATH=%[1]s/lib PYTHONHOME=%[1]s %[1]s/bin/python3.12 %[3]s %[4]s`,
+		inside, install, script, filepath.Join(dir, "truth.txt"), ns)
+	cmd := exec.Command(unshare, "--mount", "--propagation", "private", "sh", "-c", shell)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	w := &crunchWorkload{py: py, cmd: cmd, script: script, truth: filepath.Join(dir, "truth.txt")}
+	run := startPythonRun(t)
+	run.waitAttached(cmd)
+	if maps, err := os.ReadFile(fmt.Sprintf("/proc/%d/maps", cmd.Process.Pid)); err != nil || !strings.Contains(string(maps), inside+"/lib/libpython3.12") {
+		t.Fatalf("the process does not map libpython under %s (%v)", inside, err)
+	}
+	if _, err := os.Stat(inside); err == nil {
+		t.Fatalf("%s exists outside the namespace: the test proves nothing", inside)
+	}
+	run.runFor(2*time.Second, 60*time.Second, cmd)
+	stopCrunch(t, w)
+	run.stop()
+	checkCrunch(t, run, w)
+}
+
+func mustRead(t *testing.T, p string) []byte {
+	t.Helper()
+	b, err := os.ReadFile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
 }

@@ -1,7 +1,6 @@
 package ebpfprofreceiver
 
 import (
-	"bufio"
 	"bytes"
 	"io"
 	"os"
@@ -13,6 +12,7 @@ import (
 	"time"
 
 	"github.com/bpfcol/bpfcol/internal/pprofiletest"
+	"github.com/bpfcol/bpfcol/internal/testworkload"
 )
 
 // libcStart are the frames right under a stripped executable's _start,
@@ -95,18 +95,29 @@ func requireProgram(t *testing.T, path string) {
 	}
 }
 
-// TestCFIRealPrograms profiles python3.11, xz, gzip and sqlite3 from
-// Debian while perf records the same processes with DWARF unwinding, and
-// asks bpfcol for at least 95% complete stacks of each and no fewer than
-// perf.
+// TestCFIRealPrograms profiles distribution programs without frame
+// pointers (python3.11, xz, gzip, sqlite3; node, which keeps them but
+// runs JIT code; and a program of ours whose time goes through qsort's
+// callbacks) while perf records the same processes with DWARF unwinding
+// over the same window. It asks bpfcol for at least 95% complete stacks
+// of each and no fewer than perf, and, frame by frame, that at least 98%
+// of bpfcol's caller -> callee edges of each process are in perf's stacks
+// too (in the part of the stacks perf has), with the share left out of
+// the comparison bounded and reported.
 func TestCFIRealPrograms(t *testing.T) {
-	for _, p := range []string{"/usr/bin/python3.11", "/usr/bin/xz", "/usr/bin/gzip", "/usr/bin/sqlite3"} {
+	for _, p := range []string{"/usr/bin/python3.11", "/usr/bin/xz", "/usr/bin/gzip", "/usr/bin/sqlite3", "/usr/bin/node"} {
 		requireProgram(t, p)
 	}
 	perf, err := exec.LookPath("perf")
 	if err != nil {
 		t.Fatalf("perf is not installed (scripts/install-deps.sh installs it): %v", err)
 	}
+	qsort := testworkload.BuildC(t, "qsortcb.c", noFramePointers...)
+	node := startPlain(t, "/usr/bin/node", "-e", `
+function fib(n) { return n < 2 ? n : fib(n - 1) + fib(n - 2); }
+for (;;) { globalThis.sink = fib(20) + JSON.stringify(JSON.parse(JSON.stringify(
+	Array.from({length: 500}, (_, i) => ({k: i, v: String(i).repeat(3)}))))).length; }
+`)
 	progs := []realProgram{
 		{"python3.11", startPlain(t, "/usr/bin/python3.11", "-c", `
 import json
@@ -121,6 +132,8 @@ while True:
 		{"sqlite3", startPlain(t, "/usr/bin/sqlite3", ":memory:",
 			"WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c LIMIT 2000000000) "+
 				"SELECT count(*), sum(x * x % 7) FROM (SELECT x FROM c ORDER BY (x * 7919) % 1000003 LIMIT 1000000000);")},
+		{"node", node},
+		{"qsortcb", startPlain(t, qsort)},
 	}
 	cmds := make([]*exec.Cmd, len(progs))
 	pids := make([]string, len(progs))
@@ -133,8 +146,9 @@ while True:
 	var perfOut bytes.Buffer
 	var perfCmd *exec.Cmd
 	run := profileWithCFIDuring(t, d, func() {
-		// perf records the same processes over the measured interval.
-		perfCmd = exec.Command(perf, "record", "-q", "--call-graph", "dwarf", "-F", "49", "-o", perfData,
+		// perf records the same processes over the measured interval,
+		// often enough that an edge bpfcol sees perf sees too.
+		perfCmd = exec.Command(perf, "record", "-q", "--call-graph", "dwarf", "-F", "499", "-o", perfData,
 			"-p", strings.Join(pids, ","), "--", "sleep", strconv.Itoa(int(d/time.Second)))
 		perfCmd.Stdout, perfCmd.Stderr = &perfOut, &perfOut
 		if err := perfCmd.Start(); err != nil {
@@ -145,37 +159,56 @@ while True:
 		t.Fatalf("perf record: %v\n%s", err, perfOut.String())
 	}
 	perfStacks := perfScript(t, perf, perfData)
+	index := newFuncIndex()
 
-	for i, p := range progs {
+	for _, p := range progs {
 		pid := p.cmd.Process.Pid
+		ours := run.samplesOf(pid)
 		var total, complete int64
-		for _, s := range run.samplesOf(pid) {
+		for _, s := range ours {
 			total += s.Count
 			if completeStack(s.UserNames()) {
 				complete += s.Count
 			}
 		}
 		var ptotal, pcomplete int64
-		for _, names := range perfStacks[pid] {
+		for _, st := range perfStacks[pid] {
 			ptotal++
-			if completeStack(names) {
+			if completeStack(perfNames(st)) {
 				pcomplete++
 			}
 		}
-		ours, theirs := pct(complete, total), pct(pcomplete, ptotal)
-		t.Logf("%-10s complete stacks: bpfcol %.1f%% (%d/%d), perf --call-graph dwarf %.1f%% (%d/%d)",
-			p.name, ours, complete, total, theirs, pcomplete, ptotal)
+		oursPct, theirs := pct(complete, total), pct(pcomplete, ptotal)
+		a := compareEdges(index, ours, perfStacks[pid])
+		t.Logf("%-10s complete stacks: bpfcol %.1f%% (%d/%d), perf --call-graph dwarf %.1f%% (%d/%d); edges in perf's stacks: %.2f%% (%d/%d compared, %.1f%% of %d not comparable); most missing: %v",
+			p.name, oursPct, complete, total, theirs, pcomplete, ptotal,
+			pct(a.matched, a.compared), a.matched, a.compared, 100-pct(a.compared, a.edges), a.edges, a.worstMissing(5))
 		if total < 50 || ptotal < 15 {
 			t.Errorf("%s: too few samples (bpfcol %d, perf %d)", p.name, total, ptotal)
 			continue
 		}
-		if ours < 95 || ours < theirs {
+		if oursPct < 95 || oursPct < theirs {
 			t.Errorf("%s: %.1f%% complete stacks, want >= 95%% and >= perf's %.1f%%; some incomplete: %v",
-				p.name, ours, theirs, incompleteExamples(run.samplesOf(pid)))
+				p.name, oursPct, theirs, incompleteExamples(ours))
 		}
-		_ = i
+		if pct(a.matched, a.compared) < minEdgeAgreement {
+			t.Errorf("%s: %.2f%% of bpfcol's edges are in perf's stacks, want >= %.0f%%; most missing: %v",
+				p.name, pct(a.matched, a.compared), minEdgeAgreement, a.worstMissing(10))
+		}
+		if 100-pct(a.compared, a.edges) > maxUncomparedEdges {
+			t.Errorf("%s: %.1f%% of bpfcol's edges could not be compared (perf never unwound out of their callee, or a function neither tool tells), more than %.0f%%",
+				p.name, 100-pct(a.compared, a.edges), maxUncomparedEdges)
+		}
 	}
 }
+
+// The edge check's bounds, in percent: the share of bpfcol's compared
+// edges perf's stacks must hold, and the share of bpfcol's edges that may
+// be left out of the comparison.
+const (
+	minEdgeAgreement   = 98.0
+	maxUncomparedEdges = 10.0
+)
 
 func pct(n, d int64) float64 {
 	if d == 0 {
@@ -192,52 +225,4 @@ func incompleteExamples(samples []pprofiletest.Sample) []string {
 		}
 	}
 	return out
-}
-
-// perfScript returns the user stacks perf recorded, leaf first, by pid.
-func perfScript(t *testing.T, perf, data string) map[int][][]string {
-	t.Helper()
-	out, err := exec.Command(perf, "script", "-i", data, "-F", "pid,ip,sym,dso").Output()
-	if err != nil {
-		t.Fatalf("perf script: %v", err)
-	}
-	stacks := map[int][][]string{}
-	pid := -1
-	var cur []string
-	flush := func() {
-		if pid >= 0 {
-			stacks[pid] = append(stacks[pid], cur)
-		}
-		pid, cur = -1, nil
-	}
-	sc := bufio.NewScanner(bytes.NewReader(out))
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	for sc.Scan() {
-		line := sc.Text()
-		switch {
-		case strings.TrimSpace(line) == "":
-			flush()
-		case !strings.HasPrefix(line, "\t"):
-			flush()
-			pid, _ = strconv.Atoi(strings.TrimSpace(line))
-		default:
-			// "\t ADDR SYM (DSO)"
-			f := strings.TrimSpace(line)
-			_, rest, _ := strings.Cut(f, " ")
-			i := strings.LastIndex(rest, " (")
-			if i < 0 {
-				continue
-			}
-			sym, dso := rest[:i], rest[i+2:len(rest)-1]
-			if strings.HasPrefix(dso, "[kernel") || strings.HasSuffix(sym, "(inlined)") {
-				continue
-			}
-			if j := strings.LastIndex(sym, "+0x"); j > 0 {
-				sym = sym[:j]
-			}
-			cur = append(cur, sym)
-		}
-	}
-	flush()
-	return stacks
 }

@@ -115,6 +115,39 @@ func (b *bothReceivers) records(probe string) []scopeRecord {
 	return out
 }
 
+// waitReportedPast waits until the uprobe receiver has n records of probe
+// and the profiles of a report interval that began after the last record
+// ended came (intervals are reported in order), so every call's samples
+// were reported, however late a loaded host's report comes. The uprobe
+// receiver stops first, and a probe is named only while its receiver
+// runs.
+func (b *bothReceivers) waitReportedPast(t *testing.T, probe string, n int, timeout time.Duration) {
+	t.Helper()
+	reportedPast := func() bool {
+		recs := b.records(probe)
+		if len(recs) < n {
+			return false
+		}
+		var last int64
+		for _, r := range recs {
+			last = max(last, r.end)
+		}
+		b.profSink.mu.Lock()
+		defer b.profSink.mu.Unlock()
+		for _, p := range b.profSink.all {
+			if intervalStart(p) > last+clockSlack {
+				return true
+			}
+		}
+		return false
+	}
+	for deadline := time.Now().Add(timeout); !reportedPast(); time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("no report interval began after the last of %d %s records within %s", n, probe, timeout)
+		}
+	}
+}
+
 // samples returns the profile samples of pid.
 func (b *bothReceivers) samples(pid int) []pprofiletest.Sample {
 	b.profSink.mu.Lock()
@@ -133,16 +166,25 @@ func (b *bothReceivers) samples(pid int) []pprofiletest.Sample {
 func hasFrame(s pprofiletest.Sample, name string) bool { return slices.Contains(s.Names, name) }
 
 // within reports whether every timestamp of s lies in r, give or take the
-// two receivers' clock conversions.
+// clock conversions (clockSlack).
 func within(s pprofiletest.Sample, r scopeRecord) bool {
-	const slack = int64(time.Millisecond)
 	for _, ts := range s.Timestamps {
-		if int64(ts) < r.start-slack || int64(ts) > r.end+slack {
+		if int64(ts) < r.start-clockSlack || int64(ts) > r.end+clockSlack {
 			return false
 		}
 	}
 	return true
 }
+
+const (
+	// clockSlack is how far apart two conversions of CLOCK_MONOTONIC to
+	// Unix time (the receivers' and the test's) may place one instant.
+	clockSlack = int64(time.Millisecond)
+	// scopeTrapSlack bounds how much shorter a scope is than the
+	// workload's measure of its call: the entry and exit traps, and a
+	// record's ringbuf wakeup, on a SCHED_FIFO thread.
+	scopeTrapSlack = 500 * time.Microsecond
+)
 
 const (
 	onCPUType  = conventions.SampleTypeSamples + "/" + conventions.UnitCount
@@ -151,11 +193,13 @@ const (
 
 // TestScopeProfilesC probes a C function that burns 50 ms of CPU then
 // sleeps 50 ms, called 20 times, under both receivers (sampling at 200 Hz,
-// off-CPU at probability 1). Each log record's span id has linked on-CPU
-// samples worth 50 ms ± 30% and blocked off-CPU weight worth its 50 ms
-// sleep ± 5% (as the workload timed the sleep), every
-// linked sample lies in its scope's time and names its probe, and no sample
-// taken outside a scope carries a link.
+// off-CPU at probability 1). The workload's own CLOCK_MONOTONIC times of
+// each call are the truth: each log record lies inside its call and is
+// shorter by at most the probes' traps, each record's span id has linked
+// on-CPU samples worth 50 ms ± 30% and blocked off-CPU weight worth its
+// 50 ms sleep ± 5% (as the workload timed the sleep), every linked sample
+// was taken inside its call and names its probe, and no sample taken
+// outside every call carries a link.
 func TestScopeProfilesC(t *testing.T) {
 	const calls = 20
 	bin := testworkload.BuildC(t, "scopeburn.c", "-O1", "-g", "-fno-omit-frame-pointer")
@@ -177,11 +221,16 @@ func TestScopeProfilesC(t *testing.T) {
 	// busy 2-CPU host) they split into slices that a tick lands in or
 	// misses, and a call's count scattered from 5 to 17. The workload runs
 	// SCHED_FIFO so no other task cuts its burn.
-	pid, out := runGated(t, bin, true, fmt.Sprint(calls))
+	pid, out := runGated(t, b.prof, bin, true, fmt.Sprint(calls))
+	// The workload's calls on the Unix clock, converted here, not by the
+	// receivers.
+	offset := testworkload.MonotonicToUnix()
+	var own []scopeRecord
 	var slept []int64
 	for _, l := range out {
 		var start, end, ns int64
 		if n, _ := fmt.Sscanf(l, "call %d %d %d", &start, &end, &ns); n == 3 {
+			own = append(own, scopeRecord{start: start + offset, end: end + offset})
 			slept = append(slept, ns)
 		}
 	}
@@ -192,32 +241,13 @@ func TestScopeProfilesC(t *testing.T) {
 	// receiver runs: wait until the profiles reported a sample taken after
 	// the last call (the workload burns 10 ms after it), so every call's
 	// samples were reported, however late a loaded host's report comes.
-	reportedPast := func() bool {
-		recs := b.records("scoped")
-		if len(recs) < calls {
-			return false
-		}
-		var last int64
-		for _, r := range recs {
-			last = max(last, r.end)
-		}
-		for _, s := range b.samples(pid) {
-			for _, ts := range s.Timestamps {
-				if last != 0 && int64(ts) > last+int64(time.Millisecond) {
-					return true
-				}
-			}
-		}
-		return false
-	}
-	for deadline := time.Now().Add(10 * cfg.ReportInterval); !reportedPast() && time.Now().Before(deadline); {
-		time.Sleep(100 * time.Millisecond)
-	}
+	b.waitReportedPast(t, "scoped", calls, 10*cfg.ReportInterval)
 	// The host's off-CPU outcomes, for a missing wait's cause.
 	counters, err := b.prof.sampler.Counters()
 	if err != nil {
 		t.Fatal(err)
 	}
+	checkNoWaitLost(t, b.prof, int64(pid))
 	b.stop(t)
 	stopped = true
 
@@ -227,7 +257,9 @@ func TestScopeProfilesC(t *testing.T) {
 		t.Fatalf("%d log records, want %d", len(records), calls)
 	}
 	bySpan := map[string]scopeRecord{}
-	for _, r := range records {
+	callOf := map[string]scopeRecord{} // span -> the workload's call
+	var worstStart, worstEnd int64
+	for i, r := range records {
 		if r.spanID == "" || r.traceID == "" {
 			t.Fatalf("log record without ids: %+v", r)
 		}
@@ -235,7 +267,23 @@ func TestScopeProfilesC(t *testing.T) {
 			t.Fatalf("span id %s on two records", r.spanID)
 		}
 		bySpan[r.spanID] = r
+		// The scope opens after the workload read its clock and closes
+		// before it read it again; the traps and the ringbuf wakeup
+		// between are all that may separate them.
+		c := own[i]
+		if r.start < c.start-clockSlack || r.end > c.end+clockSlack {
+			t.Errorf("record %d (%d..%d) lies outside the workload's call %d (%d..%d): starts %s after it, ends %s before it",
+				i, r.start, r.end, i, c.start, c.end, time.Duration(r.start-c.start), time.Duration(c.end-r.end))
+		}
+		if d := (c.end - c.start) - (r.end - r.start); d > int64(scopeTrapSlack) {
+			t.Errorf("record %d lasted %s, the workload's call %s: %s shorter, more than %s", i,
+				time.Duration(r.end-r.start), time.Duration(c.end-c.start), time.Duration(d), scopeTrapSlack)
+		}
+		callOf[r.spanID] = c
+		worstStart, worstEnd = max(worstStart, r.start-c.start), max(worstEnd, c.end-r.end)
 	}
+	t.Logf("records inside the workload's calls: entry at most %s after the call's start, exit at most %s before its end",
+		time.Duration(worstStart), time.Duration(worstEnd))
 	period := int64(time.Second) / int64(cfg.SamplingFrequency)
 	onNs, blockedNs, preemptedNs := map[string]int64{}, map[string]int64{}, map[string]int64{}
 	var outside, outsideLinked, linkedSamples int64
@@ -252,8 +300,9 @@ func TestScopeProfilesC(t *testing.T) {
 			t.Errorf("sample linked to span %s with trace %s, its record has %s", s.SpanID, s.TraceID, r.traceID)
 		case s.Labels[conventions.ProbeID] != "scoped":
 			t.Errorf("linked sample's probe.id = %q, want scoped", s.Labels[conventions.ProbeID])
-		case !within(s, r):
-			t.Errorf("sample linked to span %s taken outside its scope (%d..%d): %v at %v", s.SpanID, r.start, r.end, s.Names, s.Timestamps)
+		case !within(s, callOf[s.SpanID]):
+			c := callOf[s.SpanID]
+			t.Errorf("sample linked to span %s taken outside its call by the workload's clock (%d..%d): %v at %v", s.SpanID, c.start, c.end, s.Names, s.Timestamps)
 		}
 		linkedSamples++
 		switch s.SampleType {
@@ -272,8 +321,8 @@ func TestScopeProfilesC(t *testing.T) {
 			continue
 		}
 		inAny := false
-		for _, r := range records {
-			inAny = inAny || within(s, r)
+		for _, c := range own {
+			inAny = inAny || within(s, c)
 		}
 		if inAny {
 			continue
@@ -285,6 +334,7 @@ func TestScopeProfilesC(t *testing.T) {
 		}
 	}
 	t.Logf("%d linked samples, %d outside every scope (%d linked)", linkedSamples, outside, outsideLinked)
+	checkScopeStacksWhole(t, b.samples(pid), "scoped_call")
 	if outside == 0 {
 		t.Error("no sample outside the scopes: the workload's between-call work was not seen, nothing was checked")
 	}
@@ -306,11 +356,42 @@ func TestScopeProfilesC(t *testing.T) {
 	}
 }
 
+// checkScopeStacksWhole asserts that at least 95% of the on-CPU samples,
+// and of the off-CPU events, linked to a scope reach the process root
+// through the probed function fn: its return address, which the scope's
+// uretprobe (exit: return) replaced with the kernel's trampoline, was
+// taken back.
+func checkScopeStacksWhole(t *testing.T, samples []pprofiletest.Sample, fn string) {
+	t.Helper()
+	for _, typ := range []string{onCPUType, offCPUType} {
+		var linked, whole int64
+		var cut []string
+		for _, s := range samples {
+			if s.SpanID == "" || s.SampleType != typ {
+				continue
+			}
+			n := int64(len(s.Timestamps)) // events, whatever their weight
+			linked += n
+			if names := s.UserNames(); completeStack(names) && slices.Contains(names, fn) {
+				whole += n
+			} else if len(cut) < 5 {
+				cut = append(cut, "["+joinNames(names)+"]")
+			}
+		}
+		t.Logf("%s: %d of %d linked samples reach the root through %s (%.1f%%)", typ, whole, linked, fn, pct(whole, linked))
+		if linked == 0 {
+			t.Errorf("%s: no sample linked to a scope", typ)
+		} else if pct(whole, linked) < 95 {
+			t.Errorf("%s: %.1f%% of the linked samples reach the root through %s, want >= 95%%; some that do not: %v", typ, pct(whole, linked), fn, cut)
+		}
+	}
+}
+
 // runGated starts bin with a start file and calls, creates the file once
-// the receivers have had time to load the process's unwind tables, and
+// the ebpfprof receiver has loaded the process's unwind tables, and
 // returns its output lines once it exited. With fifo, its main thread runs
 // SCHED_FIFO: nothing but interrupts and real-time tasks preempts it.
-func runGated(t *testing.T, bin string, fifo bool, args ...string) (pid int, lines []string) {
+func runGated(t *testing.T, prof *profilesReceiver, bin string, fifo bool, args ...string) (pid int, lines []string) {
 	t.Helper()
 	startFile := filepath.Join(t.TempDir(), "start")
 	cmd := exec.Command(bin, append([]string{startFile}, args...)...)
@@ -329,7 +410,14 @@ func runGated(t *testing.T, bin string, fifo bool, args ...string) (pid int, lin
 			t.Fatalf("making pid %d SCHED_FIFO: %v", cmd.Process.Pid, err)
 		}
 	}
-	time.Sleep(time.Second)
+	// The process is sampled while it waits (its polls of the start
+	// file), which has its tables loaded.
+	for deadline := time.Now().Add(30 * time.Second); !prof.unwind.Ready(uint32(cmd.Process.Pid)); {
+		if time.Now().After(deadline) {
+			t.Fatalf("unwind tables of pid %d not loaded after 30s: %+v", cmd.Process.Pid, prof.unwind.Stats())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 	if err := os.WriteFile(startFile, nil, 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -360,13 +448,13 @@ func TestScopeProfilesGo(t *testing.T) {
 			b.stop(t)
 		}
 	}()
-	pid, out := runGated(t, bin, false, fmt.Sprint(calls))
+	pid, out := runGated(t, b.prof, bin, false, fmt.Sprint(calls))
 	t.Logf("workload: %q", out)
 	var migrations int
 	for _, l := range out {
 		fmt.Sscanf(l, "migrations %d", &migrations)
 	}
-	time.Sleep(cfg.ReportInterval + 500*time.Millisecond)
+	b.waitReportedPast(t, "burn", 4*calls, 10*cfg.ReportInterval)
 	b.stop(t)
 	stopped = true
 
@@ -384,6 +472,20 @@ func TestScopeProfilesGo(t *testing.T) {
 	workers := map[string]map[string]int64{} // span -> worker -> samples
 	var inside, linked, linkedElsewhere int64
 	for _, s := range b.samples(pid) {
+		if s.SpanID != "" {
+			// Every linked sample, whatever its stack: a known scope, in
+			// its time, of the probe.
+			r, ok := bySpan[s.SpanID]
+			switch {
+			case !ok:
+				t.Errorf("sample linked to span %s, which no log record has: %v", s.SpanID, s.Names)
+				continue
+			case !within(s, r):
+				t.Errorf("sample linked to span %s taken outside its scope (%d..%d) at %v: %v", s.SpanID, r.start, r.end, s.Timestamps, s.Names)
+			case s.Labels[conventions.ProbeID] != "burn":
+				t.Errorf("linked sample's probe.id = %q, want burn", s.Labels[conventions.ProbeID])
+			}
+		}
 		if s.SampleType != onCPUType || !hasFrame(s, "main.burnScope") {
 			// Linked samples whose stack stops short of the function
 			// (in the vDSO clock, which has no frame to walk by).
@@ -395,14 +497,6 @@ func TestScopeProfilesGo(t *testing.T) {
 		inside += s.Count
 		if s.SpanID == "" {
 			continue
-		}
-		r, ok := bySpan[s.SpanID]
-		if !ok {
-			t.Errorf("sample linked to span %s, which no log record has", s.SpanID)
-			continue
-		}
-		if !within(s, r) {
-			t.Errorf("sample linked to span %s taken outside its scope (%d..%d) at %v", s.SpanID, r.start, r.end, s.Timestamps)
 		}
 		linked += s.Count
 		for _, w := range []string{"main.worker0", "main.worker1", "main.worker2", "main.worker3"} {
@@ -421,6 +515,11 @@ func TestScopeProfilesGo(t *testing.T) {
 	}
 	if linked*100 < inside*95 {
 		t.Errorf("%d of %d samples inside the scope carry its link, want at least 95%%", linked, inside)
+	}
+	// A linked sample is taken inside the function: its stack must show
+	// it, but for the few cut short (none in 4 runs here).
+	if linkedElsewhere*100 > (linked+linkedElsewhere)*5 {
+		t.Errorf("%d of %d linked samples have stacks without main.burnScope, want at most 5%%", linkedElsewhere, linked+linkedElsewhere)
 	}
 	for span, ws := range workers {
 		if len(ws) != 1 {

@@ -70,6 +70,14 @@ func (r *profilesReceiver) registerTelemetry() error {
 			observe(o, int64(c.OffCPUUnended), "outcome", "switch_in_unseen")
 			return nil
 		}),
+		tb.RegisterEbpfprofOffCPUUnreportedSwitchesCallback(func(_ context.Context, o metric.Int64Observer) error {
+			c, err := r.sampler.Counters()
+			if err != nil {
+				return err
+			}
+			o.Observe(int64(c.OffCPUUnreported))
+			return nil
+		}),
 		tb.RegisterEbpfprofUnwindStopsCallback(func(_ context.Context, o metric.Int64Observer) error {
 			c, err := r.sampler.Counters()
 			if err != nil {

@@ -203,10 +203,14 @@ func goStormBinary(b *testing.B) string {
 // written, and the exec (at once, or 20 ms after the write) or the dlopen
 // (20 ms after its process started) may come after that. They report the
 // share of iterations attached before the exec or mapping (no latency
-// sample taken), and the p50 and p99 of the others. Every case reports
-// the iterations whose file was never attached (unattached): without a
+// sample taken, and every call of the process recorded, or the run
+// fails), and the p50 and p99 of the others. Every case reports the
+// iterations whose file was never attached (unattached): without a
 // mapping path from BPF (sys_exit), a process starved of bpfcol's
-// attention for its 50 ms leaves its library unnamed.
+// attention for its 50 ms leaves its library unnamed, which the receiver
+// counts; a file never attached and not counted fails the run. Each
+// attach is shown to work: a binary, retained, is run again and its call
+// recorded; a library's later calls are.
 //
 // The latency is split in two: call-p50/p99 is the attach call alone (the
 // kernel's registration: on this kernel one RCU grace period's wait on the
@@ -248,34 +252,68 @@ func BenchmarkAttachLatency(b *testing.B) {
 				Retain:         RetainConfig{MaxBinaries: maxBinaries, MaxAge: time.Hour},
 				ExpediteAttach: mode.expedite,
 			}
-			r, _ := startReceiver(b, cfg, mode.opts)
+			r, sink := startReceiver(b, cfg, mode.opts)
+			st := &r.tracker.stats
 			samples := func() int64 { n, _, _ := r.tracker.latency.percentiles(mode.trigger); return n }
-			// An iteration without a latency sample was attached before
-			// its exec or mapping; its sample, if any, is taken by the end
-			// of the next quiet spell.
-			before, last, unattached, lost := 0, samples(), 0, false
-			tally := func() {
-				switch n := samples(); {
-				case lost:
-					lost, last = false, n
-				case n == last:
+			records := func(pid int) int { return len(recordsByPID(flatten(sink), "lat")[int64(pid)]) }
+			// Each iteration is judged after the next quiet spell, when its
+			// latency sample, if any, has been taken. A sample says the
+			// attach came after the exec or mapping; none says it came
+			// before, which the workload's calls must then show: every one
+			// recorded. A file never attached fails the run unless the
+			// receiver counted why (a mapping left unnamed: README's
+			// "Attach latency").
+			type iteration struct {
+				i, pid, calls int
+				samples       int64 // before it ran
+				unnamed       int64 // mappings_unnamed before it ran
+				attached      bool
+				copy          string
+			}
+			var pending *iteration
+			before, unattached, recorded := 0, 0, 0
+			judge := func() {
+				it := pending
+				if it == nil {
+					return
+				}
+				pending = nil
+				n := samples() - it.samples
+				got := records(it.pid)
+				if n == 0 && it.attached {
+					// Records come in batches (batch.timeout, 200 ms).
+					waitFor(5*time.Second, func() bool { got = records(it.pid); return got == it.calls })
+				}
+				recorded += got
+				if !it.attached {
+					if st.mappingsUnnamed.Load() == it.unnamed {
+						b.Fatalf("iteration %d: %s never attached, and no mapping was counted unnamed; %d known failures skipped, %d evaluations, %d processes exited before attach",
+							it.i, it.copy, st.knownFailures.Load(), st.evaluations.Load(), st.exitedBeforeAttach.Load())
+					}
+					b.Logf("iteration %d: %s not attached: its mapping was left unnamed (counted)", it.i, it.copy)
+					unattached++
+					return
+				}
+				switch {
+				case n > 1:
+					b.Fatalf("iteration %d: %d latency samples for one %s", it.i, n, mode.trigger)
+				case n == 0 && got != it.calls:
+					b.Fatalf("iteration %d: no latency sample, so attached before the %s, yet %d of its %d calls recorded", it.i, mode.trigger, got, it.calls)
+				case n == 0:
 					before++
-				default:
-					last = n
 				}
 			}
 			for i := 0; b.Loop(); i++ {
 				b.StopTimer()
 				time.Sleep(quietSpell)
-				if i > 0 {
-					tally()
-				}
+				judge()
 				b.StartTimer()
 				copyTo := filepath.Join(dir, "f"+strconv.Itoa(i))
+				it := &iteration{i: i, samples: samples(), unnamed: st.mappingsUnnamed.Load(), copy: copyTo}
 				var cmd *exec.Cmd
 				if mode.trigger == triggerExec {
 					copyFileTB(b, short, copyTo)
-					cmd = exec.Command(copyTo, "1")
+					cmd, it.calls = exec.Command(copyTo, "1"), 1
 				} else {
 					copyFileTB(b, lib, copyTo)
 					// The dlopen comes after the exec's own scan, which would
@@ -284,27 +322,39 @@ func BenchmarkAttachLatency(b *testing.B) {
 					// (a call a millisecond): without BPF LSM or fentry the
 					// mapping event carries no path, and a process gone
 					// before its maps are read leaves its library unnamed.
-					cmd = exec.Command(opener, copyTo, "20", "50", os.DevNull)
+					cmd, it.calls = exec.Command(opener, copyTo, "20", "50", os.DevNull), 50
 				}
 				time.Sleep(mode.execGap)
 				if out, err := cmd.CombinedOutput(); err != nil {
 					b.Fatalf("%v: %s", err, out)
 				}
+				it.pid = cmd.Process.Pid
 				key := keyOf(b, copyTo)
-				if !waitFor(5*time.Second, func() bool { return r.tracker.isAttached(key) }) {
-					// Lost: reported, not hidden by failing the run.
-					st := &r.tracker.stats
-					b.Logf("iteration %d: %s not attached; so far %d mapping events left unnamed, %d known failures skipped, %d evaluations, %d processes exited before attach",
-						i, copyTo, st.mappingsUnnamed.Load(), st.knownFailures.Load(), st.evaluations.Load(), st.exitedBeforeAttach.Load())
-					unattached++
-					lost = true
+				it.attached = waitFor(5*time.Second, func() bool { return r.tracker.isAttached(key) })
+				if it.attached && mode.trigger == triggerExec {
+					// The uprobes the latency was measured to work: the
+					// copy, retained, is run again and its call recorded.
+					b.StopTimer()
+					again := exec.Command(copyTo, "1")
+					if out, err := again.CombinedOutput(); err != nil {
+						b.Fatalf("%v: %s", err, out)
+					}
+					if !waitFor(5*time.Second, func() bool { return records(again.Process.Pid) == 1 }) {
+						b.Fatalf("iteration %d: a run of %s after its attach: %d records, want its one call", i, copyTo, records(again.Process.Pid))
+					}
+					recorded++
+					b.StartTimer()
 				}
+				pending = it
 			}
 			time.Sleep(quietSpell)
-			tally()
+			judge()
 			if !mode.watched {
 				// The sample is taken just after the attach the loop waited for.
-				waitFor(time.Second, func() bool { return samples() >= int64(b.N-unattached) })
+				waitFor(time.Second, func() bool { return samples() >= int64(b.N-unattached-before) })
+			}
+			if recorded == 0 {
+				b.Fatalf("%d iterations recorded no call: the uprobes attached never fired", b.N)
 			}
 			n, p50, p99 := r.tracker.latency.percentiles(mode.trigger)
 			b.ReportMetric(float64(p50)/float64(time.Millisecond), "p50-ms")

@@ -184,9 +184,10 @@ func (r *logsReceiver) start(_ context.Context, _ component.Host) (err error) {
 	for i, p := range r.cfg.Probes {
 		// A binary: probe loads its programs attaching at start; a
 		// file_match one would on the first exec of its binary, which
-		// then runs unprobed meanwhile.
+		// then runs unprobed meanwhile. Prepared for native code: its
+		// exit: return is a uretprobe.
 		if p.FileMatch != "" {
-			if err := r.probes.Prepare(uint32(i), false); err != nil {
+			if err := r.probes.Prepare(uint32(i), false, p.exit() == exitReturn); err != nil {
 				return fmt.Errorf("starting uprobe receiver: %w", err)
 			}
 		}
@@ -461,6 +462,7 @@ func (r *logsReceiver) Shutdown(ctx context.Context) error {
 		zap.Uint64("exits_without_entry", counters.ExitWithoutEntry),
 		zap.Uint64("scopes_shorter_than_min", counters.Short),
 		zap.Uint64("scopes_not_stored", counters.ScopeFull),
+		zap.Uint64("scopes_return_unprobed", counters.ReturnUnprobed),
 		zap.Uint64("entries_filtered", counters.Filtered),
 		zap.Int64("process_events", r.eventsRead.Load()),
 		zap.Int64("processes_scanned", st.scans.Load()),

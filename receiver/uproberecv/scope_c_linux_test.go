@@ -22,15 +22,25 @@ type workloadCall struct {
 	// runDelay (ns) and involuntary count the thread's stalls during the
 	// call: run-queue waits and preemptions, which are not probe cost.
 	runDelay, involuntary int64
+	// innerDelay (ns) is the part of runDelay inside the function itself,
+	// inside the probe's scope: it lengthens both measures alike.
+	innerDelay int64
+}
+
+// gapStall is the run-queue wait outside the function, between the
+// workload's clock reads and the probe's entry and exit: the only stall
+// that moves the workload's measure and the scope apart.
+func (c workloadCall) gapStall() time.Duration {
+	return time.Duration(max(c.runDelay-c.innerDelay, 0))
 }
 
 func parseCalls(t *testing.T, lines []string) (calls []workloadCall, calibration, costs []int64) {
 	for _, l := range lines {
 		switch {
 		case strings.HasPrefix(l, "call "):
-			f := fields(t, l, 8)
+			f := fields(t, l, 9)
 			calls = append(calls, workloadCall{tid: f[0], isMain: f[1] == 1, ms: f[2], depth: f[3], start: f[4], end: f[5],
-				runDelay: f[6], involuntary: f[7]})
+				runDelay: f[6], involuntary: f[7], innerDelay: f[8]})
 		case strings.HasPrefix(l, "calibration "):
 			calibration = fields(t, l, 3)
 		case strings.HasPrefix(l, "cost "):
@@ -266,27 +276,22 @@ func matchCalls(t *testing.T, probe string, logs []scopeLog, calls []workloadCal
 		switch {
 		case diff < 0:
 			t.Errorf("%s: call %+v lasted %s by its own clock, longer %s by BPF", probe, c, own, time.Duration(l.durationNs))
-		case diff > tol && time.Duration(c.runDelay) >= diff-tol:
-			// The thread waited on a run queue during the call at least as
-			// long as the excess: a stall the workload itself saw (another
-			// task, or the receiver woken by a record), not probe cost.
-			over = append(over, fmt.Sprintf("%s call differs by %s (preempted %d times, %s on a run queue)",
-				own, diff, c.involuntary, time.Duration(c.runDelay)))
+		case diff > tol && diff-tol <= c.gapStall():
+			// The thread waited on a run queue between a clock read and
+			// the function at least as long as the excess: a stall the
+			// workload itself saw (another task, or the receiver woken by
+			// a record), not probe cost. A wait inside the function
+			// lengthens both measures and excuses nothing.
+			over = append(over, fmt.Sprintf("%s call differs by %s (%s on a run queue outside the function, %s inside; preempted %d times)",
+				own, diff, c.gapStall(), time.Duration(c.innerDelay), c.involuntary))
 		case diff > tol:
-			t.Errorf("%s: call %+v lasted %s by its own clock, %s by BPF: %s apart, over max(1%%, trap cost %s), with no stall seen",
-				probe, c, own, time.Duration(l.durationNs), diff, trapCost)
+			t.Errorf("%s: call %+v lasted %s by its own clock, %s by BPF: %s apart, over max(1%%, trap cost %s) by more than the %s the thread waited on a run queue outside the function",
+				probe, c, own, time.Duration(l.durationNs), diff, trapCost, c.gapStall())
 		}
 		worst = max(worst, diff)
 	}
-	// Only calls the scheduler visibly stalled may exceed, and at most one
-	// in ten: a wait inside the scope would not have moved the clocks
-	// apart, so the stall is a necessary cause, not a proof. On this 2-vCPU
-	// VM about one run in six had three such calls of 54 (each with a
-	// run-queue wait covering its excess), so one in 50 was too tight.
-	if allowed := (len(calls) + 9) / 10; len(over) > allowed {
-		t.Errorf("%s: %d stalled calls differ from BPF by more than max(1%%, trap cost %s), at most %d may: %v", probe, len(over), trapCost, allowed, over)
-	} else if len(over) > 0 {
-		t.Logf("%s: stalled calls over max(1%%, trap cost %s): %v", probe, trapCost, over)
+	if len(over) > 0 {
+		t.Logf("%s: calls over max(1%%, trap cost %s), each covered by its stall outside the function: %v", probe, trapCost, over)
 	}
 	t.Logf("%s: %d records match %d calls one for one; worst difference %s", probe, len(logs), len(calls), worst)
 	if _, err := os.Stat(bin); err != nil {

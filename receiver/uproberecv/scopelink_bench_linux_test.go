@@ -4,6 +4,7 @@ import (
 	"context"
 	"os/exec"
 	"slices"
+	"strconv"
 	"testing"
 	"time"
 
@@ -21,7 +22,8 @@ import (
 // exit programs together, kernel BPF statistics) with the receiver alone
 // and with an ebpfprof receiver declared in the collector, when each
 // outermost scope is also written to, and deleted from, the shared map of
-// open scopes.
+// open scopes. Each round checks its work: the entry and exit programs
+// ran once each per call, and every call became one record.
 func BenchmarkScopeLinkCost(b *testing.B) {
 	testenv.RequireBPF(b)
 	stats, err := ebpf.EnableStats(unix.BPF_STATS_RUN_TIME)
@@ -36,7 +38,8 @@ func BenchmarkScopeLinkCost(b *testing.B) {
 			defer scopes.Declare(scopes.Reader)()
 		}
 		cfg := &Config{Probes: []ProbeConfig{{ID: "f", Binary: bin, Entry: "f_push", Exit: "return"}}}
-		r, err := newLogsReceiver(receivertest.NewNopSettings(metadata.Type), cfg, new(countingLogs))
+		next := new(countingLogs)
+		r, err := newLogsReceiver(receivertest.NewNopSettings(metadata.Type), cfg, next)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -68,7 +71,7 @@ func BenchmarkScopeLinkCost(b *testing.B) {
 			return rt, n
 		}
 		rt0, n0 := total()
-		if out, err := exec.Command(bin, "f_push", "200000").CombinedOutput(); err != nil {
+		if out, err := exec.Command(bin, "f_push", strconv.Itoa(calls)).CombinedOutput(); err != nil {
 			b.Fatalf("fastprobe: %v\n%s", err, out)
 		}
 		// Fixed-cookie copies are loaded at attach: list them again.
@@ -77,7 +80,16 @@ func BenchmarkScopeLinkCost(b *testing.B) {
 		}
 		rt1, n1 := total()
 		b.Logf("linked %v: %d program runs, %s", linked, n1-n0, rt1-rt0)
-		return float64((rt1 - rt0).Nanoseconds()) / calls
+		// An unattached probe would report about 0 ns per call. The
+		// workload makes one warm-up call before its calls.
+		const made = calls + 1
+		if n1-n0 != 2*made {
+			b.Fatalf("linked %v: the scope programs ran %d times for %d calls, want %d (entry and exit)", linked, n1-n0, made, 2*made)
+		}
+		if !waitUntil(30*time.Second, func() bool { return next.records.Load() >= made }) || next.records.Load() != made {
+			b.Fatalf("linked %v: %d records for %d calls", linked, next.records.Load(), made)
+		}
+		return float64((rt1 - rt0).Nanoseconds()) / made
 	}
 	// Alternating rounds, medians: the machine's drifting load falls on
 	// both alike.

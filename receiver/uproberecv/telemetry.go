@@ -88,6 +88,7 @@ func (r *logsReceiver) registerTelemetry() error {
 			}
 			observe(o, int64(c.LostRingbuf), "reason", "ringbuf_full")
 			observe(o, int64(c.ScopeFull), "reason", "scope_table_full")
+			observe(o, int64(c.ReturnUnprobed), "reason", "return_unprobed")
 			observe(o, r.refused.Load(), "reason", "export_refused")
 			return nil
 		}),

@@ -710,8 +710,13 @@ func (t *tracker) mapped(pid int, file process.FileID, path string, at uint64) {
 	if b != nil && b.file.Same(file) && path == "" {
 		// Known and unchanged: hold it. With a path, the probes it matches
 		// are checked below.
-		t.holdLocked(pid, b)
+		fresh := t.holdLocked(pid, b)
+		attachedAt := b.attachedAt
 		t.mu.Unlock()
+		if fresh && at != 0 && attachedAt > int64(at) {
+			// Mapped while its attach was under way, read after.
+			t.attachedLate(pid, triggerMapping, time.Duration(attachedAt-int64(at)))
+		}
 		return
 	}
 	t.mu.Unlock()
@@ -1021,7 +1026,6 @@ func known(file process.FileID) bool { return file.Ino != 0 && !file.ModTime.IsZ
 // finds it pending waits for that result.
 func (t *tracker) binary(pid int, tg *target, matched []*compiledProbe, at uint64, trigger string) (held, negative bool) {
 	key := tg.file.FileKey
-	waited := false
 	for {
 		t.mu.Lock()
 		if t.closed {
@@ -1031,7 +1035,6 @@ func (t *tracker) binary(pid int, tg *target, matched []*compiledProbe, at uint6
 		if p := t.pending[key]; p != nil {
 			t.mu.Unlock()
 			<-p.done
-			waited = true
 			continue
 		}
 		b := t.binaries[key]
@@ -1050,13 +1053,16 @@ func (t *tracker) binary(pid int, tg *target, matched []*compiledProbe, at uint6
 				}
 			}
 			if len(missing) == 0 {
-				t.holdLocked(pid, b)
+				fresh := t.holdLocked(pid, b)
 				attachedAt := b.attachedAt
 				t.mu.Unlock()
-				if waited && at != 0 && attachedAt > int64(at) {
+				if fresh && at != 0 && attachedAt > int64(at) {
 					// Another attach of this binary (another process, or
 					// the file written into a watched directory) was under
-					// way when this one came: its calls until then missed.
+					// way when this one came, whether its event was read
+					// then or after that attach ended: its calls until
+					// then missed. Once per process: an exec's scan of
+					// its mappings finds the binary again.
 					t.attachedLate(pid, trigger, time.Duration(attachedAt-int64(at)))
 				}
 				return pid != 0, false
@@ -1235,10 +1241,13 @@ func (t *tracker) closeAttachments(path string, as []attachment) {
 	t.detacher.detach(path, as)
 }
 
-func (t *tracker) holdLocked(pid int, b *attachedBinary) {
+// holdLocked makes pid a holder of b, and reports whether it was not one
+// already.
+func (t *tracker) holdLocked(pid int, b *attachedBinary) (fresh bool) {
 	if pid == 0 {
-		return
+		return false
 	}
+	_, had := b.holders[pid]
 	b.holders[pid] = struct{}{}
 	b.idleSince = time.Time{}
 	h := t.held[pid]
@@ -1247,6 +1256,7 @@ func (t *tracker) holdLocked(pid int, b *attachedBinary) {
 		t.held[pid] = h
 	}
 	h[b.key] = struct{}{}
+	return !had
 }
 
 // close stops rescans and detaches every binary, returning once their

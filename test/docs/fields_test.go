@@ -16,6 +16,7 @@ import (
 	"github.com/bpfcol/bpfcol/exporter/pprofexporter"
 	"github.com/bpfcol/bpfcol/internal/probesite"
 	"github.com/bpfcol/bpfcol/internal/symbolize"
+	"github.com/bpfcol/bpfcol/internal/symbolize/debuginfod"
 	"github.com/bpfcol/bpfcol/receiver/ebpfprofreceiver"
 	"github.com/bpfcol/bpfcol/receiver/uproberecv"
 )
@@ -133,8 +134,9 @@ type configTable struct {
 
 // TestREADMEConfigTables checks each component's settings table in
 // README.md against its Config: every field has a row and every row is a
-// field, and a default stated as one value is the one createDefaultConfig
-// gives (or the code applies to zero, zeroMeans).
+// field, a default stated as one value is the one createDefaultConfig
+// gives (or the code applies to zero, zeroMeans), and a default in words
+// is what its check in proseDefaults finds.
 func TestREADMEConfigTables(t *testing.T) {
 	lines := readme(t)
 	for _, tc := range []configTable{
@@ -160,9 +162,17 @@ func TestREADMEConfigTables(t *testing.T) {
 					t.Errorf("README.md documents %s, which the %s Config does not have", spans[0], typ)
 					continue
 				}
+				if _, ok := docDefault(row[1]); !ok {
+					if err := checkProseDefault(tc.factory, typ, path, row[1]); err != nil {
+						t.Errorf("%s: %v", spans[0], err)
+					} else {
+						checkedDefaults++
+					}
+					continue
+				}
 				if err := checkDefault(tc.factory, path, row[1], zeroMeans[typ][path]); err != nil {
 					t.Errorf("%s: %v", spans[0], err)
-				} else if _, ok := docDefault(row[1]); ok {
+				} else {
 					checkedDefaults++
 				}
 			}
@@ -218,6 +228,132 @@ func checkDefault(f factory, path, cell string, zero any) error {
 	}
 	if !reflect.DeepEqual(got.Interface(), doc.Interface()) {
 		return fmt.Errorf("README.md says the default is %s, createDefaultConfig has %v", cell, got)
+	}
+	return nil
+}
+
+// proseDefault is a Default cell in words and what it claims, checked.
+type proseDefault struct {
+	cell  string
+	check func(f factory, path string) error
+}
+
+// proseDefaults holds the Default cells written in words, by table and
+// field: each is checked for what it says. A cell in words not listed
+// fails TestREADMEConfigTables.
+var proseDefaults = map[string]map[string]proseDefault{
+	"ebpfprof": {
+		"symbolizer.debuginfod.urls": {"`$DEBUGINFOD_URLS`", func(f factory, path string) error {
+			return checkEnvDefault(f, path, "DEBUGINFOD_URLS", "http://a.example:8002 https://b.example",
+				func(c debuginfod.Config) any { return c.URLs }, []string{"http://a.example:8002", "https://b.example"}, []string{})
+		}},
+		"symbolizer.debuginfod.timeout": {"`$DEBUGINFOD_TIMEOUT` (whole seconds), else 90s", func(f factory, path string) error {
+			return checkEnvDefault(f, path, "DEBUGINFOD_TIMEOUT", "7",
+				func(c debuginfod.Config) any { return c.Timeout }, 7*time.Second, 90*time.Second)
+		}},
+		"symbolizer.debuginfod.max_size": {"`$DEBUGINFOD_MAXSIZE`, else 1 GiB", func(f factory, path string) error {
+			return checkEnvDefault(f, path, "DEBUGINFOD_MAXSIZE", "12345",
+				func(c debuginfod.Config) any { return c.MaxSize }, int64(12345), int64(1<<30))
+		}},
+		// Where "" leads (XDG_CACHE_HOME, HOME, neither) is checked by
+		// ebpfprofreceiver's TestSymbolizerCacheDirDefault.
+		"symbolizer.cache_dir":         {"user cache dir + `bpfcol/debuginfod` (`$XDG_CACHE_HOME`, else `$HOME/.cache`; with neither set, as for a systemd service without `User=`, nothing is fetched and a warning says so: set it)", zeroDefault},
+		"symbolizer.debug_directories": {"none", zeroDefault},
+	},
+	"uprobe": {
+		"probes":              {"none", zeroDefault},
+		"probes[].id":         {"required", requiredDefault},
+		"probes[].file_match": {"—", zeroDefault},
+		"probes[].binary":     {"—", zeroDefault},
+		"probes[].entry":      {"required", requiredDefault},
+		// No pid filter: every process.
+		"probes[].pids": {"all", zeroDefault},
+	},
+}
+
+// checkProseDefault checks a Default cell in words with its proseDefaults
+// entry.
+func checkProseDefault(f factory, typ, path, cell string) error {
+	d, ok := proseDefaults[typ][path]
+	switch {
+	case !ok:
+		return fmt.Errorf("the default %q is in words and has no check: add one to proseDefaults", cell)
+	case d.cell != cell:
+		return fmt.Errorf("the default reads %q, proseDefaults checks %q: update it", cell, d.cell)
+	}
+	return d.check(f, path)
+}
+
+// defaultField returns the field path names in f's default config; a
+// list element's field is read from an element decoded from nothing.
+func defaultField(f factory, path string) (reflect.Value, error) {
+	cfg := f.CreateDefaultConfig()
+	if list, _, isList := strings.Cut(path, "[]."); isList {
+		empty := map[string]any{list: []any{map[string]any{}}}
+		if err := confmap.NewFromStringMap(empty).Unmarshal(cfg); err != nil {
+			return reflect.Value{}, err
+		}
+	}
+	return fieldAt(reflect.ValueOf(cfg), path)
+}
+
+// zeroDefault checks a default that is the field left unset: "none",
+// "all", "—", or one the code resolves when it starts.
+func zeroDefault(f factory, path string) error {
+	v, err := defaultField(f, path)
+	if err != nil {
+		return err
+	}
+	if !v.IsZero() && !(v.Kind() == reflect.Slice && v.Len() == 0) {
+		return fmt.Errorf("the default config sets %v, not nothing", v)
+	}
+	return nil
+}
+
+// requiredDefault checks a "required" field: unset by default, and a
+// config that leaves it unset (its other fields valid) is refused naming
+// it.
+func requiredDefault(f factory, path string) error {
+	if err := zeroDefault(f, path); err != nil {
+		return err
+	}
+	list, field, _ := strings.Cut(path, "[].")
+	probe := map[string]any{"id": "p", "binary": "/usr/bin/true", "entry": "main"}
+	delete(probe, field)
+	cfg := f.CreateDefaultConfig()
+	if err := confmap.NewFromStringMap(map[string]any{list: []any{probe}}).Unmarshal(cfg); err != nil {
+		return err
+	}
+	if err := confmap.Validate(cfg); err == nil || !strings.Contains(err.Error(), field) {
+		return fmt.Errorf("a config without it is not refused naming it: %v", err)
+	}
+	return nil
+}
+
+// checkEnvDefault checks a setting whose default is an environment
+// variable with a fallback: unset in the default config, and debuginfod's
+// client (the symbolizer's) taking set from the variable when given and
+// unset otherwise.
+func checkEnvDefault(f factory, path, env, value string, get func(debuginfod.Config) any, set, unset any) error {
+	if err := zeroDefault(f, path); err != nil {
+		return err
+	}
+	for _, c := range []struct {
+		env  string
+		want any
+	}{{value, set}, {"", unset}} {
+		got, err := debuginfod.ConfigFromEnv(debuginfod.Config{}, func(k string) string {
+			if k == env {
+				return c.env
+			}
+			return ""
+		})
+		if err != nil {
+			return err
+		}
+		if v := get(got); !reflect.DeepEqual(v, c.want) && !(reflect.ValueOf(v).Kind() == reflect.Slice && reflect.ValueOf(v).Len() == 0 && reflect.ValueOf(c.want).Len() == 0) {
+			return fmt.Errorf("with %s=%q the client takes %v, want %v", env, c.env, v, c.want)
+		}
 	}
 	return nil
 }

@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"fmt"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -32,7 +31,7 @@ var sideBySideScenarios = []sideBySideScenario{
 	{"quiet", 15 * time.Second, func(*testing.B) scenarioWorkloads { return scenarioWorkloads{} }},
 	{"churn", 15 * time.Second, startChurn},
 	{"python", 15 * time.Second, func(b *testing.B) scenarioWorkloads {
-		py := pyenvPython(b, "3.12")
+		py := testworkload.PyenvPython(b, 12).Path
 		cmd := testworkload.Start(b, py, testworkload.Source(b, "crunch.py"))
 		return scenarioWorkloads{profiled: []profiledWorkload{{name: "py312", pids: pidSet(cmd.Process.Pid),
 			chain: []string{"crunch_leaf", "crunch_middle", "crunch_outer"}, eachFunction: true}}}
@@ -87,20 +86,6 @@ func startChurn(b *testing.B) scenarioWorkloads {
 			return n
 		},
 	}
-}
-
-// pyenvPython returns pyenv's python of version (for example "3.12").
-func pyenvPython(b *testing.B, version string) string {
-	root := os.Getenv("PYENV_ROOT")
-	if root == "" {
-		home, _ := os.UserHomeDir()
-		root = filepath.Join(home, ".pyenv")
-	}
-	found, _ := filepath.Glob(filepath.Join(root, "versions", version+".*", "bin", "python"+version))
-	if len(found) == 0 {
-		testenv.Unavailable(b, fmt.Sprintf("no pyenv CPython %s under %s (pyenv install %s)", version, root, version))
-	}
-	return found[len(found)-1]
 }
 
 // BenchmarkSideBySide runs bin/bpfcol and the OpenTelemetry eBPF profiler

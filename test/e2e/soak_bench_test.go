@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -59,7 +60,7 @@ type churn struct {
 	started      atomic.Int64
 	seq          atomic.Int64 // names the binaries' copies
 	mu           sync.Mutex
-	pids         map[int64]bool
+	pids         map[int64]time.Duration // CPU time each used, once it exited
 	err          error
 }
 
@@ -103,12 +104,12 @@ func (ch *churn) once(i int) error {
 		return fmt.Errorf("starting %s: %w", cmd.Path, err)
 	}
 	ch.started.Add(1)
-	ch.mu.Lock()
-	ch.pids[int64(cmd.Process.Pid)] = true
-	ch.mu.Unlock()
 	if err := cmd.Wait(); err != nil {
 		return fmt.Errorf("running %s: %w", cmd.Path, err)
 	}
+	ch.mu.Lock()
+	ch.pids[int64(cmd.Process.Pid)] = cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime()
+	ch.mu.Unlock()
 	return nil
 }
 
@@ -148,7 +149,9 @@ func copyExecutable(src, dst string) error {
 // Python processes start and exit continuously, three at a time. It
 // records bin/bpfcol's VmRSS and VmHWM each minute and fails if RSS grew by
 // more than 5% over the last five minutes (over all of them when the soak
-// is shorter), or if the collector did not export the samples of the soak.
+// is shorter), if the collector did not export the samples of the soak,
+// or if more of the churn's processes are missing from the profiles than
+// their CPU time (each one's rusage) makes likely by chance.
 func BenchmarkSoak(b *testing.B) {
 	testenv.RequireBPF(b)
 	py, err := exec.LookPath("python3")
@@ -162,7 +165,7 @@ func BenchmarkSoak(b *testing.B) {
 		goBin:    testworkload.BuildGo(b, "gohog"),
 		py:       py,
 		lifetime: 300 * time.Millisecond,
-		pids:     map[int64]bool{},
+		pids:     map[int64]time.Duration{},
 	}
 
 	for b.Loop() {
@@ -226,6 +229,7 @@ func BenchmarkSoak(b *testing.B) {
 
 		samples, share := checkExported(b, server, overheadHz, from, to, hostBefore, hostAfter, overheadReport)
 		seen := exportedPIDs(server, ch.pids)
+		missed, expectedMissed := processesMissed(ch.pids, seen, overheadHz)
 
 		base := max(0, minutes-1-soakGrowthWindow)
 		peak := rss[base]
@@ -239,11 +243,17 @@ func BenchmarkSoak(b *testing.B) {
 		b.ReportMetric(mib(hwm), "hwm_MiB")
 		b.ReportMetric(100*growth, "rss_growth_%")
 		b.ReportMetric(float64(ch.started.Load()), "processes_started")
-		b.ReportMetric(100*float64(seen)/float64(max(1, len(ch.pids))), "processes_in_profiles_%")
+		b.ReportMetric(100*float64(len(seen))/float64(max(1, len(ch.pids))), "processes_in_profiles_%")
+		b.ReportMetric(float64(missed), "processes_missed")
+		b.ReportMetric(expectedMissed, "processes_missed_expected")
 		b.ReportMetric(float64(samples), "samples_exported")
 		b.ReportMetric(share, "samples_exported/expected")
-		b.Logf("RSS from minute %d to %d: %.1f MiB -> peak %.1f MiB (%+.1f%%); high-water %.1f MiB; %d processes started, %d seen in the profiles; load average %.2f",
-			base+1, minutes, mib(rss[base]), mib(peak), 100*growth, mib(hwm), ch.started.Load(), seen, loadAverage())
+		b.Logf("RSS from minute %d to %d: %.1f MiB -> peak %.1f MiB (%+.1f%%); high-water %.1f MiB; %d processes started, %d seen in the profiles (%d missed, %.1f expected by chance from their CPU time); load average %.2f",
+			base+1, minutes, mib(rss[base]), mib(peak), 100*growth, mib(hwm), ch.started.Load(), len(seen), missed, expectedMissed, loadAverage())
+		if allowed := expectedMissed + 3*math.Sqrt(expectedMissed) + 1; float64(missed) > allowed {
+			b.Errorf("%d of %d churn processes never in the profiles; their CPU time at %d Hz makes %.1f expected by chance, at most %.0f allowed",
+				missed, len(ch.pids), overheadHz, expectedMissed, math.Floor(allowed))
+		}
 		if minutes > 1 && growth > soakMaxGrowth {
 			b.Errorf("RSS grew %.1f%% from minute %d to %d (%.1f -> %.1f MiB), more than %.0f%%",
 				100*growth, base+1, minutes, mib(rss[base]), mib(peak), 100*soakMaxGrowth)
@@ -348,18 +358,36 @@ func logCacheSizes(b *testing.B, url string) {
 	b.Logf("caches: %s", strings.Join(sizes, " "))
 }
 
-// exportedPIDs counts the pids among want that appear in a received
+// exportedPIDs returns the pids among want that appear in a received
 // profile.
-func exportedPIDs(s *profilesServer, want map[int64]bool) int {
+func exportedPIDs(s *profilesServer, want map[int64]time.Duration) map[int64]bool {
 	seen := map[int64]bool{}
 	for _, p := range s.all() {
 		for i := 0; i < p.ResourceProfiles().Len(); i++ {
-			if v, ok := p.ResourceProfiles().At(i).Resource().Attributes().Get("process.pid"); ok && want[v.Int()] {
-				seen[v.Int()] = true
+			if v, ok := p.ResourceProfiles().At(i).Resource().Attributes().Get("process.pid"); ok {
+				if _, churned := want[v.Int()]; churned {
+					seen[v.Int()] = true
+				}
 			}
 		}
 	}
-	return len(seen)
+	return seen
+}
+
+// processesMissed counts the processes of cpu (pid -> CPU time used) not
+// in seen, and how many a sampler at hz per CPU misses by chance: a
+// process that ran c of CPU time in slices escapes every tick with
+// probability at most exp(-c·hz) (at most one tick lands in a slice
+// shorter than the period, each with probability its length over the
+// period; a slice as long as the period always has one).
+func processesMissed(cpu map[int64]time.Duration, seen map[int64]bool, hz int) (missed int, expected float64) {
+	for pid, c := range cpu {
+		expected += math.Exp(-c.Seconds() * float64(hz))
+		if !seen[pid] {
+			missed++
+		}
+	}
+	return missed, expected
 }
 
 func mib(bytes int64) float64 { return float64(bytes) / (1 << 20) }

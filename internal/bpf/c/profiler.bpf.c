@@ -15,6 +15,7 @@
 #include <bpf/bpf_core_read.h>
 #include "bpfcol_unwind.h"
 #include "bpfcol_scopes.h"
+#include "bpfcol_uretprobe.h"
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";
 
@@ -74,7 +75,8 @@ enum counter {
 	COUNTER_OFF_CPU_BUSY,      // kept waits dropped: the thread's previous one is being walked
 	COUNTER_OFF_CPU_SCHED_ERR, // kept waits dropped: the task work walking the stack was refused
 	COUNTER_OFF_CPU_GONE,      // kept waits dropped: the thread exited or exec'd before its walk
-	COUNTER_OFF_CPU_UNENDED,   // sampled switch-outs lost: the thread's switch-in never reached sched_switch
+	COUNTER_OFF_CPU_UNENDED,   // kept waits lost: the thread's switch-in never reached sched_switch
+	COUNTER_OFF_CPU_UNREPORTED, // switches sched_switch did not report, seen at the CPU's next one
 	COUNTER_INTERP_SAMPLES,    // samples of processes that run an interpreter, with its frames walked
 	COUNTER_UNWIND_STOP,       // first of UNWIND_STOP_MAX counters, by enum unwind_stop
 	COUNTER_INTERP_STOP = COUNTER_UNWIND_STOP + UNWIND_STOP_MAX, // first of INTERP_STOP_MAX, by enum interp_stop
@@ -119,6 +121,8 @@ struct {
 	__type(value, struct unwind_row);
 } unwind_rows SEC(".maps");
 
+#include "bpfcol_vdso.h"
+
 // Registers and outcome of one CFI walk. unwind_frame, a global function,
 // reads and writes it: the verifier checks that function once for any
 // contents, so the bpf_loop callback's state is the same at every
@@ -126,6 +130,8 @@ struct {
 // frame count and register range.
 struct walk_regs {
 	u64 pc, sp, bp;
+	u64 tramp;      // the process's uretprobe trampoline, 0 if none
+	u64 vdso_base;  // where the process maps the vDSO of unwind_vdso, 0 if not
 	u32 n;          // frames written to s->user
 	u32 stop;       // enum unwind_stop, valid once stopped
 	u8 stopped;
@@ -243,20 +249,38 @@ static __always_inline long step_fp(struct walk_regs *w, u32 reason)
 
 // unwind_frame records the frame at w->pc in s->user and steps w to its
 // caller. It returns 1 once the walk stopped (w->stop says why), else 0.
-__noinline long unwind_frame(struct walk_regs *w, struct sample *s, struct unwind_proc *proc)
+__noinline long unwind_frame(struct walk_regs *w, struct sample *s, struct unwind_proc *proc,
+			     struct unwind_mapping *vdso)
 {
-	if (!w || !s || !proc)
+	if (!w || !s || !proc || !vdso)
 		return 1;
 	u64 pc = w->pc;
+	// A uretprobe's trampoline in place of this return address, read
+	// from the slot right under the caller's SP.
+	if (pc == w->tramp && pc && !w->exact_pc) {
+		pc = uretprobe_return(w->sp - 8);
+		if (!pc)
+			return stop(w, UNWIND_STOP_URETPROBE);
+		w->pc = pc;
+	}
 	if (pc == 0 || pc > MAX_USER_ADDR)
 		return stop(w, UNWIND_STOP_OUTSIDE_MAPPINGS);
 	// A return address follows the call: the call itself is at pc-1, which
 	// is also what keeps a noreturn call at a function's end in its FDE.
 	u64 lookup = w->exact_pc ? pc : pc - 1;
-	int mi = find_mapping(proc, lookup);
-	if (mi < 0) {
-		s->flags |= SAMPLE_UNKNOWN_MAPPING;
-		return stop(w, UNWIND_STOP_OUTSIDE_MAPPINGS);
+	// The vDSO has one table for all processes, at this one's address
+	// of the image; anything else is in the process's own mappings.
+	struct unwind_mapping vm;
+	if (w->vdso_base && lookup - w->vdso_base < vdso->end) {
+		vm = *vdso;
+		vm.table_base += w->vdso_base;
+	} else {
+		int mi = find_mapping(proc, lookup);
+		if (mi < 0) {
+			s->flags |= SAMPLE_UNKNOWN_MAPPING;
+			return stop(w, UNWIND_STOP_OUTSIDE_MAPPINGS);
+		}
+		vm = proc->mappings[mi & (UNWIND_MAX_MAPPINGS - 1)];
 	}
 	u32 n = w->n;
 	if (n >= MAX_STACK_DEPTH)
@@ -264,7 +288,7 @@ __noinline long unwind_frame(struct walk_regs *w, struct sample *s, struct unwin
 	s->user[n] = pc | (w->exact_pc && n > 0 ? FRAME_PC_EXACT : 0);
 	w->n = n + 1;
 
-	struct unwind_mapping *m = &proc->mappings[mi & (UNWIND_MAX_MAPPINGS - 1)];
+	struct unwind_mapping *m = &vm;
 	if (m->kind == UNWIND_MAPPING_PENDING)
 		return step_fp(w, UNWIND_STOP_NO_TABLE);
 	if (m->kind != UNWIND_MAPPING_CFI)
@@ -356,6 +380,7 @@ struct walk {
 	// frames in its code cache are walked by hotspot_frame.
 	struct hs_proc *hs;
 	struct hs_walk hx;
+	struct unwind_mapping *vdso; // unwind_vdso's entry
 	struct walk_regs regs;
 };
 
@@ -364,7 +389,7 @@ static long unwind_step(u64 i, struct walk *w)
 {
 	if (w->hs && hotspot_pc(w->hs, w->regs.pc))
 		return hotspot_frame(&w->regs, (struct sample_interp *)w->s, w->hs, &w->hx) ? 1 : 0;
-	return unwind_frame(&w->regs, w->s, w->proc) ? 1 : 0;
+	return unwind_frame(&w->regs, w->s, w->proc, w->vdso) ? 1 : 0;
 }
 
 // unwind_cfi walks the user stack of a loaded process into s->user. It
@@ -372,17 +397,31 @@ static long unwind_step(u64 i, struct walk *w)
 // mappings, so the caller falls back to frame pointers. With hs (a JVM's
 // sample, s a struct sample_interp), its HotSpot frames are walked too,
 // bcp being the user R13.
-static __always_inline bool unwind_cfi(struct sample *s, struct unwind_proc *proc, struct hs_proc *hs, u64 bcp)
+static __always_inline bool unwind_cfi(struct sample *s, struct unwind_proc *proc, struct task_struct *task,
+				       u64 tramp, struct hs_proc *hs, u64 bcp)
 {
+	u32 zero = 0;
+	struct unwind_mapping *vdso = bpf_map_lookup_elem(&unwind_vdso, &zero);
+	// In the uretprobe trampoline, the probed function has returned: the
+	// walk starts where it returns to. Elsewhere in [uprobes], a probed
+	// instruction is being stepped out of line, for its function.
+	u64 pc = s->user_ip, sp = s->user_sp;
+	if (tramp && pc - tramp < URETPROBE_TRAMPOLINE_BYTES)
+		uretprobe_returned(&pc, &sp);
+	else if (tramp)
+		pc = uprobe_stepped_pc(pc);
 	struct walk w = {
 		.s = s,
 		.proc = proc,
+		.vdso = vdso,
 		.hs = hs,
 		.hx = { .bcp = bcp, .stop = INTERP_STOP_END },
 		.regs = {
-			.pc = s->user_ip,
-			.sp = s->user_sp,
+			.vdso_base = vdso_base(task, vdso),
+			.pc = pc,
+			.sp = sp,
 			.bp = s->user_bp,
+			.tramp = tramp,
 			.exact_pc = 1,
 			.bp_known = 1,
 		},
@@ -488,13 +527,21 @@ static __always_inline void fill_sample(void *ctx, struct sample *s, u64 pid_tgi
 		// Off-CPU events link here too: the scope the thread blocked in.
 		if (scope_links)
 			link_scope(s, regs);
-		if (bpf_probe_read_user(s->sp_words, sizeof(s->sp_words), (void *)s->user_sp) == 0)
+		u64 tramp = uretprobe_trampoline(task);
+		if (bpf_probe_read_user(s->sp_words, sizeof(s->sp_words), (void *)s->user_sp) == 0) {
 			s->flags |= SAMPLE_SP_WORDS_VALID;
-		else
+			// A frameless leaf under a uretprobe: its return address,
+			// at SP, is the trampoline's.
+			if (tramp && s->sp_words[0] == tramp)
+				s->sp_words[0] = uretprobe_return(s->user_sp);
+			if (tramp && s->sp_words[1] == tramp)
+				s->sp_words[1] = uretprobe_return(s->user_sp + 8);
+		} else {
 			count(COUNTER_SP_READ_ERR);
+		}
 		u32 tgid = s->pid;
 		struct unwind_proc *proc = bpf_map_lookup_elem(&unwind_procs, &tgid);
-		if (!proc || !unwind_cfi(s, proc, hs, regs->r13)) {
+		if (!proc || !unwind_cfi(s, proc, task, tramp, hs, regs->r13)) {
 			if (!proc) {
 				s->flags |= SAMPLE_NO_TABLE;
 				count(COUNTER_UNWIND_STOP + UNWIND_STOP_NO_TABLE);
@@ -658,6 +705,10 @@ int sample_stack(void *ctx)
 // Set by the loader.
 const volatile u64 off_cpu_min_ns = 0;
 
+// Set by the loader: the one process whose switch-outs are followed, 0
+// for all.
+const volatile u32 off_cpu_tgid = 0;
+
 // Set by the loader: at most this many threads hold a record slot.
 const volatile u64 off_cpu_max_threads = 4096;
 
@@ -701,7 +752,8 @@ const volatile u32 off_cpu_log2_frac[256] = {};
 struct off_cpu_rng {
 	u64 left;  // switch-outs to let pass before the next sampled one
 	u64 state; // never 0
-	u64 pad[6];
+	u64 cur;   // the task this CPU last switched to (check_reported)
+	u64 pad[5];
 };
 struct off_cpu_rng off_cpu_rngs[OFF_CPU_RNG_CPUS];
 
@@ -750,10 +802,15 @@ static __always_inline u64 next_gap(struct off_cpu_rng *r)
 	return (neglog * off_cpu_gap_int + (neglog * off_cpu_gap_frac >> 32)) >> 16;
 }
 
-// sampled says whether this switch-out is followed.
-static __always_inline bool sampled(void)
+// this_rng is this CPU's countdown and state.
+static __always_inline struct off_cpu_rng *this_rng(void)
 {
-	struct off_cpu_rng *r = &off_cpu_rngs[bpf_get_smp_processor_id() & (OFF_CPU_RNG_CPUS - 1)];
+	return &off_cpu_rngs[bpf_get_smp_processor_id() & (OFF_CPU_RNG_CPUS - 1)];
+}
+
+// sampled says whether this switch-out is followed.
+static __always_inline bool sampled(struct off_cpu_rng *r)
+{
 	u64 left = r->left;
 	if (left) {
 		r->left = left - 1;
@@ -785,6 +842,24 @@ struct rq {
 struct task_struct___sched {
 	struct sched_entity se;
 } __attribute__((preserve_access_index));
+
+struct sched_info {
+	unsigned long long last_arrival;
+} __attribute__((preserve_access_index));
+
+struct task_struct___sched_info {
+	struct sched_info sched_info;
+} __attribute__((preserve_access_index));
+
+// arrival_ns is when task last came on a CPU, on the clock of switch_ns
+// (CONFIG_SCHED_INFO); 0 if unknown.
+static __always_inline u64 arrival_ns(struct task_struct *task)
+{
+	if (!bpf_core_field_exists(((struct task_struct___sched_info *)0)->sched_info) ||
+	    !bpf_core_field_exists(((struct cfs_rq *)0)->rq))
+		return 0;
+	return ((struct task_struct___sched_info *)task)->sched_info.last_arrival;
+}
 
 // switch_ns is the time of a switch on this CPU of task, prev or next; 0
 // if its run queue could not be read.
@@ -936,7 +1011,8 @@ static __always_inline void slot_release(void *map, struct task_struct *task)
 // would never be counted back.
 static __always_inline bool followed(struct task_struct *task)
 {
-	return task->pid != 0 && !(task->flags & (PF_KTHREAD | PF_EXITING | PF_IO_WORKER | PF_USER_WORKER));
+	return task->pid != 0 && !(task->flags & (PF_KTHREAD | PF_EXITING | PF_IO_WORKER | PF_USER_WORKER)) &&
+	       (!off_cpu_tgid || task->tgid == off_cpu_tgid);
 }
 
 // off_cpu_walk is the task work of a kept wait: it runs in the thread's
@@ -1000,10 +1076,70 @@ static __always_inline bool preempted(u64 *ctx)
 	return (bool)ctx[0] || (unsigned int)ctx[3] == 0;
 }
 
-// off_cpu_begin notes a sampled switch-out of prev: its time only.
-static __always_inline void off_cpu_begin(u64 *ctx, struct task_struct *prev)
+// unended_wait says whether a wait that ended at in (arrival_ns), out
+// (switch_ns) after it began, needed keeping: not known short.
+static __always_inline bool unended_kept(u64 out, u64 in)
 {
-	if (!sampled() || !followed(prev))
+	u64 off = in - out;
+	if (in && (s64)off >= 0 && off < off_cpu_min_ns) {
+		count(COUNTER_OFF_CPU_SHORT);
+		return false;
+	}
+	return true;
+}
+
+// take_wait takes task's open followed wait, if any: it returns its slot
+// and sets *out to its switch-out time.
+static __always_inline struct off_cpu_slot *take_wait(struct task_struct *task, u64 *out)
+{
+	u32 tid = task->pid;
+	if (tid == 0 || !maybe_open(tid))
+		return 0;
+	struct off_cpu_slot *slot = bpf_task_storage_get(&off_cpu_slots, task, 0, 0);
+	if (!slot || !slot->out_ns)
+		return 0;
+	*out = slot->out_ns;
+	slot->out_ns = 0;
+	close_wait(tid);
+	return slot;
+}
+
+// The threads that lost kept waits (off_cpu_unended), with how many: a
+// bounded record of which, for tests and troubleshooting.
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 256);
+	__type(key, u32); // tid
+	__type(value, u64);
+} off_cpu_unended_tids SEC(".maps");
+
+static __always_inline void count_unended(u32 tid)
+{
+	count(COUNTER_OFF_CPU_UNENDED);
+	u64 *n = bpf_map_lookup_elem(&off_cpu_unended_tids, &tid);
+	if (n) {
+		__sync_fetch_and_add(n, 1);
+		return;
+	}
+	u64 one = 1;
+	bpf_map_update_elem(&off_cpu_unended_tids, &tid, &one, BPF_NOEXIST);
+}
+
+// off_cpu_unended ends prev's wait if its switch-in was never seen: prev
+// is switching out, so it came back on a CPU at its last arrival, but its
+// wait's stacks went with that switch-in. A kept one is lost, counted.
+static __always_inline void off_cpu_unended(struct task_struct *prev)
+{
+	u64 out;
+	if (take_wait(prev, &out) && unended_kept(out, arrival_ns(prev)))
+		count_unended(prev->pid);
+}
+
+// off_cpu_begin notes a sampled switch-out of prev: its time only.
+static __always_inline void off_cpu_begin(u64 *ctx, struct task_struct *prev, struct off_cpu_rng *r)
+{
+	off_cpu_unended(prev);
+	if (!sampled(r) || !followed(prev))
 		return;
 	u64 now = switch_ns(prev);
 	if (!now)
@@ -1011,12 +1147,7 @@ static __always_inline void off_cpu_begin(u64 *ctx, struct task_struct *prev)
 	struct off_cpu_slot *slot = slot_get(&off_cpu_slots, prev);
 	if (!slot)
 		return;
-	// A time still set is a wait whose switch-in this program never saw
-	// (a rare loss, seen under load): its length is unknown.
-	if (!slot->out_ns)
-		open_wait(prev->pid);
-	else
-		count(COUNTER_OFF_CPU_UNENDED);
+	open_wait(prev->pid);
 	slot->out_ns = now;
 	slot->flags = preempted(ctx) ? SAMPLE_PREEMPTED : 0;
 }
@@ -1067,15 +1198,10 @@ static __always_inline void keep_wait(struct task_struct *next, u64 off, u32 fla
 // off_cpu_end ends next's followed wait, if any.
 static __always_inline void off_cpu_end(struct task_struct *next)
 {
-	u32 tid = next->pid;
-	if (tid == 0 || !maybe_open(tid))
+	u64 start;
+	struct off_cpu_slot *slot = take_wait(next, &start);
+	if (!slot)
 		return;
-	struct off_cpu_slot *slot = bpf_task_storage_get(&off_cpu_slots, next, 0, 0);
-	if (!slot || !slot->out_ns)
-		return;
-	u64 start = slot->out_ns;
-	slot->out_ns = 0;
-	close_wait(tid);
 	u64 now = switch_ns(next);
 	u64 off = now - start;
 	// Unknown, or the clocks of two CPUs a little apart: as short.
@@ -1108,6 +1234,22 @@ int off_cpu_exit(u64 *ctx)
 	return 0;
 }
 
+// Switches sched_switch does not report. The kernel may leave some out:
+// on the VM measured here, every switch-out of the VM agent's threads
+// (pid 1, hidden from perf's sampling and tracepoints alike; only its
+// context-switch counter counts them), and with it the switch-in of
+// whichever thread ran next. A CPU's reported switches then do not chain:
+// the next one switches out another task than the one it last switched
+// to. They are counted; a wait whose switch-in went so is found at its
+// thread's next switch-out (off_cpu_unended).
+static __always_inline void check_reported(struct off_cpu_rng *r, struct task_struct *prev, struct task_struct *next)
+{
+	u64 cur = r->cur;
+	r->cur = next->pid;
+	if (cur != (u64)prev->pid && cur != 0 && bpf_get_smp_processor_id() < OFF_CPU_RNG_CPUS)
+		count(COUNTER_OFF_CPU_UNREPORTED);
+}
+
 // sched_switch(bool preempt, struct task_struct *prev, struct task_struct
 // *next, unsigned int prev_state): prev_state is an argument since 5.18.
 SEC("tp_btf/sched_switch")
@@ -1115,9 +1257,11 @@ int off_cpu_switch(u64 *ctx)
 {
 	struct task_struct *prev = (struct task_struct *)ctx[1];
 	struct task_struct *next = (struct task_struct *)ctx[2];
+	struct off_cpu_rng *r = this_rng();
 
+	check_reported(r, prev, next);
 	off_cpu_end(next);
-	off_cpu_begin(ctx, prev);
+	off_cpu_begin(ctx, prev, r);
 	return 0;
 }
 
@@ -1137,17 +1281,85 @@ struct {
 	__type(value, struct off_cpu_held);
 } off_cpu_held_slots SEC(".maps");
 
-static __always_inline void off_cpu_begin_walk(u64 *ctx, struct task_struct *prev)
+// submit_held sends slot's held record, off long, with task's kernel
+// stack when task is still switched out (its switch-in), else none.
+static __always_inline void submit_held(struct off_cpu_held *slot, u64 off, struct task_struct *task)
 {
-	if (!sampled() || !followed(prev))
+	struct sample *rec = &slot->rec;
+	rec->off_cpu_ns = off;
+	rec->kernel_bytes = task ? bpf_get_task_stack(task, rec->kernel, sizeof(rec->kernel), 0) : -2 /* ENOENT */;
+	if (rec->kernel_bytes < 0)
+		count(COUNTER_KERNEL_STACK_ERR);
+	struct sample *s = bpf_ringbuf_reserve(&samples, sizeof(*s), 0);
+	if (!s) {
+		count(COUNTER_DROPPED_RINGBUF);
+		return;
+	}
+	if (bpf_probe_read_kernel(s, sizeof(*s), rec)) {
+		bpf_ringbuf_discard(s, 0);
+		return;
+	}
+	count(COUNTER_OFF_CPU_EVENTS);
+	submit(s);
+}
+
+// take_held takes task's held record of an open followed wait, if any.
+static __always_inline struct off_cpu_held *take_held(struct task_struct *task)
+{
+	u32 tid = task->pid;
+	if (tid == 0 || !maybe_open(tid))
+		return 0;
+	struct off_cpu_held *slot = bpf_task_storage_get(&off_cpu_held_slots, task, 0, 0);
+	if (!slot || !slot->held)
+		return 0;
+	slot->held = 0;
+	close_wait(tid);
+	return slot;
+}
+
+static __always_inline void off_cpu_end_walk(struct task_struct *next)
+{
+	struct off_cpu_held *slot = take_held(next);
+	if (!slot)
+		return;
+	u64 off = bpf_ktime_get_ns() - slot->rec.ktime_ns;
+	if (off < off_cpu_min_ns)
+		count(COUNTER_OFF_CPU_SHORT);
+	else
+		submit_held(slot, off, next);
+	slot_release(&off_cpu_held_slots, next);
+}
+
+// off_cpu_unended_walk is off_cpu_unended for waits walked at their
+// switch-out: the held record, user stack and all, goes out without its
+// kernel stack, the wait's length from prev's last arrival.
+static __always_inline void off_cpu_unended_walk(struct task_struct *prev)
+{
+	struct off_cpu_held *slot = take_held(prev);
+	if (!slot)
+		return;
+	u64 now = switch_ns(prev), in = arrival_ns(prev);
+	if (!in || !now || (s64)(now - in) < 0) {
+		count_unended(prev->pid);
+		return;
+	}
+	// The arrival, on the clock of the record's switch-out time.
+	u64 off = bpf_ktime_get_ns() - (now - in) - slot->rec.ktime_ns;
+	if ((s64)off < 0 || off < off_cpu_min_ns)
+		count(COUNTER_OFF_CPU_SHORT);
+	else
+		submit_held(slot, off, 0);
+}
+
+static __always_inline void off_cpu_begin_walk(u64 *ctx, struct task_struct *prev, struct off_cpu_rng *r)
+{
+	off_cpu_unended_walk(prev);
+	if (!sampled(r) || !followed(prev))
 		return;
 	struct off_cpu_held *slot = slot_get(&off_cpu_held_slots, prev);
 	if (!slot)
 		return;
-	if (!slot->held)
-		open_wait(prev->pid);
-	else
-		count(COUNTER_OFF_CPU_UNENDED);
+	open_wait(prev->pid);
 	// The user stack can only be read now, in the thread's own address
 	// space; its kernel stack waits where it is until the thread runs
 	// again, so it is taken then, and only for waits that are kept.
@@ -1156,40 +1368,6 @@ static __always_inline void off_cpu_begin_walk(u64 *ctx, struct task_struct *pre
 	s->flags |= SAMPLE_OFF_CPU | (preempted(ctx) ? SAMPLE_PREEMPTED : 0);
 	s->off_cpu_ns = 0;
 	slot->held = 1;
-}
-
-static __always_inline void off_cpu_end_walk(struct task_struct *next)
-{
-	u32 tid = next->pid;
-	if (tid == 0 || !maybe_open(tid))
-		return;
-	struct off_cpu_held *slot = bpf_task_storage_get(&off_cpu_held_slots, next, 0, 0);
-	if (!slot || !slot->held)
-		return;
-	slot->held = 0;
-	close_wait(tid);
-	u64 off = bpf_ktime_get_ns() - slot->rec.ktime_ns;
-	if (off < off_cpu_min_ns) {
-		count(COUNTER_OFF_CPU_SHORT);
-		goto out;
-	}
-	struct sample *s = bpf_ringbuf_reserve(&samples, sizeof(*s), 0);
-	if (!s) {
-		count(COUNTER_DROPPED_RINGBUF);
-		goto out;
-	}
-	if (bpf_probe_read_kernel(s, sizeof(*s), &slot->rec)) {
-		bpf_ringbuf_discard(s, 0);
-		goto out;
-	}
-	s->off_cpu_ns = off;
-	s->kernel_bytes = bpf_get_task_stack(next, s->kernel, sizeof(s->kernel), 0);
-	if (s->kernel_bytes < 0)
-		count(COUNTER_KERNEL_STACK_ERR);
-	count(COUNTER_OFF_CPU_EVENTS);
-	submit(s);
-out:
-	slot_release(&off_cpu_held_slots, next);
 }
 
 SEC("tp_btf/sched_process_exit")
@@ -1212,7 +1390,10 @@ int off_cpu_switch_walk(u64 *ctx)
 	struct task_struct *prev = (struct task_struct *)ctx[1];
 	struct task_struct *next = (struct task_struct *)ctx[2];
 
+	struct off_cpu_rng *r = this_rng();
+
+	check_reported(r, prev, next);
 	off_cpu_end_walk(next);
-	off_cpu_begin_walk(ctx, prev);
+	off_cpu_begin_walk(ctx, prev, r);
 	return 0;
 }

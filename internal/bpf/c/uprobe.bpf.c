@@ -12,6 +12,12 @@
 // the common pair costs two task storage lookups and a clock read; scopes
 // by goroutine (and thread scopes beyond the slots) live in an LRU hash.
 //
+// A probe whose exit is a return probe (uretprobe) counts only the nested
+// calls whose return the kernel hooks: it keeps at most 64 pending per
+// thread and lets deeper calls return unseen (bpfcol_uretprobe.h), so a
+// deeper call does not deepen the scope, and an outermost call entered
+// with 64 pending is not timed (counted), as its exit would never come.
+//
 // Each outermost scope gets a fresh trace id and span id at entry, which its
 // record carries. When the sampler runs in the same collector, the scope is
 // also written to open_scopes (bpfcol_scopes.h) while it is open, so every
@@ -21,6 +27,7 @@
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_core_read.h>
 #include "bpfcol_scopes.h"
+#include "bpfcol_uretprobe.h"
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";
 
@@ -30,9 +37,11 @@ char LICENSE[] SEC("license") = "Dual BSD/GPL";
 // needs BTF that clang 14 does not emit.
 enum cookie_bit {
 	COOKIE_BIT_SCOPE_BY_G = 32,
+	COOKIE_BIT_RETURN_PROBE = 33, // the probe's exit is a uretprobe
 	COOKIE_BIT_FIXED = 63, // in fixed_cookie only: it is set
 };
 #define COOKIE_SCOPE_BY_G (1ULL << COOKIE_BIT_SCOPE_BY_G)
+#define COOKIE_RETURN_PROBE (1ULL << COOKIE_BIT_RETURN_PROBE)
 #define COOKIE_FIXED (1ULL << COOKIE_BIT_FIXED)
 
 // Probe setting flags.
@@ -54,6 +63,7 @@ enum counter {
 	COUNTER_SHORT,             // scope shorter than min_duration: dropped
 	COUNTER_SCOPE_FULL,        // scope could not be stored
 	COUNTER_FILTERED,          // entry filtered by thread or pid
+	COUNTER_RETURN_UNPROBED,   // outermost entry whose return the kernel does not hook: not timed
 	COUNTER_MAX,
 };
 
@@ -315,9 +325,11 @@ static __always_inline void entry_in_map(struct pt_regs *ctx, u64 cookie, u64 pi
 {
 	struct scope_key key = {};
 	key_of(&key, cookie, pid_tgid, ctx);
+	bool unprobed = (cookie & COOKIE_RETURN_PROBE) && return_unprobed(bpf_get_current_task_btf());
 	struct scope *s = bpf_map_lookup_elem(&scopes, &key);
 	if (s) {
-		s->depth++;
+		if (!unprobed)
+			s->depth++;
 		s->nested++;
 		return;
 	}
@@ -327,6 +339,10 @@ static __always_inline void entry_in_map(struct pt_regs *ctx, u64 cookie, u64 pi
 		return;
 	if (filtered(set, pid_tgid, id)) {
 		count(COUNTER_FILTERED);
+		return;
+	}
+	if (unprobed) {
+		count(COUNTER_RETURN_UNPROBED);
 		return;
 	}
 	open_in_map(&key, cookie, pid_tgid);
@@ -348,6 +364,7 @@ static __always_inline void entry_in_thread(struct pt_regs *ctx, u64 cookie)
 	struct thread_scopes *ts = bpf_task_storage_get(&thread_scopes, task, 0, 0);
 	struct thread_scope *free = NULL;
 	struct scope_key key = {};
+	bool unprobed = (cookie & COOKIE_RETURN_PROBE) && return_unprobed(task);
 	if (ts) {
 #pragma unroll
 		for (int i = 0; i < THREAD_SLOTS; i++) {
@@ -356,7 +373,8 @@ static __always_inline void entry_in_thread(struct pt_regs *ctx, u64 cookie)
 				if (!free)
 					free = sl;
 			} else if (sl->probe_id == id) {
-				sl->depth++;
+				if (!unprobed)
+					sl->depth++;
 				sl->nested++;
 				return;
 			}
@@ -365,7 +383,8 @@ static __always_inline void entry_in_thread(struct pt_regs *ctx, u64 cookie)
 			key_of(&key, cookie, pid_tgid, ctx);
 			struct scope *s = bpf_map_lookup_elem(&scopes, &key);
 			if (s) {
-				s->depth++;
+				if (!unprobed)
+					s->depth++;
 				s->nested++;
 				return;
 			}
@@ -377,6 +396,10 @@ static __always_inline void entry_in_thread(struct pt_regs *ctx, u64 cookie)
 		return;
 	if (filtered(set, pid_tgid, id)) {
 		count(COUNTER_FILTERED);
+		return;
+	}
+	if (unprobed) {
+		count(COUNTER_RETURN_UNPROBED);
 		return;
 	}
 	if (!ts) {

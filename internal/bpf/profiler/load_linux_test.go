@@ -29,7 +29,7 @@ func verifierStats(tb testing.TB, offCPU bool, progs []string) (insns, usec map[
 		tb.Fatal(err)
 	}
 	spec.Maps[profilerMapSamples].MaxEntries = ringBufferSize(Options{Frequency: 20}, 2)
-	if err := configureOffCPU(spec, OffCPUOptions{Enabled: offCPU, Probability: 0.01}); err != nil {
+	if err := configureOffCPU(spec, OffCPUOptions{Enabled: offCPU, Probability: 0.01}, 0); err != nil {
 		tb.Fatal(err)
 	}
 	// The CPython and HotSpot walks are verified too: they are the

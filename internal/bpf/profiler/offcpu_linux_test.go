@@ -24,10 +24,12 @@ import (
 // verifier checks the sched_switch program and the CFI walk it shares) and
 // sleeps on one locked thread: every sleep comes back as one event of that
 // thread, blocked, weighted by about the time slept, with a kernel stack.
-// Where the kernel has task work, the user stacks are walked there.
+// Where the kernel has task work, the user stacks are walked there (the
+// test says which path it took; BPFCOL_REQUIRE_TASK_WORK=1 requires task
+// work).
 func TestOffCPULoadsAndWeighsSleeps(t *testing.T) {
 	testenv.RequireBPF(t)
-	testOffCPUSleeps(t, CheckOffCPUTaskWork() == nil)
+	testOffCPUSleeps(t, testenv.Has(t, testenv.TaskWork, CheckOffCPUTaskWork()))
 }
 
 // TestOffCPUWalkInSwitch is TestOffCPULoadsAndWeighsSleeps with the
@@ -40,8 +42,27 @@ func TestOffCPUWalkInSwitch(t *testing.T) {
 	testOffCPUSleeps(t, false)
 }
 
+// checkNoWaitLost fails the test, apart from its weight checks, if thread
+// tid of the workload lost a kept wait: the kernel did not report its
+// switch-in to sched_switch, which no timing explains.
+func checkNoWaitLost(t *testing.T, s *Sampler, tid uint32) {
+	t.Helper()
+	c, err := s.Counters()
+	if err != nil {
+		t.Fatal(err)
+	}
+	lost, err := s.UnendedThreads()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if lost[tid] != 0 {
+		t.Errorf("thread %d lost %d kept waits: the kernel did not report their switch-ins to sched_switch (%d switches unreported on the host, %d waits of the test process lost)",
+			tid, lost[tid], c.OffCPUUnreported, c.OffCPUUnended)
+	}
+}
+
 func testOffCPUSleeps(t *testing.T, taskWork bool) {
-	s, err := New(Options{Frequency: 1, OffCPU: OffCPUOptions{Enabled: true, MinDuration: time.Millisecond, Probability: 1}})
+	s, err := New(Options{Frequency: 1, PID: os.Getpid(), OffCPU: OffCPUOptions{Enabled: true, MinDuration: time.Millisecond, Probability: 1}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -110,6 +131,7 @@ func testOffCPUSleeps(t *testing.T, taskWork bool) {
 			t.Errorf("sleep %d: its longest wait, %v, reported as preempted", i, longest[i])
 		}
 	}
+	checkNoWaitLost(t, s, want)
 	// Each sleep's events are held to what the sleep took by the thread's
 	// own clock, which also bounds their total. Not to the nominal 20 ms:
 	// on a busy host a sleep's wakeup waits for a CPU (ten sleeps took
@@ -151,8 +173,8 @@ func testOffCPUSleeps(t *testing.T, taskWork bool) {
 	if !taskWork && walks != 0 {
 		t.Fatalf("%d task work walks without task work", walks)
 	}
-	t.Logf("%v off CPU in %d sleeps; counters: events %d, short %d, full %d, busy %d, refused %d, gone %d, switch-in unseen %d; %d walks in task work, %v",
-		total, sleeps, c.OffCPUEvents, c.OffCPUShort, c.OffCPUFull, c.OffCPUBusy, c.OffCPUTaskWorkRefused, c.OffCPUGone, c.OffCPUUnended, walks, walkTime)
+	t.Logf("%v off CPU in %d sleeps; counters: events %d, short %d, full %d, busy %d, refused %d, gone %d, switch-in unseen %d, unreported switches %d; %d walks in task work, %v",
+		total, sleeps, c.OffCPUEvents, c.OffCPUShort, c.OffCPUFull, c.OffCPUBusy, c.OffCPUTaskWorkRefused, c.OffCPUGone, c.OffCPUUnended, c.OffCPUUnreported, walks, walkTime)
 }
 
 // TestOffCPUDisabledLoadsNoProgram checks that a sampler without off-CPU
@@ -270,7 +292,7 @@ func TestOffCPUThreadBound(t *testing.T) {
 // merged into the first's event.
 func TestOffCPUWaitsOfOneSyscall(t *testing.T) {
 	testenv.RequireBPF(t)
-	testOffCPUOneSyscall(t, CheckOffCPUTaskWork() == nil)
+	testOffCPUOneSyscall(t, testenv.Has(t, testenv.TaskWork, CheckOffCPUTaskWork()))
 }
 
 // TestOffCPUWaitsOfOneSyscallWalkInSwitch is TestOffCPUWaitsOfOneSyscall
@@ -283,7 +305,7 @@ func TestOffCPUWaitsOfOneSyscallWalkInSwitch(t *testing.T) {
 }
 
 func testOffCPUOneSyscall(t *testing.T, taskWork bool) {
-	s, err := New(Options{Frequency: 1, OffCPU: OffCPUOptions{Enabled: true, MinDuration: time.Millisecond, Probability: 1}})
+	s, err := New(Options{Frequency: 1, PID: os.Getpid(), OffCPU: OffCPUOptions{Enabled: true, MinDuration: time.Millisecond, Probability: 1}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -358,8 +380,9 @@ func testOffCPUOneSyscall(t *testing.T, taskWork bool) {
 		t.Fatal(err)
 	}
 	took := time.Duration(end - start)
-	t.Logf("write took %v, %d events weigh %v; counters: events %d, merged %d, busy %d, short %d, switch-in unseen %d",
-		took, events, weight, c.OffCPUEvents, c.OffCPUMerged, c.OffCPUBusy, c.OffCPUShort, c.OffCPUUnended)
+	t.Logf("write took %v, %d events weigh %v; counters: events %d, merged %d, busy %d, short %d, switch-in unseen %d, unreported switches %d",
+		took, events, weight, c.OffCPUEvents, c.OffCPUMerged, c.OffCPUBusy, c.OffCPUShort, c.OffCPUUnended, c.OffCPUUnreported)
+	checkNoWaitLost(t, s, uint32(tid))
 	if weight < took*90/100 || weight > took {
 		t.Fatalf("waits of the write weigh %v, the write took %v", weight, took)
 	}

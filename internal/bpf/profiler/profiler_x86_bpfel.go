@@ -16,24 +16,25 @@ import (
 type profilerCounter uint32
 
 const (
-	profilerCounterCOUNTER_SAMPLES           profilerCounter = 0
-	profilerCounterCOUNTER_DROPPED_RINGBUF   profilerCounter = 1
-	profilerCounterCOUNTER_USER_STACK_ERR    profilerCounter = 2
-	profilerCounterCOUNTER_KERNEL_STACK_ERR  profilerCounter = 3
-	profilerCounterCOUNTER_SP_READ_ERR       profilerCounter = 4
-	profilerCounterCOUNTER_IDLE              profilerCounter = 5
-	profilerCounterCOUNTER_OFF_CPU_EVENTS    profilerCounter = 6
-	profilerCounterCOUNTER_OFF_CPU_SHORT     profilerCounter = 7
-	profilerCounterCOUNTER_OFF_CPU_FULL      profilerCounter = 8
-	profilerCounterCOUNTER_OFF_CPU_MERGED    profilerCounter = 9
-	profilerCounterCOUNTER_OFF_CPU_BUSY      profilerCounter = 10
-	profilerCounterCOUNTER_OFF_CPU_SCHED_ERR profilerCounter = 11
-	profilerCounterCOUNTER_OFF_CPU_GONE      profilerCounter = 12
-	profilerCounterCOUNTER_OFF_CPU_UNENDED   profilerCounter = 13
-	profilerCounterCOUNTER_INTERP_SAMPLES    profilerCounter = 14
-	profilerCounterCOUNTER_UNWIND_STOP       profilerCounter = 15
-	profilerCounterCOUNTER_INTERP_STOP       profilerCounter = 24
-	profilerCounterCOUNTER_MAX               profilerCounter = 32
+	profilerCounterCOUNTER_SAMPLES            profilerCounter = 0
+	profilerCounterCOUNTER_DROPPED_RINGBUF    profilerCounter = 1
+	profilerCounterCOUNTER_USER_STACK_ERR     profilerCounter = 2
+	profilerCounterCOUNTER_KERNEL_STACK_ERR   profilerCounter = 3
+	profilerCounterCOUNTER_SP_READ_ERR        profilerCounter = 4
+	profilerCounterCOUNTER_IDLE               profilerCounter = 5
+	profilerCounterCOUNTER_OFF_CPU_EVENTS     profilerCounter = 6
+	profilerCounterCOUNTER_OFF_CPU_SHORT      profilerCounter = 7
+	profilerCounterCOUNTER_OFF_CPU_FULL       profilerCounter = 8
+	profilerCounterCOUNTER_OFF_CPU_MERGED     profilerCounter = 9
+	profilerCounterCOUNTER_OFF_CPU_BUSY       profilerCounter = 10
+	profilerCounterCOUNTER_OFF_CPU_SCHED_ERR  profilerCounter = 11
+	profilerCounterCOUNTER_OFF_CPU_GONE       profilerCounter = 12
+	profilerCounterCOUNTER_OFF_CPU_UNENDED    profilerCounter = 13
+	profilerCounterCOUNTER_OFF_CPU_UNREPORTED profilerCounter = 14
+	profilerCounterCOUNTER_INTERP_SAMPLES     profilerCounter = 15
+	profilerCounterCOUNTER_UNWIND_STOP        profilerCounter = 16
+	profilerCounterCOUNTER_INTERP_STOP        profilerCounter = 26
+	profilerCounterCOUNTER_MAX                profilerCounter = 34
 )
 
 type profilerHsBlock struct {
@@ -124,7 +125,8 @@ type profilerOffCpuRng struct {
 	_     structs.HostLayout
 	Left  uint64
 	State uint64
-	Pad   [6]uint64
+	Cur   uint64
+	Pad   [5]uint64
 }
 
 type profilerOffCpuSlot struct {
@@ -296,12 +298,14 @@ const (
 	profilerMapOffCpuEmptyWork       = "off_cpu_empty_work"
 	profilerMapOffCpuHeldSlots       = "off_cpu_held_slots"
 	profilerMapOffCpuSlots           = "off_cpu_slots"
+	profilerMapOffCpuUnendedTids     = "off_cpu_unended_tids"
 	profilerMapOffCpuWorks           = "off_cpu_works"
 	profilerMapOpenScopes            = "open_scopes"
 	profilerMapPyProcs               = "py_procs"
 	profilerMapSamples               = "samples"
 	profilerMapUnwindProcs           = "unwind_procs"
 	profilerMapUnwindRows            = "unwind_rows"
+	profilerMapUnwindVdso            = "unwind_vdso"
 	profilerProgOffCpuExit           = "off_cpu_exit"
 	profilerProgOffCpuExitWalk       = "off_cpu_exit_walk"
 	profilerProgOffCpuSwitch         = "off_cpu_switch"
@@ -317,6 +321,7 @@ const (
 	profilerVarOffCpuOpen            = "off_cpu_open"
 	profilerVarOffCpuRngs            = "off_cpu_rngs"
 	profilerVarOffCpuSlotCount       = "off_cpu_slot_count"
+	profilerVarOffCpuTgid            = "off_cpu_tgid"
 	profilerVarOffCpuWalkNs          = "off_cpu_walk_ns"
 	profilerVarOffCpuWalks           = "off_cpu_walks"
 	profilerVarPythonFrames          = "python_frames"
@@ -391,19 +396,21 @@ type profilerProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type profilerMapSpecs struct {
-	Counters        *ebpf.MapSpec `ebpf:"counters"`
-	HsProcs         *ebpf.MapSpec `ebpf:"hs_procs"`
-	HsScratch       *ebpf.MapSpec `ebpf:"hs_scratch"`
-	InterpScratch   *ebpf.MapSpec `ebpf:"interp_scratch"`
-	OffCpuEmptyWork *ebpf.MapSpec `ebpf:"off_cpu_empty_work"`
-	OffCpuHeldSlots *ebpf.MapSpec `ebpf:"off_cpu_held_slots"`
-	OffCpuSlots     *ebpf.MapSpec `ebpf:"off_cpu_slots"`
-	OffCpuWorks     *ebpf.MapSpec `ebpf:"off_cpu_works"`
-	OpenScopes      *ebpf.MapSpec `ebpf:"open_scopes"`
-	PyProcs         *ebpf.MapSpec `ebpf:"py_procs"`
-	Samples         *ebpf.MapSpec `ebpf:"samples"`
-	UnwindProcs     *ebpf.MapSpec `ebpf:"unwind_procs"`
-	UnwindRows      *ebpf.MapSpec `ebpf:"unwind_rows"`
+	Counters          *ebpf.MapSpec `ebpf:"counters"`
+	HsProcs           *ebpf.MapSpec `ebpf:"hs_procs"`
+	HsScratch         *ebpf.MapSpec `ebpf:"hs_scratch"`
+	InterpScratch     *ebpf.MapSpec `ebpf:"interp_scratch"`
+	OffCpuEmptyWork   *ebpf.MapSpec `ebpf:"off_cpu_empty_work"`
+	OffCpuHeldSlots   *ebpf.MapSpec `ebpf:"off_cpu_held_slots"`
+	OffCpuSlots       *ebpf.MapSpec `ebpf:"off_cpu_slots"`
+	OffCpuUnendedTids *ebpf.MapSpec `ebpf:"off_cpu_unended_tids"`
+	OffCpuWorks       *ebpf.MapSpec `ebpf:"off_cpu_works"`
+	OpenScopes        *ebpf.MapSpec `ebpf:"open_scopes"`
+	PyProcs           *ebpf.MapSpec `ebpf:"py_procs"`
+	Samples           *ebpf.MapSpec `ebpf:"samples"`
+	UnwindProcs       *ebpf.MapSpec `ebpf:"unwind_procs"`
+	UnwindRows        *ebpf.MapSpec `ebpf:"unwind_rows"`
+	UnwindVdso        *ebpf.MapSpec `ebpf:"unwind_vdso"`
 }
 
 // profilerVariableSpecs contains global variables before they are loaded into the kernel.
@@ -420,6 +427,7 @@ type profilerVariableSpecs struct {
 	OffCpuOpen            *ebpf.VariableSpec `ebpf:"off_cpu_open"`
 	OffCpuRngs            *ebpf.VariableSpec `ebpf:"off_cpu_rngs"`
 	OffCpuSlotCount       *ebpf.VariableSpec `ebpf:"off_cpu_slot_count"`
+	OffCpuTgid            *ebpf.VariableSpec `ebpf:"off_cpu_tgid"`
 	OffCpuWalkNs          *ebpf.VariableSpec `ebpf:"off_cpu_walk_ns"`
 	OffCpuWalks           *ebpf.VariableSpec `ebpf:"off_cpu_walks"`
 	PythonFrames          *ebpf.VariableSpec `ebpf:"python_frames"`
@@ -461,19 +469,21 @@ func (o *profilerObjects) Close() error {
 //
 // It can be passed to loadProfilerObjects or ebpf.CollectionSpec.LoadAndAssign.
 type profilerMaps struct {
-	Counters        *ebpf.Map `ebpf:"counters"`
-	HsProcs         *ebpf.Map `ebpf:"hs_procs"`
-	HsScratch       *ebpf.Map `ebpf:"hs_scratch"`
-	InterpScratch   *ebpf.Map `ebpf:"interp_scratch"`
-	OffCpuEmptyWork *ebpf.Map `ebpf:"off_cpu_empty_work"`
-	OffCpuHeldSlots *ebpf.Map `ebpf:"off_cpu_held_slots"`
-	OffCpuSlots     *ebpf.Map `ebpf:"off_cpu_slots"`
-	OffCpuWorks     *ebpf.Map `ebpf:"off_cpu_works"`
-	OpenScopes      *ebpf.Map `ebpf:"open_scopes"`
-	PyProcs         *ebpf.Map `ebpf:"py_procs"`
-	Samples         *ebpf.Map `ebpf:"samples"`
-	UnwindProcs     *ebpf.Map `ebpf:"unwind_procs"`
-	UnwindRows      *ebpf.Map `ebpf:"unwind_rows"`
+	Counters          *ebpf.Map `ebpf:"counters"`
+	HsProcs           *ebpf.Map `ebpf:"hs_procs"`
+	HsScratch         *ebpf.Map `ebpf:"hs_scratch"`
+	InterpScratch     *ebpf.Map `ebpf:"interp_scratch"`
+	OffCpuEmptyWork   *ebpf.Map `ebpf:"off_cpu_empty_work"`
+	OffCpuHeldSlots   *ebpf.Map `ebpf:"off_cpu_held_slots"`
+	OffCpuSlots       *ebpf.Map `ebpf:"off_cpu_slots"`
+	OffCpuUnendedTids *ebpf.Map `ebpf:"off_cpu_unended_tids"`
+	OffCpuWorks       *ebpf.Map `ebpf:"off_cpu_works"`
+	OpenScopes        *ebpf.Map `ebpf:"open_scopes"`
+	PyProcs           *ebpf.Map `ebpf:"py_procs"`
+	Samples           *ebpf.Map `ebpf:"samples"`
+	UnwindProcs       *ebpf.Map `ebpf:"unwind_procs"`
+	UnwindRows        *ebpf.Map `ebpf:"unwind_rows"`
+	UnwindVdso        *ebpf.Map `ebpf:"unwind_vdso"`
 }
 
 func (m *profilerMaps) Close() error {
@@ -485,12 +495,14 @@ func (m *profilerMaps) Close() error {
 		m.OffCpuEmptyWork,
 		m.OffCpuHeldSlots,
 		m.OffCpuSlots,
+		m.OffCpuUnendedTids,
 		m.OffCpuWorks,
 		m.OpenScopes,
 		m.PyProcs,
 		m.Samples,
 		m.UnwindProcs,
 		m.UnwindRows,
+		m.UnwindVdso,
 	)
 }
 
@@ -508,6 +520,7 @@ type profilerVariables struct {
 	OffCpuOpen            *ebpf.Variable `ebpf:"off_cpu_open"`
 	OffCpuRngs            *ebpf.Variable `ebpf:"off_cpu_rngs"`
 	OffCpuSlotCount       *ebpf.Variable `ebpf:"off_cpu_slot_count"`
+	OffCpuTgid            *ebpf.Variable `ebpf:"off_cpu_tgid"`
 	OffCpuWalkNs          *ebpf.Variable `ebpf:"off_cpu_walk_ns"`
 	OffCpuWalks           *ebpf.Variable `ebpf:"off_cpu_walks"`
 	PythonFrames          *ebpf.Variable `ebpf:"python_frames"`

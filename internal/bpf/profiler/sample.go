@@ -130,11 +130,17 @@ type Counters struct {
 	// OffCPUGone counts kept waits dropped because the thread exited or
 	// replaced its program (exec) before its user stack was walked.
 	OffCPUGone uint64
-	// OffCPUUnended counts sampled switch-outs lost because the thread's
-	// next switch-in was never seen by the sched_switch program: the
-	// thread went off CPU again with the earlier wait still open, whose
-	// length is unknown.
+	// OffCPUUnended counts waits long enough to keep but lost because
+	// the thread's switch-in was never seen (found at its next
+	// switch-out): their stacks went with it. Walked at the switch-out
+	// (kernels before 6.18), such a wait is recorded without its kernel
+	// stack instead, counted in KernelStackErrors.
 	OffCPUUnended uint64
+	// OffCPUUnreported counts context switches the kernel's sched_switch
+	// tracepoint did not report, found at their CPU's next reported one:
+	// the cause of OffCPUUnended (a kernel may hide some tasks' switches;
+	// the VM measured here hides its agent's).
+	OffCPUUnreported uint64
 	// InterpSamples counts samples whose interpreter frames were walked;
 	// InterpStops counts those walks by why they ended.
 	InterpSamples uint64
@@ -167,8 +173,9 @@ type Options struct {
 	// or goroutine. Unset, samples carry no scope and pay no lookup.
 	Scopes *ebpf.Map
 	// PID, when not zero, samples only that process (its threads as they
-	// exist at New) instead of every CPU: for benchmarks that must see the
-	// program's cost on one workload alone.
+	// exist at New) instead of every CPU, and follows only its threads'
+	// switch-outs off CPU: for benchmarks and tests that must see the
+	// program's cost, or its outcomes, on one workload alone.
 	PID int
 	// Python walks the CPython frames of the processes given a
 	// PythonProc (SetPythonProc). Unset, no sample looks for them.

@@ -64,7 +64,7 @@ func New(opts Options) (_ *Sampler, err error) {
 		return nil, fmt.Errorf("loading sampler spec: %w", err)
 	}
 	spec.Maps[profilerMapSamples].MaxEntries = ringBufferSize(opts, len(cpus))
-	spec.Maps[profilerMapUnwindRows].MaxEntries = unwindRows(opts)
+	spec.Maps[profilerMapUnwindRows].MaxEntries = unwindRows(opts) + MaxVDSORows
 	spec.Maps[profilerMapUnwindProcs].MaxEntries = unwindProcesses(opts)
 	if err := configurePython(spec, opts); err != nil {
 		return nil, err
@@ -73,7 +73,7 @@ func New(opts Options) (_ *Sampler, err error) {
 		return nil, err
 	}
 
-	if err := configureOffCPU(spec, opts.OffCPU); err != nil {
+	if err := configureOffCPU(spec, opts.OffCPU, opts.PID); err != nil {
 		return nil, err
 	}
 	loadOpts, err := configureScopes(spec, opts.Scopes)
@@ -82,7 +82,7 @@ func New(opts Options) (_ *Sampler, err error) {
 	}
 	loadOpts.Cache = support.KernelTypes()
 
-	s := &Sampler{ncpu: len(cpus), rows: spec.Maps[profilerMapUnwindRows].MaxEntries}
+	s := &Sampler{ncpu: len(cpus), rows: unwindRows(opts)}
 	defer func() {
 		if err != nil {
 			s.Close()
@@ -190,9 +190,12 @@ func (s *Sampler) load(spec *ebpf.CollectionSpec, offCPU bool, opts *ebpf.Collec
 func (s *Sampler) OffCPUTaskWork() bool { return s.offCPUTaskWork }
 
 // configureOffCPU sets the off-CPU program's constants and bounds.
-func configureOffCPU(spec *ebpf.CollectionSpec, o OffCPUOptions) error {
+func configureOffCPU(spec *ebpf.CollectionSpec, o OffCPUOptions, pid int) error {
 	if !o.Enabled {
 		return nil
+	}
+	if err := spec.Variables[profilerVarOffCpuTgid].Set(uint32(pid)); err != nil {
+		return fmt.Errorf("setting the off-CPU process: %w", err)
 	}
 	if !(o.Probability > 0 && o.Probability <= 1) {
 		return fmt.Errorf("off-CPU probability %v: must be in (0, 1]", o.Probability)
@@ -389,9 +392,27 @@ func (s *Sampler) Counters() (Counters, error) {
 	c.OffCPUTaskWorkRefused = v[profilerCounterCOUNTER_OFF_CPU_SCHED_ERR]
 	c.OffCPUGone = v[profilerCounterCOUNTER_OFF_CPU_GONE]
 	c.OffCPUUnended = v[profilerCounterCOUNTER_OFF_CPU_UNENDED]
+	c.OffCPUUnreported = v[profilerCounterCOUNTER_OFF_CPU_UNREPORTED]
 	c.InterpSamples = v[profilerCounterCOUNTER_INTERP_SAMPLES]
 	copy(c.InterpStops[:], v[profilerCounterCOUNTER_INTERP_STOP:profilerCounterCOUNTER_MAX])
 	return c, nil
+}
+
+// UnendedThreads returns the threads that lost kept off-CPU waits
+// (Counters.OffCPUUnended), with how many each; the most recent few
+// hundred threads only.
+func (s *Sampler) UnendedThreads() (map[uint32]uint64, error) {
+	out := map[uint32]uint64{}
+	var tid uint32
+	var n uint64
+	it := s.objs.OffCpuUnendedTids.Iterate()
+	for it.Next(&tid, &n) {
+		out[tid] = n
+	}
+	if err := it.Err(); err != nil {
+		return nil, fmt.Errorf("reading the threads that lost off-CPU waits: %w", err)
+	}
+	return out, nil
 }
 
 // CPUs is how many CPUs the sampler is attached to.

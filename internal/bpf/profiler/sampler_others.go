@@ -50,6 +50,12 @@ func (*Sampler) WriteUnwindRows(uint32, []cfi.Row, uint64) error { return errNot
 // SetUnwindMappings fails: sampling needs linux/amd64.
 func (*Sampler) SetUnwindMappings(uint32, []UnwindMapping) error { return errNotLinux }
 
+// UnendedThreads fails: sampling needs linux/amd64.
+func (*Sampler) UnendedThreads() (map[uint32]uint64, error) { return nil, errNotLinux }
+
+// SetUnwindVDSO fails: sampling needs linux/amd64.
+func (*Sampler) SetUnwindVDSO([]cfi.Row, uint64, uint64) error { return errNotLinux }
+
 // DeleteUnwindMappings fails: sampling needs linux/amd64.
 func (*Sampler) DeleteUnwindMappings(uint32) error { return errNotLinux }
 

@@ -25,6 +25,10 @@ const MaxUnwindMappings = 512
 // rows.
 const MaxUnwindRows = 1 << 24
 
+// MaxVDSORows is the room for the vDSO's table, kept at the end of the
+// row store (the 6.18 x86-64 vDSO compiles to about 40 rows).
+const MaxVDSORows = 256
+
 // UnwindRowBytes is the size of one row in the row store.
 const UnwindRowBytes = 8
 
@@ -65,13 +69,17 @@ const (
 	// StopFramePointerEnd: frame pointers ended cleanly (a zero RBP) in
 	// code without CFI: the root of Go and JIT stacks.
 	StopFramePointerEnd
+	// StopUretprobe: a uretprobe's trampoline stood in for a return
+	// address the kernel did not give (its return instances have other
+	// fields, or none matched the slot).
+	StopUretprobe
 	// NumStopReasons is the number of reasons.
 	NumStopReasons
 )
 
 var stopReasonNames = [NumStopReasons]string{
 	"complete", "no_table", "no_cfi", "bad_cfa", "read_fault", "depth_limit", "unsupported_rule", "outside_mappings",
-	"frame_pointer_end",
+	"frame_pointer_end", "uretprobe_unresolved",
 }
 
 // String is the reason's metric attribute value.

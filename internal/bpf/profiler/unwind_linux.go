@@ -38,8 +38,29 @@ func unwindProcesses(opts Options) uint32 {
 	return uint32(opts.UnwindProcesses)
 }
 
-// UnwindRowCapacity is how many rows the row store holds.
+// UnwindRowCapacity is how many rows the row store holds for files'
+// tables: [0, UnwindRowCapacity). The vDSO's rows come after them.
 func (s *Sampler) UnwindRowCapacity() uint32 { return s.rows }
+
+// SetUnwindVDSO writes the table of the kernel's vDSO, whose rows' PCs
+// are relative to base, an address in the image (its first byte at 0),
+// and points the walk at it for every process: a PC within size bytes of
+// the image's start in a process is looked up there. rows fit in
+// MaxVDSORows.
+func (s *Sampler) SetUnwindVDSO(rows []cfi.Row, base, size uint64) error {
+	if len(rows) == 0 || len(rows) > MaxVDSORows {
+		return fmt.Errorf("setting the vDSO's unwind table: %d rows, want 1 to %d", len(rows), MaxVDSORows)
+	}
+	if err := s.writeRows(s.rows, rows, base, s.rows+MaxVDSORows); err != nil {
+		return fmt.Errorf("setting the vDSO's unwind table: %w", err)
+	}
+	m := profilerUnwindMapping{Start: 0, End: size, TableBase: base, RowFirst: s.rows, RowCount: uint32(len(rows)),
+		Kind: uint32(MappingCFI)}
+	if err := s.objs.UnwindVdso.Update(uint32(0), &m, ebpf.UpdateAny); err != nil {
+		return fmt.Errorf("setting the vDSO's unwind table: %w", err)
+	}
+	return nil
+}
 
 // WriteUnwindRows encodes rows, whose PCs are relative to base, into the
 // row store from index first on. The caller owns the store's layout and
@@ -49,9 +70,14 @@ func (s *Sampler) UnwindRowCapacity() uint32 { return s.rows }
 // for the write: a batch update costs the kernel a copy and an update per
 // 8-byte row, which made loading the tables of a few processes take
 // 100 ms of CPU.
-func (s *Sampler) WriteUnwindRows(first uint32, rows []cfi.Row, base uint64) (err error) {
-	if uint64(first)+uint64(len(rows)) > uint64(s.rows) {
-		return fmt.Errorf("writing %d unwind rows at %d: the store holds %d", len(rows), first, s.rows)
+func (s *Sampler) WriteUnwindRows(first uint32, rows []cfi.Row, base uint64) error {
+	return s.writeRows(first, rows, base, s.rows)
+}
+
+// writeRows is WriteUnwindRows for rows below limit.
+func (s *Sampler) writeRows(first uint32, rows []cfi.Row, base uint64, limit uint32) (err error) {
+	if uint64(first)+uint64(len(rows)) > uint64(limit) {
+		return fmt.Errorf("writing %d unwind rows at %d: the store holds %d", len(rows), first, limit)
 	}
 	if len(rows) == 0 {
 		return nil

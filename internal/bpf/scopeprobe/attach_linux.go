@@ -14,8 +14,9 @@ import (
 // The cookie's high half holds flags; bit numbers generated from
 // uprobe.bpf.c.
 const (
-	cookieScopeByG = uint64(1) << uprobeCookieBitCOOKIE_BIT_SCOPE_BY_G
-	cookieFixed    = uint64(1) << uprobeCookieBitCOOKIE_BIT_FIXED
+	cookieScopeByG    = uint64(1) << uprobeCookieBitCOOKIE_BIT_SCOPE_BY_G
+	cookieReturnProbe = uint64(1) << uprobeCookieBitCOOKIE_BIT_RETURN_PROBE
+	cookieFixed       = uint64(1) << uprobeCookieBitCOOKIE_BIT_FIXED
 )
 
 // Attachment is the set of uprobes put on one binary. Close detaches them.
@@ -75,8 +76,8 @@ func (p *Probes) Attach(path string, sites []Site) (_ *Attachment, err error) {
 // that the first Attach of such sites does not wait for the verifier: the
 // time between a process starting and its binary being attached is calls
 // missed.
-func (p *Probes) Prepare(probeID uint32, byGoroutine bool) error {
-	_, err := p.programsFor(cookieOf(Site{ProbeID: probeID, ScopeByGoroutine: byGoroutine}), p.entryMulti != nil)
+func (p *Probes) Prepare(probeID uint32, byGoroutine, returnProbeExit bool) error {
+	_, err := p.programsFor(cookieOf(Site{ProbeID: probeID, ScopeByGoroutine: byGoroutine, ReturnProbeExit: returnProbeExit}), p.entryMulti != nil)
 	return err
 }
 
@@ -84,6 +85,9 @@ func cookieOf(s Site) uint64 {
 	cookie := uint64(s.ProbeID)
 	if s.ScopeByGoroutine {
 		cookie |= cookieScopeByG
+	}
+	if s.ReturnProbeExit {
+		cookie |= cookieReturnProbe
 	}
 	return cookie
 }

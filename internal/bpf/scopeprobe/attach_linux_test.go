@@ -65,8 +65,8 @@ func BenchmarkAttach1000(b *testing.B) {
 		perfEvent bool
 	}{{"uprobe_multi", false}, {"perf_event", true}} {
 		b.Run(mode.name, func(b *testing.B) {
-			if !mode.perfEvent && features.HaveBPFLinkUprobeMulti() != nil {
-				b.Skip("kernel has no uprobe_multi links")
+			if !mode.perfEvent {
+				testenv.Kernel(b, testenv.UprobeMulti, features.HaveBPFLinkUprobeMulti())
 			}
 			p, err := scopeprobe.New(scopeprobe.Options{Settings: []scopeprobe.Setting{{}}, PerfEventUprobes: mode.perfEvent})
 			if err != nil {
@@ -103,7 +103,7 @@ func TestAttachModes(t *testing.T) {
 	testenv.RequireBPF(t)
 	bin := testworkload.BuildC(t, "fastprobe.c", "-O2")
 	sites := sledSites(t, bin, 16)
-	haveMulti := features.HaveBPFLinkUprobeMulti() == nil
+	haveMulti := testenv.Has(t, testenv.UprobeMulti, features.HaveBPFLinkUprobeMulti())
 	for _, perfEvent := range []bool{false, true} {
 		p, err := scopeprobe.New(scopeprobe.Options{Settings: []scopeprobe.Setting{{}}, PerfEventUprobes: perfEvent})
 		if err != nil {

@@ -20,6 +20,7 @@ func (p *Probes) Counters() (Counters, error) {
 		ExitWithoutEntry: v[uprobeCounterCOUNTER_EXIT_NO_ENTRY],
 		Short:            v[uprobeCounterCOUNTER_SHORT],
 		ScopeFull:        v[uprobeCounterCOUNTER_SCOPE_FULL],
+		ReturnUnprobed:   v[uprobeCounterCOUNTER_RETURN_UNPROBED],
 		Filtered:         v[uprobeCounterCOUNTER_FILTERED],
 	}, nil
 }

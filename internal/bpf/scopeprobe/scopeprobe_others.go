@@ -42,7 +42,7 @@ func (*Probes) Counters() (Counters, error) { return Counters{}, errNotLinux }
 func (*Probes) Fill(uint32, uint32) error { return errNotLinux }
 
 // Prepare fails: uprobes need linux/amd64.
-func (*Probes) Prepare(uint32, bool) error { return errNotLinux }
+func (*Probes) Prepare(uint32, bool, bool) error { return errNotLinux }
 
 // ProgramIDs fails: uprobes need linux/amd64.
 func (*Probes) ProgramIDs() ([]ebpf.ProgramID, error) { return nil, errNotLinux }

@@ -81,6 +81,11 @@ type Site struct {
 	// ScopeByGoroutine keys the scope by the goroutine (R14 on amd64)
 	// instead of the thread: for Go code.
 	ScopeByGoroutine bool
+	// ReturnProbeExit marks every site of a probe whose exit is a
+	// ReturnProbe: the kernel hooks at most 64 pending returns per
+	// thread, and the scope programs then count only the calls whose
+	// return it hooks.
+	ReturnProbeExit bool
 }
 
 // Record is one completed outermost scope.
@@ -117,6 +122,10 @@ type Counters struct {
 	Short uint64
 	// ScopeFull counts entries whose scope could not be stored.
 	ScopeFull uint64
+	// ReturnUnprobed counts outermost entries not timed because the
+	// kernel would not hook their return: 64 returns were pending on the
+	// thread already.
+	ReturnUnprobed uint64
 	// Filtered counts outermost entries ignored by main_thread_only or pids.
 	Filtered uint64
 }

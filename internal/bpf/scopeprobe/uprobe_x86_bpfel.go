@@ -16,20 +16,22 @@ import (
 type uprobeCookieBit uint32
 
 const (
-	uprobeCookieBitCOOKIE_BIT_SCOPE_BY_G uprobeCookieBit = 32
-	uprobeCookieBitCOOKIE_BIT_FIXED      uprobeCookieBit = 63
+	uprobeCookieBitCOOKIE_BIT_SCOPE_BY_G   uprobeCookieBit = 32
+	uprobeCookieBitCOOKIE_BIT_RETURN_PROBE uprobeCookieBit = 33
+	uprobeCookieBitCOOKIE_BIT_FIXED        uprobeCookieBit = 63
 )
 
 type uprobeCounter uint32
 
 const (
-	uprobeCounterCOUNTER_RECORDS       uprobeCounter = 0
-	uprobeCounterCOUNTER_LOST_RINGBUF  uprobeCounter = 1
-	uprobeCounterCOUNTER_EXIT_NO_ENTRY uprobeCounter = 2
-	uprobeCounterCOUNTER_SHORT         uprobeCounter = 3
-	uprobeCounterCOUNTER_SCOPE_FULL    uprobeCounter = 4
-	uprobeCounterCOUNTER_FILTERED      uprobeCounter = 5
-	uprobeCounterCOUNTER_MAX           uprobeCounter = 6
+	uprobeCounterCOUNTER_RECORDS         uprobeCounter = 0
+	uprobeCounterCOUNTER_LOST_RINGBUF    uprobeCounter = 1
+	uprobeCounterCOUNTER_EXIT_NO_ENTRY   uprobeCounter = 2
+	uprobeCounterCOUNTER_SHORT           uprobeCounter = 3
+	uprobeCounterCOUNTER_SCOPE_FULL      uprobeCounter = 4
+	uprobeCounterCOUNTER_FILTERED        uprobeCounter = 5
+	uprobeCounterCOUNTER_RETURN_UNPROBED uprobeCounter = 6
+	uprobeCounterCOUNTER_MAX             uprobeCounter = 7
 )
 
 type uprobeFillArgs struct {

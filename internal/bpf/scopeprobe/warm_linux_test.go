@@ -18,9 +18,7 @@ import (
 // without an error, and leaves no uprobe_multi link behind once closed.
 func TestWarmer(t *testing.T) {
 	testenv.RequireBPF(t)
-	if features.HaveBPFLinkUprobeMulti() != nil {
-		t.Skip("kernel has no uprobe_multi links")
-	}
+	testenv.Kernel(t, testenv.UprobeMulti, features.HaveBPFLinkUprobeMulti())
 	p, err := scopeprobe.New(scopeprobe.Options{Settings: []scopeprobe.Setting{{}}})
 	if err != nil {
 		t.Fatal(err)

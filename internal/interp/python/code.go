@@ -87,8 +87,11 @@ func field(h []byte, off uint64) uint64 {
 // hash (a name freed with it may be replaced at its address too).
 func (r *codeReader) identity(h []byte) ([]byte, error) {
 	id := make([]byte, 0, 64)
-	for _, off := range []uint64{obType, r.l.coName, r.l.coQualname, r.l.coFilename, r.l.coLineTable} {
+	for _, off := range []uint64{obType, r.l.coName, r.l.coFilename, r.l.coLineTable} {
 		id = binary.LittleEndian.AppendUint64(id, field(h, off))
+	}
+	if r.l.hasQual {
+		id = binary.LittleEndian.AppendUint64(id, field(h, r.l.coQualname))
 	}
 	id = binary.LittleEndian.AppendUint32(id, uint32(field(h, r.l.coFirstLine)))
 	var name [strState]byte

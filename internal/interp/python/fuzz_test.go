@@ -111,3 +111,32 @@ func FuzzCodeObject(f *testing.F) {
 		}
 	})
 }
+
+// TestIdentityStable: what tells a code object apart stays the same while
+// the object lives, whatever its reference count does, in every layout
+// (before 3.11 there is no qualified name, and nothing at offset 0 but
+// the count may be read for one).
+func TestIdentityStable(t *testing.T) {
+	for _, qual := range []bool{true, false} {
+		l := fakeLayout()
+		l.hasQual = qual
+		if !qual {
+			l.coQualname = 0
+		}
+		heap := fakeCodeObject("crunch_leaf", "/srv/crunch.py", nil)
+		mem := &fakeMemory{base: fakeHeap, mem: heap}
+		r := codeReader{l: l, mem: mem, types: objectTypes{code: fakeCode, str: fakeStr, bytes: fakeBytes}}
+		before, err := r.Identity(fakeHeap)
+		if err != nil {
+			t.Fatal(err)
+		}
+		binary.LittleEndian.PutUint64(heap[0:], 7) // ob_refcnt
+		after, err := r.Identity(fakeHeap)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if string(before) != string(after) {
+			t.Errorf("qualified names %v: the identity changed with the reference count", qual)
+		}
+	}
+}

@@ -4,6 +4,8 @@ import (
 	"runtime"
 	"testing"
 	"time"
+
+	"github.com/bpfcol/bpfcol/internal/testenv"
 )
 
 // TestResultCacheForgetsIdleAnswers caches answers for two kernel
@@ -11,9 +13,8 @@ import (
 // next answer stored drops the other: kernel paths that processes long
 // exited went through do not fill the cache toward its entry bound.
 func TestResultCacheForgetsIdleAnswers(t *testing.T) {
-	if runtime.GOARCH != "amd64" {
-		t.Skip("answers are cached for amd64 kernel text only")
-	}
+	// Answers are cached for amd64 kernel text only.
+	testenv.RequirePlatform(t, runtime.GOARCH == "amd64", "amd64")
 	c := newResultCache(DefaultCacheEntries)
 	now := time.Now()
 	c.entries.SetClock(func() time.Time { return now })

@@ -32,13 +32,7 @@ const (
 func TestFallbackWithoutPerfmon(t *testing.T) {
 	testenv.RequireBPF(t)
 	testenv.RequireRoot(t)
-	capsh, err := exec.LookPath("capsh")
-	if err != nil {
-		if os.Getenv(testenv.RequireBPFEnv) == "1" {
-			t.Fatal("capsh (package libcap2-bin) is needed to drop capabilities")
-		}
-		t.Skip("capsh (package libcap2-bin) is not installed")
-	}
+	capsh := testenv.LookPath(t, "capsh")
 	for _, c := range []struct {
 		drop, wantPath string
 	}{

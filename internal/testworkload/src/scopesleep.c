@@ -8,11 +8,15 @@
 // It waits for START_FILE to exist (the test creates it once the probes are
 // attached), then runs ROUNDS rounds of every (sleep ms, depth) pair on both
 // threads and writes one line per outermost call to OUT_FILE:
-//   call TID IS_MAIN MS DEPTH START_NS END_NS RUN_DELAY_NS INVOLUNTARY
+//   call TID IS_MAIN MS DEPTH START_NS END_NS RUN_DELAY_NS INVOLUNTARY INNER_DELAY_NS
 // RUN_DELAY_NS and INVOLUNTARY are how long the thread waited on a run queue
 // and how often it was preempted during the call (from schedstat and
 // getrusage, read outside the timed window): stalls that are not the
-// probes' cost.
+// probes' cost. INNER_DELAY_NS is the part of RUN_DELAY_NS inside the
+// outermost scoped_sleep itself (read first and last thing in it, so
+// inside a probe's scope): a wait there lengthens both the workload's
+// measure and the scope alike, while the rest, between the clock reads
+// and the function's entry and return, is all that can move them apart.
 // Each thread first calls probe_cost once, so the one-time setup of uprobes
 // in a process and thread (the kernel's XOL area, per-thread state) is not
 // charged to the first measured call. With CALIBRATION_CALLS it then times
@@ -38,6 +42,9 @@ static int rounds;
 static FILE *out;
 static pthread_mutex_t out_lock = PTHREAD_MUTEX_INITIALIZER;
 static volatile unsigned long sink;
+// The outermost scoped_sleep's run-queue wait, measured inside it.
+static __thread int level;
+static __thread unsigned long long inner_delay0, inner_delay;
 
 static unsigned long long now_ns(void) {
 	struct timespec ts;
@@ -70,11 +77,15 @@ static long involuntary(void) {
 // scoped_sleep sleeps ms, then recurses depth more times: each nested call
 // sleeps ms too, so an outermost call lasts about ms * (depth + 1).
 NOINLINE void scoped_sleep(int ms, int depth) {
+	if (level++ == 0)
+		inner_delay0 = run_delay();
 	struct timespec ts = {.tv_sec = 0, .tv_nsec = (long)ms * 1000000L};
 	nanosleep(&ts, NULL);
 	if (depth > 0)
 		scoped_sleep(ms, depth - 1);
 	sink++;
+	if (--level == 0)
+		inner_delay = run_delay() - inner_delay0;
 }
 
 NOINLINE void probe_cost(void) {
@@ -95,7 +106,7 @@ static void run(int is_main) {
 				long inv = involuntary() - inv0;
 				unsigned long long delay = run_delay() - delay0;
 				pthread_mutex_lock(&out_lock);
-				fprintf(out, "call %d %d %d %d %llu %llu %llu %ld\n", tid, is_main, sleeps_ms[i], depths[d], start, end, delay, inv);
+				fprintf(out, "call %d %d %d %d %llu %llu %llu %ld %llu\n", tid, is_main, sleeps_ms[i], depths[d], start, end, delay, inv, inner_delay);
 				pthread_mutex_unlock(&out_lock);
 			}
 		}

@@ -37,6 +37,9 @@ type Sink interface {
 	WriteUnwindRows(first uint32, rows []cfi.Row, base uint64) error
 	SetUnwindMappings(pid uint32, maps []profiler.UnwindMapping) error
 	DeleteUnwindMappings(pid uint32) error
+	// SetUnwindVDSO sets the one table of the kernel's vDSO, rows' PCs
+	// relative to base, in an image whose first byte is at 0.
+	SetUnwindVDSO(rows []cfi.Row, base, size uint64) error
 }
 
 // Tables builds files' unwind tables off the loader's goroutine: a
@@ -388,6 +391,7 @@ func (l *Loader) Run(ctx context.Context) {
 		defer t.Stop()
 		ticker = t.C
 	}
+	l.loadVDSO()
 	for {
 		select {
 		case <-ctx.Done():

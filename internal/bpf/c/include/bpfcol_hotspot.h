@@ -233,8 +233,14 @@ static __always_inline u32 hs_interpreted(struct walk_regs *w, struct hs_proc *h
 	u64 fp = w->bp;
 	if (!w->bp_known || fp < w->sp || fp - w->sp > HS_MAX_FRAME_BYTES)
 		return INTERP_STOP_BAD_FRAME;
-	u64 slots[HS_FP_SLOTS + 2];
-	if (bpf_probe_read_user(slots, sizeof(slots), (void *)(fp - HS_FP_SLOTS * 8)))
+	/* The slots go in the per-CPU block, not on the stack: under the
+	 * off-CPU walk's task work the calls' stacks come near 512 bytes. */
+	u32 zero = 0;
+	struct hs_block *buf = bpf_map_lookup_elem(&hs_scratch, &zero);
+	if (!buf)
+		return INTERP_STOP_READ_FAULT;
+	u64 *slots = (u64 *)buf->b;
+	if (bpf_probe_read_user(slots, (HS_FP_SLOTS + 2) * 8, (void *)(fp - HS_FP_SLOTS * 8)))
 		return INTERP_STOP_READ_FAULT;
 	/* slots[HS_FP_SLOTS + k] is the word at fp + 8k. */
 	u64 method = slots[(HS_FP_SLOTS + hs->fp_method) & (HS_FP_SLOTS + 1)];

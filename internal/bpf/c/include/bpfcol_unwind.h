@@ -68,6 +68,7 @@ enum unwind_stop {
 	UNWIND_STOP_UNSUPPORTED,     /* a rule the unwinder cannot follow */
 	UNWIND_STOP_OUTSIDE_MAPPINGS, /* zero, non-canonical or unmapped address */
 	UNWIND_STOP_FP_END,          /* frame pointers ended (RBP 0) in code without CFI: Go's, JIT's root */
+	UNWIND_STOP_URETPROBE,       /* a uretprobe's trampoline whose return address the kernel did not give */
 	UNWIND_STOP_MAX,
 };
 

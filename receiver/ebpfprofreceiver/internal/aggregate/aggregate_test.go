@@ -202,38 +202,39 @@ func TestAggregateCountsCutUserStacks(t *testing.T) {
 	}
 }
 
-// TestAggregateCutsAtUretprobeTrampoline checks a return address that is
-// the first byte of an executable mapping: the uretprobe trampoline, which
-// the kernel puts in place of the return address of a function under a
-// uretprobe, at the start of [uprobes]. Its call would be in no mapping:
-// the stack is cut there, and the word is no lost caller of a leaf either.
-func TestAggregateCutsAtUretprobeTrampoline(t *testing.T) {
+// TestAggregateKeepsStackUnderUretprobe checks a process with a [uprobes]
+// page, whose functions run under uretprobes: the sampler hands over their
+// real return addresses, taken back from the kernel, and every one is kept,
+// so the stack is whole. A frameless leaf's return address at SP, also
+// taken back, is its lost caller; the trampoline itself, where the kernel
+// did not give the address, is none.
+func TestAggregateKeepsStackUnderUretprobe(t *testing.T) {
 	text := process.Mapping{Start: 0x1000, End: 0x2000, Perms: "r-xp"}
 	uprobes := process.Mapping{Start: 0x7fffffffe000, End: 0x7ffffffff000, Perms: "--xp", Path: "[uprobes]"}
 	proc := &Process{PID: os.Getpid(), ExePath: "/proc/self/exe", Mappings: []frame.Mapping{{Mapping: text}, {Mapping: uprobes}}}
 	a := New(Config{ProcessInfo: func(int) (*Process, error) { return proc, nil }})
-	s := &profiler.Sample{PID: uint32(os.Getpid()), TID: 1, Comm: "t", KtimeNs: 1, UserIP: 0x1010,
-		User: []uint64{0x1010, 0x1020, uprobes.Start, 0x1030}}
+	s := &profiler.Sample{PID: uint32(os.Getpid()), TID: 1, Comm: "t", KtimeNs: 1, UserIP: 0x1010, CFI: true, Complete: true,
+		User: []uint64{0x1010, 0x1020, 0x1030, 0x1040}}
 	a.Add(s)
 	b := a.Flush(time.Now())
 	if len(b.Stacks) != 1 {
 		t.Fatalf("%d stacks, want 1", len(b.Stacks))
 	}
 	frames := b.Stacks[0].Frames
-	for _, f := range frames {
-		if f.Mapping == nil {
-			t.Errorf("frame at %#x in no mapping: %+v", f.Address, frames)
-		}
+	if len(frames) != 4 || b.Stats.TruncatedStacks != 0 {
+		t.Errorf("%d frames, %d stacks cut; want the 4 frames: %+v", len(frames), b.Stats.TruncatedStacks, frames)
 	}
-	if len(frames) != 2 || b.Stats.TruncatedStacks != 1 {
-		t.Errorf("%d frames, %d stacks cut; want 2 frames, cut at the trampoline: %+v", len(frames), b.Stats.TruncatedStacks, frames)
+	for _, f := range frames {
+		if f.Mapping == nil || f.Mapping.Path == uprobes.Path {
+			t.Errorf("frame at %#x not in the text: %+v", f.Address, frames)
+		}
 	}
 
 	s.SPWords = [2]uint64{uprobes.Start, 0x1020}
 	if a.leaves.candidate(proc, s, 0) {
 		t.Errorf("the trampoline at SP taken for a lost caller")
 	}
-	s.SPWords[0] = 0x1040
+	s.SPWords[0] = 0x1050
 	if !a.leaves.candidate(proc, s, 0) {
 		t.Errorf("a return address into the text at SP not taken for a lost caller")
 	}

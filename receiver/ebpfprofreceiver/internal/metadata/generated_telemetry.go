@@ -41,6 +41,7 @@ type TelemetryBuilder struct {
 	EbpfprofInterpreterWalks          metric.Int64ObservableCounter
 	EbpfprofKernelSymbolizer          metric.Int64ObservableGauge
 	EbpfprofOffCPUEvents              metric.Int64ObservableCounter
+	EbpfprofOffCPUUnreportedSwitches  metric.Int64ObservableCounter
 	EbpfprofParserPanics              metric.Int64ObservableCounter
 	EbpfprofProcessesUnknown          metric.Int64ObservableCounter
 	EbpfprofProfilesEmitted           metric.Int64ObservableCounter
@@ -252,6 +253,21 @@ func (builder *TelemetryBuilder) RegisterEbpfprofOffCPUEventsCallback(cb metric.
 		cb(ctx, &observerInt64{inst: builder.EbpfprofOffCPUEvents, obs: o})
 		return nil
 	}, builder.EbpfprofOffCPUEvents)
+	if err != nil {
+		return err
+	}
+	builder.mu.Lock()
+	defer builder.mu.Unlock()
+	builder.registrations = append(builder.registrations, reg)
+	return nil
+}
+
+// RegisterEbpfprofOffCPUUnreportedSwitchesCallback sets callback for observable EbpfprofOffCPUUnreportedSwitches metric.
+func (builder *TelemetryBuilder) RegisterEbpfprofOffCPUUnreportedSwitchesCallback(cb metric.Int64Callback) error {
+	reg, err := builder.meter.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
+		cb(ctx, &observerInt64{inst: builder.EbpfprofOffCPUUnreportedSwitches, obs: o})
+		return nil
+	}, builder.EbpfprofOffCPUUnreportedSwitches)
 	if err != nil {
 		return err
 	}
@@ -545,6 +561,12 @@ func NewTelemetryBuilder(settings component.TelemetrySettings, options ...Teleme
 		"otelcol_ebpfprof_off_cpu_events",
 		metric.WithDescription("Sampled switch-outs (off_cpu), by outcome at the thread's switch-in. [Development]"),
 		metric.WithUnit("{event}"),
+	)
+	errs = errors.Join(errs, err)
+	builder.EbpfprofOffCPUUnreportedSwitches, err = builder.meter.Int64ObservableCounter(
+		"otelcol_ebpfprof_off_cpu_unreported_switches",
+		metric.WithDescription("Context switches the kernel's sched_switch tracepoint did not report (off_cpu), found at their CPU's next reported switch; each hides a switch-in, which loses that thread's wait if one was sampled (outcome switch_in_unseen). [Development]"),
+		metric.WithUnit("{switch}"),
 	)
 	errs = errors.Join(errs, err)
 	builder.EbpfprofParserPanics, err = builder.meter.Int64ObservableCounter(

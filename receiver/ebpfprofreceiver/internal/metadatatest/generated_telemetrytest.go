@@ -225,6 +225,22 @@ func AssertEqualEbpfprofOffCPUEvents(t *testing.T, tt *componenttest.Telemetry, 
 	metricdatatest.AssertEqual(t, want, got, opts...)
 }
 
+func AssertEqualEbpfprofOffCPUUnreportedSwitches(t *testing.T, tt *componenttest.Telemetry, dps []metricdata.DataPoint[int64], opts ...metricdatatest.Option) {
+	want := metricdata.Metrics{
+		Name:        "otelcol_ebpfprof_off_cpu_unreported_switches",
+		Description: "Context switches the kernel's sched_switch tracepoint did not report (off_cpu), found at their CPU's next reported switch; each hides a switch-in, which loses that thread's wait if one was sampled (outcome switch_in_unseen). [Development]",
+		Unit:        "{switch}",
+		Data: metricdata.Sum[int64]{
+			Temporality: metricdata.CumulativeTemporality,
+			IsMonotonic: true,
+			DataPoints:  dps,
+		},
+	}
+	got, err := tt.GetMetric("otelcol_ebpfprof_off_cpu_unreported_switches")
+	require.NoError(t, err)
+	metricdatatest.AssertEqual(t, want, got, opts...)
+}
+
 func AssertEqualEbpfprofParserPanics(t *testing.T, tt *componenttest.Telemetry, dps []metricdata.DataPoint[int64], opts ...metricdatatest.Option) {
 	want := metricdata.Metrics{
 		Name:        "otelcol_ebpfprof_parser_panics",

@@ -1,0 +1,66 @@
+package loader
+
+import (
+	"bytes"
+	"debug/elf"
+	"fmt"
+
+	"github.com/bpfcol/bpfcol/internal/process"
+	"github.com/bpfcol/bpfcol/internal/unwind/cfi"
+)
+
+// loadVDSO compiles the .eh_frame of the kernel's vDSO and hands it to the
+// sink: every 64-bit process maps that one image, so the sampler keeps one
+// table for all of them (bpfcol_vdso.h) and no process's mappings carry
+// it. A failure is counted as a table error; the vDSO's frames are then
+// walked by their frame pointers, as before.
+func (l *Loader) loadVDSO() {
+	if err := loadVDSO(l.cfg.Sink); err != nil {
+		l.tableErr.Add(1)
+	}
+}
+
+func loadVDSO(sink Sink) error {
+	image, err := process.VDSOImage()
+	if err != nil {
+		return err
+	}
+	rows, err := vdsoRows(image)
+	if err != nil {
+		return err
+	}
+	return sink.SetUnwindVDSO(rows, rows[0].PC, uint64(len(image)))
+}
+
+// vdsoRows compiles image's CFI with the rows' PCs moved from ELF
+// addresses to offsets in the image, where a process maps its first byte
+// at the address its mm gives.
+func vdsoRows(image []byte) ([]cfi.Row, error) {
+	f, err := elf.NewFile(bytes.NewReader(image))
+	if err != nil {
+		return nil, fmt.Errorf("reading the vDSO's ELF: %w", err)
+	}
+	var seg *elf.Prog
+	for _, p := range f.Progs {
+		if p.Type == elf.PT_LOAD && p.Flags&elf.PF_X != 0 {
+			seg = p
+			break
+		}
+	}
+	if seg == nil {
+		return nil, fmt.Errorf("reading the vDSO's ELF: no executable segment")
+	}
+	t, err := cfi.FromELF(f)
+	if err != nil {
+		return nil, fmt.Errorf("compiling the vDSO's CFI: %w", err)
+	}
+	if len(t.Rows) == 0 {
+		return nil, fmt.Errorf("compiling the vDSO's CFI: %w", cfi.ErrNoCFI)
+	}
+	rows := make([]cfi.Row, len(t.Rows))
+	for i, r := range t.Rows {
+		r.PC = r.PC - seg.Vaddr + seg.Off
+		rows[i] = r
+	}
+	return rows, nil
+}
