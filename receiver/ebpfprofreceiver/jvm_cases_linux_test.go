@@ -274,3 +274,35 @@ func TestScopeProfilesJVM(t *testing.T) {
 		t.Errorf("%d of %d linked samples hold the Java callers; some that do not: %v", right, linked, bad)
 	}
 }
+
+// TestJVMInterpretersOff runs JavaChain under a receiver whose
+// interpreters leave hotspot out: the JVM is not attached, and its main
+// thread's samples carry no Java frame, only native ones (its code cache
+// unnamed addresses) down from the JVM's own native code.
+func TestJVMInterpretersOff(t *testing.T) {
+	dir := testworkload.BuildJava(t, "JavaChain.java")
+	run := startPythonRun(t, func(c *Config, _ *profilesReceiver) {
+		c.Interpreters = []string{"cpython"}
+	})
+	started := filepath.Join(t.TempDir(), "started")
+	cmd := startJava(t, "-cp", dir, "JavaChain", started)
+	run.waitFile(started, 90*time.Second, cmd)
+	tid := javaMainThread(t, cmd.Process.Pid)
+	run.runThreadsFor(3*time.Second, 30*time.Second, [2]int{cmd.Process.Pid, tid})
+	run.stop()
+	var total, java int64
+	for _, s := range run.threadSamples(cmd.Process.Pid, tid) {
+		total += s.Count
+		if slices.ContainsFunc(s.Frames(), func(f pprofiletest.Frame) bool { return f.Type == conventions.FrameTypeJVM }) {
+			java += s.Count
+		}
+	}
+	t.Logf("interpreters [cpython]: %d samples of JavaChain's main thread, %d with a frame typed jvm; attached: %v",
+		total, java, run.r.interps.Attached(uint32(cmd.Process.Pid)))
+	if total < 100 {
+		t.Fatalf("%d samples: too few to judge", total)
+	}
+	if java != 0 || run.r.interps.Attached(uint32(cmd.Process.Pid)) {
+		t.Errorf("with hotspot left out of interpreters, %d samples had Java frames (attached %v)", java, run.r.interps.Attached(uint32(cmd.Process.Pid)))
+	}
+}
