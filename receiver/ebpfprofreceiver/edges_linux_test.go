@@ -12,6 +12,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/bpfcol/bpfcol/internal/conventions"
 	"github.com/bpfcol/bpfcol/internal/pprofiletest"
 )
 
@@ -274,7 +275,7 @@ func compareEdges(x *funcIndex, ours []pprofiletest.Sample, theirs [][]perfFrame
 	}
 	a := edgeAgreement{missing: map[edge]int64{}, index: x}
 	for _, s := range ours {
-		frames := s.UserLocations()
+		frames := machineLocations(s.UserLocations())
 		for i := 0; i+1 < len(frames); i++ {
 			e := edge{caller: x.ours(frames[i+1]), callee: x.ours(frames[i])}
 			a.edges += s.Count
@@ -290,6 +291,19 @@ func compareEdges(x *funcIndex, ours []pprofiletest.Sample, theirs [][]perfFrame
 		}
 	}
 	return a
+}
+
+// machineLocations leaves out interpreted frames (CPython's): they have
+// no machine address, so perf's stacks cannot hold them, and without them
+// the interpreter's own native frames are as perf walks them.
+func machineLocations(frames []pprofiletest.StackLocation) []pprofiletest.StackLocation {
+	out := frames[:0:0]
+	for _, f := range frames {
+		if f.Type != conventions.FrameTypeCPython {
+			out = append(out, f)
+		}
+	}
+	return out
 }
 
 // worstMissing returns the most frequent edges bpfcol has and perf has not.
