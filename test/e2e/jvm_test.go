@@ -52,26 +52,7 @@ func TestJVMFramesEndToEnd(t *testing.T) {
 	workload := testworkload.Start(t, java, "-cp", classes, "JavaChain")
 	pid := int64(workload.Process.Pid)
 
-	deadline := time.Now().Add(90 * time.Second)
-	var ofPID, withChain int64
-	for time.Now().Before(deadline) && withChain < 200 {
-		time.Sleep(time.Second)
-		if done, err := col.exited(); done {
-			t.Fatalf("collector exited: %v\n%s", err, col.output)
-		}
-		ofPID, withChain = 0, 0
-		for _, p := range server.all() {
-			for _, s := range pprofiletest.Samples(p) {
-				if s.PID != pid {
-					continue
-				}
-				ofPID += s.Count
-				if hasJavaChain(s) {
-					withChain += s.Count
-				}
-			}
-		}
-	}
+	ofPID, withChain := waitChainSamples(t, server, col, pid, hasJavaChain, 200, 90*time.Second)
 	t.Logf("OTLP: %d samples of the JVM, %d with JavaChain's chain typed jvm, with files and lines", ofPID, withChain)
 	if withChain < 200 {
 		t.Fatalf("within 90 s: %d of %d samples over OTLP carry the chain\ncollector output:\n%s", withChain, ofPID, col.output)
