@@ -48,17 +48,7 @@ func BenchmarkJVMSampleBPFTime(b *testing.B) {
 			// C2 compiles the chain within seconds of its start; 20 s
 			// of the main thread on a loaded host.
 			run.runThreadsFor(10*time.Second, 60*time.Second, [2]int{cmd.Process.Pid, javaMainThread(b, cmd.Process.Pid)})
-			rt0, n0, _ := run.r.sampler.RunStats()
-			for b.Loop() {
-				time.Sleep(time.Second)
-			}
-			rt1, n1, _ := run.r.sampler.RunStats()
-			run.stop()
-			if n1-n0 < 50 {
-				b.Fatalf("%d samples in the window", n1-n0)
-			}
-			b.ReportMetric(float64(rt1-rt0)/float64(n1-n0)/1e3, "bpf_us/sample")
-			b.ReportMetric(float64(n1-n0), "samples")
+			measureBPFTime(b, run)
 		})
 	}
 }
