@@ -277,10 +277,15 @@ func TestOffCPUThreadBound(t *testing.T) {
 	// Slots kept by their threads would leave at most maxThreads of them
 	// sampled, a quarter (fewer: the host's sleeping threads hold slots
 	// too: 48 of 64 unsampled, measured). Handed back, each of a thread's
-	// sleeps is another chance; with the host's threads competing for
-	// the slots, a few may still miss out.
-	if unsampled > threads/4 {
-		t.Errorf("%d of %d threads never sampled: slots stayed with the first threads", unsampled, threads)
+	// sleeps is another chance at the share q of sleeps recorded: a
+	// thread misses all of them with probability (1-q)^sleeps. Allowed:
+	// that expectation, three standard deviations, and two threads for
+	// the host's threads competing unevenly (0-2 measured at q 0.11-0.19).
+	q := float64(total) / float64(threads*sleeps)
+	miss := math.Pow(1-q, sleeps)
+	allowed := int(float64(threads)*miss+3*math.Sqrt(float64(threads)*miss*(1-miss))) + 2
+	if unsampled > allowed {
+		t.Errorf("%d of %d threads never sampled, at most %d allowed (%.1f%% of sleeps recorded): slots stayed with the first threads", unsampled, threads, allowed, 100*q)
 	}
 }
 
