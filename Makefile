@@ -32,7 +32,7 @@ BUILD_INPUTS := builder-config.yaml go.mod go.sum \
 	$(shell find . \( -path ./.git -o -path ./_build -o -path ./.cache -o -path ./bin -o -path ./internal/tools \) -prune \
 		-o -type f \( -name '*.go' ! -name '*_test.go' -o -name '*.o' \) -print)
 
-.PHONY: help build run generate mdatagen check-generate test fuzz-short bench deps deps-bench clean
+.PHONY: help build run generate mdatagen check-generate test fuzz-short bench vmtest deps deps-bench deps-vm clean
 
 help: ## List the targets.
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | expand -t 18
@@ -96,11 +96,20 @@ fuzz-short: ## Fuzz each ELF, DWARF, gopclntab, CFI, code object, line table, vm
 bench: deps-bench build ## Run every benchmark, one package at a time.
 	$(GO) test -p 1 -run '^$$' -bench '$(BENCH)' -benchtime $(BENCHTIME) -benchmem -count 1 -timeout $(BENCH_TIMEOUT) ./...
 
+# Which of test/vmtest's targets `make vmtest` boots (comma-separated).
+VMTEST_TARGETS ?= all
+
+vmtest: deps-vm ## Run the kernel-facing tests in VMs: Debian's 6.1 and 6.12 on x86-64, 6.1 on arm64.
+	$(GO) run ./test/vmtest -targets $(VMTEST_TARGETS)
+
 deps: ## Install missing build and test tools with apt-get.
 	scripts/install-deps.sh
 
 deps-bench: ## deps, plus perf and bpftrace for benchmarks.
 	scripts/install-deps.sh --bench
+
+deps-vm: ## deps, plus the arm64 emulator and cross compilers for vmtest.
+	scripts/install-deps.sh --vm
 
 clean: ## Remove build outputs and the pinned tools.
 	rm -rf _build bin .cache/tools

@@ -5,16 +5,21 @@
 #
 #   scripts/install-deps.sh          tools for `make build/generate/test`
 #   scripts/install-deps.sh --bench  the above plus the `make bench` extras
+#   scripts/install-deps.sh --vm     the above plus `make vmtest`'s arm64
+#                                    emulator and cross compilers (adds
+#                                    Debian's arm64 architecture to apt)
 #
 # Debian/Ubuntu only (apt-get). Needs root when something is missing.
 set -euo pipefail
 
 bench=false
+vm=false
 case "${1:-}" in
 "") ;;
 --bench) bench=true ;;
+--vm) vm=true ;;
 *)
-	echo "usage: $0 [--bench]" >&2
+	echo "usage: $0 [--bench|--vm]" >&2
 	exit 2
 	;;
 esac
@@ -56,7 +61,18 @@ required=(
 	"perf linux-perf"                             # perf --call-graph dwarf: the CFI tests' yardstick
 	"/usr/share/doc/libc6-dbg libc6-dbg"            # names libc's local start code (__libc_start_call_main)
 	"/usr/include/$(gcc -dumpmachine 2>/dev/null || echo x86_64-linux-gnu)/sys/sdt.h systemtap-sdt-dev" # USDT probes in workloads
+	"qemu-system-x86_64 qemu-system-x86"          # make test boots Debian's 6.1 kernel (test/vmtest)
+	"cpio cpio"                                   # reads back test/vmtest's initramfs in its unit test
+	"apt-get apt"                                 # test/vmtest fetches kernels with apt-get download
+	"dpkg-deb dpkg"                               # ... and unpacks them
 )
+if $vm; then
+	required+=(
+		"qemu-system-aarch64 qemu-system-arm"     # the arm64 target of make vmtest
+		"aarch64-linux-gnu-gcc gcc-aarch64-linux-gnu" # its C workloads
+		"aarch64-linux-gnu-g++ g++-aarch64-linux-gnu"
+	)
+fi
 optional=() # failing to install these is a warning, not an error
 if $bench; then
 	optional+=(
@@ -83,13 +99,19 @@ missing_packages() {
 	done | sort -u
 }
 
+# make vmtest downloads (never installs) arm64 kernels and busybox.
+add_arm64=false
+if $vm && ! dpkg --print-foreign-architectures | grep -qx arm64; then
+	add_arm64=true
+fi
+
 mapfile -t need < <(missing_packages "${required[@]}")
 want=()
 if ((${#optional[@]})); then
 	mapfile -t want < <(missing_packages "${optional[@]}")
 fi
 
-if ((${#need[@]} + ${#want[@]} == 0)); then
+if ((${#need[@]} + ${#want[@]} == 0)) && ! $add_arm64; then
 	echo "install-deps: all tools present"
 	exit 0
 fi
@@ -100,6 +122,10 @@ if ((EUID != 0)); then
 fi
 
 export DEBIAN_FRONTEND=noninteractive
+if $add_arm64; then
+	echo "install-deps: adding the arm64 architecture to apt (for make vmtest's arm64 kernel)"
+	dpkg --add-architecture arm64
+fi
 echo "install-deps: installing ${need[*]} ${want[*]}"
 apt-get update -qq
 if ((${#need[@]})); then

@@ -5,14 +5,9 @@ package testworkload
 
 import (
 	"bytes"
-	"context"
 	"embed"
-	"io/fs"
 	"os"
 	"os/exec"
-	"path"
-	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
@@ -20,7 +15,7 @@ import (
 )
 
 // sources holds the workload sources. Go workloads are directories without a
-// go.mod (embed cannot cross module boundaries); BuildGo writes one.
+// go.mod (embed cannot cross module boundaries); Compile writes one.
 //
 //go:embed src
 var sources embed.FS
@@ -36,36 +31,14 @@ func CPUHogFlags() []string {
 // Without gcc the test is skipped, or fails under BPFCOL_REQUIRE_BPF=1.
 func BuildC(t testing.TB, name string, flags ...string) string {
 	t.Helper()
-	return buildSingle(t, lookTool(t, "gcc"), name, flags)
+	return build(t, Workload{Compiler: GCC, Name: name, Flags: flags})
 }
 
 // BuildGo builds the named Go workload (a directory under src/, for example
 // "gohog") with the extra `go build` flags, and returns the binary's path.
 func BuildGo(t testing.TB, name string, flags ...string) string {
 	t.Helper()
-	goTool := lookTool(t, "go")
-	sub, err := fs.Sub(sources, path.Join("src", name))
-	if err != nil {
-		t.Fatalf("opening workload %q: %v", name, err)
-	}
-	dir := t.TempDir()
-	if err := os.CopyFS(dir, sub); err != nil {
-		t.Fatalf("copying workload %q: %v", name, err)
-	}
-	if _, err := os.Stat(filepath.Join(dir, "main.go")); err != nil {
-		t.Fatalf("workload %q has no main.go: %v", name, err)
-	}
-	goMod := "module " + name + "\n\ngo 1.26\n"
-	if err := os.WriteFile(filepath.Join(dir, "go.mod"), []byte(goMod), 0o644); err != nil {
-		t.Fatalf("writing go.mod: %v", err)
-	}
-	bin := filepath.Join(dir, name)
-	args := append(append([]string{"build"}, flags...), "-o", bin, ".")
-	// The workload is its own module; keep the caller's workspace and
-	// flags (e.g. -mod=vendor) out of it.
-	env := append(os.Environ(), "GOWORK=off", "GOFLAGS=")
-	run(t, dir, env, goTool, args...)
-	return bin
+	return build(t, Workload{Compiler: Go, Name: name, Flags: flags})
 }
 
 // Start runs bin with args. The process is killed and reaped when the test
@@ -91,24 +64,22 @@ func Start(t testing.TB, bin string, args ...string) *exec.Cmd {
 	return cmd
 }
 
-func lookTool(t testing.TB, name string) string {
+// build returns w built for this test: taken from the prebuilt directory
+// when PrebuiltEnv names one, else compiled with the host's compiler
+// (without it the test is skipped, or fails under BPFCOL_REQUIRE_BPF=1).
+func build(t testing.TB, w Workload) string {
 	t.Helper()
-	return testenv.LookPath(t, name)
+	if dir := os.Getenv(PrebuiltEnv); dir != "" {
+		return prebuilt(t, dir, w)
+	}
+	testenv.LookPath(t, HostToolchain.command(w.Compiler))
+	bin, err := Compile(w, HostToolchain, t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return bin
 }
 
 // buildTimeout bounds a compiler run so a wedged toolchain fails the test
 // instead of hanging it.
 const buildTimeout = 5 * time.Minute
-
-func run(t testing.TB, dir string, env []string, name string, args ...string) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), buildTimeout)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, name, args...)
-	cmd.Dir = dir
-	cmd.Env = env
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		t.Fatalf("running %s %s: %v\n%s", name, strings.Join(args, " "), err, out)
-	}
-}

@@ -81,8 +81,23 @@ struct inode {
 	struct super_block *i_sb;
 	unsigned long i_ino;
 	s64 i_size;
-	s64 i_mtime_sec; // 6.7+: older kernels leave the identity unknown
+	s64 i_mtime_sec; // 6.11+
 	u32 i_mtime_nsec;
+} __attribute__((preserve_access_index));
+
+// The modification time as older kernels keep it: a timespec64 named
+// __i_mtime (6.7 to 6.10) or i_mtime (before 6.7, as Debian 12's 6.1).
+struct timespec64 {
+	s64 tv_sec;
+	long tv_nsec;
+} __attribute__((preserve_access_index));
+
+struct inode___timespec {
+	struct timespec64 __i_mtime;
+} __attribute__((preserve_access_index));
+
+struct inode___timespec_old {
+	struct timespec64 i_mtime;
 } __attribute__((preserve_access_index));
 
 struct path {
@@ -150,13 +165,25 @@ static __always_inline struct proc_event *reserve(u32 pid, u32 kind)
 
 static __always_inline void read_identity(struct proc_event *e, struct inode *inode)
 {
-	if (!inode || !bpf_core_field_exists(inode->i_mtime_sec))
+	if (!inode)
 		return;
+	if (bpf_core_field_exists(inode->i_mtime_sec)) {
+		e->exe_mtime_sec = BPF_CORE_READ(inode, i_mtime_sec);
+		e->exe_mtime_nsec = BPF_CORE_READ(inode, i_mtime_nsec);
+	} else if (bpf_core_field_exists(((struct inode___timespec *)inode)->__i_mtime)) {
+		struct inode___timespec *old = (void *)inode;
+		e->exe_mtime_sec = BPF_CORE_READ(old, __i_mtime.tv_sec);
+		e->exe_mtime_nsec = BPF_CORE_READ(old, __i_mtime.tv_nsec);
+	} else if (bpf_core_field_exists(((struct inode___timespec_old *)inode)->i_mtime)) {
+		struct inode___timespec_old *old = (void *)inode;
+		e->exe_mtime_sec = BPF_CORE_READ(old, i_mtime.tv_sec);
+		e->exe_mtime_nsec = BPF_CORE_READ(old, i_mtime.tv_nsec);
+	} else {
+		return; // the identity stays unknown: user space reads /proc
+	}
 	e->exe_dev = BPF_CORE_READ(inode, i_sb, s_dev);
 	e->exe_ino = BPF_CORE_READ(inode, i_ino);
 	e->exe_size = BPF_CORE_READ(inode, i_size);
-	e->exe_mtime_sec = BPF_CORE_READ(inode, i_mtime_sec);
-	e->exe_mtime_nsec = BPF_CORE_READ(inode, i_mtime_nsec);
 }
 
 static __always_inline void submit(struct proc_event *e)

@@ -982,9 +982,14 @@ static __always_inline void *slot_get(void *map, struct task_struct *task)
 	void *slot = bpf_task_storage_get(map, task, 0, 0);
 	if (slot)
 		return slot;
-	// Take a place under the bound first: CPUs race for the last.
-	if (__sync_fetch_and_add(&off_cpu_slot_count, 1) >= off_cpu_max_threads) {
-		__sync_fetch_and_sub(&off_cpu_slot_count, 1);
+	// Take a place under the bound first, with a compare-and-swap so that
+	// the count never passes the bound, even for a moment (an add undone
+	// after the check could be read as one slot too many). A CPU that
+	// loses the race for a place is turned away as if the bound were
+	// reached.
+	u64 held = off_cpu_slot_count;
+	if (held >= off_cpu_max_threads ||
+	    __sync_val_compare_and_swap(&off_cpu_slot_count, held, held + 1) != held) {
 		count(COUNTER_OFF_CPU_FULL);
 		return 0;
 	}

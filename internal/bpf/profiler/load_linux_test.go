@@ -70,24 +70,42 @@ func verifierStats(tb testing.TB, offCPU bool, progs []string) (insns, usec map[
 	return insns, usec
 }
 
-var (
-	onCPUPrograms  = []string{profilerProgSampleStack}
-	offCPUPrograms = []string{profilerProgSampleStack, profilerProgOffCpuSwitch, profilerProgOffCpuExit}
-)
+var onCPUPrograms = []string{profilerProgSampleStack}
+
+// offCPUPrograms are the programs New loads with off-CPU: the pair that
+// walks the user stack in task work, or the pair that walks it in
+// sched_switch.
+func offCPUPrograms(taskWork bool) []string {
+	if taskWork {
+		return []string{profilerProgSampleStack, profilerProgOffCpuSwitch, profilerProgOffCpuExit}
+	}
+	return []string{profilerProgSampleStack, profilerProgOffCpuSwitchWalk, profilerProgOffCpuExitWalk}
+}
 
 // TestSamplerVerifiedOnce checks that the verifier walks the CFI frame step
 // once, not once per frame of the bpf_loop: walked per iteration (127
 // frames), the programs took 150k and 300k instructions and most of the
 // collector's start-up CPU. The bound leaves room for other kernels'
-// verifiers and for the programs to grow.
+// verifiers and for the programs to grow. Every program the kernel can
+// run loads: the sched_switch walk everywhere, the task-work pair where
+// the kernel has BPF task work (6.18).
 func TestSamplerVerifiedOnce(t *testing.T) {
 	testenv.RequireBPF(t)
 	const bound = 20_000
-	insns, _ := verifierStats(t, true, offCPUPrograms)
-	for _, p := range offCPUPrograms {
-		t.Logf("%s: %d instructions processed", p, insns[p])
-		if insns[p] > bound {
-			t.Errorf("%s: the verifier processed %d instructions, want at most %d", p, insns[p], bound)
+	variants := []bool{false}
+	if err := offCPUTaskWork(); err == nil {
+		variants = append(variants, true)
+	} else {
+		t.Logf("task-work programs not loaded: %v", err)
+	}
+	for _, taskWork := range variants {
+		progs := offCPUPrograms(taskWork)
+		insns, _ := verifierStats(t, true, progs)
+		for _, p := range progs {
+			t.Logf("%s: %d instructions processed", p, insns[p])
+			if insns[p] > bound {
+				t.Errorf("%s: the verifier processed %d instructions, want at most %d", p, insns[p], bound)
+			}
 		}
 	}
 }
@@ -104,7 +122,7 @@ func BenchmarkSamplerLoad(b *testing.B) {
 		progs  []string
 	}{
 		{"on-cpu", false, onCPUPrograms},
-		{"off-cpu", true, offCPUPrograms},
+		{"off-cpu", true, offCPUPrograms(offCPUTaskWork() == nil)},
 	} {
 		b.Run(bc.name, func(b *testing.B) {
 			var insns, usec map[string]int

@@ -20,6 +20,12 @@ type reference struct {
 	syms                               []refSym // core symbols in kallsyms order, which is address order
 	text                               []refSym // core text symbols: where test addresses come from
 	stext, etext, sinittext, einittext uint64
+	// all is CONFIG_KALLSYMS_ALL (Debian's kernels have it, this
+	// machine's not): every address of the image up to end resolves,
+	// exit text too, and kallsyms lists the data symbols.
+	all      bool
+	end      uint64
+	dataSyms int
 }
 
 type refSym struct {
@@ -45,6 +51,8 @@ func loadReference(t testing.TB) *reference {
 		switch fs[1] {
 		case "t", "T", "w", "W":
 			r.text = append(r.text, s)
+		case "d", "D", "b", "B":
+			r.dataSyms++
 		}
 		switch s.name {
 		case "_stext":
@@ -55,6 +63,8 @@ func loadReference(t testing.TB) *reference {
 			r.sinittext = addr
 		case "_einittext":
 			r.einittext = addr
+		case "_end":
+			r.end = addr
 		}
 	}
 	if err := sc.Err(); err != nil {
@@ -63,6 +73,13 @@ func loadReference(t testing.TB) *reference {
 	if r.stext == 0 || r.etext == 0 {
 		t.Fatal("/proc/kallsyms lists no _stext or _etext")
 	}
+	// Without CONFIG_KALLSYMS_ALL a few dozen section markers are the
+	// only data symbols; with it, tens of thousands.
+	r.all = r.dataSyms > 1000
+	if r.all && r.end == 0 {
+		t.Fatal("/proc/kallsyms lists the data symbols (CONFIG_KALLSYMS_ALL) but no _end")
+	}
+	t.Logf("CONFIG_KALLSYMS_ALL %v (%d data symbols)", r.all, r.dataSyms)
 	if !slices.IsSortedFunc(r.syms, func(a, b refSym) int { return cmpUint(a.addr, b.addr) }) {
 		t.Fatal("core kallsyms are not in address order; the reference's first-name rule assumes they are")
 	}
@@ -80,8 +97,15 @@ func cmpUint(a, b uint64) int {
 }
 
 func (r *reference) isKsymAddr(a uint64) bool {
-	// CONFIG_KALLSYMS_ALL=n: only core text and init text resolve.
-	return (a >= r.stext && a < r.etext) || (a >= r.sinittext && a < r.einittext)
+	if a >= r.sinittext && a < r.einittext {
+		return true
+	}
+	// CONFIG_KALLSYMS_ALL: the whole image (is_kernel); else only core
+	// text and init text resolve.
+	if r.all {
+		return a >= r.stext && a < r.end
+	}
+	return a >= r.stext && a < r.etext
 }
 
 // lookup is %pB when isReturn, else %pS.
@@ -117,9 +141,12 @@ func (r *reference) lookup(addr uint64, isReturn bool) Symbol {
 		}
 	}
 	if end == 0 {
-		if a >= r.sinittext && a < r.einittext {
+		switch {
+		case a >= r.sinittext && a < r.einittext:
 			end = r.einittext
-		} else {
+		case r.all:
+			end = r.end
+		default:
 			end = r.etext
 		}
 	}

@@ -1,0 +1,139 @@
+package main
+
+import (
+	"bufio"
+	"fmt"
+	"os"
+	"slices"
+	"strings"
+
+	"github.com/bpfcol/bpfcol/internal/testworkload"
+)
+
+// suite is one test package and the top-level tests run from it.
+type suite struct {
+	pkg   string // relative to the repository, e.g. internal/bpf/profiler
+	tests []string
+}
+
+// readLines returns the fields of each line of path that is neither blank
+// nor a # comment. A field in single quotes may hold spaces
+// ('-ldflags=-s -w').
+func readLines(path string) ([][]string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	var lines [][]string
+	sc := bufio.NewScanner(f)
+	for n := 1; sc.Scan(); n++ {
+		fields, err := splitFields(sc.Text())
+		if err != nil {
+			return nil, fmt.Errorf("%s:%d: %w", path, n, err)
+		}
+		if len(fields) > 0 {
+			lines = append(lines, fields)
+		}
+	}
+	return lines, sc.Err()
+}
+
+// splitFields splits line at blanks outside single quotes, up to a # outside
+// them.
+func splitFields(line string) ([]string, error) {
+	var fields []string
+	var field strings.Builder
+	inField, quoted := false, false
+	for _, r := range line {
+		switch {
+		case r == '\'':
+			quoted = !quoted
+			inField = true
+		case quoted:
+			field.WriteRune(r)
+		case r == '#':
+			if inField {
+				fields = append(fields, field.String())
+			}
+			return fields, nil
+		case r == ' ' || r == '\t':
+			if inField {
+				fields = append(fields, field.String())
+				field.Reset()
+				inField = false
+			}
+		default:
+			field.WriteRune(r)
+			inField = true
+		}
+	}
+	if quoted {
+		return nil, fmt.Errorf("unclosed quote")
+	}
+	if inField {
+		fields = append(fields, field.String())
+	}
+	return fields, nil
+}
+
+// readSuites reads tests.txt: a package, then test names; a package may
+// take several lines.
+func readSuites(path string) ([]suite, error) {
+	lines, err := readLines(path)
+	if err != nil {
+		return nil, fmt.Errorf("reading the test list: %w", err)
+	}
+	var suites []suite
+	for _, f := range lines {
+		if len(f) < 2 {
+			return nil, fmt.Errorf("%s: %q names no test", path, f[0])
+		}
+		pkg := strings.TrimPrefix(strings.TrimSuffix(f[0], "/"), "./")
+		i := slices.IndexFunc(suites, func(s suite) bool { return s.pkg == pkg })
+		if i < 0 {
+			suites = append(suites, suite{pkg: pkg})
+			i = len(suites) - 1
+		}
+		for _, name := range f[1:] {
+			if !strings.HasPrefix(name, "Test") || strings.ContainsAny(name, "/^$|()*.") {
+				return nil, fmt.Errorf("%s: %q is not the name of a top-level test", path, name)
+			}
+			if slices.Contains(suites[i].tests, name) {
+				return nil, fmt.Errorf("%s: %s %s is listed twice", path, pkg, name)
+			}
+			suites[i].tests = append(suites[i].tests, name)
+		}
+	}
+	if len(suites) == 0 {
+		return nil, fmt.Errorf("%s lists no test", path)
+	}
+	return suites, nil
+}
+
+// runPattern is the -test.run pattern of exactly s's tests.
+func (s suite) runPattern() string {
+	return "^(" + strings.Join(s.tests, "|") + ")$"
+}
+
+// readWorkloads reads workloads.txt: a compiler, a source, its flags.
+func readWorkloads(path string) ([]testworkload.Workload, error) {
+	lines, err := readLines(path)
+	if err != nil {
+		return nil, fmt.Errorf("reading the workload list: %w", err)
+	}
+	var ws []testworkload.Workload
+	for _, f := range lines {
+		c := testworkload.Compiler(f[0])
+		switch c {
+		case testworkload.GCC, testworkload.GXX, testworkload.MuslGCC, testworkload.Go:
+		default:
+			return nil, fmt.Errorf("%s: %q is not a compiler vmtest builds with (gcc, g++, musl-gcc, go)", path, f[0])
+		}
+		if len(f) < 2 {
+			return nil, fmt.Errorf("%s: %s names no source", path, f[0])
+		}
+		ws = append(ws, testworkload.Workload{Compiler: c, Name: f[1], Flags: f[2:]})
+	}
+	return ws, nil
+}

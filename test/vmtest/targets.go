@@ -1,0 +1,68 @@
+package main
+
+import "github.com/bpfcol/bpfcol/internal/testworkload"
+
+// target is one kernel on one architecture, booted under emulation.
+type target struct {
+	// name is how -targets names it.
+	name string
+	// arch is the architecture as the summary line spells it.
+	arch string
+	// debArch is Debian's name of the architecture, goarch Go's.
+	debArch, goarch string
+	// kernelPackage is the Debian meta-package whose dependency is the
+	// kernel image to boot (the current ABI of that series).
+	kernelPackage string
+	// qemu and its machine arguments; console is the guest's serial
+	// console device.
+	qemu    string
+	machine []string
+	console string
+	// toolchain builds the workloads; libDirs hold the shared libraries
+	// they are linked against.
+	toolchain testworkload.Toolchain
+	libDirs   []string
+	// hostTools are the host's programs that tests run as their ground
+	// truth (objdump, readelf) or to drop capabilities (capsh), copied
+	// in with their libraries: only where the host's architecture is the
+	// guest's.
+	hostTools []string
+}
+
+var x86Tools = []string{"capsh", "objdump", "readelf"}
+
+var x86Toolchain = testworkload.Toolchain{CC: "gcc", CXX: "g++", MuslCC: "musl-gcc", Rustc: "rustc", GOARCH: "amd64"}
+
+var arm64Toolchain = testworkload.Toolchain{CC: "aarch64-linux-gnu-gcc", CXX: "aarch64-linux-gnu-g++", Rustc: "rustc-aarch64-not-supported", GOARCH: "arm64"}
+
+// x86Machine: nested KVM does not work on the machines this runs on, so
+// every target is emulated (TCG), with the newest CPU model qemu has.
+// -nodefaults drops the network card, whose boot ROM costs seconds.
+var x86Machine = []string{"-accel", "tcg", "-cpu", "max"}
+
+// arm64Machine: pauth-impdef replaces the architected pointer
+// authentication, very slow to emulate, with qemu's cheap one.
+var arm64Machine = []string{"-M", "virt", "-accel", "tcg", "-cpu", "max,pauth-impdef=on"}
+
+var targets = []target{
+	{
+		name: "x86_64-6.1", arch: "x86_64", debArch: "amd64", goarch: "amd64",
+		kernelPackage: "linux-image-cloud-amd64",
+		qemu:          "qemu-system-x86_64", machine: x86Machine, console: "ttyS0",
+		toolchain: x86Toolchain, libDirs: []string{"/lib/x86_64-linux-gnu", "/usr/lib/x86_64-linux-gnu", "/lib64"},
+		hostTools: x86Tools,
+	},
+	{
+		name: "x86_64-6.12", arch: "x86_64", debArch: "amd64", goarch: "amd64",
+		kernelPackage: "linux-image-6.12-cloud-amd64",
+		qemu:          "qemu-system-x86_64", machine: x86Machine, console: "ttyS0",
+		toolchain: x86Toolchain, libDirs: []string{"/lib/x86_64-linux-gnu", "/usr/lib/x86_64-linux-gnu", "/lib64"},
+		hostTools: x86Tools,
+	},
+	{
+		name: "arm64-6.1", arch: "arm64", debArch: "arm64", goarch: "arm64",
+		kernelPackage: "linux-image-cloud-arm64",
+		qemu:          "qemu-system-aarch64", machine: arm64Machine, console: "ttyAMA0",
+		toolchain: arm64Toolchain, libDirs: []string{"/usr/aarch64-linux-gnu/lib"},
+	},
+}
