@@ -7,5 +7,7 @@
 // root (OpenMapping, StatMapping, MappedFilePath, OpenInRoot), of the
 // bounded per-pid process information cache (InfoCache), and of the bounded
 // snapshots of processes' mappings, with their files held open, that
-// outlive the processes (Snapshots).
+// outlive the processes (Snapshots): read from /proc (Take), or recorded
+// from what the sampler read in BPF (Record), its files named once per
+// file and containers once per cgroup.
 package process

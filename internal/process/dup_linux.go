@@ -7,9 +7,9 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// dupFile returns a new *os.File on f's open file, which its owner may
+// DupFile returns a new *os.File on f's open file, which its owner may
 // close independently.
-func dupFile(f *os.File) (*os.File, error) {
+func DupFile(f *os.File) (*os.File, error) {
 	fd, err := unix.FcntlInt(f.Fd(), unix.F_DUPFD_CLOEXEC, 0)
 	if err != nil {
 		return nil, fmt.Errorf("duplicating %s: %w", f.Name(), err)

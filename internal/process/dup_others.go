@@ -4,5 +4,5 @@ package process
 
 import "os"
 
-// dupFile needs linux, as held files do.
-func dupFile(*os.File) (*os.File, error) { return nil, errNeedsLinux }
+// DupFile needs linux, as held files do.
+func DupFile(*os.File) (*os.File, error) { return nil, errNeedsLinux }

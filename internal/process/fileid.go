@@ -1,10 +1,15 @@
 package process
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"time"
 )
+
+// ErrOtherFile is the error of opening a mapping that now holds another
+// file than the one expected.
+var ErrOtherFile = errors.New("not the mapped file")
 
 // FileKey names a file by device and inode number, never by path: paths
 // differ between mount namespaces and can be replaced while a process runs.
@@ -43,4 +48,19 @@ func StatFile(f *os.File) (FileID, error) {
 		return FileID{}, fmt.Errorf("stating %s: no device and inode", f.Name())
 	}
 	return id, nil
+}
+
+// KernelFileKey returns the FileKey of a file that the kernel names by its
+// superblock's device, in the kernel's own encoding (major << 20 | minor,
+// as BPF programs read s_dev), and its inode number.
+func KernelFileKey(dev uint32, ino uint64) FileKey {
+	return FileKey{Dev: mkdev(dev>>20, dev&(1<<20-1)), Ino: ino}
+}
+
+// KernelDev returns k's device in the kernel's own encoding, the inverse
+// of KernelFileKey.
+func (k FileKey) KernelDev() uint32 {
+	major := uint32((k.Dev>>8)&0xfff) | uint32(k.Dev>>32)&^0xfff
+	minor := uint32(k.Dev&0xff) | uint32(k.Dev>>12)&^0xff
+	return major<<20 | minor&(1<<20-1)
 }

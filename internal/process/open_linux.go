@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"strconv"
+	"strings"
 
 	"golang.org/x/sys/unix"
 
@@ -28,6 +29,42 @@ func OpenMapping(pid int, m *Mapping) (*os.File, error) {
 		return f, nil
 	}
 	return nil, fmt.Errorf("opening %s of pid %d: %w", m.Path, pid, errors.Join(errMapFiles, errRoot))
+}
+
+// OpenMappedFile opens the file that pid maps at [start, end), through
+// /proc/PID/map_files (deleted files and other mount namespaces included),
+// and checks that it is the file key: the range may have been mapped again
+// since it was seen. Anything but a regular file is refused.
+func OpenMappedFile(pid int, start, end uint64, key FileKey) (*os.File, error) {
+	name := mapFilesRange(pid, start, end)
+	const flags = unix.O_RDONLY | unix.O_NONBLOCK | unix.O_NOCTTY | unix.O_CLOEXEC
+	fd, err := unix.Open(name, flags, 0)
+	if err != nil {
+		return nil, &os.PathError{Op: "open", Path: name, Err: err}
+	}
+	f, err := regularFile(fd, name)
+	if err != nil {
+		return nil, err
+	}
+	id, err := StatFile(f)
+	if err == nil && id.FileKey != key {
+		err = fmt.Errorf("opening %s: file %d:%d, not %d:%d: %w", name, id.Dev, id.Ino, key.Dev, key.Ino, ErrOtherFile)
+	}
+	if err != nil {
+		f.Close()
+		return nil, err
+	}
+	return f, nil
+}
+
+// MappedFileName returns the path of the file behind mapping m of pid, as
+// /proc/PID/map_files names it, " (deleted)" removed.
+func MappedFileName(pid int, m *Mapping) (string, error) {
+	p, err := os.Readlink(mapFilesPath(pid, m))
+	if err != nil {
+		return "", err
+	}
+	return strings.TrimSuffix(p, " (deleted)"), nil
 }
 
 // StatMapping returns the identity of the file behind a file mapping of pid,
@@ -120,8 +157,10 @@ func regularFile(fd int, name string) (*os.File, error) {
 
 func rootPath(pid int) string { return "/proc/" + strconv.Itoa(pid) + "/root" }
 
-func mapFilesPath(pid int, m *Mapping) string {
-	return fmt.Sprintf("/proc/%d/map_files/%x-%x", pid, m.Start, m.End)
+func mapFilesPath(pid int, m *Mapping) string { return mapFilesRange(pid, m.Start, m.End) }
+
+func mapFilesRange(pid int, start, end uint64) string {
+	return fmt.Sprintf("/proc/%d/map_files/%x-%x", pid, start, end)
 }
 
 func fileExists(p string) bool {

@@ -25,3 +25,9 @@ func OpenInRoot(_ int, path string) (*os.File, error) { return os.Open(path) }
 // OpenInRootNoSymlinks needs openat2's RESOLVE_NO_SYMLINKS, which only
 // linux has.
 func OpenInRootNoSymlinks(int, string) (*os.File, error) { return nil, errNeedsLinux }
+
+// OpenMappedFile needs /proc, which only linux has.
+func OpenMappedFile(int, uint64, uint64, FileKey) (*os.File, error) { return nil, errNeedsLinux }
+
+// MappedFileName needs /proc, which only linux has.
+func MappedFileName(int, *Mapping) (string, error) { return "", errNeedsLinux }

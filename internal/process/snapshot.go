@@ -5,6 +5,8 @@ import (
 	"sync"
 	"time"
 	"unsafe"
+
+	"github.com/bpfcol/bpfcol/internal/lru"
 )
 
 // Snapshots keeps the executable mappings of processes read while they
@@ -28,6 +30,9 @@ type Snapshots struct {
 	stats SnapshotStats
 	// expiredAt is when expired snapshots were last dropped.
 	expiredAt time.Time
+	// paths names the files Record has seen; containers the cgroups.
+	paths      *lru.Cache[FileKey, string]
+	containers *lru.Cache[uint64, string]
 }
 
 // SnapshotConfig bounds Snapshots.
@@ -42,10 +47,12 @@ type SnapshotConfig struct {
 	// Linger is how long a snapshot stays after its process exited: one
 	// report interval plus the sample read period covers its last samples.
 	Linger time.Duration
-	// read reads a process's mappings, open opens a mapped file, and exe
-	// and container read its executable and container; tests replace them.
+	// read reads a process's mappings, open opens a mapped file, name
+	// names it, and exe and container read its executable and container;
+	// tests replace them.
 	read           func(pid int) ([]Mapping, error)
 	open           func(pid int, m *Mapping) (*os.File, error)
+	name           func(pid int, m *Mapping) (string, error)
 	exe, container func(pid int) (string, error)
 }
 
@@ -54,10 +61,11 @@ type SnapshotStats struct {
 	// Processes and Files are the snapshots and open files held now,
 	// Bytes the memory the snapshots take.
 	Processes, Files, Bytes int64
-	// Taken counts snapshots read; Expired those dropped after their
-	// process exited and Linger passed; Dropped those dropped early for
-	// room (MaxProcesses, MaxBytes).
-	Taken, Expired, Dropped int64
+	// Taken counts snapshots read from /proc (Take), Recorded those
+	// recorded from what the sampler read (Record); Expired those dropped
+	// after their process exited and Linger passed; Dropped those dropped
+	// early for room (MaxProcesses, MaxBytes).
+	Taken, Recorded, Expired, Dropped int64
 	// FilesNotHeld counts mapped files a snapshot could not hold open
 	// (MaxFiles reached, or the open failed).
 	FilesNotHeld int64
@@ -87,7 +95,8 @@ func (s *Snapshot) Covers(ktime uint64) bool {
 const exitSlack = 10 * time.Millisecond
 
 type snapshot struct {
-	pid int
+	pid   int
+	image uint64 // Sighting.Image, 0 when taken from /proc
 	Snapshot
 	files    []*heldFile
 	exitedAt time.Time // zero while alive
@@ -123,7 +132,14 @@ func NewSnapshots(cfg SnapshotConfig) *Snapshots {
 	if cfg.container == nil {
 		cfg.container = ContainerID
 	}
-	return &Snapshots{cfg: cfg, procs: map[int]*snapshot{}, files: map[FileKey]*heldFile{}}
+	if cfg.name == nil {
+		cfg.name = MappedFileName
+	}
+	return &Snapshots{
+		cfg: cfg, procs: map[int]*snapshot{}, files: map[FileKey]*heldFile{},
+		paths:      lru.New[FileKey, string](maxPaths, nil),
+		containers: lru.New[uint64, string](maxContainers, nil),
+	}
 }
 
 // Take reads pid's executable mappings now and keeps them in place of any
@@ -152,6 +168,20 @@ func (s *Snapshots) take(pid int, exePath string, execKtime uint64, prev *snapsh
 			maps = append(maps, m)
 		}
 	}
+	if !s.store(pid, &snapshot{pid: pid, Snapshot: Snapshot{Mappings: maps, ExePath: exePath, ContainerID: container, Exec: execKtime}}, prev) {
+		return false
+	}
+	s.mu.Lock()
+	s.stats.Taken++
+	s.mu.Unlock()
+	return true
+}
+
+// store holds snap's files and keeps it as pid's snapshot; with prev set
+// only in place of prev, and only while its process has not been seen to
+// exit.
+func (s *Snapshots) store(pid int, snap *snapshot, prev *snapshot) bool {
+	maps := snap.Mappings
 	// Files are opened outside the lock; those already held are not, nor
 	// those beyond the bound.
 	s.mu.Lock()
@@ -182,7 +212,6 @@ func (s *Snapshots) take(pid int, exePath string, execKtime uint64, prev *snapsh
 		opened[m.Key()] = f
 	}
 
-	snap := &snapshot{pid: pid, Snapshot: Snapshot{Mappings: maps, ExePath: exePath, ContainerID: container, Exec: execKtime}}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if prev != nil && (s.procs[pid] != prev || !prev.exitedAt.IsZero()) {
@@ -234,7 +263,6 @@ func (s *Snapshots) take(pid int, exePath string, execKtime uint64, prev *snapsh
 	s.procs[pid] = snap
 	s.order = append(s.order, snap)
 	s.compactOrder()
-	s.stats.Taken++
 	return true
 }
 
@@ -408,7 +436,7 @@ func (s *Snapshots) Open(pid int, m *Mapping) (*os.File, error) {
 	if hf == nil {
 		return nil, err
 	}
-	return dupFile(hf.f)
+	return DupFile(hf.f)
 }
 
 // Stats returns the store's counts; a nil store has none.

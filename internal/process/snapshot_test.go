@@ -248,3 +248,86 @@ func TestSnapshotCoversItsLifetimeOnly(t *testing.T) {
 		}
 	}
 }
+
+// sighted returns the sighting of a process the sampler read: maps'
+// executable mappings named by their files alone.
+func sighted(pid int, image, exec uint64, maps []Mapping, cgroup uint64) *Sighting {
+	sg := &Sighting{PID: pid, Image: image, Exec: exec, CgroupID: cgroup}
+	for _, m := range maps {
+		if m.Executable() {
+			m.Path = ""
+			sg.Mappings = append(sg.Mappings, m)
+		}
+	}
+	return sg
+}
+
+// TestRecordNamesFromWhatItSaw records what the sampler read of processes
+// without reading their mappings: a file is named from the process once,
+// then by what was seen; a container once per cgroup; a file that cannot
+// be named is left out; the same image keeps its start, a new one starts
+// at its sighting.
+func TestRecordNamesFromWhatItSaw(t *testing.T) {
+	f, maps := newFake(t, 2)
+	names, containers := 0, 0
+	s := newTestSnapshots(f, SnapshotConfig{Linger: time.Hour})
+	defer s.Close()
+	s.cfg.read = func(int) ([]Mapping, error) { t.Fatal("Record read /proc/PID/maps"); return nil, nil }
+	s.cfg.name = func(pid int, m *Mapping) (string, error) {
+		names++
+		if _, ok := f.maps[pid]; !ok {
+			return "", errGone
+		}
+		return f.files[m.Key()], nil
+	}
+	s.cfg.exe = func(int) (string, error) { return "/bin/x", nil }
+	s.cfg.container = func(int) (string, error) { containers++; return "c0ffee", nil }
+
+	f.maps[1], f.maps[2] = maps, maps
+	if !s.Record(sighted(1, 0xa, 100, maps, 7)) || !s.Record(sighted(2, 0xb, 200, maps, 7)) {
+		t.Fatal("Record kept nothing")
+	}
+	if names != 2 || containers != 1 {
+		t.Fatalf("%d files named from a process and %d containers read for two processes of the same 2 files and cgroup, want 2 and 1", names, containers)
+	}
+	snap, ok := s.Get(2, 0)
+	if !ok || len(snap.Mappings) != 2 || snap.ExePath != "/bin/x" || snap.ContainerID != "c0ffee" || snap.Exec != 200 {
+		t.Fatalf("snapshot %+v (%v)", snap, ok)
+	}
+	for i, m := range snap.Mappings {
+		if m.Path != maps[i].Path {
+			t.Fatalf("mapping %d named %q, want %q", i, m.Path, maps[i].Path)
+		}
+	}
+	// Its files are held: they open after the process is gone.
+	delete(f.maps, 2)
+	if file, err := s.Open(2, &snap.Mappings[0]); err != nil {
+		t.Fatalf("opening a recorded file after exit: %v", err)
+	} else {
+		file.Close()
+	}
+
+	// More mappings of the same image keep its start; a new image starts
+	// at its sighting.
+	s.Record(sighted(1, 0xa, 150, maps, 7))
+	if snap, _ := s.Get(1, 0); snap.Exec != 100 {
+		t.Errorf("the same image's start moved to %d, want 100", snap.Exec)
+	}
+	s.Record(sighted(1, 0xc, 300, maps, 7))
+	if snap, _ := s.Get(1, 0); snap.Exec != 300 {
+		t.Errorf("a new image starts at %d, want 300", snap.Exec)
+	}
+
+	// A file never seen, of a process gone, cannot be named: left out.
+	_, more := newFake(t, 1)
+	gone := sighted(3, 0xd, 400, more, 7)
+	if !s.Record(gone) {
+		t.Fatal("Record kept nothing of a process gone")
+	}
+	if snap, _ := s.Get(3, 0); len(snap.Mappings) != 0 {
+		t.Errorf("a file that could not be named was kept: %+v", snap.Mappings)
+	}
+	if st := s.Stats(); st.Recorded != 5 || st.Taken != 0 {
+		t.Errorf("stats %+v, want 5 recorded, none taken", st)
+	}
+}

@@ -14,7 +14,7 @@ const (
 )
 
 // startInterpreters makes the Manager of the configured interpreters,
-// nil when none is: the unwind loader tells it of each process it reads,
+// nil when none is: watchNotices tells it of each process the sampler reads,
 // the aggregator places the frames it walks, the resolver names them.
 func (r *profilesReceiver) startInterpreters() {
 	if len(r.cfg.Interpreters) == 0 {

@@ -16,7 +16,6 @@ import (
 	"go.opentelemetry.io/collector/receiver/receiverhelper"
 	"go.uber.org/zap"
 
-	"github.com/bpfcol/bpfcol/internal/bpf/procwatch"
 	"github.com/bpfcol/bpfcol/internal/bpf/profiler"
 	"github.com/bpfcol/bpfcol/internal/bpf/scopes"
 	"github.com/bpfcol/bpfcol/internal/bpf/support"
@@ -75,15 +74,15 @@ type profilesReceiver struct {
 	unwindTables *cfi.Store[process.FileKey]
 	stopUnwind   context.CancelFunc
 	binaries     *symbolize.BinaryCache
-	// snapshots keeps the mappings of exec'd processes past their exit;
-	// procWatch tells it of execs and exits (nil without it).
-	snapshots      *process.Snapshots
-	procWatch      *procwatch.Watcher
-	rereadsSkipped atomic.Int64
-	kernelSyms     *kernelsym.Symbolizer
-	symbolizer     *symbolize.Symbolizer
-	telemetry      *metadata.TelemetryBuilder
-	wg             sync.WaitGroup
+	// snapshots keeps the mappings of sampled processes past their exit,
+	// from the sampler's notices, which watchNotices reads until
+	// noticesDone.
+	snapshots   *process.Snapshots
+	noticesDone chan struct{}
+	kernelSyms  *kernelsym.Symbolizer
+	symbolizer  *symbolize.Symbolizer
+	telemetry   *metadata.TelemetryBuilder
+	wg          sync.WaitGroup
 
 	// scopes is the shared map of open probe scopes, when a uprobe
 	// receiver writes it; undeclare withdraws the scopes.Reader role.
@@ -314,7 +313,7 @@ func (r *profilesReceiver) start(_ context.Context, _ component.Host) error {
 	}
 	r.wg.Add(3)
 	go r.drain(sampler)
-	go r.aggregate()
+	go r.aggregate(sampler)
 	go r.export()
 
 	if r.cfg.OffCPU.Enabled && !sampler.OffCPUTaskWork() {
@@ -431,8 +430,9 @@ func (r *profilesReceiver) drain(sampler *profiler.Sampler) {
 // aggregate counts samples and hands one batch per report interval to the
 // exporter, when the drain says the interval ended. When the drain stops
 // (at shutdown) the last, partial interval is handed over too, waiting for
-// the exporter if it must.
-func (r *profilesReceiver) aggregate() {
+// the exporter if it must. It takes the sampler as an argument, as drain
+// does.
+func (r *profilesReceiver) aggregate(sampler *profiler.Sampler) {
 	defer r.wg.Done()
 	defer close(r.batches)
 	agg := r.aggregator
@@ -458,11 +458,12 @@ func (r *profilesReceiver) aggregate() {
 	}
 	for d := range r.samples {
 		for _, s := range d.samples {
-			r.unwind.Observe(s)
 			agg.Add(s)
 			r.samplePool.Put(s)
 		}
 		r.unwind.Tick(time.Now())
+		// Exits come without a wakeup: read them now at the latest.
+		sampler.PollNotices()
 		// Exits alone expire snapshots only while processes exit.
 		r.snapshots.Expire(time.Now())
 		if !d.report.IsZero() {
@@ -532,9 +533,6 @@ func (r *profilesReceiver) Shutdown(ctx context.Context) error {
 	}
 	log := r.set.Logger
 	r.stopUnwind()
-	if r.procWatch != nil {
-		r.procWatch.Close()
-	}
 	// The maps stay open: the drain reads the ringbuf to its end and the
 	// counters are read after it.
 	err := r.sampler.Stop()
@@ -569,6 +567,7 @@ func (r *profilesReceiver) Shutdown(ctx context.Context) error {
 	// The binaries close before the symbolizer: their sections spilled
 	// under its cache directory are removed through it.
 	err = errors.Join(err, r.sampler.Close(), r.unwindTables.Close(), r.binaries.Close())
+	<-r.noticesDone // ends once the sampler is closed
 	if r.symbolizer != nil {
 		err = errors.Join(err, r.symbolizer.Close())
 	}

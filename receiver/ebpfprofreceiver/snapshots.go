@@ -6,7 +6,7 @@ import (
 
 	"go.uber.org/zap"
 
-	"github.com/bpfcol/bpfcol/internal/bpf/procwatch"
+	"github.com/bpfcol/bpfcol/internal/bpf/profiler"
 	"github.com/bpfcol/bpfcol/internal/process"
 )
 
@@ -17,20 +17,15 @@ const (
 	maxSnapshots     = 4096
 	maxSnapshotBytes = 4 << 20
 	maxSnapshotFiles = 256
-	// rereadAfter is when a process's mappings are read again after its
-	// exec: the exec event comes before ld.so maps the libraries.
-	rereadAfter = 5 * time.Millisecond
-	// rereadQueue bounds the processes waiting for that second read; an
-	// exec beyond it keeps its first read only (counted).
-	rereadQueue = 1024
 )
 
-// startSnapshots reads each process's mappings when it execs, so that the
-// samples of a process that exited before the drain read them can still be
-// mapped and named (the aggregator reads /proc when it first sees a pid,
-// up to a drain period and more after the sample). Without the process
-// watcher the receiver runs as before, short-lived processes' user frames
-// unnamed.
+// startSnapshots keeps the mappings of the processes the sampler reads,
+// at their first sample (while they live, before the drain reads their
+// samples), so that the samples of a process that exited before the
+// aggregator saw them can still be mapped and named. Nothing happens at
+// exec: a process never sampled costs nothing. It also hands the
+// sampler's notices to the unwind loader (files to build, processes to
+// read where BPF cannot).
 func (r *profilesReceiver) startSnapshots() {
 	r.snapshots = process.NewSnapshots(process.SnapshotConfig{
 		MaxProcesses: maxSnapshots,
@@ -40,61 +35,98 @@ func (r *profilesReceiver) startSnapshots() {
 		// reported at the end of the interval they fall in.
 		Linger: r.cfg.ReportInterval + 2*drainInterval,
 	})
-	w, err := procwatch.New(procwatch.Options{NoMappings: true})
-	if err != nil {
-		r.set.Logger.Warn("mappings of short-lived processes not kept: their user frames stay unnamed", zap.Error(err))
-		return
+	if err := r.sampler.ComposeError(); err != nil {
+		r.set.Logger.Warn("processes' mappings read from /proc at their first sample, whose stack is walked with frame pointers: BPF cannot read them on this kernel",
+			zap.NamedError("reason", err))
 	}
-	r.procWatch = w
-	rereads := make(chan rereadReq, rereadQueue)
-	r.wg.Add(2)
-	go r.watchProcesses(w, rereads)
-	go r.rereadProcesses(rereads)
+	r.noticesDone = make(chan struct{})
+	go r.watchNotices(r.sampler)
 }
 
-type rereadReq struct {
-	pid int
-	due time.Time
-}
-
-// watchProcesses snapshots each exec'd process and notes each exit, until
-// the watcher is closed.
-func (r *profilesReceiver) watchProcesses(w *procwatch.Watcher, rereads chan<- rereadReq) {
-	defer r.wg.Done()
-	defer close(rereads)
-	var ev procwatch.Event
+// watchNotices hands the sampler's notices on until it is closed: files
+// and reads to the unwind loader, processes read and exited to the
+// snapshots. It never waits for either beyond a read of /proc where the
+// kernel leaves that to user space.
+func (r *profilesReceiver) watchNotices(s *profiler.Sampler) {
+	defer close(r.noticesDone)
+	var n profiler.Notice
+	var sg process.Sighting
 	for {
-		if err := w.Read(&ev); err != nil {
-			if !errors.Is(err, procwatch.ErrClosed) {
-				r.set.Logger.Warn("process events stopped: mappings of short-lived processes no longer kept", zap.Error(err))
+		if err := s.ReadNotice(&n); err != nil {
+			if !errors.Is(err, profiler.ErrClosed) {
+				r.set.Logger.Warn("sampler notices stopped: tables no longer built, short-lived processes no longer named", zap.Error(err))
 			}
 			return
 		}
-		pid := int(ev.PID)
-		switch ev.Kind {
-		case procwatch.Exec:
-			// The event's path may be relative; the snapshot reads
-			// /proc/PID/exe instead.
-			if r.snapshots.Take(pid, "", ev.KTime) {
-				select {
-				case rereads <- rereadReq{pid: pid, due: time.Now().Add(rereadAfter)}:
-				default:
-					r.rereadsSkipped.Add(1)
-				}
+		r.unwind.Noted(&n)
+		switch n.Kind {
+		case profiler.NoticeProcess:
+			sighting(&n, &sg)
+			if r.snapshots.Record(&sg) {
+				r.mapped(n.PID, n.KtimeNs)
 			}
-		case procwatch.Exit:
-			r.snapshots.Exited(pid, time.Now(), ev.KTime)
+		case profiler.NoticeRead:
+			if r.snapshots.Take(int(n.PID), "", n.KtimeNs) {
+				r.mapped(n.PID, n.KtimeNs)
+			}
+		case profiler.NoticeExit:
+			r.snapshots.Exited(int(n.PID), time.Now(), n.KtimeNs)
+			if r.interps != nil {
+				r.interps.Forgot(n.PID)
+			}
 		}
 	}
 }
 
-// rereadProcesses reads a process's mappings again a moment after its
-// exec, with the libraries ld.so mapped since. Requests come in the order
-// they fall due.
-func (r *profilesReceiver) rereadProcesses(rereads <-chan rereadReq) {
-	defer r.wg.Done()
-	for req := range rereads {
-		time.Sleep(time.Until(req.due))
-		r.snapshots.Refresh(req.pid)
+// mapped tells the interpreters of pid's executable mappings as its
+// snapshot, just recorded at ktime, names them: paths they can match and
+// open (through /proc/PID/map_files). They learn of a process where the
+// sampler reads it, at its first sample, exec and new mapping, never at
+// a sample.
+func (r *profilesReceiver) mapped(pid uint32, ktime uint64) {
+	if r.interps == nil {
+		return
 	}
+	if snap, ok := r.snapshots.Get(int(pid), ktime); ok {
+		r.interps.Mapped(pid, snap.Mappings)
+	}
+}
+
+// sighting fills sg with what n, a NoticeProcess, tells of its process.
+func sighting(n *profiler.Notice, sg *process.Sighting) {
+	sg.PID = int(n.PID)
+	sg.Image = n.Image.MM
+	sg.Exec = n.KtimeNs
+	if n.New {
+		// Never sampled before: any sample of the pid since its start
+		// is of this process.
+		sg.Exec = n.Image.StartNs
+	}
+	sg.Exe, sg.CgroupID = n.Exe, n.CgroupID
+	sg.Mappings = sg.Mappings[:0]
+	for i := range n.Mappings {
+		m := &n.Mappings[i]
+		pm := process.Mapping{Start: m.Start, End: m.End, Offset: m.Offset(), Perms: perms(m.Prot)}
+		switch m.Kind {
+		case profiler.MappingFile:
+			pm.Dev, pm.Inode = m.File.Dev, m.File.Ino
+		case profiler.MappingVDSO:
+			pm.Path = "[vdso]"
+		}
+		sg.Mappings = append(sg.Mappings, pm)
+	}
+}
+
+// perms writes prot as /proc/PID/maps does ("r-xp").
+func perms(prot uint16) string {
+	b := []byte("---p")
+	for i, bit := range []uint16{profiler.ProtRead, profiler.ProtWrite, profiler.ProtExec} {
+		if prot&bit != 0 {
+			b[i] = "rwx"[i]
+		}
+	}
+	if prot&profiler.ProtShared != 0 {
+		b[3] = 's'
+	}
+	return string(b)
 }

@@ -98,9 +98,33 @@ func (r *profilesReceiver) registerTelemetry() error {
 		}),
 		tb.RegisterEbpfprofUnwindErrorsCallback(func(_ context.Context, o metric.Int64Observer) error {
 			u := r.unwind.Stats()
+			c, err := r.sampler.Counters()
+			if err != nil {
+				return err
+			}
 			observe(o, u.LoadErrors, "reason", "process_load")
 			observe(o, u.TableErrors, "reason", "table_build")
 			observe(o, u.DroppedRequests, "reason", "request_dropped")
+			observe(o, int64(c.FilesFull), "reason", "files_full")
+			observe(o, int64(c.NoticesLost), "reason", "notice_lost")
+			return nil
+		}),
+		tb.RegisterEbpfprofProcessReadsCallback(func(_ context.Context, o metric.Int64Observer) error {
+			c, err := r.sampler.Counters()
+			if err != nil {
+				return err
+			}
+			_, reads, err := r.sampler.ComposeStats()
+			if err != nil {
+				return err
+			}
+			observe(o, int64(reads), "outcome", "read")
+			observe(o, int64(c.ComposeDeferred), "outcome", "first_sample_deferred")
+			observe(o, int64(c.ComposeBusy), "outcome", "lock_busy")
+			observe(o, int64(c.ComposeOverflow), "outcome", "mappings_overflow")
+			observe(o, int64(c.ComposeGone), "outcome", "thread_gone")
+			observe(o, int64(c.ComposeRefused), "outcome", "task_work_refused")
+			observe(o, int64(c.ProcessesFull), "outcome", "processes_full")
 			return nil
 		}),
 		tb.RegisterEbpfprofProfilesEmittedCallback(func(_ context.Context, o metric.Int64Observer) error {
@@ -187,9 +211,8 @@ func (r *profilesReceiver) registerTelemetry() error {
 			observe(o, dropped(r.binaries.FileStats()), "cache", "binary_files")
 			observe(o, dropped(r.kernelSyms.Stats().Cache), "cache", "kernel_names")
 			// Snapshots dropped for room before their process's last
-			// samples were reported (not those that lingered their time),
-			// and exec'd processes whose libraries were not read again.
-			observe(o, r.snapshots.Stats().Dropped+r.rereadsSkipped.Load(), "cache", "process_snapshots")
+			// samples were reported (not those that lingered their time).
+			observe(o, r.snapshots.Stats().Dropped, "cache", "process_snapshots")
 			if r.interps != nil {
 				observe(o, dropped(r.interps.Stats().Objects), "cache", "interpreter_objects")
 			}

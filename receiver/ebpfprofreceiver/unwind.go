@@ -48,18 +48,8 @@ func (r *profilesReceiver) startUnwind() {
 	r.unwindTables = cfi.NewStore[process.FileKey](cfg, func(key process.FileKey, _ *cfi.Entry) { l.Built(key) })
 	// The loader sweeps when the aggregator ticks it, for every drained
 	// batch (every report interval at least, on an idle host): no wakeup
-	// of its own.
-	// Tables are built on demand: only for the files sampled stacks enter
-	// (and each process's executable), not for every library a process
-	// maps. At a first start on a quiet host that cut the CFI builds to a
-	// few files (perf alone maps 28 libraries, 33 ms of builds).
-	lcfg := loader.Config{Sink: r.sampler, Tables: r.unwindTables, SweepOnTick: true, ReleaseLoaded: true, OnDemand: true}
-	if r.interps != nil {
-		// Until the process table owns the processes (issue 23), the
-		// interpreters learn of a process where the loader reads its
-		// mappings: at its first sample, at each exec and new mapping.
-		lcfg.Processes = r.interps
-	}
-	l = loader.New(lcfg)
+	// of its own. Tables are built on demand: only for the files sampled
+	// stacks enter, which the sampler asks for as a walk enters them.
+	l = loader.New(loader.Config{Sink: r.sampler, Tables: r.unwindTables, SweepOnTick: true, ReleaseLoaded: true})
 	r.unwind = l
 }

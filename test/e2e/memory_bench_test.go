@@ -10,14 +10,12 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/bpfcol/bpfcol/internal/pprofiletest"
 	"github.com/bpfcol/bpfcol/internal/testenv"
 	"github.com/bpfcol/bpfcol/internal/testworkload"
 )
@@ -149,7 +147,10 @@ func writeFile(b testing.TB, path, content string) {
 // largeBinaries starts the three large binaries of the second variant:
 // a copy of bpfcol built with DWARF (≥ 30 MB) running a small profiling
 // config, node running a busy loop, and a C++ program with large DWARF.
-func largeBinaries(b *testing.B) {
+// It returns the functions each runs in: the Go copy's goroutines start in
+// runtime.goexit, node's main thread in node::Start, the C++ loop calls
+// step.
+func largeBinaries(b *testing.B) []namedWork {
 	b.Helper()
 	node, err := exec.LookPath("node")
 	if err != nil {
@@ -191,9 +192,9 @@ service:
       receivers: [ebpfprof]
       exporters: [pprof]
 `, b.TempDir()))
-	testworkload.Start(b, big, "--config", cfg)
+	goCopy := testworkload.Start(b, big, "--config", cfg)
 
-	testworkload.Start(b, node, "-e", "function leaf(n){let s=0;for(let i=0;i<n;i++)s+=i*i;return s}\nfunction middle(){return leaf(100000)}\nfor(;;)middle()")
+	nodeCmd := testworkload.Start(b, node, "-e", "function leaf(n){let s=0;for(let i=0;i<n;i++)s+=i*i;return s}\nfunction middle(){return leaf(100000)}\nfor(;;)middle()")
 
 	cpp := filepath.Join(dir, "bigdwarf.cpp")
 	writeFile(b, cpp, bigDWARFSource(120))
@@ -201,7 +202,12 @@ service:
 	if out, err := exec.Command("g++", "-O1", "-g", "-fno-omit-frame-pointer", "-o", bin, cpp).CombinedOutput(); err != nil {
 		b.Fatalf("building the C++ workload: %v\n%s", err, out)
 	}
-	testworkload.Start(b, bin)
+	cppCmd := testworkload.Start(b, bin)
+	return []namedWork{
+		{profiledWorkload{name: "bpfcol_dwarf", pids: pidSet(goCopy.Process.Pid), chain: []string{"runtime.goexit"}}, false},
+		{profiledWorkload{name: "node", pids: pidSet(nodeCmd.Process.Pid), thread: mainThread, chain: []string{"node::Start"}}, false},
+		{profiledWorkload{name: "bigdwarf", pids: pidSet(cppCmd.Process.Pid), chain: []string{"step"}}, true},
+	}
 }
 
 // bigDWARFSource is a C++ program whose DWARF is large: n instantiations of
@@ -247,8 +253,9 @@ static std::regex re("k(e+)y([0-9]+)");
 // the window and at its end), its high-water mark, and its CPU use as a
 // percentage of one core over the window, after the warm-up. The variant
 // large_binaries adds three large binaries to name. Each run fails unless
-// the collector exported at least a quarter of the samples the busy CPUs
-// yield at 20 Hz over the run.
+// the collector exported the samples the busy CPUs yield at 20 Hz over the
+// window (checkExported) and named the function each workload runs in
+// (requireNamed).
 func BenchmarkCollectorMemory(b *testing.B) {
 	testenv.RequireBPF(b)
 	for _, large := range []bool{false, true} {
@@ -257,18 +264,24 @@ func BenchmarkCollectorMemory(b *testing.B) {
 			name = "large_binaries"
 		}
 		b.Run(name, func(b *testing.B) {
-			memoryWorkloads(b)
+			four := memoryWorkloads(b)
+			work := []namedWork{
+				{profiledWorkload{name: "c", pids: pidSet(four.c.Process.Pid), chain: []string{"leaf"}}, true},
+				{profiledWorkload{name: "go", pids: pidSet(four.goHog.Process.Pid), chain: []string{"main.leaf"}}, true},
+				{profiledWorkload{name: "py311", pids: pidSet(four.python.Process.Pid), chain: []string{"_PyEval_EvalFrameDefault"}}, true},
+				{profiledWorkload{name: "xz", pids: four.xz.pids, chain: []string{"lzma_code"}}, true},
+			}
 			if large {
-				largeBinaries(b)
+				work = append(work, largeBinaries(b)...)
 			}
 			for b.Loop() {
-				measureMemory(b)
+				measureMemory(b, work)
 			}
 		})
 	}
 }
 
-func measureMemory(b *testing.B) {
+func measureMemory(b *testing.B, work []namedWork) {
 	warm, window := memoryBenchDurations(b)
 	server := startProfilesServer(b)
 	cfg := strings.Replace(profilesConfig(server.addr), "sampling_frequency: 99\n    report_interval: 1s", "sampling_frequency: 20\n    report_interval: 5s", 1)
@@ -300,6 +313,7 @@ func measureMemory(b *testing.B) {
 	}
 	time.Sleep(max(warm-time.Since(col.started), 0))
 	startTicks := cpuTicks(b, pid)
+	from, hostBefore := time.Now(), readCPUStat(b)
 	var rss []int64
 	end := time.Now().Add(window)
 	for time.Now().Before(end) {
@@ -307,6 +321,7 @@ func measureMemory(b *testing.B) {
 		time.Sleep(time.Second)
 	}
 	ticks := cpuTicks(b, pid) - startTicks
+	to, hostAfter := time.Now(), readCPUStat(b)
 	rss = append(rss, procStatusKB(b, pid, "VmRSS"))
 	hwm := procStatusKB(b, pid, "VmHWM")
 	// What the RSS is: the heap and stacks (anonymous), or pages of mapped
@@ -320,23 +335,12 @@ func measureMemory(b *testing.B) {
 		fetchHeapProfile(b, "http://"+pprofAddr+"/debug/pprof/heap?debug=1", heapFile+".txt")
 	}
 	load := loadAverage()
-	ran := time.Since(col.started)
+	// Real work: the collector exported the samples of the window, and
+	// named what each workload runs.
+	exported, _ := checkExported(b, server, 20, from, to, hostBefore, hostAfter, 5*time.Second)
+	requireNamed(b, windowSamples(b, server, from, to), work)
 	if err := col.stop(); err != nil {
 		b.Fatalf("collector did not stop cleanly: %v\n%s", err, col.output)
-	}
-
-	// Real work: four busy workloads keep every CPU loaded, so each CPU
-	// yields 20 samples a second; a quarter of that over the time the
-	// collector ran (less its last, unexported report) is the floor.
-	var exported int64
-	for _, p := range server.all() {
-		for _, s := range pprofiletest.Samples(p) {
-			exported += s.Count
-		}
-	}
-	want := int64(float64(runtime.NumCPU()) * 20 * (ran - 5*time.Second).Seconds() / 4)
-	if exported < want {
-		b.Fatalf("collector exported %d samples in %s, want ≥ %d: it did not do the work measured\n%s", exported, ran, want, col.output)
 	}
 
 	mean := int64(0)

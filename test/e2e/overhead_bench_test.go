@@ -79,7 +79,7 @@ func perfRecordSamples(b *testing.B, stderr string) int64 {
 // 20 Hz and of `perf record -a -g -F 20`, as a percentage of one core, and
 // the time from starting bin/bpfcol to its first sample. It fails unless
 // bin/bpfcol exported, to the OTLP server in the test, the samples of the
-// window (see checkExported).
+// window (see checkExported), naming the workloads' leaf function.
 func BenchmarkCollectorOverhead(b *testing.B) {
 	testenv.RequireBPF(b)
 	perf, err := exec.LookPath("perf")
@@ -88,8 +88,10 @@ func BenchmarkCollectorOverhead(b *testing.B) {
 	}
 	window := benchSeconds(b)
 	hog := testworkload.BuildC(b, "cpuhog.c", "-O2", "-fno-omit-frame-pointer")
-	for range 2 {
-		testworkload.Start(b, hog)
+	var hogs []namedWork
+	for i := range 2 {
+		cmd := testworkload.Start(b, hog)
+		hogs = append(hogs, namedWork{profiledWorkload{name: fmt.Sprintf("cpuhog%d", i), pids: pidSet(cmd.Process.Pid), chain: []string{"leaf"}}, true})
 	}
 
 	for b.Loop() {
@@ -129,6 +131,7 @@ func BenchmarkCollectorOverhead(b *testing.B) {
 		// A collector that stalled would look cheap: it must have exported
 		// the samples of the window.
 		samples, share := checkExported(b, server, overheadHz, from, to, hostBefore, hostAfter, overheadReport)
+		requireNamed(b, windowSamples(b, server, from, to), hogs)
 		if err := perfCmd.Wait(); err != nil {
 			b.Fatalf("perf record: %v\n%s", err, perfCmd.Stderr)
 		}

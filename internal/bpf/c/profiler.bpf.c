@@ -7,8 +7,10 @@
 // be recorded is counted.
 //
 // User stacks are walked with the CFI tables user space loads into
-// unwind_procs/unwind_rows (bpfcol_unwind.h); a process not loaded yet is
-// walked by bpf_get_stack's frame pointers, as are mappings without CFI.
+// unwind_files/unwind_rows (bpfcol_unwind.h), through the process's
+// mappings that BPF reads itself (bpfcol_procmaps.h); a process not read
+// yet is walked by bpf_get_stack's frame pointers, as are mappings without
+// CFI.
 
 #include "bpfcol_types.h"
 #include <bpf/bpf_helpers.h>
@@ -78,6 +80,14 @@ enum counter {
 	COUNTER_OFF_CPU_UNENDED,   // kept waits lost: the thread's switch-in never reached sched_switch
 	COUNTER_OFF_CPU_UNREPORTED, // switches sched_switch did not report, seen at the CPU's next one
 	COUNTER_INTERP_SAMPLES,    // samples of processes that run an interpreter, with its frames walked
+	COUNTER_NOTICES_LOST,      // notices to user space lost: their ringbuf was full
+	COUNTER_FILES_FULL,        // files entered with no table not asked for: unwind_files was full
+	COUNTER_PROCS_FULL,        // processes whose mappings were read but not kept: unwind_procs was full
+	COUNTER_COMPOSE_BUSY,      // reads of a process's mappings refused: its mmap lock was taken
+	COUNTER_COMPOSE_OVERFLOW,  // reads that kept only UNWIND_MAX_MAPPINGS executable mappings
+	COUNTER_COMPOSE_DEFERRED,  // first samples of a process walked once its mappings were read
+	COUNTER_COMPOSE_GONE,      // reads not done: the thread exited or exec'd before its task work ran
+	COUNTER_COMPOSE_REFUSED,   // reads not asked: no task work slot, or the kernel refused it
 	COUNTER_UNWIND_STOP,       // first of UNWIND_STOP_MAX counters, by enum unwind_stop
 	COUNTER_INTERP_STOP = COUNTER_UNWIND_STOP + UNWIND_STOP_MAX, // first of INTERP_STOP_MAX, by enum interp_stop
 	COUNTER_MAX = COUNTER_INTERP_STOP + INTERP_STOP_MAX,
@@ -101,15 +111,8 @@ struct {
 } samples SEC(".maps");
 
 #include "bpfcol_counters.h"
+#include "bpfcol_procmaps.h"
 #include "bpfcol_python.h"
-
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(map_flags, BPF_F_NO_PREALLOC);
-	__uint(max_entries, 1024); // resized by the loader
-	__type(key, u32);          // tgid
-	__type(value, struct unwind_proc);
-} unwind_procs SEC(".maps");
 
 // Mappable: user space writes rows through a shared mapping, a memory
 // copy, instead of one map update per row.
@@ -121,8 +124,6 @@ struct {
 	__type(value, struct unwind_row);
 } unwind_rows SEC(".maps");
 
-#include "bpfcol_vdso.h"
-
 // Registers and outcome of one CFI walk. unwind_frame, a global function,
 // reads and writes it: the verifier checks that function once for any
 // contents, so the bpf_loop callback's state is the same at every
@@ -131,7 +132,6 @@ struct {
 struct walk_regs {
 	u64 pc, sp, bp;
 	u64 tramp;      // the process's uretprobe trampoline, 0 if none
-	u64 vdso_base;  // where the process maps the vDSO of unwind_vdso, 0 if not
 	u32 n;          // frames written to s->user
 	u32 stop;       // enum unwind_stop, valid once stopped
 	u8 stopped;
@@ -180,16 +180,16 @@ __noinline int find_mapping(struct unwind_proc *proc, u64 addr)
 	return base & (UNWIND_MAX_MAPPINGS - 1);
 }
 
-// find_row returns the index in unwind_rows of the row covering addr in
-// m's table, or -1 when the table has none (addr before its first row, or
-// beyond 32 bits of it).
-__noinline s64 find_row(struct unwind_mapping *m, u64 addr)
+// find_row returns the index in unwind_rows of the row of f's table
+// covering file offset foff, or -1 when the table has none (foff before
+// its first row, or beyond 32 bits of it).
+__noinline s64 find_row(struct unwind_file *f, u64 foff)
 {
-	if (!m || addr < m->table_base || addr - m->table_base > 0xffffffffULL)
+	if (!f || foff < f->row_base || foff - f->row_base > 0xffffffffULL)
 		return -1;
-	u64 target = addr - m->table_base;
-	u32 first = m->row_first;
-	u64 len = m->row_count;
+	u64 target = foff - f->row_base;
+	u32 first = f->row_first;
+	u64 len = f->row_count;
 	if (len == 0 || len > (1ULL << ROW_SEARCH_STEPS))
 		return -1;
 	// Last row with pc <= target.
@@ -249,10 +249,9 @@ static __always_inline long step_fp(struct walk_regs *w, u32 reason)
 
 // unwind_frame records the frame at w->pc in s->user and steps w to its
 // caller. It returns 1 once the walk stopped (w->stop says why), else 0.
-__noinline long unwind_frame(struct walk_regs *w, struct sample *s, struct unwind_proc *proc,
-			     struct unwind_mapping *vdso)
+__noinline long unwind_frame(struct walk_regs *w, struct sample *s, struct unwind_proc *proc)
 {
-	if (!w || !s || !proc || !vdso)
+	if (!w || !s || !proc)
 		return 1;
 	u64 pc = w->pc;
 	// A uretprobe's trampoline in place of this return address, read
@@ -268,19 +267,10 @@ __noinline long unwind_frame(struct walk_regs *w, struct sample *s, struct unwin
 	// A return address follows the call: the call itself is at pc-1, which
 	// is also what keeps a noreturn call at a function's end in its FDE.
 	u64 lookup = w->exact_pc ? pc : pc - 1;
-	// The vDSO has one table for all processes, at this one's address
-	// of the image; anything else is in the process's own mappings.
-	struct unwind_mapping vm;
-	if (w->vdso_base && lookup - w->vdso_base < vdso->end) {
-		vm = *vdso;
-		vm.table_base += w->vdso_base;
-	} else {
-		int mi = find_mapping(proc, lookup);
-		if (mi < 0) {
-			s->flags |= SAMPLE_UNKNOWN_MAPPING;
-			return stop(w, UNWIND_STOP_OUTSIDE_MAPPINGS);
-		}
-		vm = proc->mappings[mi & (UNWIND_MAX_MAPPINGS - 1)];
+	int mi = find_mapping(proc, lookup);
+	if (mi < 0) {
+		s->flags |= SAMPLE_UNKNOWN_MAPPING;
+		return stop(w, UNWIND_STOP_OUTSIDE_MAPPINGS);
 	}
 	u32 n = w->n;
 	if (n >= MAX_STACK_DEPTH)
@@ -288,12 +278,28 @@ __noinline long unwind_frame(struct walk_regs *w, struct sample *s, struct unwin
 	s->user[n] = pc | (w->exact_pc && n > 0 ? FRAME_PC_EXACT : 0);
 	w->n = n + 1;
 
-	struct unwind_mapping *m = &vm;
-	if (m->kind == UNWIND_MAPPING_PENDING)
-		return step_fp(w, UNWIND_STOP_NO_TABLE);
-	if (m->kind != UNWIND_MAPPING_CFI)
+	struct unwind_mapping *m = &proc->mappings[mi & (UNWIND_MAX_MAPPINGS - 1)];
+	if (m->kind == UNWIND_MAPPING_ANON)
 		return step_fp(w, UNWIND_STOP_NO_CFI);
-	s64 ri = find_row(m, lookup);
+	// The file's table serves every process that maps it.
+	struct unwind_file_key k = file_key(m);
+	struct unwind_file *f = bpf_map_lookup_elem(&unwind_files, &k);
+	if (!f) {
+		if (m->kind != UNWIND_MAPPING_FILE)
+			return step_fp(w, UNWIND_STOP_NO_CFI);
+		announce(&k, m, s->pid, s->ktime_ns);
+		return step_fp(w, UNWIND_STOP_NO_TABLE);
+	}
+	// Written only when it changes, about once a second: every CPU reads
+	// the entry, and a write takes its cache line from them.
+	u32 used = s->ktime_ns >> 30;
+	if (f->used != used)
+		f->used = used;
+	if (f->state == UNWIND_FILE_PENDING)
+		return step_fp(w, UNWIND_STOP_NO_TABLE);
+	if (f->state != UNWIND_FILE_CFI)
+		return step_fp(w, UNWIND_STOP_NO_CFI);
+	s64 ri = find_row(f, lookup - m->file_base);
 	if (ri < 0)
 		return step_fp(w, UNWIND_STOP_NO_CFI);
 	u32 rkey = ri;
@@ -380,7 +386,6 @@ struct walk {
 	// frames in its code cache are walked by hotspot_frame.
 	struct hs_proc *hs;
 	struct hs_walk hx;
-	struct unwind_mapping *vdso; // unwind_vdso's entry
 	struct walk_regs regs;
 };
 
@@ -389,7 +394,7 @@ static long unwind_step(u64 i, struct walk *w)
 {
 	if (w->hs && hotspot_pc(w->hs, w->regs.pc))
 		return hotspot_frame(&w->regs, (struct sample_interp *)w->s, w->hs, &w->hx) ? 1 : 0;
-	return unwind_frame(&w->regs, w->s, w->proc, w->vdso) ? 1 : 0;
+	return unwind_frame(&w->regs, w->s, w->proc) ? 1 : 0;
 }
 
 // unwind_cfi walks the user stack of a loaded process into s->user. It
@@ -397,11 +402,9 @@ static long unwind_step(u64 i, struct walk *w)
 // mappings, so the caller falls back to frame pointers. With hs (a JVM's
 // sample, s a struct sample_interp), its HotSpot frames are walked too,
 // bcp being the user R13.
-static __always_inline bool unwind_cfi(struct sample *s, struct unwind_proc *proc, struct task_struct *task,
-				       u64 tramp, struct hs_proc *hs, u64 bcp)
+static __always_inline bool unwind_cfi(struct sample *s, struct unwind_proc *proc, u64 tramp, struct hs_proc *hs,
+				       u64 bcp)
 {
-	u32 zero = 0;
-	struct unwind_mapping *vdso = bpf_map_lookup_elem(&unwind_vdso, &zero);
 	// In the uretprobe trampoline, the probed function has returned: the
 	// walk starts where it returns to. Elsewhere in [uprobes], a probed
 	// instruction is being stepped out of line, for its function.
@@ -413,11 +416,9 @@ static __always_inline bool unwind_cfi(struct sample *s, struct unwind_proc *pro
 	struct walk w = {
 		.s = s,
 		.proc = proc,
-		.vdso = vdso,
 		.hs = hs,
 		.hx = { .bcp = bcp, .stop = INTERP_STOP_END },
 		.regs = {
-			.vdso_base = vdso_base(task, vdso),
 			.pc = pc,
 			.sp = sp,
 			.bp = s->user_bp,
@@ -484,16 +485,19 @@ static __always_inline void link_scope(struct sample *s, struct pt_regs *regs)
 }
 
 // fill_sample fills s with the current task's identity and stacks: the
-// kernel stack from here, the user stack by CFI when the process's tables
-// are loaded, else by frame pointers. The on-CPU sampler and the off-CPU
-// event share it, so both walk alike. Without with_kernel the kernel
-// stack is left empty, for the caller to take. ctx is NULL in a task work
-// callback, which runs in the task's own context but has none. hs is set
-// for a JVM's sample, s then being a struct sample_interp whose
-// interpreter tail is empty: its HotSpot frames are added there.
-static __always_inline void fill_sample(void *ctx, struct sample *s, u64 pid_tgid, bool with_kernel,
+// kernel stack from here, the user stack by CFI when the process's
+// mappings are read, else by frame pointers. The on-CPU sampler and the
+// off-CPU event share it, so both walk alike. Without with_kernel the
+// kernel stack is left empty, for the caller to take. ctx is NULL in a
+// task work callback, which runs in the task's own context but has none.
+// It reports whether the process's mappings are read and the interrupted
+// PC lies outside them: they changed (dlopen, JIT). hs is set for a JVM's
+// sample, s then being a struct sample_interp whose interpreter tail is
+// empty: its HotSpot frames are added there.
+static __always_inline bool fill_sample(void *ctx, struct sample *s, u64 pid_tgid, bool with_kernel,
 					struct hs_proc *hs)
 {
+	bool leaf_unmapped = false;
 	s->ktime_ns = bpf_ktime_get_ns();
 	s->pid = pid_tgid >> 32;
 	s->tid = (u32)pid_tgid;
@@ -541,15 +545,20 @@ static __always_inline void fill_sample(void *ctx, struct sample *s, u64 pid_tgi
 		}
 		u32 tgid = s->pid;
 		struct unwind_proc *proc = bpf_map_lookup_elem(&unwind_procs, &tgid);
-		if (!proc || !unwind_cfi(s, proc, task, tramp, hs, regs->r13)) {
+		// Mappings of an earlier image (exec), or of an earlier process
+		// with the same pid, are none.
+		if (proc && (proc->count == 0 || !same_image(proc, task)))
+			proc = 0;
+		if (!proc || !unwind_cfi(s, proc, tramp, hs, regs->r13)) {
 			if (!proc) {
 				s->flags |= SAMPLE_NO_TABLE;
 				count(COUNTER_UNWIND_STOP + UNWIND_STOP_NO_TABLE);
 			} else {
+				leaf_unmapped = true;
 				count(COUNTER_UNWIND_STOP + UNWIND_STOP_OUTSIDE_MAPPINGS);
 			}
-			// Without a context (the off-CPU task work) the task's
-			// own saved registers start the walk, as ctx's would.
+			// Without a context (a task work) the task's own saved
+			// registers start the walk, as ctx's would.
 			if (ctx)
 				s->user_bytes = bpf_get_stack(ctx, s->user, sizeof(s->user), BPF_F_USER_STACK);
 			else
@@ -558,6 +567,7 @@ static __always_inline void fill_sample(void *ctx, struct sample *s, u64 pid_tgi
 				count(COUNTER_USER_STACK_ERR);
 		}
 	}
+	return leaf_unmapped;
 }
 
 // python_proc returns the CPython state of process tgid, when CPython
@@ -627,60 +637,361 @@ static __always_inline u64 interp_record_bytes(struct sample_interp *r)
 // CPUs racing for it only wake the reader twice.
 u32 first_sample_pending = 1;
 
-// sample_interp_stack records a sample of a process that runs CPython (py)
-// or a JVM (hs).
-static __always_inline void sample_interp_stack(void *ctx, u64 pid_tgid, struct py_proc *py, struct hs_proc *hs)
+// The loader checks this declaration against the kernel's, kind by kind:
+// struct bpf_map must be a struct there, not a forward declaration.
+struct bpf_map {
+	int opaque;
+};
+
+typedef int (*bpf_task_work_callback_t)(struct bpf_map *map, void *key, void *value);
+
+extern int bpf_task_work_schedule_resume_impl(struct task_struct *task, struct bpf_task_work *tw,
+					      void *map__map, bpf_task_work_callback_t callback,
+					      void *aux__prog) __ksym;
+
+// emit hands a recorded sample to user space. The first one of a sampler
+// wakes the reader.
+static __always_inline void emit(struct sample *s)
+{
+	count(COUNTER_SAMPLES);
+	if (first_sample_pending) {
+		first_sample_pending = 0;
+		bpf_ringbuf_submit(s, BPF_RB_FORCE_WAKEUP);
+		return;
+	}
+	submit(s);
+}
+
+// A read of a process's mappings, by the thread it runs on (tid), from the
+// sample that asked for it to the end of its task work; with the sample
+// itself when it was the process's first (ktime set): that one is walked
+// once the mappings are read, on the thread's return to user space, where
+// its user registers are still those sampled.
+struct compose_work {
+	struct bpf_task_work tw;
+	u64 ktime; // the sample's time; 0: a read only
+	u64 mm;    // the address space it asked for
+	u32 cpu;
+	s32 kernel_bytes;
+	u32 recompose; // asked by a leaf outside the mappings read
+	u32 pad;
+	u64 asked; // when it was asked
+	u64 kernel[MAX_STACK_DEPTH];
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__uint(max_entries, 256);
+	__type(key, u32);
+	__type(value, struct compose_work);
+} compose_works SEC(".maps");
+
+// What a work entry is created from, zeroes (see off_cpu_empty_work).
+struct compose_work_bytes {
+	u8 b[sizeof(struct compose_work)];
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, u32);
+	__type(value, struct compose_work_bytes);
+} compose_empty_work SEC(".maps");
+
+// Per-CPU room for a PROCESS notice while it is composed: too large for
+// the BPF stack.
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, u32);
+	__type(value, struct notice);
+} compose_scratch SEC(".maps");
+
+// Set by user space when sampling stops (Sampler.Stop).
+u32 sampling_stopped = 0;
+
+// Time spent in compose_walk and its runs: a task work callback is no
+// program of its own, so the kernel's run-time statistics miss it.
+u64 compose_walk_ns = 0;
+u64 compose_walks = 0;
+
+// ask_user asks user space to read the current process's mappings from
+// /proc, where the kernel cannot have BPF read them: a READ notice with
+// the identity its entry must carry, and the reads its samples asked for
+// so far (flags bits 24-31, the backoff of recompose_due).
+static __always_inline void ask_user(struct task_struct *task, u32 tgid, u64 now, u32 reads)
+{
+	struct notice *n = reserve_notice(NOTICE_READ, tgid, now, NOTICE_HEAD_BYTES);
+	if (!n) {
+		release_compose(tgid);
+		return;
+	}
+	n->proc.mm = (u64)task->mm;
+	n->proc.start_ns = image_start(task);
+	n->proc.composed_ns = now;
+	n->proc.flags = (reads > 255 ? 255 : reads) << 24;
+	bpf_ringbuf_submit(n, BPF_RB_FORCE_WAKEUP);
+}
+
+// read_mappings reads the current process's executable mappings into its
+// entry, at now, for a sample taken at since, and tells user space; after
+// a read asked by a leaf outside the mappings (recompose), the next waits
+// longer. It runs in the process's context (a task work): the VMA
+// iterator takes the mmap lock.
+static __always_inline void read_mappings(struct task_struct *task, u32 tgid, u64 now, u64 since, bool recompose)
+{
+	u32 zero = 0;
+	struct notice *n = bpf_map_lookup_elem(&compose_scratch, &zero);
+	if (!n)
+		return;
+	u32 reads = 0;
+	if (recompose) {
+		struct unwind_proc *old = bpf_map_lookup_elem(&unwind_procs, &tgid);
+		if (old && same_image(old, task))
+			reads = (old->flags >> 24) + 1;
+	}
+	if (compose(task, n, now, since))
+		return;
+	// Bits 24-31: reads asked by samples so far, the backoff.
+	n->proc.flags |= (reads > 255 ? 255 : reads) << 24;
+	long err = bpf_map_update_elem(&unwind_procs, &tgid, &n->proc, BPF_NOEXIST);
+	if (err == 0)
+		n->flags |= NOTICE_NEW;
+	else if (err == -17 /* EEXIST */)
+		err = bpf_map_update_elem(&unwind_procs, &tgid, &n->proc, BPF_ANY);
+	if (err)
+		count(COUNTER_PROCS_FULL);
+	else
+		notify(n);
+}
+
+// Set by the loader when BPF reads mappings (task work and the VMA
+// iterator): the off-CPU task work then reads those of a process it walks
+// without them.
+const volatile bool compose_in_task_work = false;
+
+// want_mappings has the mappings of the current process read, from a walk
+// that is not a sample's (an off-CPU event), when it has none of its
+// current image: now, from a task work (in_task_work), or asked of user
+// space where BPF does not read them.
+static __always_inline void want_mappings(struct task_struct *task, u64 now, bool in_task_work)
+{
+	u32 tgid = task->tgid;
+	struct unwind_proc *proc = bpf_map_lookup_elem(&unwind_procs, &tgid);
+	if ((proc && same_image(proc, task)) || !claim_compose(tgid, now))
+		return;
+	if (!compose_in_task_work)
+		ask_user(task, tgid, now, 0);
+	else if (in_task_work) {
+		read_mappings(task, tgid, now, now, false);
+		release_compose(tgid);
+	} else {
+		release_compose(tgid);
+	}
+}
+
+// compose_walk is the task work of a read: it runs in the process's
+// context, reads its executable mappings into unwind_procs, tells user
+// space, and walks and sends the sample that asked, if any.
+static int compose_walk(struct bpf_map *map, void *key, void *value)
+{
+	u64 t0 = bpf_ktime_get_ns();
+	struct compose_work *w = value;
+	struct task_struct *task = bpf_get_current_task_btf();
+	u64 pid_tgid = bpf_get_current_pid_tgid();
+	u32 tgid = pid_tgid >> 32;
+	// Run from the exit path, or after an exec: not the process asked for.
+	if ((task->flags & PF_EXITING) || (u64)task->mm != w->mm) {
+		count(COUNTER_COMPOSE_GONE);
+		release_compose(tgid);
+		goto done;
+	}
+	read_mappings(task, tgid, t0, w->ktime ? w->ktime : w->asked, w->recompose);
+	release_compose(tgid);
+	// After the sampler stopped, its last samples are being read to the
+	// end: one sent now would be counted but never read.
+	if (!w->ktime || sampling_stopped) {
+		if (w->ktime)
+			count(COUNTER_COMPOSE_GONE);
+		goto done;
+	}
+	struct sample *s = bpf_ringbuf_reserve(&samples, sizeof(*s), 0);
+	if (!s) {
+		count(COUNTER_DROPPED_RINGBUF);
+		goto done;
+	}
+	fill_sample(0, s, pid_tgid, false, 0);
+	s->ktime_ns = w->ktime;
+	s->cpu = w->cpu;
+	s->kernel_bytes = w->kernel_bytes;
+	if (s->kernel_bytes > 0 && bpf_probe_read_kernel(s->kernel, sizeof(s->kernel), w->kernel))
+		s->kernel_bytes = -14; // EFAULT
+	emit(s);
+done:
+	bpf_map_delete_elem(&compose_works, key);
+	__sync_fetch_and_add(&compose_walk_ns, bpf_ktime_get_ns() - t0);
+	__sync_fetch_and_add(&compose_walks, 1);
+	return 0;
+}
+
+// defer_compose schedules the read of the current process's mappings on
+// the sampled thread, with this sample (ctx) when with_sample. It reports
+// whether it did; the caller holds the claim, which is given back when not.
+static __always_inline bool defer_compose(void *ctx, struct task_struct *task, u32 tid, u32 tgid, u64 now,
+					  bool with_sample)
+{
+	u32 zero = 0;
+	struct compose_work_bytes *empty = bpf_map_lookup_elem(&compose_empty_work, &zero);
+	if (!empty || bpf_map_update_elem(&compose_works, &tid, empty, BPF_NOEXIST)) {
+		count(COUNTER_COMPOSE_REFUSED);
+		release_compose(tgid);
+		return false;
+	}
+	struct compose_work *w = bpf_map_lookup_elem(&compose_works, &tid);
+	if (!w) {
+		release_compose(tgid);
+		return false;
+	}
+	w->ktime = with_sample ? now : 0;
+	w->asked = now;
+	w->mm = (u64)task->mm;
+	w->cpu = bpf_get_smp_processor_id();
+	w->recompose = !with_sample;
+	w->kernel_bytes = 0;
+	if (with_sample) {
+		w->kernel_bytes = bpf_get_stack(ctx, w->kernel, sizeof(w->kernel), 0);
+		if (w->kernel_bytes < 0 && w->kernel_bytes != -14 /* EFAULT */)
+			count(COUNTER_KERNEL_STACK_ERR);
+	}
+	if (bpf_task_work_schedule_resume_impl(task, &w->tw, &compose_works, compose_walk, 0)) {
+		count(COUNTER_COMPOSE_REFUSED);
+		bpf_map_delete_elem(&compose_works, &tid);
+		release_compose(tgid);
+		return false;
+	}
+	if (with_sample)
+		count(COUNTER_COMPOSE_DEFERRED);
+	return true;
+}
+
+// sample_interp_stack records a sample of a process that runs CPython.
+// It reports, as fill_sample, whether the leaf lay outside the process's
+// mappings read, with the sample's time in *ktime.
+static __always_inline bool sample_interp_stack(void *ctx, u64 pid_tgid, struct py_proc *py, struct hs_proc *hs,
+						u64 *ktime)
 {
 	u32 zero = 0;
 	struct sample_interp *r = bpf_map_lookup_elem(&interp_scratch, &zero);
 	if (!r)
-		return;
+		return false;
 	interp_begin(r);
-	fill_sample(ctx, &r->s, pid_tgid, true, hs);
+	bool leaf_unmapped = fill_sample(ctx, &r->s, pid_tgid, true, hs);
+	*ktime = r->s.ktime_ns;
 	walk_interp(r, py);
 	u64 flags = wakeup();
 	if (first_sample_pending) {
 		first_sample_pending = 0;
 		flags = BPF_RB_FORCE_WAKEUP;
 	}
-	if (bpf_ringbuf_output(&samples, r, interp_record_bytes(r), flags)) {
+	if (bpf_ringbuf_output(&samples, r, interp_record_bytes(r), flags))
 		count(COUNTER_DROPPED_RINGBUF);
-		return;
+	else
+		count(COUNTER_SAMPLES);
+	return leaf_unmapped;
+}
+
+// sample records the current task's stacks. A process whose mappings
+// were never read from its current image has them read, by BPF on the
+// thread's return to user space (compose_in_bpf), which then walks this
+// sample, or by user space, asked with a notice. A sample whose leaf lies
+// outside them has them read again.
+static __always_inline int sample(void *ctx, bool compose_in_bpf)
+{
+	u64 pid_tgid = bpf_get_current_pid_tgid();
+	u32 tid = (u32)pid_tgid;
+	u32 tgid = pid_tgid >> 32;
+	if (tid == 0) {
+		count(COUNTER_IDLE);
+		return 0;
 	}
-	count(COUNTER_SAMPLES);
+	struct task_struct *task = bpf_get_current_task_btf();
+	bool user = !(task->flags & (PF_KTHREAD | PF_EXITING));
+	if (user) {
+		struct unwind_proc *proc = bpf_map_lookup_elem(&unwind_procs, &tgid);
+		if (!proc || !same_image(proc, task)) {
+			u64 now = bpf_ktime_get_ns();
+			if (claim_compose(tgid, now)) {
+				if (!compose_in_bpf)
+					ask_user(task, tgid, now, 0);
+				else if (defer_compose(ctx, task, tid, tgid, now, true))
+					return 0; // walked by compose_walk
+			}
+		}
+	}
+
+	bool leaf_unmapped;
+	u64 ktime;
+	struct py_proc *py = python_proc(tgid);
+	struct hs_proc *hs = py ? 0 : hotspot_proc(tgid);
+	if (py || hs) {
+		leaf_unmapped = sample_interp_stack(ctx, pid_tgid, py, hs, &ktime);
+	} else {
+		struct sample *s = bpf_ringbuf_reserve(&samples, sizeof(*s), 0);
+		if (!s) {
+			count(COUNTER_DROPPED_RINGBUF);
+			return 0;
+		}
+		leaf_unmapped = fill_sample(ctx, s, pid_tgid, true, 0);
+		ktime = s->ktime_ns;
+		emit(s);
+	}
+	if (user && leaf_unmapped) {
+		struct unwind_proc *proc = bpf_map_lookup_elem(&unwind_procs, &tgid);
+		if (proc && recompose_due(proc, ktime) && claim_compose(tgid, ktime)) {
+			if (!compose_in_bpf)
+				ask_user(task, tgid, ktime, (proc->flags >> 24) + 1);
+			else
+				defer_compose(ctx, task, tid, tgid, ktime, false);
+		}
+	}
+	return 0;
 }
 
 SEC("perf_event")
 int sample_stack(void *ctx)
 {
-	u64 pid_tgid = bpf_get_current_pid_tgid();
-	u32 tid = (u32)pid_tgid;
-	if (tid == 0) {
-		count(COUNTER_IDLE);
-		return 0;
-	}
-	struct py_proc *py = python_proc(pid_tgid >> 32);
-	struct hs_proc *hs = py ? 0 : hotspot_proc(pid_tgid >> 32);
-	if (py || hs) {
-		sample_interp_stack(ctx, pid_tgid, py, hs);
-		return 0;
-	}
+	return sample(ctx, true);
+}
 
-	struct sample *s = bpf_ringbuf_reserve(&samples, sizeof(*s), 0);
-	if (!s) {
-		count(COUNTER_DROPPED_RINGBUF);
-		return 0;
-	}
+// The sampler of kernels without task work or the VMA iterator: user
+// space reads processes' mappings.
+SEC("perf_event")
+int sample_stack_user(void *ctx)
+{
+	return sample(ctx, false);
+}
 
-	fill_sample(ctx, s, pid_tgid, true, 0);
-
-	count(COUNTER_SAMPLES);
-	if (first_sample_pending) {
-		first_sample_pending = 0;
-		bpf_ringbuf_submit(s, BPF_RB_FORCE_WAKEUP);
+// proc_exit forgets a process whose last thread exits, and tells user
+// space when it had read its mappings. An exiting thread's read, waiting
+// for its task work, goes with its entry (the work is cancelled). It runs
+// at every thread exit of the host: each map is looked up first, without
+// a lock, and deleted from (which takes the bucket's lock) only when it
+// holds the key, as for few exits it does.
+SEC("tp_btf/sched_process_exit")
+int proc_exit(u64 *ctx)
+{
+	struct task_struct *task = (struct task_struct *)ctx[0];
+	u32 tid = task->pid;
+	if (bpf_map_lookup_elem(&compose_works, &tid))
+		bpf_map_delete_elem(&compose_works, &tid);
+	if (task->signal->live.counter != 0)
 		return 0;
-	}
-	submit(s);
+	u32 tgid = task->tgid;
+	if (bpf_map_lookup_elem(&composing, &tgid))
+		release_compose(tgid);
+	if (bpf_map_lookup_elem(&unwind_procs, &tgid) && bpf_map_delete_elem(&unwind_procs, &tgid) == 0)
+		notice_exit(tgid);
 	return 0;
 }
 
@@ -964,18 +1275,6 @@ struct {
 	__type(value, struct off_cpu_work_bytes);
 } off_cpu_empty_work SEC(".maps");
 
-// The loader checks this declaration against the kernel's, kind by kind:
-// struct bpf_map must be a struct there, not a forward declaration.
-struct bpf_map {
-	int opaque;
-};
-
-typedef int (*bpf_task_work_callback_t)(struct bpf_map *map, void *key, void *value);
-
-extern int bpf_task_work_schedule_resume_impl(struct task_struct *task, struct bpf_task_work *tw,
-					      void *map__map, bpf_task_work_callback_t callback,
-					      void *aux__prog) __ksym;
-
 // slot_get returns task's slot, allocating one under off_cpu_max_threads.
 static __always_inline void *slot_get(void *map, struct task_struct *task)
 {
@@ -1037,6 +1336,9 @@ static int off_cpu_walk(struct bpf_map *map, void *key, void *value)
 		count(COUNTER_OFF_CPU_GONE);
 		goto done;
 	}
+	// A process blocked more than it runs may have no on-CPU sample to
+	// have its mappings read.
+	want_mappings(task, t0, true);
 	// An interpreter's process has its frames walked too: its record is
 	// reserved whole (off-CPU events are rarer than samples).
 	u64 pid_tgid = bpf_get_current_pid_tgid();
@@ -1369,6 +1671,7 @@ static __always_inline void off_cpu_begin_walk(u64 *ctx, struct task_struct *pre
 	// space; its kernel stack waits where it is until the thread runs
 	// again, so it is taken then, and only for waits that are kept.
 	struct sample *s = &slot->rec;
+	want_mappings((struct task_struct *)prev, bpf_ktime_get_ns(), false);
 	fill_sample(ctx, s, bpf_get_current_pid_tgid(), false, 0);
 	s->flags |= SAMPLE_OFF_CPU | (preempted(ctx) ? SAMPLE_PREEMPTED : 0);
 	s->off_cpu_ns = 0;

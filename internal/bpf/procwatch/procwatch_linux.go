@@ -208,9 +208,8 @@ func (w *Watcher) Read(dst *Event) error {
 	}
 	dst.File = process.FileID{}
 	if ev.ExeIno != 0 {
-		// The kernel's internal dev_t is major << 20 | minor.
 		dst.File = process.FileID{
-			FileKey: process.FileKey{Dev: unix.Mkdev(uint32(ev.ExeDev>>20), uint32(ev.ExeDev&(1<<20-1))), Ino: ev.ExeIno},
+			FileKey: process.KernelFileKey(uint32(ev.ExeDev), ev.ExeIno),
 			Size:    ev.ExeSize,
 			ModTime: time.Unix(ev.ExeMtimeSec, int64(ev.ExeMtimeNsec)),
 		}

@@ -13,6 +13,27 @@ import (
 	"github.com/cilium/ebpf"
 )
 
+type profilerComposeWork struct {
+	_  structs.HostLayout
+	Tw struct {
+		_      structs.HostLayout
+		Opaque uint64
+	}
+	Ktime       uint64
+	Mm          uint64
+	Cpu         uint32
+	KernelBytes int32
+	Recompose   uint32
+	Pad         uint32
+	Asked       uint64
+	Kernel      [127]uint64
+}
+
+type profilerComposeWorkBytes struct {
+	_ structs.HostLayout
+	B [1064]uint8
+}
+
 type profilerCounter uint32
 
 const (
@@ -32,9 +53,17 @@ const (
 	profilerCounterCOUNTER_OFF_CPU_UNENDED    profilerCounter = 13
 	profilerCounterCOUNTER_OFF_CPU_UNREPORTED profilerCounter = 14
 	profilerCounterCOUNTER_INTERP_SAMPLES     profilerCounter = 15
-	profilerCounterCOUNTER_UNWIND_STOP        profilerCounter = 16
-	profilerCounterCOUNTER_INTERP_STOP        profilerCounter = 26
-	profilerCounterCOUNTER_MAX                profilerCounter = 34
+	profilerCounterCOUNTER_NOTICES_LOST       profilerCounter = 16
+	profilerCounterCOUNTER_FILES_FULL         profilerCounter = 17
+	profilerCounterCOUNTER_PROCS_FULL         profilerCounter = 18
+	profilerCounterCOUNTER_COMPOSE_BUSY       profilerCounter = 19
+	profilerCounterCOUNTER_COMPOSE_OVERFLOW   profilerCounter = 20
+	profilerCounterCOUNTER_COMPOSE_DEFERRED   profilerCounter = 21
+	profilerCounterCOUNTER_COMPOSE_GONE       profilerCounter = 22
+	profilerCounterCOUNTER_COMPOSE_REFUSED    profilerCounter = 23
+	profilerCounterCOUNTER_UNWIND_STOP        profilerCounter = 24
+	profilerCounterCOUNTER_INTERP_STOP        profilerCounter = 34
+	profilerCounterCOUNTER_MAX                profilerCounter = 42
 )
 
 type profilerHsBlock struct {
@@ -112,6 +141,35 @@ const (
 	profilerInterpStopINTERP_STOP_NO_CODE_BLOB    profilerInterpStop = 6
 	profilerInterpStopINTERP_STOP_BAD_FRAME       profilerInterpStop = 7
 	profilerInterpStopINTERP_STOP_MAX             profilerInterpStop = 8
+)
+
+type profilerNotice struct {
+	_       structs.HostLayout
+	Kind    uint32
+	Pid     uint32
+	Ktime   uint64
+	Cgroup  uint64
+	ExeIno  uint64
+	ExeDev  uint32
+	Visited uint32
+	Flags   uint32
+	Pad     uint32
+	Proc    profilerUnwindProc
+}
+
+type profilerNoticeFlag uint32
+
+const (
+	profilerNoticeFlagNOTICE_NEW profilerNoticeFlag = 1
+)
+
+type profilerNoticeKind uint32
+
+const (
+	profilerNoticeKindNOTICE_PROCESS profilerNoticeKind = 1
+	profilerNoticeKindNOTICE_EXIT    profilerNoticeKind = 2
+	profilerNoticeKindNOTICE_FILE    profilerNoticeKind = 3
+	profilerNoticeKindNOTICE_READ    profilerNoticeKind = 4
 )
 
 type profilerOffCpuHeld struct {
@@ -261,23 +319,65 @@ type profilerScopeLink struct {
 	Pad     uint32
 }
 
-type profilerUnwindMapping struct {
-	_         structs.HostLayout
-	Start     uint64
-	End       uint64
-	TableBase uint64
-	RowFirst  uint32
-	RowCount  uint32
-	Kind      uint32
-	Pad       uint32
+type profilerUnwindFile struct {
+	_        structs.HostLayout
+	RowBase  uint64
+	RowFirst uint32
+	RowCount uint32
+	State    uint32
+	Used     uint32
 }
 
-type profilerUnwindProc struct {
-	_        structs.HostLayout
-	Count    uint32
-	Pad      uint32
-	Mappings [512]profilerUnwindMapping
+type profilerUnwindFileKey struct {
+	_   structs.HostLayout
+	Ino uint64
+	Dev uint32
+	Pad uint32
 }
+
+type profilerUnwindFileState uint32
+
+const (
+	profilerUnwindFileStateUNWIND_FILE_PENDING profilerUnwindFileState = 0
+	profilerUnwindFileStateUNWIND_FILE_CFI     profilerUnwindFileState = 1
+	profilerUnwindFileStateUNWIND_FILE_FP      profilerUnwindFileState = 2
+)
+
+type profilerUnwindMapping struct {
+	_        structs.HostLayout
+	Start    uint64
+	End      uint64
+	FileBase uint64
+	Ino      uint64
+	Dev      uint32
+	Kind     uint16
+	Prot     uint16
+}
+
+type profilerUnwindMappingKind uint32
+
+const (
+	profilerUnwindMappingKindUNWIND_MAPPING_FILE profilerUnwindMappingKind = 0
+	profilerUnwindMappingKindUNWIND_MAPPING_ANON profilerUnwindMappingKind = 1
+	profilerUnwindMappingKindUNWIND_MAPPING_VDSO profilerUnwindMappingKind = 2
+)
+
+type profilerUnwindProc struct {
+	_          structs.HostLayout
+	Mm         uint64
+	StartNs    uint64
+	ComposedNs uint64
+	AskedNs    uint64
+	Count      uint32
+	Flags      uint32
+	Mappings   [64]profilerUnwindMapping
+}
+
+type profilerUnwindProcFlag uint32
+
+const (
+	profilerUnwindProcFlagUNWIND_PROC_OVERFLOW profilerUnwindProcFlag = 1
+)
 
 type profilerUnwindRow struct {
 	_      structs.HostLayout
@@ -291,56 +391,76 @@ type profilerUnwindRow struct {
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	profilerMapCounters              = "counters"
-	profilerMapHsProcs               = "hs_procs"
-	profilerMapHsScratch             = "hs_scratch"
-	profilerMapInterpScratch         = "interp_scratch"
-	profilerMapOffCpuEmptyWork       = "off_cpu_empty_work"
-	profilerMapOffCpuHeldSlots       = "off_cpu_held_slots"
-	profilerMapOffCpuSlots           = "off_cpu_slots"
-	profilerMapOffCpuUnendedTids     = "off_cpu_unended_tids"
-	profilerMapOffCpuWorks           = "off_cpu_works"
-	profilerMapOpenScopes            = "open_scopes"
-	profilerMapPyProcs               = "py_procs"
-	profilerMapSamples               = "samples"
-	profilerMapUnwindProcs           = "unwind_procs"
-	profilerMapUnwindRows            = "unwind_rows"
-	profilerMapUnwindVdso            = "unwind_vdso"
-	profilerProgOffCpuExit           = "off_cpu_exit"
-	profilerProgOffCpuExitWalk       = "off_cpu_exit_walk"
-	profilerProgOffCpuSwitch         = "off_cpu_switch"
-	profilerProgOffCpuSwitchWalk     = "off_cpu_switch_walk"
-	profilerProgSampleStack          = "sample_stack"
-	profilerVarFirstSamplePending    = "first_sample_pending"
-	profilerVarHotspotFrames         = "hotspot_frames"
-	profilerVarOffCpuGapFrac         = "off_cpu_gap_frac"
-	profilerVarOffCpuGapInt          = "off_cpu_gap_int"
-	profilerVarOffCpuLog2Frac        = "off_cpu_log2_frac"
-	profilerVarOffCpuMaxThreads      = "off_cpu_max_threads"
-	profilerVarOffCpuMinNs           = "off_cpu_min_ns"
-	profilerVarOffCpuOpen            = "off_cpu_open"
-	profilerVarOffCpuRngs            = "off_cpu_rngs"
-	profilerVarOffCpuSlotCount       = "off_cpu_slot_count"
-	profilerVarOffCpuTgid            = "off_cpu_tgid"
-	profilerVarOffCpuWalkNs          = "off_cpu_walk_ns"
-	profilerVarOffCpuWalks           = "off_cpu_walks"
-	profilerVarPythonFrames          = "python_frames"
-	profilerVarScopeLinks            = "scope_links"
-	profilerVarUnusedCounter         = "unused_counter"
-	profilerVarUnusedHsProc          = "unused_hs_proc"
-	profilerVarUnusedInterpFrame     = "unused_interp_frame"
-	profilerVarUnusedInterpFrameFlag = "unused_interp_frame_flag"
-	profilerVarUnusedInterpFrameKind = "unused_interp_frame_kind"
-	profilerVarUnusedInterpStop      = "unused_interp_stop"
-	profilerVarUnusedOpenScopeKey    = "unused_open_scope_key"
-	profilerVarUnusedPyFrameLayout   = "unused_py_frame_layout"
-	profilerVarUnusedPyProc          = "unused_py_proc"
-	profilerVarUnusedPyTstateVia     = "unused_py_tstate_via"
-	profilerVarUnusedSample          = "unused_sample"
-	profilerVarUnusedSampleFlag      = "unused_sample_flag"
-	profilerVarUnusedSampleInterp    = "unused_sample_interp"
-	profilerVarUnusedScopeKind       = "unused_scope_kind"
-	profilerVarUnusedScopeLink       = "unused_scope_link"
+	profilerMapComposeEmptyWork        = "compose_empty_work"
+	profilerMapComposeScratch          = "compose_scratch"
+	profilerMapComposeWorks            = "compose_works"
+	profilerMapComposing               = "composing"
+	profilerMapCounters                = "counters"
+	profilerMapHsProcs                 = "hs_procs"
+	profilerMapHsScratch               = "hs_scratch"
+	profilerMapInterpScratch           = "interp_scratch"
+	profilerMapNotices                 = "notices"
+	profilerMapOffCpuEmptyWork         = "off_cpu_empty_work"
+	profilerMapOffCpuHeldSlots         = "off_cpu_held_slots"
+	profilerMapOffCpuSlots             = "off_cpu_slots"
+	profilerMapOffCpuUnendedTids       = "off_cpu_unended_tids"
+	profilerMapOffCpuWorks             = "off_cpu_works"
+	profilerMapOpenScopes              = "open_scopes"
+	profilerMapPyProcs                 = "py_procs"
+	profilerMapSamples                 = "samples"
+	profilerMapUnwindFiles             = "unwind_files"
+	profilerMapUnwindProcs             = "unwind_procs"
+	profilerMapUnwindRows              = "unwind_rows"
+	profilerProgOffCpuExit             = "off_cpu_exit"
+	profilerProgOffCpuExitWalk         = "off_cpu_exit_walk"
+	profilerProgOffCpuSwitch           = "off_cpu_switch"
+	profilerProgOffCpuSwitchWalk       = "off_cpu_switch_walk"
+	profilerProgProcExit               = "proc_exit"
+	profilerProgSampleStack            = "sample_stack"
+	profilerProgSampleStackUser        = "sample_stack_user"
+	profilerVarComposeInTaskWork       = "compose_in_task_work"
+	profilerVarComposeWalkNs           = "compose_walk_ns"
+	profilerVarComposeWalks            = "compose_walks"
+	profilerVarFirstSamplePending      = "first_sample_pending"
+	profilerVarFmodeBacking            = "fmode_backing"
+	profilerVarHotspotFrames           = "hotspot_frames"
+	profilerVarOffCpuGapFrac           = "off_cpu_gap_frac"
+	profilerVarOffCpuGapInt            = "off_cpu_gap_int"
+	profilerVarOffCpuLog2Frac          = "off_cpu_log2_frac"
+	profilerVarOffCpuMaxThreads        = "off_cpu_max_threads"
+	profilerVarOffCpuMinNs             = "off_cpu_min_ns"
+	profilerVarOffCpuOpen              = "off_cpu_open"
+	profilerVarOffCpuRngs              = "off_cpu_rngs"
+	profilerVarOffCpuSlotCount         = "off_cpu_slot_count"
+	profilerVarOffCpuTgid              = "off_cpu_tgid"
+	profilerVarOffCpuWalkNs            = "off_cpu_walk_ns"
+	profilerVarOffCpuWalks             = "off_cpu_walks"
+	profilerVarPythonFrames            = "python_frames"
+	profilerVarSamplingStopped         = "sampling_stopped"
+	profilerVarScopeLinks              = "scope_links"
+	profilerVarUnusedCounter           = "unused_counter"
+	profilerVarUnusedHsProc            = "unused_hs_proc"
+	profilerVarUnusedInterpFrame       = "unused_interp_frame"
+	profilerVarUnusedInterpFrameFlag   = "unused_interp_frame_flag"
+	profilerVarUnusedInterpFrameKind   = "unused_interp_frame_kind"
+	profilerVarUnusedInterpStop        = "unused_interp_stop"
+	profilerVarUnusedNotice            = "unused_notice"
+	profilerVarUnusedNoticeFlag        = "unused_notice_flag"
+	profilerVarUnusedNoticeKind        = "unused_notice_kind"
+	profilerVarUnusedOpenScopeKey      = "unused_open_scope_key"
+	profilerVarUnusedPyFrameLayout     = "unused_py_frame_layout"
+	profilerVarUnusedPyProc            = "unused_py_proc"
+	profilerVarUnusedPyTstateVia       = "unused_py_tstate_via"
+	profilerVarUnusedSample            = "unused_sample"
+	profilerVarUnusedSampleFlag        = "unused_sample_flag"
+	profilerVarUnusedSampleInterp      = "unused_sample_interp"
+	profilerVarUnusedScopeKind         = "unused_scope_kind"
+	profilerVarUnusedScopeLink         = "unused_scope_link"
+	profilerVarUnusedUnwindFile        = "unused_unwind_file"
+	profilerVarUnusedUnwindFileKey     = "unused_unwind_file_key"
+	profilerVarUnusedUnwindFileState   = "unused_unwind_file_state"
+	profilerVarUnusedUnwindMappingKind = "unused_unwind_mapping_kind"
+	profilerVarUnusedUnwindProcFlag    = "unused_unwind_proc_flag"
 )
 
 // loadProfiler returns the embedded CollectionSpec for profiler.
@@ -389,17 +509,24 @@ type profilerProgramSpecs struct {
 	OffCpuExitWalk   *ebpf.ProgramSpec `ebpf:"off_cpu_exit_walk"`
 	OffCpuSwitch     *ebpf.ProgramSpec `ebpf:"off_cpu_switch"`
 	OffCpuSwitchWalk *ebpf.ProgramSpec `ebpf:"off_cpu_switch_walk"`
+	ProcExit         *ebpf.ProgramSpec `ebpf:"proc_exit"`
 	SampleStack      *ebpf.ProgramSpec `ebpf:"sample_stack"`
+	SampleStackUser  *ebpf.ProgramSpec `ebpf:"sample_stack_user"`
 }
 
 // profilerMapSpecs contains maps before they are loaded into the kernel.
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type profilerMapSpecs struct {
+	ComposeEmptyWork  *ebpf.MapSpec `ebpf:"compose_empty_work"`
+	ComposeScratch    *ebpf.MapSpec `ebpf:"compose_scratch"`
+	ComposeWorks      *ebpf.MapSpec `ebpf:"compose_works"`
+	Composing         *ebpf.MapSpec `ebpf:"composing"`
 	Counters          *ebpf.MapSpec `ebpf:"counters"`
 	HsProcs           *ebpf.MapSpec `ebpf:"hs_procs"`
 	HsScratch         *ebpf.MapSpec `ebpf:"hs_scratch"`
 	InterpScratch     *ebpf.MapSpec `ebpf:"interp_scratch"`
+	Notices           *ebpf.MapSpec `ebpf:"notices"`
 	OffCpuEmptyWork   *ebpf.MapSpec `ebpf:"off_cpu_empty_work"`
 	OffCpuHeldSlots   *ebpf.MapSpec `ebpf:"off_cpu_held_slots"`
 	OffCpuSlots       *ebpf.MapSpec `ebpf:"off_cpu_slots"`
@@ -408,45 +535,58 @@ type profilerMapSpecs struct {
 	OpenScopes        *ebpf.MapSpec `ebpf:"open_scopes"`
 	PyProcs           *ebpf.MapSpec `ebpf:"py_procs"`
 	Samples           *ebpf.MapSpec `ebpf:"samples"`
+	UnwindFiles       *ebpf.MapSpec `ebpf:"unwind_files"`
 	UnwindProcs       *ebpf.MapSpec `ebpf:"unwind_procs"`
 	UnwindRows        *ebpf.MapSpec `ebpf:"unwind_rows"`
-	UnwindVdso        *ebpf.MapSpec `ebpf:"unwind_vdso"`
 }
 
 // profilerVariableSpecs contains global variables before they are loaded into the kernel.
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type profilerVariableSpecs struct {
-	FirstSamplePending    *ebpf.VariableSpec `ebpf:"first_sample_pending"`
-	HotspotFrames         *ebpf.VariableSpec `ebpf:"hotspot_frames"`
-	OffCpuGapFrac         *ebpf.VariableSpec `ebpf:"off_cpu_gap_frac"`
-	OffCpuGapInt          *ebpf.VariableSpec `ebpf:"off_cpu_gap_int"`
-	OffCpuLog2Frac        *ebpf.VariableSpec `ebpf:"off_cpu_log2_frac"`
-	OffCpuMaxThreads      *ebpf.VariableSpec `ebpf:"off_cpu_max_threads"`
-	OffCpuMinNs           *ebpf.VariableSpec `ebpf:"off_cpu_min_ns"`
-	OffCpuOpen            *ebpf.VariableSpec `ebpf:"off_cpu_open"`
-	OffCpuRngs            *ebpf.VariableSpec `ebpf:"off_cpu_rngs"`
-	OffCpuSlotCount       *ebpf.VariableSpec `ebpf:"off_cpu_slot_count"`
-	OffCpuTgid            *ebpf.VariableSpec `ebpf:"off_cpu_tgid"`
-	OffCpuWalkNs          *ebpf.VariableSpec `ebpf:"off_cpu_walk_ns"`
-	OffCpuWalks           *ebpf.VariableSpec `ebpf:"off_cpu_walks"`
-	PythonFrames          *ebpf.VariableSpec `ebpf:"python_frames"`
-	ScopeLinks            *ebpf.VariableSpec `ebpf:"scope_links"`
-	UnusedCounter         *ebpf.VariableSpec `ebpf:"unused_counter"`
-	UnusedHsProc          *ebpf.VariableSpec `ebpf:"unused_hs_proc"`
-	UnusedInterpFrame     *ebpf.VariableSpec `ebpf:"unused_interp_frame"`
-	UnusedInterpFrameFlag *ebpf.VariableSpec `ebpf:"unused_interp_frame_flag"`
-	UnusedInterpFrameKind *ebpf.VariableSpec `ebpf:"unused_interp_frame_kind"`
-	UnusedInterpStop      *ebpf.VariableSpec `ebpf:"unused_interp_stop"`
-	UnusedOpenScopeKey    *ebpf.VariableSpec `ebpf:"unused_open_scope_key"`
-	UnusedPyFrameLayout   *ebpf.VariableSpec `ebpf:"unused_py_frame_layout"`
-	UnusedPyProc          *ebpf.VariableSpec `ebpf:"unused_py_proc"`
-	UnusedPyTstateVia     *ebpf.VariableSpec `ebpf:"unused_py_tstate_via"`
-	UnusedSample          *ebpf.VariableSpec `ebpf:"unused_sample"`
-	UnusedSampleFlag      *ebpf.VariableSpec `ebpf:"unused_sample_flag"`
-	UnusedSampleInterp    *ebpf.VariableSpec `ebpf:"unused_sample_interp"`
-	UnusedScopeKind       *ebpf.VariableSpec `ebpf:"unused_scope_kind"`
-	UnusedScopeLink       *ebpf.VariableSpec `ebpf:"unused_scope_link"`
+	ComposeInTaskWork       *ebpf.VariableSpec `ebpf:"compose_in_task_work"`
+	ComposeWalkNs           *ebpf.VariableSpec `ebpf:"compose_walk_ns"`
+	ComposeWalks            *ebpf.VariableSpec `ebpf:"compose_walks"`
+	FirstSamplePending      *ebpf.VariableSpec `ebpf:"first_sample_pending"`
+	FmodeBacking            *ebpf.VariableSpec `ebpf:"fmode_backing"`
+	HotspotFrames           *ebpf.VariableSpec `ebpf:"hotspot_frames"`
+	OffCpuGapFrac           *ebpf.VariableSpec `ebpf:"off_cpu_gap_frac"`
+	OffCpuGapInt            *ebpf.VariableSpec `ebpf:"off_cpu_gap_int"`
+	OffCpuLog2Frac          *ebpf.VariableSpec `ebpf:"off_cpu_log2_frac"`
+	OffCpuMaxThreads        *ebpf.VariableSpec `ebpf:"off_cpu_max_threads"`
+	OffCpuMinNs             *ebpf.VariableSpec `ebpf:"off_cpu_min_ns"`
+	OffCpuOpen              *ebpf.VariableSpec `ebpf:"off_cpu_open"`
+	OffCpuRngs              *ebpf.VariableSpec `ebpf:"off_cpu_rngs"`
+	OffCpuSlotCount         *ebpf.VariableSpec `ebpf:"off_cpu_slot_count"`
+	OffCpuTgid              *ebpf.VariableSpec `ebpf:"off_cpu_tgid"`
+	OffCpuWalkNs            *ebpf.VariableSpec `ebpf:"off_cpu_walk_ns"`
+	OffCpuWalks             *ebpf.VariableSpec `ebpf:"off_cpu_walks"`
+	PythonFrames            *ebpf.VariableSpec `ebpf:"python_frames"`
+	SamplingStopped         *ebpf.VariableSpec `ebpf:"sampling_stopped"`
+	ScopeLinks              *ebpf.VariableSpec `ebpf:"scope_links"`
+	UnusedCounter           *ebpf.VariableSpec `ebpf:"unused_counter"`
+	UnusedHsProc            *ebpf.VariableSpec `ebpf:"unused_hs_proc"`
+	UnusedInterpFrame       *ebpf.VariableSpec `ebpf:"unused_interp_frame"`
+	UnusedInterpFrameFlag   *ebpf.VariableSpec `ebpf:"unused_interp_frame_flag"`
+	UnusedInterpFrameKind   *ebpf.VariableSpec `ebpf:"unused_interp_frame_kind"`
+	UnusedInterpStop        *ebpf.VariableSpec `ebpf:"unused_interp_stop"`
+	UnusedNotice            *ebpf.VariableSpec `ebpf:"unused_notice"`
+	UnusedNoticeFlag        *ebpf.VariableSpec `ebpf:"unused_notice_flag"`
+	UnusedNoticeKind        *ebpf.VariableSpec `ebpf:"unused_notice_kind"`
+	UnusedOpenScopeKey      *ebpf.VariableSpec `ebpf:"unused_open_scope_key"`
+	UnusedPyFrameLayout     *ebpf.VariableSpec `ebpf:"unused_py_frame_layout"`
+	UnusedPyProc            *ebpf.VariableSpec `ebpf:"unused_py_proc"`
+	UnusedPyTstateVia       *ebpf.VariableSpec `ebpf:"unused_py_tstate_via"`
+	UnusedSample            *ebpf.VariableSpec `ebpf:"unused_sample"`
+	UnusedSampleFlag        *ebpf.VariableSpec `ebpf:"unused_sample_flag"`
+	UnusedSampleInterp      *ebpf.VariableSpec `ebpf:"unused_sample_interp"`
+	UnusedScopeKind         *ebpf.VariableSpec `ebpf:"unused_scope_kind"`
+	UnusedScopeLink         *ebpf.VariableSpec `ebpf:"unused_scope_link"`
+	UnusedUnwindFile        *ebpf.VariableSpec `ebpf:"unused_unwind_file"`
+	UnusedUnwindFileKey     *ebpf.VariableSpec `ebpf:"unused_unwind_file_key"`
+	UnusedUnwindFileState   *ebpf.VariableSpec `ebpf:"unused_unwind_file_state"`
+	UnusedUnwindMappingKind *ebpf.VariableSpec `ebpf:"unused_unwind_mapping_kind"`
+	UnusedUnwindProcFlag    *ebpf.VariableSpec `ebpf:"unused_unwind_proc_flag"`
 }
 
 // profilerObjects contains all objects after they have been loaded into the kernel.
@@ -469,10 +609,15 @@ func (o *profilerObjects) Close() error {
 //
 // It can be passed to loadProfilerObjects or ebpf.CollectionSpec.LoadAndAssign.
 type profilerMaps struct {
+	ComposeEmptyWork  *ebpf.Map `ebpf:"compose_empty_work"`
+	ComposeScratch    *ebpf.Map `ebpf:"compose_scratch"`
+	ComposeWorks      *ebpf.Map `ebpf:"compose_works"`
+	Composing         *ebpf.Map `ebpf:"composing"`
 	Counters          *ebpf.Map `ebpf:"counters"`
 	HsProcs           *ebpf.Map `ebpf:"hs_procs"`
 	HsScratch         *ebpf.Map `ebpf:"hs_scratch"`
 	InterpScratch     *ebpf.Map `ebpf:"interp_scratch"`
+	Notices           *ebpf.Map `ebpf:"notices"`
 	OffCpuEmptyWork   *ebpf.Map `ebpf:"off_cpu_empty_work"`
 	OffCpuHeldSlots   *ebpf.Map `ebpf:"off_cpu_held_slots"`
 	OffCpuSlots       *ebpf.Map `ebpf:"off_cpu_slots"`
@@ -481,17 +626,22 @@ type profilerMaps struct {
 	OpenScopes        *ebpf.Map `ebpf:"open_scopes"`
 	PyProcs           *ebpf.Map `ebpf:"py_procs"`
 	Samples           *ebpf.Map `ebpf:"samples"`
+	UnwindFiles       *ebpf.Map `ebpf:"unwind_files"`
 	UnwindProcs       *ebpf.Map `ebpf:"unwind_procs"`
 	UnwindRows        *ebpf.Map `ebpf:"unwind_rows"`
-	UnwindVdso        *ebpf.Map `ebpf:"unwind_vdso"`
 }
 
 func (m *profilerMaps) Close() error {
 	return _ProfilerClose(
+		m.ComposeEmptyWork,
+		m.ComposeScratch,
+		m.ComposeWorks,
+		m.Composing,
 		m.Counters,
 		m.HsProcs,
 		m.HsScratch,
 		m.InterpScratch,
+		m.Notices,
 		m.OffCpuEmptyWork,
 		m.OffCpuHeldSlots,
 		m.OffCpuSlots,
@@ -500,9 +650,9 @@ func (m *profilerMaps) Close() error {
 		m.OpenScopes,
 		m.PyProcs,
 		m.Samples,
+		m.UnwindFiles,
 		m.UnwindProcs,
 		m.UnwindRows,
-		m.UnwindVdso,
 	)
 }
 
@@ -510,36 +660,49 @@ func (m *profilerMaps) Close() error {
 //
 // It can be passed to loadProfilerObjects or ebpf.CollectionSpec.LoadAndAssign.
 type profilerVariables struct {
-	FirstSamplePending    *ebpf.Variable `ebpf:"first_sample_pending"`
-	HotspotFrames         *ebpf.Variable `ebpf:"hotspot_frames"`
-	OffCpuGapFrac         *ebpf.Variable `ebpf:"off_cpu_gap_frac"`
-	OffCpuGapInt          *ebpf.Variable `ebpf:"off_cpu_gap_int"`
-	OffCpuLog2Frac        *ebpf.Variable `ebpf:"off_cpu_log2_frac"`
-	OffCpuMaxThreads      *ebpf.Variable `ebpf:"off_cpu_max_threads"`
-	OffCpuMinNs           *ebpf.Variable `ebpf:"off_cpu_min_ns"`
-	OffCpuOpen            *ebpf.Variable `ebpf:"off_cpu_open"`
-	OffCpuRngs            *ebpf.Variable `ebpf:"off_cpu_rngs"`
-	OffCpuSlotCount       *ebpf.Variable `ebpf:"off_cpu_slot_count"`
-	OffCpuTgid            *ebpf.Variable `ebpf:"off_cpu_tgid"`
-	OffCpuWalkNs          *ebpf.Variable `ebpf:"off_cpu_walk_ns"`
-	OffCpuWalks           *ebpf.Variable `ebpf:"off_cpu_walks"`
-	PythonFrames          *ebpf.Variable `ebpf:"python_frames"`
-	ScopeLinks            *ebpf.Variable `ebpf:"scope_links"`
-	UnusedCounter         *ebpf.Variable `ebpf:"unused_counter"`
-	UnusedHsProc          *ebpf.Variable `ebpf:"unused_hs_proc"`
-	UnusedInterpFrame     *ebpf.Variable `ebpf:"unused_interp_frame"`
-	UnusedInterpFrameFlag *ebpf.Variable `ebpf:"unused_interp_frame_flag"`
-	UnusedInterpFrameKind *ebpf.Variable `ebpf:"unused_interp_frame_kind"`
-	UnusedInterpStop      *ebpf.Variable `ebpf:"unused_interp_stop"`
-	UnusedOpenScopeKey    *ebpf.Variable `ebpf:"unused_open_scope_key"`
-	UnusedPyFrameLayout   *ebpf.Variable `ebpf:"unused_py_frame_layout"`
-	UnusedPyProc          *ebpf.Variable `ebpf:"unused_py_proc"`
-	UnusedPyTstateVia     *ebpf.Variable `ebpf:"unused_py_tstate_via"`
-	UnusedSample          *ebpf.Variable `ebpf:"unused_sample"`
-	UnusedSampleFlag      *ebpf.Variable `ebpf:"unused_sample_flag"`
-	UnusedSampleInterp    *ebpf.Variable `ebpf:"unused_sample_interp"`
-	UnusedScopeKind       *ebpf.Variable `ebpf:"unused_scope_kind"`
-	UnusedScopeLink       *ebpf.Variable `ebpf:"unused_scope_link"`
+	ComposeInTaskWork       *ebpf.Variable `ebpf:"compose_in_task_work"`
+	ComposeWalkNs           *ebpf.Variable `ebpf:"compose_walk_ns"`
+	ComposeWalks            *ebpf.Variable `ebpf:"compose_walks"`
+	FirstSamplePending      *ebpf.Variable `ebpf:"first_sample_pending"`
+	FmodeBacking            *ebpf.Variable `ebpf:"fmode_backing"`
+	HotspotFrames           *ebpf.Variable `ebpf:"hotspot_frames"`
+	OffCpuGapFrac           *ebpf.Variable `ebpf:"off_cpu_gap_frac"`
+	OffCpuGapInt            *ebpf.Variable `ebpf:"off_cpu_gap_int"`
+	OffCpuLog2Frac          *ebpf.Variable `ebpf:"off_cpu_log2_frac"`
+	OffCpuMaxThreads        *ebpf.Variable `ebpf:"off_cpu_max_threads"`
+	OffCpuMinNs             *ebpf.Variable `ebpf:"off_cpu_min_ns"`
+	OffCpuOpen              *ebpf.Variable `ebpf:"off_cpu_open"`
+	OffCpuRngs              *ebpf.Variable `ebpf:"off_cpu_rngs"`
+	OffCpuSlotCount         *ebpf.Variable `ebpf:"off_cpu_slot_count"`
+	OffCpuTgid              *ebpf.Variable `ebpf:"off_cpu_tgid"`
+	OffCpuWalkNs            *ebpf.Variable `ebpf:"off_cpu_walk_ns"`
+	OffCpuWalks             *ebpf.Variable `ebpf:"off_cpu_walks"`
+	PythonFrames            *ebpf.Variable `ebpf:"python_frames"`
+	SamplingStopped         *ebpf.Variable `ebpf:"sampling_stopped"`
+	ScopeLinks              *ebpf.Variable `ebpf:"scope_links"`
+	UnusedCounter           *ebpf.Variable `ebpf:"unused_counter"`
+	UnusedHsProc            *ebpf.Variable `ebpf:"unused_hs_proc"`
+	UnusedInterpFrame       *ebpf.Variable `ebpf:"unused_interp_frame"`
+	UnusedInterpFrameFlag   *ebpf.Variable `ebpf:"unused_interp_frame_flag"`
+	UnusedInterpFrameKind   *ebpf.Variable `ebpf:"unused_interp_frame_kind"`
+	UnusedInterpStop        *ebpf.Variable `ebpf:"unused_interp_stop"`
+	UnusedNotice            *ebpf.Variable `ebpf:"unused_notice"`
+	UnusedNoticeFlag        *ebpf.Variable `ebpf:"unused_notice_flag"`
+	UnusedNoticeKind        *ebpf.Variable `ebpf:"unused_notice_kind"`
+	UnusedOpenScopeKey      *ebpf.Variable `ebpf:"unused_open_scope_key"`
+	UnusedPyFrameLayout     *ebpf.Variable `ebpf:"unused_py_frame_layout"`
+	UnusedPyProc            *ebpf.Variable `ebpf:"unused_py_proc"`
+	UnusedPyTstateVia       *ebpf.Variable `ebpf:"unused_py_tstate_via"`
+	UnusedSample            *ebpf.Variable `ebpf:"unused_sample"`
+	UnusedSampleFlag        *ebpf.Variable `ebpf:"unused_sample_flag"`
+	UnusedSampleInterp      *ebpf.Variable `ebpf:"unused_sample_interp"`
+	UnusedScopeKind         *ebpf.Variable `ebpf:"unused_scope_kind"`
+	UnusedScopeLink         *ebpf.Variable `ebpf:"unused_scope_link"`
+	UnusedUnwindFile        *ebpf.Variable `ebpf:"unused_unwind_file"`
+	UnusedUnwindFileKey     *ebpf.Variable `ebpf:"unused_unwind_file_key"`
+	UnusedUnwindFileState   *ebpf.Variable `ebpf:"unused_unwind_file_state"`
+	UnusedUnwindMappingKind *ebpf.Variable `ebpf:"unused_unwind_mapping_kind"`
+	UnusedUnwindProcFlag    *ebpf.Variable `ebpf:"unused_unwind_proc_flag"`
 }
 
 // profilerPrograms contains all programs after they have been loaded into the kernel.
@@ -550,7 +713,9 @@ type profilerPrograms struct {
 	OffCpuExitWalk   *ebpf.Program `ebpf:"off_cpu_exit_walk"`
 	OffCpuSwitch     *ebpf.Program `ebpf:"off_cpu_switch"`
 	OffCpuSwitchWalk *ebpf.Program `ebpf:"off_cpu_switch_walk"`
+	ProcExit         *ebpf.Program `ebpf:"proc_exit"`
 	SampleStack      *ebpf.Program `ebpf:"sample_stack"`
+	SampleStackUser  *ebpf.Program `ebpf:"sample_stack_user"`
 }
 
 func (p *profilerPrograms) Close() error {
@@ -559,7 +724,9 @@ func (p *profilerPrograms) Close() error {
 		p.OffCpuExitWalk,
 		p.OffCpuSwitch,
 		p.OffCpuSwitchWalk,
+		p.ProcExit,
 		p.SampleStack,
+		p.SampleStackUser,
 	)
 }
 

@@ -136,6 +136,34 @@ type Counters struct {
 	// (kernels before 6.18), such a wait is recorded without its kernel
 	// stack instead, counted in KernelStackErrors.
 	OffCPUUnended uint64
+	// NoticesLost counts notices to user space (files to build, processes
+	// read or exited) lost on a full ringbuf; a lost file notice is sent
+	// again by the next walk that enters the file.
+	NoticesLost uint64
+	// FilesFull counts walks that entered a file with no table and could
+	// not ask for one: the sampler's file map was full.
+	FilesFull uint64
+	// ProcessesFull counts reads of a process's mappings not kept: the
+	// sampler's process map was full. Its samples are walked with frame
+	// pointers.
+	ProcessesFull uint64
+	// ComposeBusy counts reads of a process's mappings refused because its
+	// mmap lock was taken (read again at a later sample).
+	ComposeBusy uint64
+	// ComposeOverflow counts reads that kept only MaxUnwindMappings
+	// executable mappings of a process that had more.
+	ComposeOverflow uint64
+	// ComposeDeferred counts first samples of a process (or of its new
+	// image) walked once its mappings were read, on its return to user
+	// space.
+	ComposeDeferred uint64
+	// ComposeGone counts reads not done because the thread exited or
+	// exec'd before returning to user space (a deferred sample is lost
+	// with it), and deferred samples not sent because sampling stopped.
+	ComposeGone uint64
+	// ComposeRefused counts reads not asked for: no free task work slot,
+	// or the kernel refused the task work.
+	ComposeRefused uint64
 	// OffCPUUnreported counts context switches the kernel's sched_switch
 	// tracepoint did not report, found at their CPU's next reported one:
 	// the cause of OffCPUUnended (a kernel may hide some tasks' switches;
@@ -163,8 +191,11 @@ type Options struct {
 	// UnwindRowBytes; zero means 1<<20. At most MaxUnwindRows.
 	UnwindRows int
 	// UnwindProcesses bounds the processes whose mappings the sampler
-	// holds; zero means 1024.
+	// holds, about 2.6 KiB of kernel memory each; zero means 2048.
 	UnwindProcesses int
+	// UnwindFiles bounds the files whose tables (or their state) the
+	// sampler holds; zero means 16384.
+	UnwindFiles int
 	// OffCPU configures off-CPU events; unless enabled, their program is
 	// neither loaded nor attached.
 	OffCPU OffCPUOptions
@@ -175,8 +206,10 @@ type Options struct {
 	// PID, when not zero, samples only that process (its threads as they
 	// exist at New) instead of every CPU, and follows only its threads'
 	// switch-outs off CPU: for benchmarks and tests that must see the
-	// program's cost, or its outcomes, on one workload alone.
-	PID int
+	// program's cost, or its outcomes, on one workload alone. PIDs adds
+	// more processes to sample (their switch-outs are not followed).
+	PID  int
+	PIDs []int
 	// Python walks the CPython frames of the processes given a
 	// PythonProc (SetPythonProc). Unset, no sample looks for them.
 	Python bool

@@ -40,8 +40,12 @@ type Sampler struct {
 	links                    []link.Link
 	events                   []int
 	reader                   *ringrec.Reader[profilerSample]
+	notices                  *ringrec.Reader[profilerNotice]
 	ncpu                     int
 	rows                     uint32
+	// composeErr says why user space reads processes' mappings (nil:
+	// BPF does).
+	composeErr error
 }
 
 // New checks that the kernel and the process's capabilities allow sampling,
@@ -66,6 +70,17 @@ func New(opts Options) (_ *Sampler, err error) {
 	spec.Maps[profilerMapSamples].MaxEntries = ringBufferSize(opts, len(cpus))
 	spec.Maps[profilerMapUnwindRows].MaxEntries = unwindRows(opts) + MaxVDSORows
 	spec.Maps[profilerMapUnwindProcs].MaxEntries = unwindProcesses(opts)
+	if opts.UnwindFiles > 0 {
+		spec.Maps[profilerMapUnwindFiles].MaxEntries = uint32(opts.UnwindFiles)
+	}
+
+	if err := spec.Variables[profilerVarFmodeBacking].Set(fmodeBacking(kernelRelease())); err != nil {
+		return nil, fmt.Errorf("setting FMODE_BACKING: %w", err)
+	}
+	composeErr := composeInBPF()
+	if err := spec.Variables[profilerVarComposeInTaskWork].Set(composeErr == nil); err != nil {
+		return nil, fmt.Errorf("setting where mappings are read: %w", err)
+	}
 	if err := configurePython(spec, opts); err != nil {
 		return nil, err
 	}
@@ -82,7 +97,7 @@ func New(opts Options) (_ *Sampler, err error) {
 	}
 	loadOpts.Cache = support.KernelTypes()
 
-	s := &Sampler{ncpu: len(cpus), rows: unwindRows(opts)}
+	s := &Sampler{ncpu: len(cpus), rows: unwindRows(opts), composeErr: composeErr}
 	defer func() {
 		if err != nil {
 			s.Close()
@@ -94,6 +109,16 @@ func New(opts Options) (_ *Sampler, err error) {
 	if s.reader, err = ringrec.NewReader[profilerSample](s.objs.Samples, "sample"); err != nil {
 		return nil, err
 	}
+	if s.notices, err = ringrec.NewVarReader[profilerNotice](s.objs.Notices, "notice"); err != nil {
+		return nil, err
+	}
+	// Exits before samples: a process given mappings by a sample always
+	// has its exit seen.
+	l, err := link.AttachTracing(link.TracingOptions{Program: s.objs.ProcExit})
+	if err != nil {
+		return nil, fmt.Errorf("attaching the sampler's exit program to tp_btf/sched_process_exit: %w", err)
+	}
+	s.links = append(s.links, l)
 	targets, err := eventTargets(opts, cpus)
 	if err != nil {
 		return nil, err
@@ -140,6 +165,7 @@ type onCPUObjects struct {
 	profilerMaps
 	profilerVariables
 	SampleStack *ebpf.Program `ebpf:"sample_stack"`
+	ProcExit    *ebpf.Program `ebpf:"proc_exit"`
 }
 
 // load loads the maps and the programs in use: the off-CPU programs only
@@ -147,6 +173,13 @@ type onCPUObjects struct {
 // and of those the pair the kernel can run: with task work, the user stack
 // is walked on the thread's return to user space, else in sched_switch.
 func (s *Sampler) load(spec *ebpf.CollectionSpec, offCPU bool, opts *ebpf.CollectionOptions) error {
+	if s.composeErr != nil {
+		// The sampler that asks user space to read mappings, under the
+		// name the objects load it by.
+		spec = spec.Copy()
+		spec.Programs[profilerProgSampleStack] = spec.Programs[profilerProgSampleStackUser]
+		delete(spec.Programs, profilerProgSampleStackUser)
+	}
 	var on *onCPUObjects
 	switch {
 	case !offCPU:
@@ -180,9 +213,14 @@ func (s *Sampler) load(spec *ebpf.CollectionSpec, offCPU bool, opts *ebpf.Collec
 		s.offCPUSwitch, s.offCPUExit = objs.Switch, objs.Exit
 	}
 	s.objs.profilerMaps, s.objs.profilerVariables = on.profilerMaps, on.profilerVariables
-	s.objs.SampleStack = on.SampleStack
+	s.objs.SampleStack, s.objs.ProcExit = on.SampleStack, on.ProcExit
 	return nil
 }
+
+// ComposeError says why the sampler asks user space to read processes'
+// mappings from /proc (NoticeRead) instead of reading them in BPF: the
+// kernel feature missing. Nil when BPF reads them.
+func (s *Sampler) ComposeError() error { return s.composeErr }
 
 // OffCPUTaskWork says whether off-CPU user stacks are walked on the
 // thread's return to user space (kernel 6.18 task work), not in
@@ -392,6 +430,14 @@ func (s *Sampler) Counters() (Counters, error) {
 	c.OffCPUTaskWorkRefused = v[profilerCounterCOUNTER_OFF_CPU_SCHED_ERR]
 	c.OffCPUGone = v[profilerCounterCOUNTER_OFF_CPU_GONE]
 	c.OffCPUUnended = v[profilerCounterCOUNTER_OFF_CPU_UNENDED]
+	c.NoticesLost = v[profilerCounterCOUNTER_NOTICES_LOST]
+	c.FilesFull = v[profilerCounterCOUNTER_FILES_FULL]
+	c.ProcessesFull = v[profilerCounterCOUNTER_PROCS_FULL]
+	c.ComposeBusy = v[profilerCounterCOUNTER_COMPOSE_BUSY]
+	c.ComposeOverflow = v[profilerCounterCOUNTER_COMPOSE_OVERFLOW]
+	c.ComposeDeferred = v[profilerCounterCOUNTER_COMPOSE_DEFERRED]
+	c.ComposeGone = v[profilerCounterCOUNTER_COMPOSE_GONE]
+	c.ComposeRefused = v[profilerCounterCOUNTER_COMPOSE_REFUSED]
 	c.OffCPUUnreported = v[profilerCounterCOUNTER_OFF_CPU_UNREPORTED]
 	c.InterpSamples = v[profilerCounterCOUNTER_INTERP_SAMPLES]
 	copy(c.InterpStops[:], v[profilerCounterCOUNTER_INTERP_STOP:profilerCounterCOUNTER_MAX])
@@ -423,6 +469,13 @@ func (s *Sampler) CPUs() int { return s.ncpu }
 // still be read and counted. It is safe to call more than once.
 func (s *Sampler) Stop() error {
 	var errs []error
+	// First samples still waiting for their task work are not sent from
+	// here on: they would come after the ringbuf was read to its end.
+	if s.objs.SamplingStopped != nil {
+		if err := s.objs.SamplingStopped.Set(uint32(1)); err != nil {
+			errs = append(errs, fmt.Errorf("marking sampling stopped: %w", err))
+		}
+	}
 	// Disabling the event waits for a sample being taken on its CPU, so
 	// every record reserved before Stop returns is also submitted.
 	for _, fd := range s.events {
@@ -454,8 +507,9 @@ func (s *Sampler) Flush() error {
 // ErrClosed. It is safe to call more than once.
 func (s *Sampler) Close() error {
 	errs := []error{s.Stop()}
-	// The reader stays set: a concurrent or later Read must see it closed.
-	errs = append(errs, s.reader.Close())
+	// The readers stay set: a concurrent or later Read must see them
+	// closed.
+	errs = append(errs, s.reader.Close(), s.notices.Close())
 	errs = append(errs, s.objs.Close())
 	return errors.Join(errs...)
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"time"
 
+	"github.com/bpfcol/bpfcol/internal/process"
 	"github.com/bpfcol/bpfcol/internal/unwind/cfi"
 )
 
@@ -47,17 +48,53 @@ func (*Sampler) UnwindRowCapacity() uint32 { return 0 }
 // WriteUnwindRows fails: sampling needs linux/amd64.
 func (*Sampler) WriteUnwindRows(uint32, []cfi.Row, uint64) error { return errNotLinux }
 
+// SetUnwindFile fails: sampling needs linux/amd64.
+func (*Sampler) SetUnwindFile(process.FileKey, UnwindFile) error { return errNotLinux }
+
+// DeleteUnwindFile fails: sampling needs linux/amd64.
+func (*Sampler) DeleteUnwindFile(process.FileKey) error { return errNotLinux }
+
+// LookupUnwindFile fails: sampling needs linux/amd64.
+func (*Sampler) LookupUnwindFile(process.FileKey) (UnwindFile, bool, error) {
+	return UnwindFile{}, false, errNotLinux
+}
+
+// UnwindFileUse fails: sampling needs linux/amd64.
+func (*Sampler) UnwindFileUse() (map[process.FileKey]uint32, error) { return nil, errNotLinux }
+
 // SetUnwindMappings fails: sampling needs linux/amd64.
-func (*Sampler) SetUnwindMappings(uint32, []UnwindMapping) error { return errNotLinux }
+func (*Sampler) SetUnwindMappings(uint32, Image, []UnwindMapping) (bool, error) {
+	return false, errNotLinux
+}
+
+// UnwindMappings fails: sampling needs linux/amd64.
+func (*Sampler) UnwindMappings(uint32) ([]UnwindMapping, Image, bool, error) {
+	return nil, Image{}, false, errNotLinux
+}
 
 // UnendedThreads fails: sampling needs linux/amd64.
 func (*Sampler) UnendedThreads() (map[uint32]uint64, error) { return nil, errNotLinux }
 
 // SetUnwindVDSO fails: sampling needs linux/amd64.
-func (*Sampler) SetUnwindVDSO([]cfi.Row, uint64, uint64) error { return errNotLinux }
+func (*Sampler) SetUnwindVDSO([]cfi.Row, uint64) error { return errNotLinux }
 
 // DeleteUnwindMappings fails: sampling needs linux/amd64.
 func (*Sampler) DeleteUnwindMappings(uint32) error { return errNotLinux }
+
+// ReadNotice fails: sampling needs linux/amd64.
+func (*Sampler) ReadNotice(*Notice) error { return errNotLinux }
+
+// PollNotices does nothing: sampling needs linux/amd64.
+func (*Sampler) PollNotices() {}
+
+// ComposeError says that sampling needs linux/amd64.
+func (*Sampler) ComposeError() error { return errNotLinux }
+
+// ComposeStats fails: sampling needs linux/amd64.
+func (*Sampler) ComposeStats() (time.Duration, uint64, error) { return 0, 0, errNotLinux }
+
+// CheckCompose fails: sampling needs linux/amd64.
+func CheckCompose() error { return errNotLinux }
 
 // RunStats fails: sampling needs linux/amd64.
 func (*Sampler) RunStats() (time.Duration, uint64, error) { return 0, 0, errNotLinux }

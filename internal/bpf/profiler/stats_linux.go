@@ -8,6 +8,8 @@ import (
 	"os"
 	"strconv"
 	"time"
+
+	"github.com/cilium/ebpf"
 )
 
 // eventTarget is one perf event to open: a CPU (pid -1), or a thread on
@@ -15,22 +17,28 @@ import (
 type eventTarget struct{ pid, cpu int }
 
 func eventTargets(opts Options, cpus []int) ([]eventTarget, error) {
-	if opts.PID == 0 {
+	pids := opts.PIDs
+	if opts.PID != 0 {
+		pids = append([]int{opts.PID}, pids...)
+	}
+	if len(pids) == 0 {
 		targets := make([]eventTarget, len(cpus))
 		for i, cpu := range cpus {
 			targets[i] = eventTarget{-1, cpu}
 		}
 		return targets, nil
 	}
-	entries, err := os.ReadDir("/proc/" + strconv.Itoa(opts.PID) + "/task")
-	if err != nil {
-		return nil, fmt.Errorf("listing threads of pid %d: %w", opts.PID, err)
-	}
 	var targets []eventTarget
-	for _, e := range entries {
-		tid, err := strconv.Atoi(e.Name())
-		if err == nil {
-			targets = append(targets, eventTarget{tid, -1})
+	for _, pid := range pids {
+		entries, err := os.ReadDir("/proc/" + strconv.Itoa(pid) + "/task")
+		if err != nil {
+			return nil, fmt.Errorf("listing threads of pid %d: %w", pid, err)
+		}
+		for _, e := range entries {
+			tid, err := strconv.Atoi(e.Name())
+			if err == nil {
+				targets = append(targets, eventTarget{tid, -1})
+			}
 		}
 	}
 	return targets, nil
@@ -69,12 +77,26 @@ func (s *Sampler) OffCPUWalkStats() (time.Duration, uint64, error) {
 	if s.offCPUSwitch == nil {
 		return 0, 0, errors.New("reading off-CPU walk stats: off-CPU events are not enabled")
 	}
-	var ns, n uint64
-	if err := s.objs.OffCpuWalkNs.Get(&ns); err != nil {
-		return 0, 0, fmt.Errorf("reading off-CPU walk time: %w", err)
+	return selfTimed(s.objs.OffCpuWalkNs, s.objs.OffCpuWalks, "off-CPU walk")
+}
+
+// selfTimed reads the time and the runs that a task work callback counts
+// of itself, in the variables ns and runs.
+func selfTimed(ns, runs *ebpf.Variable, what string) (time.Duration, uint64, error) {
+	var t, n uint64
+	if err := ns.Get(&t); err != nil {
+		return 0, 0, fmt.Errorf("reading %s time: %w", what, err)
 	}
-	if err := s.objs.OffCpuWalks.Get(&n); err != nil {
-		return 0, 0, fmt.Errorf("reading off-CPU walk count: %w", err)
+	if err := runs.Get(&n); err != nil {
+		return 0, 0, fmt.Errorf("reading %s count: %w", what, err)
 	}
-	return time.Duration(ns), n, nil
+	return time.Duration(t), n, nil
+}
+
+// ComposeStats returns how long the task work that reads processes'
+// mappings (and walks their first sample) ran in total and how often. A
+// task work callback is no program of its own, so the kernel's statistics
+// miss it: the callback times itself, always.
+func (s *Sampler) ComposeStats() (time.Duration, uint64, error) {
+	return selfTimed(s.objs.ComposeWalkNs, s.objs.ComposeWalks, "mapping read")
 }

@@ -21,6 +21,7 @@ func CheckSupport() error {
 		support.Helper("helper bpf_get_stack", ebpf.PerfEvent, asm.FnGetStack),
 		support.Helper("helper bpf_get_current_task_btf (kernel 5.11)", ebpf.PerfEvent, asm.FnGetCurrentTaskBtf),
 		support.Helper("helper bpf_task_pt_regs (kernel 5.15)", ebpf.PerfEvent, asm.FnTaskPtRegs),
+		support.BTFTracepoint("tp_btf/sched_process_exit", "sched_process_exit", 1),
 	)
 }
 
@@ -44,6 +45,22 @@ func CheckOffCPUTaskWork() error {
 		support.Kfunc("kfunc bpf_task_work_schedule_resume_impl (kernel 6.18)", "bpf_task_work_schedule_resume_impl"),
 	)
 }
+
+// CheckCompose reports whether BPF can read a process's mappings itself,
+// when it is first sampled: in a task work (kernel 6.18), with the VMA
+// iterator (6.7). Without them user space reads /proc/PID/maps, asked by a
+// notice, and the first samples of a process are walked with frame
+// pointers until it has.
+func CheckCompose() error {
+	return support.Check(
+		support.Kfunc("kfunc bpf_task_work_schedule_resume_impl (kernel 6.18)", "bpf_task_work_schedule_resume_impl"),
+		support.Kfunc("kfunc bpf_iter_task_vma_new (kernel 6.7)", "bpf_iter_task_vma_new"),
+	)
+}
+
+// composeInBPF is CheckCompose, replaced in tests to run the sampler that
+// leaves reading mappings to user space on a kernel that has both.
+var composeInBPF = CheckCompose
 
 // offCPUTaskWork is CheckOffCPUTaskWork, replaced in tests to load the
 // walk-in-switch programs on a kernel that has task work.

@@ -1,25 +1,42 @@
 package profiler
 
-import "github.com/bpfcol/bpfcol/internal/unwind/cfi"
+import (
+	"github.com/bpfcol/bpfcol/internal/process"
+	"github.com/bpfcol/bpfcol/internal/unwind/cfi"
+)
 
-// MappingKind says how the sampler unwinds through an executable mapping.
-type MappingKind uint32
+// MappingKind says what backs an executable mapping of a process.
+type MappingKind uint16
 
-// Kinds of mappings, mirrored from bpfcol_unwind.h.
+// Kinds of mappings: enum unwind_mapping_kind (unwind_linux.go checks
+// them against the generated values).
 const (
-	// MappingCFI: the mapping's file has rows in the row store.
-	MappingCFI MappingKind = 0
-	// MappingFramePointer: no CFI (JIT code, Go, a file without unwind
-	// tables); frames are followed by their frame pointers.
-	MappingFramePointer MappingKind = 1
-	// MappingPending: the file's table is not loaded yet; frame pointers
-	// meanwhile, and a stop there counts as no_table.
-	MappingPending MappingKind = 2
+	// MappingFile: a file's; the walk looks its table up by file.
+	MappingFile MappingKind = 0
+	// MappingAnon: no file (JIT code); frames are followed by their
+	// frame pointers.
+	MappingAnon MappingKind = 1
+	// MappingVDSO: the vDSO, which has no file; its table, if one is
+	// loaded, is the file VDSOFile.
+	MappingVDSO MappingKind = 2
+)
+
+// VDSOFile is the file key a table of the vDSO is loaded under
+// (UNWIND_VDSO_INO of device 0): no file has it.
+var VDSOFile = process.FileKey{Dev: 0, Ino: 1}
+
+// Protection bits of a mapping (UnwindMapping.Prot), as the kernel's
+// vm_flags hold them.
+const (
+	ProtRead   = 1
+	ProtWrite  = 2
+	ProtExec   = 4
+	ProtShared = 8
 )
 
 // MaxUnwindMappings is how many executable mappings of one process the
 // sampler holds.
-const MaxUnwindMappings = 512
+const MaxUnwindMappings = 64
 
 // MaxUnwindRows bounds the row store: the BPF binary search reaches 2^24
 // rows.
@@ -32,17 +49,57 @@ const MaxVDSORows = 256
 // UnwindRowBytes is the size of one row in the row store.
 const UnwindRowBytes = 8
 
-// UnwindMapping is one executable mapping of a process as the sampler sees
-// it.
+// UnwindMapping is one executable mapping of a process as the sampler
+// sees it.
 type UnwindMapping struct {
 	// Start and End bound the mapping in the process.
 	Start, End uint64
-	// TableBase is the runtime address the rows' PCs are relative to: the
-	// table's base ELF address plus the mapping's load bias.
-	TableBase uint64
-	// RowFirst and RowCount locate the file's rows in the row store.
+	// FileBase is the address the file's offset 0 would be mapped at:
+	// Start less the mapping's file offset.
+	FileBase uint64
+	// File is the mapped file (MappingFile).
+	File process.FileKey
+	Kind MappingKind
+	// Prot holds the Prot* bits.
+	Prot uint16
+}
+
+// Offset is the file offset the mapping starts at.
+func (m *UnwindMapping) Offset() uint64 { return m.Start - m.FileBase }
+
+// Image names the image of a process that mappings were read from: its
+// address space and its start. The sampler takes a process's mappings for
+// its own only while both are the same.
+type Image struct {
+	MM, StartNs uint64
+	// Reads is how many times the process's samples asked for its
+	// mappings to be read again (a leaf outside them): the longer the
+	// sampler waits before it asks again (NoticeRead only).
+	Reads uint8
+}
+
+// FileState is where a file's table stands.
+type FileState uint32
+
+// States of a file's table: enum unwind_file_state (checked likewise).
+const (
+	// FilePending: asked for and being built; frames in the file are
+	// followed by their frame pointers meanwhile.
+	FilePending FileState = 0
+	// FileCFI: the table's rows are in the row store.
+	FileCFI FileState = 1
+	// FileFramePointers: no table to walk (Go, no CFI, unreadable):
+	// frame pointers.
+	FileFramePointers FileState = 2
+)
+
+// UnwindFile is a file's table as the sampler sees it.
+type UnwindFile struct {
+	State FileState
+	// RowBase is the file offset the rows' PCs are relative to.
+	RowBase uint64
+	// RowFirst and RowCount locate the rows in the row store.
 	RowFirst, RowCount uint32
-	Kind               MappingKind
 }
 
 // StopReason is why the BPF unwinder stopped walking a stack.

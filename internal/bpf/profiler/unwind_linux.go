@@ -11,6 +11,8 @@ import (
 	"github.com/cilium/ebpf"
 	"golang.org/x/sys/unix"
 
+	"github.com/bpfcol/bpfcol/internal/ktime"
+	"github.com/bpfcol/bpfcol/internal/process"
 	"github.com/bpfcol/bpfcol/internal/unwind/cfi"
 )
 
@@ -23,6 +25,19 @@ var (
 	_ [0]struct{} = [unsafe.Sizeof(encodedRow{}) - UnwindRowBytes]struct{}{}
 )
 
+// The constants of unwind.go, which builds everywhere, must stay the
+// generated ones: a difference fails the build (an array of another
+// length, or a negative one).
+var (
+	_ [0]struct{} = [MaxUnwindMappings - len(profilerUnwindProc{}.Mappings)]struct{}{}
+	_ [0]struct{} = [MappingFile - MappingKind(profilerUnwindMappingKindUNWIND_MAPPING_FILE)]struct{}{}
+	_ [0]struct{} = [MappingAnon - MappingKind(profilerUnwindMappingKindUNWIND_MAPPING_ANON)]struct{}{}
+	_ [0]struct{} = [MappingVDSO - MappingKind(profilerUnwindMappingKindUNWIND_MAPPING_VDSO)]struct{}{}
+	_ [0]struct{} = [FilePending - FileState(profilerUnwindFileStateUNWIND_FILE_PENDING)]struct{}{}
+	_ [0]struct{} = [FileCFI - FileState(profilerUnwindFileStateUNWIND_FILE_CFI)]struct{}{}
+	_ [0]struct{} = [FileFramePointers - FileState(profilerUnwindFileStateUNWIND_FILE_FP)]struct{}{}
+)
+
 func unwindRows(opts Options) uint32 {
 	n := opts.UnwindRows
 	if n <= 0 {
@@ -33,7 +48,7 @@ func unwindRows(opts Options) uint32 {
 
 func unwindProcesses(opts Options) uint32 {
 	if opts.UnwindProcesses <= 0 {
-		return 1024
+		return 2048
 	}
 	return uint32(opts.UnwindProcesses)
 }
@@ -43,23 +58,17 @@ func unwindProcesses(opts Options) uint32 {
 func (s *Sampler) UnwindRowCapacity() uint32 { return s.rows }
 
 // SetUnwindVDSO writes the table of the kernel's vDSO, whose rows' PCs
-// are relative to base, an address in the image (its first byte at 0),
-// and points the walk at it for every process: a PC within size bytes of
-// the image's start in a process is looked up there. rows fit in
-// MaxVDSORows.
-func (s *Sampler) SetUnwindVDSO(rows []cfi.Row, base, size uint64) error {
+// are offsets in the image relative to base, past the files' rows, and
+// points the file VDSOFile at it: every process's MappingVDSO is walked
+// with it. rows fit in MaxVDSORows.
+func (s *Sampler) SetUnwindVDSO(rows []cfi.Row, base uint64) error {
 	if len(rows) == 0 || len(rows) > MaxVDSORows {
 		return fmt.Errorf("setting the vDSO's unwind table: %d rows, want 1 to %d", len(rows), MaxVDSORows)
 	}
 	if err := s.writeRows(s.rows, rows, base, s.rows+MaxVDSORows); err != nil {
 		return fmt.Errorf("setting the vDSO's unwind table: %w", err)
 	}
-	m := profilerUnwindMapping{Start: 0, End: size, TableBase: base, RowFirst: s.rows, RowCount: uint32(len(rows)),
-		Kind: uint32(MappingCFI)}
-	if err := s.objs.UnwindVdso.Update(uint32(0), &m, ebpf.UpdateAny); err != nil {
-		return fmt.Errorf("setting the vDSO's unwind table: %w", err)
-	}
-	return nil
+	return s.SetUnwindFile(VDSOFile, UnwindFile{State: FileCFI, RowBase: base, RowFirst: s.rows, RowCount: uint32(len(rows))})
 }
 
 // WriteUnwindRows encodes rows, whose PCs are relative to base, into the
@@ -103,27 +112,130 @@ func (s *Sampler) writeRows(first uint32, rows []cfi.Row, base uint64, limit uin
 	return nil
 }
 
-// SetUnwindMappings replaces the executable mappings of process pid, which
-// must be sorted by Start and not overlap. Only the first
-// MaxUnwindMappings are kept.
-func (s *Sampler) SetUnwindMappings(pid uint32, maps []UnwindMapping) error {
-	var p profilerUnwindProc
-	n := min(len(maps), MaxUnwindMappings)
-	p.Count = uint32(n)
-	for i, m := range maps[:n] {
-		p.Mappings[i] = profilerUnwindMapping{
-			Start: m.Start, End: m.End, TableBase: m.TableBase,
-			RowFirst: m.RowFirst, RowCount: m.RowCount, Kind: uint32(m.Kind),
-		}
-	}
-	if err := s.objs.UnwindProcs.Update(pid, &p, ebpf.UpdateAny); err != nil {
-		return fmt.Errorf("setting unwind mappings of pid %d: %w", pid, err)
+// SetUnwindFile makes the sampler walk frames in the file key with t: its
+// rows, or frame pointers. Every process mapping the file walks it so
+// from its next frame there. Rows must be in place before t points at
+// them.
+func (s *Sampler) SetUnwindFile(key process.FileKey, t UnwindFile) error {
+	v := profilerUnwindFile{State: uint32(t.State), RowBase: t.RowBase, RowFirst: t.RowFirst, RowCount: t.RowCount}
+	if err := s.objs.UnwindFiles.Update(fileKey(key), &v, ebpf.UpdateAny); err != nil {
+		return fmt.Errorf("setting the unwind table of file %d:%d: %w", key.Dev, key.Ino, err)
 	}
 	return nil
 }
 
-// DeleteUnwindMappings forgets process pid: its samples fall back to frame
-// pointers. Forgetting an unknown process is not an error.
+// DeleteUnwindFile forgets the file key: the next walk that enters it asks
+// for its table again (a FileNotice). Forgetting an unknown file is not
+// an error.
+func (s *Sampler) DeleteUnwindFile(key process.FileKey) error {
+	if err := s.objs.UnwindFiles.Delete(fileKey(key)); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+		return fmt.Errorf("deleting the unwind table of file %d:%d: %w", key.Dev, key.Ino, err)
+	}
+	return nil
+}
+
+// UnwindFileUse returns, for every file the sampler knows, when a walk
+// last read its table: the eviction order. Times are in units of about a
+// second (2^30 ns) of CLOCK_MONOTONIC, modulo 2^32.
+func (s *Sampler) UnwindFileUse() (map[process.FileKey]uint32, error) {
+	out := map[process.FileKey]uint32{}
+	var k profilerUnwindFileKey
+	var v profilerUnwindFile
+	it := s.objs.UnwindFiles.Iterate()
+	for it.Next(&k, &v) {
+		out[process.KernelFileKey(k.Dev, k.Ino)] = v.Used
+	}
+	if err := it.Err(); err != nil {
+		return nil, fmt.Errorf("reading unwind file use: %w", err)
+	}
+	return out, nil
+}
+
+// LookupUnwindFile returns what the sampler holds for the file key.
+func (s *Sampler) LookupUnwindFile(key process.FileKey) (UnwindFile, bool, error) {
+	var v profilerUnwindFile
+	if err := s.objs.UnwindFiles.Lookup(fileKey(key), &v); err != nil {
+		if errors.Is(err, ebpf.ErrKeyNotExist) {
+			return UnwindFile{}, false, nil
+		}
+		return UnwindFile{}, false, fmt.Errorf("looking up the unwind table of file %d:%d: %w", key.Dev, key.Ino, err)
+	}
+	return UnwindFile{State: FileState(v.State), RowBase: v.RowBase, RowFirst: v.RowFirst, RowCount: v.RowCount}, true, nil
+}
+
+// fileKeyOf is the FileKey of the file BPF names by s_dev and inode;
+// zero when it named none.
+func fileKeyOf(dev uint32, ino uint64) process.FileKey {
+	if ino == 0 {
+		return process.FileKey{}
+	}
+	return process.KernelFileKey(dev, ino)
+}
+
+func fileKey(key process.FileKey) *profilerUnwindFileKey {
+	return &profilerUnwindFileKey{Ino: key.Ino, Dev: key.KernelDev()}
+}
+
+// SetUnwindMappings replaces the executable mappings of process pid, read
+// by user space from img, the image a NoticeRead named (kernels where BPF
+// does not read them). maps must be sorted by Start and not overlap; only
+// the first MaxUnwindMappings are kept. It reports whether the sampler held
+// no mappings of pid before.
+func (s *Sampler) SetUnwindMappings(pid uint32, img Image, maps []UnwindMapping) (bool, error) {
+	var p profilerUnwindProc
+	n := min(len(maps), MaxUnwindMappings)
+	p.Mm, p.StartNs, p.ComposedNs = img.MM, img.StartNs, uint64(ktime.MonotonicNanos())
+	p.Count = uint32(n)
+	p.Flags = uint32(img.Reads) << 24
+	if len(maps) > n {
+		p.Flags |= uint32(profilerUnwindProcFlagUNWIND_PROC_OVERFLOW)
+	}
+	for i, m := range maps[:n] {
+		p.Mappings[i] = profilerUnwindMapping{
+			Start: m.Start, End: m.End, FileBase: m.FileBase,
+			Ino: m.File.Ino, Dev: m.File.KernelDev(), Kind: uint16(m.Kind), Prot: m.Prot,
+		}
+	}
+	err := s.objs.UnwindProcs.Update(pid, &p, ebpf.UpdateNoExist)
+	if err == nil {
+		return true, nil
+	}
+	if errors.Is(err, ebpf.ErrKeyExist) {
+		err = s.objs.UnwindProcs.Update(pid, &p, ebpf.UpdateAny)
+	}
+	if err != nil {
+		return false, fmt.Errorf("setting unwind mappings of pid %d: %w", pid, err)
+	}
+	return false, nil
+}
+
+// UnwindMappings returns the executable mappings the sampler holds for
+// process pid, and the image they were read from.
+func (s *Sampler) UnwindMappings(pid uint32) ([]UnwindMapping, Image, bool, error) {
+	var p profilerUnwindProc
+	if err := s.objs.UnwindProcs.Lookup(pid, &p); err != nil {
+		if errors.Is(err, ebpf.ErrKeyNotExist) {
+			return nil, Image{}, false, nil
+		}
+		return nil, Image{}, false, fmt.Errorf("looking up unwind mappings of pid %d: %w", pid, err)
+	}
+	return appendMappings(nil, &p), Image{MM: p.Mm, StartNs: p.StartNs, Reads: uint8(p.Flags >> 24)}, true, nil
+}
+
+// appendMappings appends p's mappings to dst.
+func appendMappings(dst []UnwindMapping, p *profilerUnwindProc) []UnwindMapping {
+	for _, m := range p.Mappings[:min(int(p.Count), len(p.Mappings))] {
+		um := UnwindMapping{Start: m.Start, End: m.End, FileBase: m.FileBase, Kind: MappingKind(m.Kind), Prot: m.Prot}
+		if um.Kind == MappingFile {
+			um.File = fileKeyOf(m.Dev, m.Ino)
+		}
+		dst = append(dst, um)
+	}
+	return dst
+}
+
+// DeleteUnwindMappings forgets process pid: its next sample has its
+// mappings read again. Forgetting an unknown process is not an error.
 func (s *Sampler) DeleteUnwindMappings(pid uint32) error {
 	if err := s.objs.UnwindProcs.Delete(pid); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
 		return fmt.Errorf("deleting unwind mappings of pid %d: %w", pid, err)

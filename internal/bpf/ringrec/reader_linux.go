@@ -31,6 +31,7 @@ var ErrFlushed = ringbuf.ErrFlushed
 // always in the past, so it never blocks.
 type Reader[T any] struct {
 	what   string
+	short  bool // records may be shorter than T: the rest reads as zero
 	reader *ringbuf.Reader
 	record ringbuf.Record
 	value  T
@@ -90,6 +91,17 @@ func NewReader[T any](m *ebpf.Map, what string) (*Reader[T], error) {
 	return &Reader[T]{what: what, reader: r, poll: poll, conn: conn}, nil
 }
 
+// NewVarReader is NewReader for records of varying length, at most a T:
+// the bytes a record lacks read as zeros. Each record is copied.
+func NewVarReader[T any](m *ebpf.Map, what string) (*Reader[T], error) {
+	r, err := NewReader[T](m, what)
+	if err != nil {
+		return nil, err
+	}
+	r.short = true
+	return r, nil
+}
+
 // Read blocks until the next record and returns it. The record is valid
 // until the next Read: nothing is allocated per record. Read returns
 // ErrDeadline when the deadline passed with nothing left to read,
@@ -125,6 +137,14 @@ func (r *Reader[T]) Read() (*T, error) {
 			return nil, ErrClosed
 		}
 	}
+}
+
+// Pending reports, without a system call, whether records wait in the
+// ringbuf: records submitted without a wakeup wait there until one comes.
+func (r *Reader[T]) Pending() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return !r.closed && r.reader.AvailableBytes() > 0
 }
 
 // empty reports, without a system call, that there is nothing to read: no
@@ -174,6 +194,11 @@ func (r *Reader[T]) wait() (closed bool) {
 func (r *Reader[T]) decode() (*T, error) {
 	raw := r.record.RawSample
 	size := int(unsafe.Sizeof(r.value))
+	if r.short {
+		dst := unsafe.Slice((*byte)(unsafe.Pointer(&r.value)), size)
+		clear(dst[copy(dst, raw):])
+		return &r.value, nil
+	}
 	if len(raw) < size {
 		return nil, fmt.Errorf("reading %s: record of %d bytes, want %d", r.what, len(raw), size)
 	}

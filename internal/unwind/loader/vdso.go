@@ -10,13 +10,15 @@ import (
 )
 
 // loadVDSO compiles the .eh_frame of the kernel's vDSO and hands it to the
-// sink: every 64-bit process maps that one image, so the sampler keeps one
-// table for all of them (bpfcol_vdso.h) and no process's mappings carry
-// it. A failure is counted as a table error; the vDSO's frames are then
-// walked by their frame pointers, as before.
+// sink, once at start: every 64-bit process maps that one image, so the
+// sampler keeps one table for all of them, the file profiler.VDSOFile
+// that each process's vDSO mapping (profiler.MappingVDSO) names, outside
+// the row store the tables of files share: never evicted. A failure is
+// counted as a table error; the vDSO's frames are then walked by their
+// frame pointers.
 func (l *Loader) loadVDSO() {
 	if err := loadVDSO(l.cfg.Sink); err != nil {
-		l.tableErr.Add(1)
+		l.tables.tableErr.Add(1)
 	}
 }
 
@@ -29,12 +31,12 @@ func loadVDSO(sink Sink) error {
 	if err != nil {
 		return err
 	}
-	return sink.SetUnwindVDSO(rows, rows[0].PC, uint64(len(image)))
+	return sink.SetUnwindVDSO(rows, rows[0].PC)
 }
 
 // vdsoRows compiles image's CFI with the rows' PCs moved from ELF
-// addresses to offsets in the image, where a process maps its first byte
-// at the address its mm gives.
+// addresses to offsets in the image: a process maps its first byte at the
+// start of its vDSO mapping, the walk's file offset 0 there.
 func vdsoRows(image []byte) ([]cfi.Row, error) {
 	f, err := elf.NewFile(bytes.NewReader(image))
 	if err != nil {

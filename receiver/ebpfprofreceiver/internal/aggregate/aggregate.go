@@ -33,8 +33,8 @@ type Config struct {
 	// Binaries caches opened binaries; the aggregator opens every binary it
 	// sees a sample in, so it can still be read after its process exits.
 	Binaries *symbolize.BinaryCache
-	// ProcessInfo reads a process's metadata; nil reads /proc, then
-	// Snapshots.
+	// ProcessInfo reads a process's metadata; nil takes it from
+	// Snapshots, else reads /proc.
 	ProcessInfo func(pid int) (*Process, error)
 	// Snapshots, when set, holds the mappings of processes that exited
 	// before their samples were read, and opens the files behind them.
@@ -184,7 +184,9 @@ func New(cfg Config) *Aggregator {
 	if cfg.ProcessInfo == nil {
 		// A snapshot is taken only for a sample of its process's
 		// lifetime: Add notes the sample's time first.
-		cfg.ProcessInfo = func(pid int) (*Process, error) { return readProcess(pid, cfg.Snapshots, a.sampleKtime) }
+		cfg.ProcessInfo = func(pid int) (*Process, error) {
+			return readProcess(pid, cfg.Snapshots, a.sampleKtime, a.procs.missed)
+		}
 	}
 	a = &Aggregator{
 		cfg:    cfg,

@@ -41,6 +41,10 @@ type processTable struct {
 	snapshotted func(pid int) bool
 	entries     map[int]*processEntry
 	generation  uint64
+	// missed is set while a process is read again for a sample outside
+	// its mappings: from /proc first, where a snapshot may not have
+	// caught up yet.
+	missed bool
 }
 
 func newProcessTable(max int, read func(int) (*Process, error)) *processTable {
@@ -71,7 +75,9 @@ func (t *processTable) lookup(pid int, ip uint64) *Process {
 	case e.proc == nil && t.snapshotted != nil && t.snapshotted(pid):
 		t.refresh(pid, e)
 	case ip != 0 && e.proc != nil && e.proc.Mapping(ip) == nil && time.Since(e.missedAt) > missRefreshInterval:
+		t.missed = true
 		t.refresh(pid, e)
+		t.missed = false
 		if e.proc.Mapping(ip) == nil {
 			e.missedAt = e.readAt
 		}
@@ -117,15 +123,30 @@ func (t *processTable) endInterval() {
 	t.generation++
 }
 
-// readProcess reads pid from /proc; a process gone (or a zombie, whose
-// mappings are gone) is taken from its snapshot, if snaps has one that
-// covers ktime, when the sample that asked was taken.
-func readProcess(pid int, snaps *process.Snapshots, ktime uint64) (*Process, error) {
+// readProcess returns pid as the snapshot the sampler's notice recorded
+// shows it, when one covers ktime (when the sample that asked was taken):
+// its mappings were read once, at its first sample, and are not read
+// again. Without one, or when fresh (a sample outside the mappings),
+// /proc is read; a process gone (or a zombie, whose mappings are gone) is
+// then taken from its snapshot, if one covers ktime.
+func readProcess(pid int, snaps *process.Snapshots, ktime uint64, fresh bool) (*Process, error) {
+	fromSnapshot := func() *Process {
+		snap, ok := snaps.Get(pid, ktime)
+		if !ok {
+			return nil
+		}
+		p := newProcess(pid, snap.Mappings, snap.ExePath)
+		p.ContainerID = snap.ContainerID
+		return p
+	}
+	if !fresh {
+		if p := fromSnapshot(); p != nil {
+			return p, nil
+		}
+	}
 	maps, err := process.ReadMappings(pid)
 	if err != nil || len(maps) == 0 {
-		if snap, ok := snaps.Get(pid, ktime); ok {
-			p := newProcess(pid, snap.Mappings, snap.ExePath)
-			p.ContainerID = snap.ContainerID
+		if p := fromSnapshot(); p != nil {
 			return p, nil
 		}
 		if err != nil {

@@ -43,6 +43,7 @@ type TelemetryBuilder struct {
 	EbpfprofOffCPUEvents              metric.Int64ObservableCounter
 	EbpfprofOffCPUUnreportedSwitches  metric.Int64ObservableCounter
 	EbpfprofParserPanics              metric.Int64ObservableCounter
+	EbpfprofProcessReads              metric.Int64ObservableCounter
 	EbpfprofProcessesUnknown          metric.Int64ObservableCounter
 	EbpfprofProfilesEmitted           metric.Int64ObservableCounter
 	EbpfprofSamplesDropped            metric.Int64ObservableCounter
@@ -283,6 +284,21 @@ func (builder *TelemetryBuilder) RegisterEbpfprofParserPanicsCallback(cb metric.
 		cb(ctx, &observerInt64{inst: builder.EbpfprofParserPanics, obs: o})
 		return nil
 	}, builder.EbpfprofParserPanics)
+	if err != nil {
+		return err
+	}
+	builder.mu.Lock()
+	defer builder.mu.Unlock()
+	builder.registrations = append(builder.registrations, reg)
+	return nil
+}
+
+// RegisterEbpfprofProcessReadsCallback sets callback for observable EbpfprofProcessReads metric.
+func (builder *TelemetryBuilder) RegisterEbpfprofProcessReadsCallback(cb metric.Int64Callback) error {
+	reg, err := builder.meter.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
+		cb(ctx, &observerInt64{inst: builder.EbpfprofProcessReads, obs: o})
+		return nil
+	}, builder.EbpfprofProcessReads)
 	if err != nil {
 		return err
 	}
@@ -573,6 +589,12 @@ func NewTelemetryBuilder(settings component.TelemetrySettings, options ...Teleme
 		"otelcol_ebpfprof_parser_panics",
 		metric.WithDescription("Panics recovered while parsing a binary's or debug file's symbols or debug info, other than a fault reading a file truncated under us; each is a parser bug met on some input, whose lookup failed. [Development]"),
 		metric.WithUnit("{panic}"),
+	)
+	errs = errors.Join(errs, err)
+	builder.EbpfprofProcessReads, err = builder.meter.Int64ObservableCounter(
+		"otelcol_ebpfprof_process_reads",
+		metric.WithDescription("Reads of a sampled process's executable mappings, by what became of them; a process never sampled is never read. [Development]"),
+		metric.WithUnit("{read}"),
 	)
 	errs = errors.Join(errs, err)
 	builder.EbpfprofProcessesUnknown, err = builder.meter.Int64ObservableCounter(
