@@ -81,8 +81,12 @@ FUZZ_TARGETS := FuzzOpenBinary:./internal/symbolize:15000 \
 	FuzzStreamCheck:./internal/symbolize/debuginfod:150000 \
 	FuzzPerfMap:./internal/perfmap:300000 \
 	FuzzLineTable:./internal/interp/python:50000 \
-	FuzzCodeObject:./internal/interp/python:50000
-fuzz-short: ## Fuzz each ELF, DWARF, gopclntab, CFI, code object and line table reader (about 8 s each).
+	FuzzCodeObject:./internal/interp/python:50000 \
+	FuzzVMStructs:./internal/interp/hotspot:30000 \
+	FuzzNMethod:./internal/interp/hotspot:50000 \
+	FuzzLineTable:./internal/interp/hotspot:100000 \
+	FuzzMethodName:./internal/interp/hotspot:100000
+fuzz-short: ## Fuzz each ELF, DWARF, gopclntab, CFI, code object, line table, vmStructs and nmethod reader (about 8 s each).
 	for t in $(FUZZ_TARGETS); do \
 		name=$${t%%:*}; rest=$${t#*:}; pkg=$${rest%%:*}; execs=$${rest#*:}; \
 		$(GO) test -run '^$$' -fuzz "^$$name\$$" -fuzztime $${execs}x -fuzzminimizetime 1s $$pkg || exit 1; \

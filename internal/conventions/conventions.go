@@ -39,6 +39,7 @@ var (
 	FrameTypeKernel  = semconv.ProfileFrameTypeKernel.Value.AsString()
 	FrameTypeGo      = semconv.ProfileFrameTypeGo.Value.AsString()
 	FrameTypeCPython = semconv.ProfileFrameTypeCpython.Value.AsString()
+	FrameTypeJVM     = semconv.ProfileFrameTypeJVM.Value.AsString()
 )
 
 // FrameTypeBPF marks a JIT-compiled BPF program running in the kernel. The

@@ -28,6 +28,9 @@ const (
 	// CPython is a Python function run by the CPython interpreter: an
 	// interpreted frame, with no machine code of its own.
 	CPython
+	// JVM is a Java method run by a JVM (HotSpot), interpreted or
+	// compiled: named from the JVM's own structures, with no mapping.
+	JVM
 )
 
 // String returns the profile.frame.type value of t.
@@ -41,6 +44,8 @@ func (t Type) String() string {
 		return conventions.FrameTypeBPF
 	case CPython:
 		return conventions.FrameTypeCPython
+	case JVM:
+		return conventions.FrameTypeJVM
 	default:
 		return conventions.FrameTypeNative
 	}
@@ -52,7 +57,7 @@ func (t Type) InKernel() bool { return t == Kernel || t == BPF }
 // Interpreted reports whether frames of type t are an interpreter's: no
 // machine code, so no mapping; their Address is the interpreter's object
 // that names them, in the process, and Offset the instruction in it.
-func (t Type) Interpreted() bool { return t == CPython }
+func (t Type) Interpreted() bool { return t == CPython || t == JVM }
 
 // Mapping is the memory mapping a frame's address falls in, with the build
 // ids of its file once known.

@@ -2,6 +2,7 @@ package ebpfprofreceiver
 
 import (
 	"github.com/bpfcol/bpfcol/internal/interp"
+	"github.com/bpfcol/bpfcol/internal/interp/hotspot"
 	"github.com/bpfcol/bpfcol/internal/interp/python"
 )
 
@@ -30,6 +31,9 @@ func (r *profilesReceiver) startInterpreters() {
 	})
 	if r.cfg.interpreter(python.Name) {
 		m.Add(python.New(python.Config{Sink: r.sampler, ReadFailures: m.ReadFailures()}))
+	}
+	if r.cfg.interpreter(hotspot.Name) {
+		m.Add(hotspot.New(hotspot.Config{Sink: r.sampler, ReadFailures: m.ReadFailures()}))
 	}
 	r.interps = m
 }

@@ -20,6 +20,7 @@ import (
 	"github.com/bpfcol/bpfcol/internal/bpf/scopes"
 	"github.com/bpfcol/bpfcol/internal/bpf/support"
 	"github.com/bpfcol/bpfcol/internal/interp"
+	"github.com/bpfcol/bpfcol/internal/interp/hotspot"
 	"github.com/bpfcol/bpfcol/internal/interp/python"
 	"github.com/bpfcol/bpfcol/internal/process"
 	"github.com/bpfcol/bpfcol/internal/symbolize"
@@ -239,6 +240,7 @@ func (r *profilesReceiver) start(_ context.Context, _ component.Host) error {
 		OffCPU:          r.cfg.OffCPU.samplerOptions(),
 		Scopes:          shared,
 		Python:          r.cfg.interpreter(python.Name),
+		HotSpot:         r.cfg.interpreter(hotspot.Name),
 	})
 	if err != nil {
 		r.releaseScopes()

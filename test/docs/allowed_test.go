@@ -40,8 +40,9 @@ var proseAllowed = map[string]map[string]struct {
 			[]any{"/var/cache/bpfcol"}, []any{"var/cache/bpfcol"}},
 		"symbolizer.debug_directories": {"absolute paths",
 			[]any{[]any{"/srv/debug", "/opt/debug"}}, []any{[]any{"srv/debug"}}},
-		"interpreters": {"`cpython`",
-			[]any{[]any{"cpython"}, []any{}}, []any{[]any{"ruby"}, []any{"cpython", "cpython"}}},
+		"interpreters": {"`cpython`, `hotspot`",
+			[]any{[]any{"cpython"}, []any{"hotspot"}, []any{"cpython", "hotspot"}, []any{}},
+			[]any{[]any{"ruby"}, []any{"jvm"}, []any{"cpython", "cpython"}, []any{"hotspot", "hotspot"}}},
 	},
 	"uprobe": {
 		"probes[].id": {"`[A-Za-z0-9_.:-]+`, unique",

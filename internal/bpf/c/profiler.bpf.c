@@ -141,15 +141,6 @@ struct walk_regs {
 	u32 pad;
 };
 
-// State of one CFI walk, shared with the bpf_loop callback. The pointers
-// stay out of regs: a global function's memory argument comes back to
-// the caller as unknown scalars.
-struct walk {
-	struct sample *s;
-	struct unwind_proc *proc;
-	struct walk_regs regs;
-};
-
 // Anchor the record and flag types in BTF so bpf2go can mirror them in Go;
 // they cost 8 bytes each of one .bss map.
 const struct sample *unused_sample __attribute__((unused));
@@ -247,6 +238,8 @@ static __always_inline long step_fp(struct walk_regs *w, u32 reason)
 	w->exact_pc = 0;
 	return 0;
 }
+
+#include "bpfcol_hotspot.h"
 
 // Offsets in the ucontext that a signal handler returns through
 // (__restore_rt): uc_mcontext starts at 40, gregs in REG_* order.
@@ -383,16 +376,34 @@ __noinline long unwind_frame(struct walk_regs *w, struct sample *s, struct unwin
 	return 0;
 }
 
+// State of one CFI walk, shared with the bpf_loop callback. The pointers
+// stay out of regs: a global function's memory argument comes back to
+// the caller as unknown scalars.
+struct walk {
+	struct sample *s;
+	struct unwind_proc *proc;
+	// Set for a JVM's sample, then s is a struct sample_interp: the
+	// frames in its code cache are walked by hotspot_frame.
+	struct hs_proc *hs;
+	struct hs_walk hx;
+	struct walk_regs regs;
+};
+
 // unwind_step is the bpf_loop callback: one frame per iteration.
 static long unwind_step(u64 i, struct walk *w)
 {
+	if (w->hs && hotspot_pc(w->hs, w->regs.pc))
+		return hotspot_frame(&w->regs, (struct sample_interp *)w->s, w->hs, &w->hx) ? 1 : 0;
 	return unwind_frame(&w->regs, w->s, w->proc) ? 1 : 0;
 }
 
 // unwind_cfi walks the user stack of a loaded process into s->user. It
 // returns false when the interrupted PC is in none of the process's known
-// mappings, so the caller falls back to frame pointers.
-static __always_inline bool unwind_cfi(struct sample *s, struct unwind_proc *proc, u64 tramp)
+// mappings, so the caller falls back to frame pointers. With hs (a JVM's
+// sample, s a struct sample_interp), its HotSpot frames are walked too,
+// bcp being the user R13.
+static __always_inline bool unwind_cfi(struct sample *s, struct unwind_proc *proc, u64 tramp, struct hs_proc *hs,
+				       u64 bcp)
 {
 	// In the uretprobe trampoline, the probed function has returned: the
 	// walk starts where it returns to. Elsewhere in [uprobes], a probed
@@ -405,6 +416,8 @@ static __always_inline bool unwind_cfi(struct sample *s, struct unwind_proc *pro
 	struct walk w = {
 		.s = s,
 		.proc = proc,
+		.hs = hs,
+		.hx = { .bcp = bcp, .stop = INTERP_STOP_END },
 		.regs = {
 			.pc = pc,
 			.sp = sp,
@@ -415,6 +428,8 @@ static __always_inline bool unwind_cfi(struct sample *s, struct unwind_proc *pro
 		},
 	};
 	bpf_loop(MAX_STACK_DEPTH, unwind_step, &w, 0);
+	if (hs)
+		((struct sample_interp *)s)->interp_stop = w.hx.stop;
 	struct walk_regs *r = &w.regs;
 	if (r->n == 0) {
 		// The leaf is not in a loaded mapping (a new library or JIT
@@ -476,8 +491,11 @@ static __always_inline void link_scope(struct sample *s, struct pt_regs *regs)
 // kernel stack is left empty, for the caller to take. ctx is NULL in a
 // task work callback, which runs in the task's own context but has none.
 // It reports whether the process's mappings are read and the interrupted
-// PC lies outside them: they changed (dlopen, JIT).
-static __always_inline bool fill_sample(void *ctx, struct sample *s, u64 pid_tgid, bool with_kernel)
+// PC lies outside them: they changed (dlopen, JIT). hs is set for a JVM's
+// sample, s then being a struct sample_interp whose interpreter tail is
+// empty: its HotSpot frames are added there.
+static __always_inline bool fill_sample(void *ctx, struct sample *s, u64 pid_tgid, bool with_kernel,
+					struct hs_proc *hs)
 {
 	bool leaf_unmapped = false;
 	s->ktime_ns = bpf_ktime_get_ns();
@@ -531,7 +549,7 @@ static __always_inline bool fill_sample(void *ctx, struct sample *s, u64 pid_tgi
 		// with the same pid, are none.
 		if (proc && (proc->count == 0 || !same_image(proc, task)))
 			proc = 0;
-		if (!proc || !unwind_cfi(s, proc, tramp)) {
+		if (!proc || !unwind_cfi(s, proc, tramp, hs, regs->r13)) {
 			if (!proc) {
 				s->flags |= SAMPLE_NO_TABLE;
 				count(COUNTER_UNWIND_STOP + UNWIND_STOP_NO_TABLE);
@@ -561,15 +579,36 @@ static __always_inline struct py_proc *python_proc(u32 tgid)
 	return bpf_map_lookup_elem(&py_procs, &tgid);
 }
 
-// walk_interp adds the interpreter frames of the current thread to r.
-static __always_inline void walk_interp(struct sample_interp *r, struct py_proc *py)
+// hotspot_proc returns the HotSpot state of process tgid, when HotSpot
+// frames are wanted and the process runs a JVM.
+static __always_inline struct hs_proc *hotspot_proc(u32 tgid)
+{
+	if (!hotspot_frames)
+		return 0;
+	return bpf_map_lookup_elem(&hs_procs, &tgid);
+}
+
+// interp_begin empties r's interpreter tail before its native walk, which
+// adds a JVM's frames to it.
+static __always_inline void interp_begin(struct sample_interp *r)
 {
 	r->interp_frames = 0;
 	r->interp_stop = INTERP_STOP_END;
+}
+
+// walk_interp ends r's interpreter tail after its native walk: CPython's
+// frames are walked now (py), a JVM's were with the native ones.
+static __always_inline void walk_interp(struct sample_interp *r, struct py_proc *py)
+{
 	if (r->s.flags & SAMPLE_KERNEL_THREAD)
 		return;
 	count(COUNTER_INTERP_SAMPLES);
-	walk_python(r, py, bpf_get_current_task_btf());
+	if (py) {
+		walk_python(r, py, bpf_get_current_task_btf());
+		return;
+	}
+	u32 stop = r->interp_stop;
+	count(COUNTER_INTERP_STOP + (stop < INTERP_STOP_MAX ? stop : INTERP_STOP_BAD_LAYOUT));
 }
 
 // The record a sample of an interpreter's process is put together in
@@ -782,7 +821,7 @@ static int compose_walk(struct bpf_map *map, void *key, void *value)
 		count(COUNTER_DROPPED_RINGBUF);
 		goto done;
 	}
-	fill_sample(0, s, pid_tgid, false);
+	fill_sample(0, s, pid_tgid, false, 0);
 	s->ktime_ns = w->ktime;
 	s->cpu = w->cpu;
 	s->kernel_bytes = w->kernel_bytes;
@@ -839,13 +878,15 @@ static __always_inline bool defer_compose(void *ctx, struct task_struct *task, u
 // sample_interp_stack records a sample of a process that runs CPython.
 // It reports, as fill_sample, whether the leaf lay outside the process's
 // mappings read, with the sample's time in *ktime.
-static __always_inline bool sample_interp_stack(void *ctx, u64 pid_tgid, struct py_proc *py, u64 *ktime)
+static __always_inline bool sample_interp_stack(void *ctx, u64 pid_tgid, struct py_proc *py, struct hs_proc *hs,
+						u64 *ktime)
 {
 	u32 zero = 0;
 	struct sample_interp *r = bpf_map_lookup_elem(&interp_scratch, &zero);
 	if (!r)
 		return false;
-	bool leaf_unmapped = fill_sample(ctx, &r->s, pid_tgid, true);
+	interp_begin(r);
+	bool leaf_unmapped = fill_sample(ctx, &r->s, pid_tgid, true, hs);
 	*ktime = r->s.ktime_ns;
 	walk_interp(r, py);
 	u64 flags = wakeup();
@@ -892,15 +933,16 @@ static __always_inline int sample(void *ctx, bool compose_in_bpf)
 	bool leaf_unmapped;
 	u64 ktime;
 	struct py_proc *py = python_proc(tgid);
-	if (py) {
-		leaf_unmapped = sample_interp_stack(ctx, pid_tgid, py, &ktime);
+	struct hs_proc *hs = py ? 0 : hotspot_proc(tgid);
+	if (py || hs) {
+		leaf_unmapped = sample_interp_stack(ctx, pid_tgid, py, hs, &ktime);
 	} else {
 		struct sample *s = bpf_ringbuf_reserve(&samples, sizeof(*s), 0);
 		if (!s) {
 			count(COUNTER_DROPPED_RINGBUF);
 			return 0;
 		}
-		leaf_unmapped = fill_sample(ctx, s, pid_tgid, true);
+		leaf_unmapped = fill_sample(ctx, s, pid_tgid, true, 0);
 		ktime = s->ktime_ns;
 		emit(s);
 	}
@@ -1301,8 +1343,9 @@ static int off_cpu_walk(struct bpf_map *map, void *key, void *value)
 	// reserved whole (off-CPU events are rarer than samples).
 	u64 pid_tgid = bpf_get_current_pid_tgid();
 	struct py_proc *py = python_proc(pid_tgid >> 32);
+	struct hs_proc *hs = py ? 0 : hotspot_proc(pid_tgid >> 32);
 	struct sample *s;
-	if (py)
+	if (py || hs)
 		s = bpf_ringbuf_reserve(&samples, sizeof(struct sample_interp), 0);
 	else
 		s = bpf_ringbuf_reserve(&samples, sizeof(*s), 0);
@@ -1310,14 +1353,16 @@ static int off_cpu_walk(struct bpf_map *map, void *key, void *value)
 		count(COUNTER_DROPPED_RINGBUF);
 		goto done;
 	}
-	fill_sample(0, s, pid_tgid, false);
+	if (py || hs)
+		interp_begin((struct sample_interp *)s);
+	fill_sample(0, s, pid_tgid, false, hs);
 	s->ktime_ns = w->start_ns;
 	s->flags |= SAMPLE_OFF_CPU | (w->flags & SAMPLE_PREEMPTED);
 	s->off_cpu_ns = w->off_ns;
 	s->kernel_bytes = w->kernel_bytes;
 	if (s->kernel_bytes > 0 && bpf_probe_read_kernel(s->kernel, sizeof(s->kernel), w->kernel))
 		s->kernel_bytes = -14; // EFAULT
-	if (py)
+	if (py || hs)
 		walk_interp((struct sample_interp *)s, py);
 	count(COUNTER_OFF_CPU_EVENTS);
 	submit(s);
@@ -1627,7 +1672,7 @@ static __always_inline void off_cpu_begin_walk(u64 *ctx, struct task_struct *pre
 	// again, so it is taken then, and only for waits that are kept.
 	struct sample *s = &slot->rec;
 	want_mappings((struct task_struct *)prev, bpf_ktime_get_ns(), false);
-	fill_sample(ctx, s, bpf_get_current_pid_tgid(), false);
+	fill_sample(ctx, s, bpf_get_current_pid_tgid(), false, 0);
 	s->flags |= SAMPLE_OFF_CPU | (preempted(ctx) ? SAMPLE_PREEMPTED : 0);
 	s->off_cpu_ns = 0;
 	slot->held = 1;

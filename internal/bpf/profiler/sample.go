@@ -216,6 +216,12 @@ type Options struct {
 	// PythonProcesses bounds the processes given a PythonProc; zero
 	// means 1024.
 	PythonProcesses int
+	// HotSpot walks the Java frames of the processes given a HotSpotProc
+	// (SetHotSpotProc). Unset, no sample looks for them.
+	HotSpot bool
+	// HotSpotProcesses bounds the processes given a HotSpotProc; zero
+	// means 256.
+	HotSpotProcesses int
 }
 
 // OffCPUOptions configures off-CPU events, taken at sched_switch.

@@ -84,6 +84,10 @@ func New(opts Options) (_ *Sampler, err error) {
 	if err := configurePython(spec, opts); err != nil {
 		return nil, err
 	}
+	if err := configureHotSpot(spec, opts); err != nil {
+		return nil, err
+	}
+
 	if err := configureOffCPU(spec, opts.OffCPU, opts.PID); err != nil {
 		return nil, err
 	}

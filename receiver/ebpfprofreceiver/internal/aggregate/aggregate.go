@@ -163,6 +163,7 @@ type Aggregator struct {
 	key        []byte
 	scratch    []frame.Frame // the frames of the sample being added
 	placed     []frame.Frame // the frames with interpreted ones placed
+	userAt     []int         // where each user address of the sample went in scratch
 	clock      ktime.Clock   // refreshed every interval, so wall-clock steps are followed
 	// sampleKtime is when the sample being added was taken.
 	sampleKtime uint64
@@ -273,8 +274,17 @@ func (a *Aggregator) frames(proc *Process, s *profiler.Sample) []frame.Frame {
 	if len(s.User) == 0 || proc == nil {
 		return frames
 	}
+	// A frame the interpreters' walk found in its own code (a JIT's) is
+	// kept even where no mapping was read: it is named from its object.
+	var jit [2]uint64
+	for i := range s.Interp {
+		if f := &s.Interp[i]; f.AtNative && f.Anchor < 128 {
+			jit[f.Anchor/64] |= 1 << (f.Anchor % 64)
+		}
+	}
+	isJIT := func(i int) bool { return i < 128 && jit[i/64]&(1<<(i%64)) != 0 }
 	leaf := frame.AtPC(frame.Native, s.User[0])
-	if !possibleFrame(proc, leaf) {
+	if !isJIT(0) && !possibleFrame(proc, leaf) {
 		a.stats.UnmappedLeaves++
 		return frames
 	}
@@ -283,6 +293,8 @@ func (a *Aggregator) frames(proc *Process, s *profiler.Sample) []frame.Frame {
 		f.Mapping = proc.Mapping(f.Address)
 		return f
 	}
+	// at[i] is the index in frames of s.User[i].
+	at := append(a.userAt[:0], len(frames))
 	leaf = mapped(leaf)
 	frames = append(frames, leaf)
 	// A CFI walk found the leaf's caller exactly; only a frame pointer
@@ -300,15 +312,17 @@ func (a *Aggregator) frames(proc *Process, s *profiler.Sample) []frame.Frame {
 		}
 		// A frame-pointer walk through code without frame pointers reads
 		// garbage: an impossible address ends the stack.
-		if !possibleFrame(proc, f) {
+		if !isJIT(i+1) && !possibleFrame(proc, f) {
 			a.stats.TruncatedStacks++
 			break
 		}
+		at = append(at, len(frames))
 		frames = append(frames, mapped(f))
 	}
+	a.userAt = at
 	a.holdBinaries(proc, frames[user:])
 	if len(s.Interp) > 0 && a.cfg.Interpreters != nil {
-		frames = a.placeInterpreted(frames, user, s)
+		frames = a.placeInterpreted(frames, user, s, at)
 	}
 	return frames
 }
@@ -317,20 +331,40 @@ func (a *Aggregator) frames(proc *Process, s *profiler.Sample) []frame.Frame {
 var interpTypes = map[profiler.InterpKind]frame.Type{
 	profiler.InterpCPython:   frame.CPython,
 	profiler.InterpTruncated: frame.CPython,
+	profiler.InterpHotSpot:   frame.JVM,
 }
 
-// placeInterpreted inserts the sample's interpreted frames among its
-// native user frames, frames[user:]: those run by the k-th native frame
-// in the interpreter's loop, from the leaf, go right leafward of it. What
-// finds no loop frame (the native stack was cut before) goes at the root
-// end, in order.
-func (a *Aggregator) placeInterpreted(frames []frame.Frame, user int, s *profiler.Sample) []frame.Frame {
+// placeInterpreted puts the sample's interpreter frames among its native
+// user frames, frames[user:], at[i] being the index there of s.User[i]. A
+// frame the walk found as a native frame (a JIT's) replaces it. The
+// others, an interpreter loop's, go right leafward of the native frame of
+// the loop call that runs them (the k-th from the leaf in the
+// interpreter's loop); what finds no loop frame (the native stack was cut
+// before) goes at the root end, in order.
+func (a *Aggregator) placeInterpreted(frames []frame.Frame, user int, s *profiler.Sample, at []int) []frame.Frame {
+	loopFrames := false
+	for i := range s.Interp {
+		f := &s.Interp[i]
+		switch {
+		case !f.AtNative:
+			loopFrames = true
+		case int(f.Anchor) < len(at):
+			frames[at[f.Anchor]] = interpFrame(f)
+		default:
+			// Its native frame was cut: the stack ends before it.
+		}
+	}
+	if !loopFrames {
+		return frames
+	}
 	loops := a.cfg.Interpreters.Loops(s.PID)
 	out := append(a.placed[:0], frames[:user]...)
 	next, call := 0, uint16(0)
 	take := func(upTo uint16) {
-		for ; next < len(s.Interp) && s.Interp[next].Anchor <= upTo; next++ {
-			out = append(out, interpFrame(&s.Interp[next]))
+		for ; next < len(s.Interp) && (s.Interp[next].AtNative || s.Interp[next].Anchor <= upTo); next++ {
+			if !s.Interp[next].AtNative {
+				out = append(out, interpFrame(&s.Interp[next]))
+			}
 		}
 	}
 	for _, f := range frames[user:] {
