@@ -83,8 +83,12 @@ FUZZ_TARGETS := FuzzOpenBinary:./internal/symbolize:15000 \
 	FuzzLineTable:./internal/interp/python:50000 \
 	FuzzCodeObject:./internal/interp/python:50000 \
 	FuzzPositions:./internal/interp/v8:50000 \
-	FuzzFrame:./internal/interp/v8:5000
-fuzz-short: ## Fuzz each ELF, DWARF, gopclntab, CFI, code object and line table reader (about 8 s each).
+	FuzzFrame:./internal/interp/v8:5000 \
+	FuzzVMStructs:./internal/interp/hotspot:30000 \
+	FuzzNMethod:./internal/interp/hotspot:50000 \
+	FuzzLineTable:./internal/interp/hotspot:100000 \
+	FuzzMethodName:./internal/interp/hotspot:100000
+fuzz-short: ## Fuzz each ELF, DWARF, gopclntab, CFI, code object, line table, vmStructs, nmethod and V8 frame reader (about 8 s each).
 	for t in $(FUZZ_TARGETS); do \
 		name=$${t%%:*}; rest=$${t#*:}; pkg=$${rest%%:*}; execs=$${rest#*:}; \
 		$(GO) test -run '^$$' -fuzz "^$$name\$$" -fuzztime $${execs}x -fuzzminimizetime 1s $$pkg || exit 1; \

@@ -34,6 +34,8 @@ required=(
 	"python3.11 python3.11"                       # a real distribution program (CFI tables)
 	"/usr/lib/x86_64-linux-gnu/libsqlite3.so.0 libsqlite3-0" # python3.11's sqlite3, a library loaded late (uprobe tests)
 	"node nodejs"                                 # a ~100 MB C++ binary probed by demangled name (uprobe tests)
+	"javac openjdk-17-jdk-headless"               # HotSpot JVM workloads (java, javac), and JFR (jfr) as their ground truth
+	"jfr openjdk-17-jdk-headless"
 	"getent libc-bin"                             # short processes calling getaddrinfo (uprobe tests)
 	"/usr/include/bpf/bpf_helpers.h libbpf-dev"   # BPF helper headers
 	"/usr/include/linux/bpf.h linux-libc-dev"     # kernel UAPI headers

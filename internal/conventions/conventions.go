@@ -39,6 +39,7 @@ var (
 	FrameTypeKernel  = semconv.ProfileFrameTypeKernel.Value.AsString()
 	FrameTypeGo      = semconv.ProfileFrameTypeGo.Value.AsString()
 	FrameTypeCPython = semconv.ProfileFrameTypeCpython.Value.AsString()
+	FrameTypeJVM     = semconv.ProfileFrameTypeJVM.Value.AsString()
 	FrameTypeV8JS    = semconv.ProfileFrameTypeV8JS.Value.AsString()
 )
 

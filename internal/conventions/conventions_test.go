@@ -20,6 +20,7 @@ func TestWireNames(t *testing.T) {
 		FrameTypeKernel:                 "kernel",
 		FrameTypeGo:                     "go",
 		FrameTypeCPython:                "cpython",
+		FrameTypeJVM:                    "jvm",
 		FrameTypeV8JS:                   "v8js",
 		KernelModuleMappingPath("ext4"): "[ext4]",
 	} {

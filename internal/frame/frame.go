@@ -28,6 +28,9 @@ const (
 	// CPython is a Python function run by the CPython interpreter: an
 	// interpreted frame, with no machine code of its own.
 	CPython
+	// JVM is a Java method run by a JVM (HotSpot), interpreted or
+	// compiled: named from the JVM's own structures, with no mapping.
+	JVM
 	// V8JS is a JavaScript function run by V8, interpreted or compiled:
 	// named from V8's objects rather than from a binary.
 	V8JS
@@ -44,6 +47,8 @@ func (t Type) String() string {
 		return conventions.FrameTypeBPF
 	case CPython:
 		return conventions.FrameTypeCPython
+	case JVM:
+		return conventions.FrameTypeJVM
 	case V8JS:
 		return conventions.FrameTypeV8JS
 	default:
@@ -55,11 +60,11 @@ func (t Type) String() string {
 func (t Type) InKernel() bool { return t == Kernel || t == BPF }
 
 // Interpreted reports whether frames of type t are an interpreter's: no
-// mapping of their own; their Address is the interpreter's object that
-// names them, in the process, and Offset the instruction in it. A JIT
+// machine code, so no mapping; their Address is the interpreter's object
+// that names them, in the process, and Offset the instruction in it. A JIT
 // runtime's frame (V8JS) also has the machine code it runs at (Native)
 // until its object is located.
-func (t Type) Interpreted() bool { return t == CPython || t == V8JS }
+func (t Type) Interpreted() bool { return t == CPython || t == JVM || t == V8JS }
 
 // Mapping is the memory mapping a frame's address falls in, with the build
 // ids of its file once known.

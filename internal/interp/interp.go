@@ -40,6 +40,11 @@ type Client interface {
 // bpfcol knows no layout of: its processes keep their native frames.
 var ErrUnsupported = errors.New("interpreter version not supported")
 
+// ErrNotReady is wrapped by Attach's error for a process whose runtime has
+// not set itself up yet (a JVM starting): the Manager attaches it again a
+// little later, without counting or logging a failure.
+var ErrNotReady = errors.New("runtime not initialized yet")
+
 // Instance is one process attached to a client.
 type Instance interface {
 	// Current reports whether maps, the process's mappings read again,
@@ -67,6 +72,11 @@ type Object struct {
 	Name, File string
 	// Lines maps an instruction offset to its source line.
 	Lines LineTable
+	// Inlines, when set, names an instruction offset with several
+	// lines instead (a JIT's code, where other functions were inlined):
+	// the innermost function first, the object's own last. Name, File
+	// and Lines are then unused.
+	Inlines InlineTable
 	// Identity is what Instance.Identity reads for this object.
 	Identity []byte
 	// Bytes is the heap the Object holds, for the cache's bound.
@@ -79,13 +89,9 @@ type LineTable interface {
 	Line(offset uint32) int64
 }
 
-// InlineTable is the LineTable of compiled code, which may run functions
-// inlined into the object's own at an offset.
+// InlineTable names an instruction offset in an object with the lines of
+// the functions inlined there, innermost first; never none.
 type InlineTable interface {
-	LineTable
-	// Lines returns the source lines at offset, the innermost inlined
-	// function first and the object's own function last (as
-	// frame.Frame.Lines); nil when the offset has none.
 	Lines(offset uint32) []frame.Line
 }
 

@@ -88,6 +88,9 @@ type Manager struct {
 	counts        []clientCounts // by client, in order
 	readFailures  atomic.Int64
 	droppedEvents atomic.Int64
+
+	// notReady are the processes to attach again (retry.go), Run's own.
+	notReady map[uint32]notReady
 }
 
 type clientCounts struct {
@@ -201,11 +204,15 @@ func (m *Manager) signal() {
 // is done; then it detaches every process.
 func (m *Manager) Run(ctx context.Context) {
 	defer m.detachAll()
+	var retry <-chan time.Time
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-m.wake:
+		case <-retry:
+			retry = nil
+			m.retryDue()
 		}
 		m.pendMu.Lock()
 		pending := m.pending
@@ -220,6 +227,9 @@ func (m *Manager) Run(ctx context.Context) {
 		// Exits come here too: their processes go after Linger even
 		// when no batch is named.
 		m.dropGone(time.Now())
+		if retry == nil {
+			retry = m.retryTimer()
+		}
 	}
 }
 
@@ -235,6 +245,7 @@ func (m *Manager) update(pid uint32, maps []process.Mapping) {
 		m.detach(pid, cur, maps == nil)
 	}
 	if maps == nil {
+		delete(m.notReady, pid)
 		m.mu.Lock()
 		delete(m.refused, pid)
 		m.mu.Unlock()
@@ -243,12 +254,20 @@ func (m *Manager) update(pid uint32, maps []process.Mapping) {
 	for i, c := range m.cfg.Clients {
 		inst, err := c.Attach(int(pid), maps)
 		if err != nil {
+			if isNotReady(err) {
+				var later bool
+				if later, err = m.retryLater(pid, maps, err); later {
+					return
+				}
+			}
+			delete(m.notReady, pid)
 			m.refuse(pid, i, err)
 			return
 		}
 		if inst == nil {
 			continue
 		}
+		delete(m.notReady, pid)
 		m.mu.Lock()
 		m.serial++
 		m.procs[pid] = &attached{client: i, inst: inst, loops: inst.Loops(), serial: m.serial}
@@ -388,9 +407,10 @@ func (m *Manager) process(pid uint32, f *frame.Frame) (*attached, *clientCounts)
 // against reuse of its address once per interval.
 func (m *Manager) NewInterval() { m.interval.Add(1) }
 
-// Place says how f, a JIT runtime's frame of process pid, goes with
-// native, the native frame at its anchor: PlaceDrop unless the process is
-// attached to f's runtime.
+// Place says how f, a frame of process pid found at native (the native
+// frame at its anchor), goes with it: as f's runtime says when it is a
+// JIT, else (HotSpot) f replaces native as the walk found it, f.Native
+// unset. PlaceDrop when the process is not attached to f's runtime.
 func (m *Manager) Place(pid uint32, native, f *frame.Frame) Placement {
 	a, _ := m.process(pid, f)
 	if a == nil {
@@ -398,7 +418,8 @@ func (m *Manager) Place(pid uint32, native, f *frame.Frame) Placement {
 	}
 	j, ok := a.inst.(JIT)
 	if !ok {
-		return PlaceDrop
+		f.Native, f.ReturnAddress = 0, false
+		return PlaceReplace
 	}
 	return j.Place(native, f)
 }
@@ -497,10 +518,8 @@ func (m *Manager) Name(pid uint32, f *frame.Frame) []frame.Line {
 }
 
 func lines(o *Object, offset uint32) []frame.Line {
-	if t, ok := o.Lines.(InlineTable); ok && offset != frame.NoOffset {
-		if ls := t.Lines(offset); len(ls) > 0 {
-			return ls
-		}
+	if o.Inlines != nil {
+		return o.Inlines.Lines(offset)
 	}
 	var line int64
 	if o.Lines != nil && offset != frame.NoOffset {

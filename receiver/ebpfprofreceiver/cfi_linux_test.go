@@ -29,7 +29,7 @@ import (
 // rootFunctions are the outermost user frames of a complete stack.
 var rootFunctions = map[string]bool{
 	"_start": true, "__libc_start_call_main": true, "__libc_start_main": true, "__libc_start_main_impl": true,
-	"start_thread": true, "clone3": true, "__clone3": true, "clone": true, "__clone": true, "runtime.goexit": true,
+	"start_thread": true, "clone3": true, "__clone3": true, "__GI___clone3": true, "clone": true, "__clone": true, "runtime.goexit": true,
 }
 
 // gatedSink keeps every profile for the sanity checks, and apart those

@@ -15,6 +15,7 @@ import (
 	"github.com/bpfcol/bpfcol/internal/bpf/profiler"
 	"github.com/bpfcol/bpfcol/internal/confcheck"
 	"github.com/bpfcol/bpfcol/internal/errormode"
+	"github.com/bpfcol/bpfcol/internal/interp/hotspot"
 	"github.com/bpfcol/bpfcol/internal/interp/python"
 	"github.com/bpfcol/bpfcol/internal/interp/v8"
 	"github.com/bpfcol/bpfcol/internal/symbolize"
@@ -65,8 +66,8 @@ type Config struct {
 	// GOMEMLIMIT set in the environment.
 	GoMemoryLimit int64 `mapstructure:"go_memory_limit"`
 	// Interpreters lists the interpreters whose frames are walked and
-	// named (cpython, v8); the default is every one bpfcol knows, an empty
-	// list none.
+	// named (cpython, hotspot, v8); the default is every one bpfcol
+	// knows, an empty list none.
 	Interpreters []string `mapstructure:"interpreters"`
 
 	// prevent unkeyed literal initialization
@@ -206,7 +207,7 @@ func createDefaultConfig() component.Config {
 }
 
 // knownInterpreters are the interpreters bpfcol follows.
-var knownInterpreters = []string{python.Name, v8.Name}
+var knownInterpreters = []string{python.Name, hotspot.Name, v8.Name}
 
 // interpreter reports whether name is in Interpreters.
 func (c *Config) interpreter(name string) bool { return slices.Contains(c.Interpreters, name) }

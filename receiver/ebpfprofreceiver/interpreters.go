@@ -2,6 +2,7 @@ package ebpfprofreceiver
 
 import (
 	"github.com/bpfcol/bpfcol/internal/interp"
+	"github.com/bpfcol/bpfcol/internal/interp/hotspot"
 	"github.com/bpfcol/bpfcol/internal/interp/python"
 	"github.com/bpfcol/bpfcol/internal/interp/v8"
 )
@@ -31,6 +32,9 @@ func (r *profilesReceiver) startInterpreters() {
 	})
 	if r.cfg.interpreter(python.Name) {
 		m.Add(python.New(python.Config{Sink: r.sampler, ReadFailures: m.ReadFailures()}))
+	}
+	if r.cfg.interpreter(hotspot.Name) {
+		m.Add(hotspot.New(hotspot.Config{Sink: r.sampler, ReadFailures: m.ReadFailures()}))
 	}
 	if r.cfg.interpreter(v8.Name) {
 		m.Add(v8.New(v8.Config{Sink: r.sampler, ReadFailures: m.ReadFailures()}))

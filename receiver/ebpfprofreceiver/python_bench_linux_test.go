@@ -48,17 +48,24 @@ func BenchmarkPythonSampleBPFTime(b *testing.B) {
 				run.waitAttached(cmd)
 			}
 			time.Sleep(time.Second)
-			rt0, n0, _ := run.r.sampler.RunStats()
-			for b.Loop() {
-				time.Sleep(time.Second)
-			}
-			rt1, n1, _ := run.r.sampler.RunStats()
-			run.stop()
-			if n1-n0 < 50 {
-				b.Fatalf("%d samples in the window", n1-n0)
-			}
-			b.ReportMetric(float64(rt1-rt0)/float64(n1-n0)/1e3, "bpf_us/sample")
-			b.ReportMetric(float64(n1-n0), "samples")
+			measureBPFTime(b, run)
 		})
 	}
+}
+
+// measureBPFTime reports the BPF time per sample of run's sampler over the
+// benchmark's loop, a second per iteration: run samples one process
+// alone (hooks.samplePID), BPF statistics enabled by the caller.
+func measureBPFTime(b *testing.B, run *pythonRun) {
+	rt0, n0, _ := run.r.sampler.RunStats()
+	for b.Loop() {
+		time.Sleep(time.Second)
+	}
+	rt1, n1, _ := run.r.sampler.RunStats()
+	run.stop()
+	if n1-n0 < 50 {
+		b.Fatalf("%d samples in the window", n1-n0)
+	}
+	b.ReportMetric(float64(rt1-rt0)/float64(n1-n0)/1e3, "bpf_us/sample")
+	b.ReportMetric(float64(n1-n0), "samples")
 }

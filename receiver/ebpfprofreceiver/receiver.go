@@ -20,6 +20,7 @@ import (
 	"github.com/bpfcol/bpfcol/internal/bpf/scopes"
 	"github.com/bpfcol/bpfcol/internal/bpf/support"
 	"github.com/bpfcol/bpfcol/internal/interp"
+	"github.com/bpfcol/bpfcol/internal/interp/hotspot"
 	"github.com/bpfcol/bpfcol/internal/interp/python"
 	"github.com/bpfcol/bpfcol/internal/interp/v8"
 	"github.com/bpfcol/bpfcol/internal/process"
@@ -240,6 +241,7 @@ func (r *profilesReceiver) start(_ context.Context, _ component.Host) error {
 		OffCPU:          r.cfg.OffCPU.samplerOptions(),
 		Scopes:          shared,
 		Python:          r.cfg.interpreter(python.Name),
+		HotSpot:         r.cfg.interpreter(hotspot.Name),
 		V8:              r.cfg.interpreter(v8.Name),
 	})
 	if err != nil {

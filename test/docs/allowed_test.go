@@ -40,8 +40,9 @@ var proseAllowed = map[string]map[string]struct {
 			[]any{"/var/cache/bpfcol"}, []any{"var/cache/bpfcol"}},
 		"symbolizer.debug_directories": {"absolute paths",
 			[]any{[]any{"/srv/debug", "/opt/debug"}}, []any{[]any{"srv/debug"}}},
-		"interpreters": {"`cpython`, `v8`",
-			[]any{[]any{"cpython"}, []any{"v8"}, []any{"cpython", "v8"}, []any{}}, []any{[]any{"ruby"}, []any{"cpython", "cpython"}, []any{"v8", "v8"}}},
+		"interpreters": {"`cpython`, `hotspot`, `v8`",
+			[]any{[]any{"cpython"}, []any{"hotspot"}, []any{"v8"}, []any{"cpython", "hotspot", "v8"}, []any{}},
+			[]any{[]any{"ruby"}, []any{"jvm"}, []any{"cpython", "cpython"}, []any{"hotspot", "hotspot"}, []any{"v8", "v8"}}},
 	},
 	"uprobe": {
 		"probes[].id": {"`[A-Za-z0-9_.:-]+`, unique",

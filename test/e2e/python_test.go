@@ -69,6 +69,32 @@ func hasCrunchChain(s pprofiletest.Sample) bool {
 	return true
 }
 
+// waitChainSamples waits, at most limit, until the OTLP server holds want
+// samples of pid for which chain holds, and returns how many samples of
+// pid it holds and how many of them chain holds.
+func waitChainSamples(t *testing.T, server *profilesServer, col *runningCollector, pid int64, chain func(pprofiletest.Sample) bool, want int64, limit time.Duration) (ofPID, withChain int64) {
+	t.Helper()
+	for deadline := time.Now().Add(limit); time.Now().Before(deadline) && withChain < want; {
+		time.Sleep(time.Second)
+		if done, err := col.exited(); done {
+			t.Fatalf("collector exited: %v\n%s", err, col.output)
+		}
+		ofPID, withChain = 0, 0
+		for _, p := range server.all() {
+			for _, s := range pprofiletest.Samples(p) {
+				if s.PID != pid {
+					continue
+				}
+				ofPID += s.Count
+				if chain(s) {
+					withChain += s.Count
+				}
+			}
+		}
+	}
+	return ofPID, withChain
+}
+
 // TestPythonFramesEndToEnd runs bin/bpfcol while CPython 3.12 runs
 // crunch.py, and reads its Python frames back from the OTLP it exports,
 // typed cpython with their lines, and from the pprof exporter's file with
@@ -83,26 +109,7 @@ func TestPythonFramesEndToEnd(t *testing.T) {
 	workload := testworkload.Start(t, py.Path, script, filepath.Join(t.TempDir(), "truth.txt"))
 	pid := int64(workload.Process.Pid)
 
-	deadline := time.Now().Add(60 * time.Second)
-	var ofPID, withChain int64
-	for time.Now().Before(deadline) && withChain < 50 {
-		time.Sleep(time.Second)
-		if done, err := col.exited(); done {
-			t.Fatalf("collector exited: %v\n%s", err, col.output)
-		}
-		ofPID, withChain = 0, 0
-		for _, p := range server.all() {
-			for _, s := range pprofiletest.Samples(p) {
-				if s.PID != pid {
-					continue
-				}
-				ofPID += s.Count
-				if hasCrunchChain(s) {
-					withChain += s.Count
-				}
-			}
-		}
-	}
+	ofPID, withChain := waitChainSamples(t, server, col, pid, hasCrunchChain, 50, 60*time.Second)
 	t.Logf("OTLP: %d samples of the workload, %d with crunch.py's chain typed cpython, lines right", ofPID, withChain)
 	if withChain < 50 {
 		t.Fatalf("within 60 s: %d of %d samples over OTLP carry the chain\ncollector output:\n%s", withChain, ofPID, col.output)

@@ -144,17 +144,6 @@ struct walk_regs {
 	u8 pad[3];
 };
 
-// State of one CFI walk, shared with the bpf_loop callback. The pointers
-// stay out of regs: a global function's memory argument comes back to
-// the caller as unknown scalars.
-struct walk {
-	struct sample *s;
-	struct unwind_proc *proc;
-	struct walk_regs regs;
-	struct v8_proc *v8; // a V8 process's: its frames stepped by frame pointer are read as V8 frames
-	struct v8_walk v8w;
-};
-
 // Anchor the record and flag types in BTF so bpf2go can mirror them in Go;
 // they cost 8 bytes each of one .bss map.
 const struct sample *unused_sample __attribute__((unused));
@@ -253,6 +242,8 @@ static __always_inline long step_fp(struct walk_regs *w, u32 reason)
 	w->exact_pc = 0;
 	return 0;
 }
+
+#include "bpfcol_hotspot.h"
 
 // Offsets in the ucontext that a signal handler returns through
 // (__restore_rt): uc_mcontext starts at 40, gregs in REG_* order.
@@ -390,9 +381,38 @@ __noinline long unwind_frame(struct walk_regs *w, struct sample *s, struct unwin
 	return 0;
 }
 
+// State of one CFI walk, shared with the bpf_loop callback. The pointers
+// stay out of regs: a global function's memory argument comes back to
+// the caller as unknown scalars.
+struct walk {
+	struct sample *s;
+	struct unwind_proc *proc;
+	// A process runs one JIT runtime at most: its state shares its place
+	// with the other's, which keeps the off-CPU walk's stack and the
+	// HotSpot frame step within BPF's 512 bytes.
+	union {
+		// Set for a JVM's sample, then s is a struct sample_interp:
+		// the frames in its code cache are walked by hotspot_frame.
+		struct {
+			struct hs_proc *hs;
+			struct hs_walk hx;
+		};
+		// Set for a V8 process's sample, s then a struct
+		// sample_interp: its frames stepped by frame pointer are read
+		// as V8 frames (unwind_step_v8, which never reads hs).
+		struct {
+			struct v8_proc *v8;
+			struct v8_walk v8w;
+		};
+	};
+	struct walk_regs regs;
+};
+
 // unwind_step is the bpf_loop callback: one frame per iteration.
 static long unwind_step(u64 i, struct walk *w)
 {
+	if (w->hs && hotspot_pc(w->hs, w->regs.pc))
+		return hotspot_frame(&w->regs, (struct sample_interp *)w->s, w->hs, &w->hx) ? 1 : 0;
 	return unwind_frame(&w->regs, w->s, w->proc) ? 1 : 0;
 }
 
@@ -412,9 +432,11 @@ static long unwind_step_v8(u64 i, struct walk *w)
 
 // unwind_cfi walks the user stack of a loaded process into s->user. It
 // returns false when the interrupted PC is in none of the process's known
-// mappings, so the caller falls back to frame pointers. With v8, s is a
-// sample_interp whose tail gets the V8 frames.
-static __always_inline bool unwind_cfi(struct sample *s, struct unwind_proc *proc, u64 tramp, struct v8_proc *v8)
+// mappings, so the caller falls back to frame pointers. With hs (a JVM's
+// sample, s a struct sample_interp), its HotSpot frames are walked too,
+// bcp being the user R13; with v8 (a V8 process's, s alike), its V8 frames.
+static __always_inline bool unwind_cfi(struct sample *s, struct unwind_proc *proc, u64 tramp, struct hs_proc *hs,
+				       u64 bcp, struct v8_proc *v8)
 {
 	// In the uretprobe trampoline, the probed function has returned: the
 	// walk starts where it returns to. Elsewhere in [uprobes], a probed
@@ -435,12 +457,18 @@ static __always_inline bool unwind_cfi(struct sample *s, struct unwind_proc *pro
 			.exact_pc = 1,
 			.bp_known = 1,
 		},
-		.v8 = v8,
 	};
-	if (v8)
+	if (v8) {
+		w.v8 = v8;
 		bpf_loop(MAX_STACK_DEPTH, unwind_step_v8, &w, 0);
-	else
+	} else {
+		w.hs = hs;
+		w.hx.bcp = bcp;
+		w.hx.stop = INTERP_STOP_END;
 		bpf_loop(MAX_STACK_DEPTH, unwind_step, &w, 0);
+	}
+	if (hs)
+		((struct sample_interp *)s)->interp_stop = w.hx.stop;
 	struct walk_regs *r = &w.regs;
 	if (r->n == 0) {
 		// The leaf is not in a loaded mapping (a new library or JIT
@@ -501,11 +529,13 @@ static __always_inline void link_scope(struct sample *s, struct pt_regs *regs)
 // off-CPU event share it, so both walk alike. Without with_kernel the
 // kernel stack is left empty, for the caller to take. ctx is NULL in a
 // task work callback, which runs in the task's own context but has none.
-// With v8, s is a sample_interp of a V8 process: the walk adds its V8
-// frames. It reports whether the process's mappings are read and the
-// interrupted PC lies outside them: they changed (dlopen, JIT).
+// It reports whether the process's mappings are read and the interrupted
+// PC lies outside them: they changed (dlopen, JIT). hs is set for a JVM's
+// sample, s then being a struct sample_interp whose interpreter tail is
+// empty: its HotSpot frames are added there; v8 likewise for a V8
+// process's sample and its V8 frames.
 static __always_inline bool fill_sample(void *ctx, struct sample *s, u64 pid_tgid, bool with_kernel,
-					struct v8_proc *v8)
+					struct hs_proc *hs, struct v8_proc *v8)
 {
 	bool leaf_unmapped = false;
 	s->ktime_ns = bpf_ktime_get_ns();
@@ -559,7 +589,7 @@ static __always_inline bool fill_sample(void *ctx, struct sample *s, u64 pid_tgi
 		// with the same pid, are none.
 		if (proc && (proc->count == 0 || !same_image(proc, task)))
 			proc = 0;
-		if (!proc || !unwind_cfi(s, proc, tramp, v8)) {
+		if (!proc || !unwind_cfi(s, proc, tramp, hs, regs->r13, v8)) {
 			if (!proc) {
 				s->flags |= SAMPLE_NO_TABLE;
 				count(COUNTER_UNWIND_STOP + UNWIND_STOP_NO_TABLE);
@@ -603,22 +633,36 @@ static __always_inline struct v8_proc *v8_proc(u32 tgid)
 	return bpf_map_lookup_elem(&v8_procs, &tgid);
 }
 
-// interp_begin readies r's tail of interpreter frames: the native walk
-// adds V8's frames to it (fill_sample), then walk_interp CPython's.
+// hotspot_proc returns the HotSpot state of process tgid, when HotSpot
+// frames are wanted and the process runs a JVM.
+static __always_inline struct hs_proc *hotspot_proc(u32 tgid)
+{
+	if (!hotspot_frames)
+		return 0;
+	return bpf_map_lookup_elem(&hs_procs, &tgid);
+}
+
+// interp_begin empties r's interpreter tail before its native walk, which
+// adds a JVM's or V8's frames to it.
 static __always_inline void interp_begin(struct sample_interp *r)
 {
 	r->interp_frames = 0;
 	r->interp_stop = INTERP_STOP_END;
 }
 
-// walk_interp adds the interpreter frames of the current thread to r.
+// walk_interp ends r's interpreter tail after its native walk: CPython's
+// frames are walked now (py), a JVM's or V8's were with the native ones.
 static __always_inline void walk_interp(struct sample_interp *r, struct py_proc *py)
 {
 	if (r->s.flags & SAMPLE_KERNEL_THREAD)
 		return;
 	count(COUNTER_INTERP_SAMPLES);
-	if (py)
+	if (py) {
 		walk_python(r, py, bpf_get_current_task_btf());
+		return;
+	}
+	u32 stop = r->interp_stop;
+	count(COUNTER_INTERP_STOP + (stop < INTERP_STOP_MAX ? stop : INTERP_STOP_BAD_LAYOUT));
 }
 
 // The record a sample of an interpreter's process is put together in
@@ -831,7 +875,7 @@ static int compose_walk(struct bpf_map *map, void *key, void *value)
 		count(COUNTER_DROPPED_RINGBUF);
 		goto done;
 	}
-	fill_sample(0, s, pid_tgid, false, 0);
+	fill_sample(0, s, pid_tgid, false, 0, 0);
 	s->ktime_ns = w->ktime;
 	s->cpu = w->cpu;
 	s->kernel_bytes = w->kernel_bytes;
@@ -885,18 +929,18 @@ static __always_inline bool defer_compose(void *ctx, struct task_struct *task, u
 	return true;
 }
 
-// sample_interp_stack records a sample of a process that runs CPython or
-// V8. It reports, as fill_sample, whether the leaf lay outside the
+// sample_interp_stack records a sample of a process that runs CPython, a
+// JVM or V8. It reports, as fill_sample, whether the leaf lay outside the
 // process's mappings read, with the sample's time in *ktime.
-static __always_inline bool sample_interp_stack(void *ctx, u64 pid_tgid, struct py_proc *py, struct v8_proc *v8,
-						u64 *ktime)
+static __always_inline bool sample_interp_stack(void *ctx, u64 pid_tgid, struct py_proc *py, struct hs_proc *hs,
+						struct v8_proc *v8, u64 *ktime)
 {
 	u32 zero = 0;
 	struct sample_interp *r = bpf_map_lookup_elem(&interp_scratch, &zero);
 	if (!r)
 		return false;
 	interp_begin(r);
-	bool leaf_unmapped = fill_sample(ctx, &r->s, pid_tgid, true, v8);
+	bool leaf_unmapped = fill_sample(ctx, &r->s, pid_tgid, true, hs, v8);
 	*ktime = r->s.ktime_ns;
 	walk_interp(r, py);
 	u64 flags = wakeup();
@@ -943,16 +987,17 @@ static __always_inline int sample(void *ctx, bool compose_in_bpf)
 	bool leaf_unmapped;
 	u64 ktime;
 	struct py_proc *py = python_proc(tgid);
-	struct v8_proc *v8 = py ? 0 : v8_proc(tgid);
-	if (py || v8) {
-		leaf_unmapped = sample_interp_stack(ctx, pid_tgid, py, v8, &ktime);
+	struct hs_proc *hs = py ? 0 : hotspot_proc(tgid);
+	struct v8_proc *v8 = py || hs ? 0 : v8_proc(tgid);
+	if (py || hs || v8) {
+		leaf_unmapped = sample_interp_stack(ctx, pid_tgid, py, hs, v8, &ktime);
 	} else {
 		struct sample *s = bpf_ringbuf_reserve(&samples, sizeof(*s), 0);
 		if (!s) {
 			count(COUNTER_DROPPED_RINGBUF);
 			return 0;
 		}
-		leaf_unmapped = fill_sample(ctx, s, pid_tgid, true, 0);
+		leaf_unmapped = fill_sample(ctx, s, pid_tgid, true, 0, 0);
 		ktime = s->ktime_ns;
 		emit(s);
 	}
@@ -1332,6 +1377,19 @@ static __always_inline bool followed(struct task_struct *task)
 // off_cpu_walk is the task work of a kept wait: it runs in the thread's
 // context on its return to user space, walks the user stack it blocked
 // with, and sends the record with the wait's kernel stack.
+// reread_mappings reads again the mappings of process tgid, whose off-CPU
+// walk met a caller outside them: a V8 process's waits may be all the
+// samples it has, and a caller in JIT code mapped since is read as a
+// sample's leaf would be (rate-limited alike).
+static __always_inline void reread_mappings(struct task_struct *task, u32 tgid, u64 t0)
+{
+	struct unwind_proc *proc = bpf_map_lookup_elem(&unwind_procs, &tgid);
+	if (proc && recompose_due(proc, t0) && claim_compose(tgid, t0)) {
+		read_mappings(task, tgid, t0, t0, true);
+		release_compose(tgid);
+	}
+}
+
 static int off_cpu_walk(struct bpf_map *map, void *key, void *value)
 {
 	u64 t0 = bpf_ktime_get_ns();
@@ -1353,9 +1411,13 @@ static int off_cpu_walk(struct bpf_map *map, void *key, void *value)
 	// reserved whole (off-CPU events are rarer than samples).
 	u64 pid_tgid = bpf_get_current_pid_tgid();
 	struct py_proc *py = python_proc(pid_tgid >> 32);
-	struct v8_proc *v8 = py ? 0 : v8_proc(pid_tgid >> 32);
+	struct hs_proc *hs = py ? 0 : hotspot_proc(pid_tgid >> 32);
+	struct v8_proc *v8 = py || hs ? 0 : v8_proc(pid_tgid >> 32);
+	// Few values live across the walk: each costs stack under the
+	// HotSpot frame step's (see struct walk).
+	bool interp = py || hs || v8;
 	struct sample *s;
-	if (py || v8)
+	if (interp)
 		s = bpf_ringbuf_reserve(&samples, sizeof(struct sample_interp), 0);
 	else
 		s = bpf_ringbuf_reserve(&samples, sizeof(*s), 0);
@@ -1363,28 +1425,19 @@ static int off_cpu_walk(struct bpf_map *map, void *key, void *value)
 		count(COUNTER_DROPPED_RINGBUF);
 		goto done;
 	}
-	if (py || v8)
+	if (interp)
 		interp_begin((struct sample_interp *)s);
-	bool unmapped = fill_sample(0, s, pid_tgid, false, v8);
-	if (py || v8)
-		walk_interp((struct sample_interp *)s, py);
-	// A V8 process's waits may be all the samples it has: a caller in JIT
-	// code mapped since has its mappings read again here, as a sample's
-	// leaf would (rate-limited alike).
-	if (v8 && unmapped && compose_in_task_work) {
-		u32 tgid = pid_tgid >> 32;
-		struct unwind_proc *proc = bpf_map_lookup_elem(&unwind_procs, &tgid);
-		if (proc && recompose_due(proc, t0) && claim_compose(tgid, t0)) {
-			read_mappings(task, tgid, t0, t0, true);
-			release_compose(tgid);
-		}
-	}
+	bool unmapped = fill_sample(0, s, pid_tgid, false, hs, v8);
+	if (v8 && unmapped && compose_in_task_work)
+		reread_mappings(bpf_get_current_task_btf(), bpf_get_current_pid_tgid() >> 32, bpf_ktime_get_ns());
 	s->ktime_ns = w->start_ns;
 	s->flags |= SAMPLE_OFF_CPU | (w->flags & SAMPLE_PREEMPTED);
 	s->off_cpu_ns = w->off_ns;
 	s->kernel_bytes = w->kernel_bytes;
 	if (s->kernel_bytes > 0 && bpf_probe_read_kernel(s->kernel, sizeof(s->kernel), w->kernel))
 		s->kernel_bytes = -14; // EFAULT
+	if (interp)
+		walk_interp((struct sample_interp *)s, py);
 	count(COUNTER_OFF_CPU_EVENTS);
 	submit(s);
 done:
@@ -1693,7 +1746,7 @@ static __always_inline void off_cpu_begin_walk(u64 *ctx, struct task_struct *pre
 	// again, so it is taken then, and only for waits that are kept.
 	struct sample *s = &slot->rec;
 	want_mappings((struct task_struct *)prev, bpf_ktime_get_ns(), false);
-	fill_sample(ctx, s, bpf_get_current_pid_tgid(), false, 0);
+	fill_sample(ctx, s, bpf_get_current_pid_tgid(), false, 0, 0);
 	s->flags |= SAMPLE_OFF_CPU | (preempted(ctx) ? SAMPLE_PREEMPTED : 0);
 	s->off_cpu_ns = 0;
 	slot->held = 1;

@@ -34,6 +34,10 @@ type InterpFrame struct {
 	// NoOffset is set when the instruction offset could not be read: the
 	// frame has no line.
 	NoOffset bool
+	// AtNative is set when the frame is the native frame User[Anchor]
+	// (a JIT's, or an interpreter's found by the native walk), which it
+	// replaces; unset, Anchor counts interpreter-loop frames.
+	AtNative bool
 }
 
 // InterpStop is why the sampler's walk of an interpreter's frames ended,
@@ -54,12 +58,17 @@ const (
 	InterpStopTruncated
 	// InterpStopBadLayout: the process's layout failed a check of the walk.
 	InterpStopBadLayout
+	// InterpStopNoCodeBlob: a PC in a JIT's code found no live code blob.
+	InterpStopNoCodeBlob
+	// InterpStopBadFrame: a JIT frame unwound to an impossible caller.
+	InterpStopBadFrame
 	// NumInterpStops is the number of reasons.
 	NumInterpStops
 )
 
 var interpStopNames = [NumInterpStops]string{
 	"end", "no_thread_state", "thread_state_unreadable", "frame_unreadable", "truncated", "bad_layout",
+	"no_code_blob", "bad_jit_frame",
 }
 
 // String is the reason's metric attribute value.

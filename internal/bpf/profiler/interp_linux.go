@@ -62,6 +62,7 @@ func decodeInterp(raw []byte, dst []InterpFrame) ([]InterpFrame, InterpStop) {
 			Anchor:   binary.LittleEndian.Uint16(b[12:]),
 			Kind:     InterpKind(b[14]),
 			NoOffset: b[15]&uint8(profilerInterpFrameFlagINTERP_FRAME_NO_OFFSET) != 0,
+			AtNative: b[15]&uint8(profilerInterpFrameFlagINTERP_FRAME_AT_NATIVE) != 0,
 		})
 	}
 	return dst, stop

@@ -63,9 +63,47 @@ const (
 	profilerCounterCOUNTER_COMPOSE_REFUSED    profilerCounter = 23
 	profilerCounterCOUNTER_UNWIND_STOP        profilerCounter = 24
 	profilerCounterCOUNTER_INTERP_STOP        profilerCounter = 34
-	profilerCounterCOUNTER_JIT_FRAME          profilerCounter = 40
-	profilerCounterCOUNTER_MAX                profilerCounter = 44
+	profilerCounterCOUNTER_JIT_FRAME          profilerCounter = 42
+	profilerCounterCOUNTER_MAX                profilerCounter = 46
 )
+
+type profilerHsBlock struct {
+	_ structs.HostLayout
+	B [512]uint8
+}
+
+type profilerHsHeap struct {
+	_      structs.HostLayout
+	Low    uint64
+	High   uint64
+	Segmap uint64
+}
+
+type profilerHsProc struct {
+	_                 structs.HostLayout
+	CacheLow          uint64
+	CacheHigh         uint64
+	InterpLow         uint64
+	InterpHigh        uint64
+	Heaps             [4]profilerHsHeap
+	HeapCount         uint32
+	BlockHeader       uint16
+	BlockUsed         uint16
+	BlockBytes        uint16
+	BlobName          uint16
+	BlobFrameComplete uint16
+	BlobFrameSize     uint16
+	BlobCodeBegin     uint16
+	NmCompileId       uint16
+	NmOrigPc          uint16
+	NmDeoptHandler    uint16
+	MethodConst       uint16
+	ConstBytes        uint16
+	FpMethod          int8
+	FpBcp             int8
+	FpSenderSp        int8
+	SegmentShift      uint8
+}
 
 type profilerInterpFrame struct {
 	_      structs.HostLayout
@@ -80,6 +118,7 @@ type profilerInterpFrameFlag uint32
 
 const (
 	profilerInterpFrameFlagINTERP_FRAME_NO_OFFSET profilerInterpFrameFlag = 1
+	profilerInterpFrameFlagINTERP_FRAME_AT_NATIVE profilerInterpFrameFlag = 2
 )
 
 type profilerInterpFrameKind uint32
@@ -88,7 +127,8 @@ const (
 	profilerInterpFrameKindINTERP_FRAME_NONE      profilerInterpFrameKind = 0
 	profilerInterpFrameKindINTERP_FRAME_CPYTHON   profilerInterpFrameKind = 1
 	profilerInterpFrameKindINTERP_FRAME_TRUNCATED profilerInterpFrameKind = 2
-	profilerInterpFrameKindINTERP_FRAME_V8        profilerInterpFrameKind = 3
+	profilerInterpFrameKindINTERP_FRAME_HOTSPOT   profilerInterpFrameKind = 3
+	profilerInterpFrameKindINTERP_FRAME_V8        profilerInterpFrameKind = 4
 )
 
 type profilerInterpStop uint32
@@ -100,7 +140,9 @@ const (
 	profilerInterpStopINTERP_STOP_READ_FAULT      profilerInterpStop = 3
 	profilerInterpStopINTERP_STOP_TRUNCATED       profilerInterpStop = 4
 	profilerInterpStopINTERP_STOP_BAD_LAYOUT      profilerInterpStop = 5
-	profilerInterpStopINTERP_STOP_MAX             profilerInterpStop = 6
+	profilerInterpStopINTERP_STOP_NO_CODE_BLOB    profilerInterpStop = 6
+	profilerInterpStopINTERP_STOP_BAD_FRAME       profilerInterpStop = 7
+	profilerInterpStopINTERP_STOP_MAX             profilerInterpStop = 8
 )
 
 type profilerJitFrameResult uint32
@@ -377,6 +419,8 @@ const (
 	profilerMapComposeWorks            = "compose_works"
 	profilerMapComposing               = "composing"
 	profilerMapCounters                = "counters"
+	profilerMapHsProcs                 = "hs_procs"
+	profilerMapHsScratch               = "hs_scratch"
 	profilerMapInterpScratch           = "interp_scratch"
 	profilerMapNotices                 = "notices"
 	profilerMapOffCpuEmptyWork         = "off_cpu_empty_work"
@@ -403,6 +447,7 @@ const (
 	profilerVarComposeWalks            = "compose_walks"
 	profilerVarFirstSamplePending      = "first_sample_pending"
 	profilerVarFmodeBacking            = "fmode_backing"
+	profilerVarHotspotFrames           = "hotspot_frames"
 	profilerVarOffCpuGapFrac           = "off_cpu_gap_frac"
 	profilerVarOffCpuGapInt            = "off_cpu_gap_int"
 	profilerVarOffCpuLog2Frac          = "off_cpu_log2_frac"
@@ -418,6 +463,7 @@ const (
 	profilerVarSamplingStopped         = "sampling_stopped"
 	profilerVarScopeLinks              = "scope_links"
 	profilerVarUnusedCounter           = "unused_counter"
+	profilerVarUnusedHsProc            = "unused_hs_proc"
 	profilerVarUnusedInterpFrame       = "unused_interp_frame"
 	profilerVarUnusedInterpFrameFlag   = "unused_interp_frame_flag"
 	profilerVarUnusedInterpFrameKind   = "unused_interp_frame_kind"
@@ -504,6 +550,8 @@ type profilerMapSpecs struct {
 	ComposeWorks      *ebpf.MapSpec `ebpf:"compose_works"`
 	Composing         *ebpf.MapSpec `ebpf:"composing"`
 	Counters          *ebpf.MapSpec `ebpf:"counters"`
+	HsProcs           *ebpf.MapSpec `ebpf:"hs_procs"`
+	HsScratch         *ebpf.MapSpec `ebpf:"hs_scratch"`
 	InterpScratch     *ebpf.MapSpec `ebpf:"interp_scratch"`
 	Notices           *ebpf.MapSpec `ebpf:"notices"`
 	OffCpuEmptyWork   *ebpf.MapSpec `ebpf:"off_cpu_empty_work"`
@@ -529,6 +577,7 @@ type profilerVariableSpecs struct {
 	ComposeWalks            *ebpf.VariableSpec `ebpf:"compose_walks"`
 	FirstSamplePending      *ebpf.VariableSpec `ebpf:"first_sample_pending"`
 	FmodeBacking            *ebpf.VariableSpec `ebpf:"fmode_backing"`
+	HotspotFrames           *ebpf.VariableSpec `ebpf:"hotspot_frames"`
 	OffCpuGapFrac           *ebpf.VariableSpec `ebpf:"off_cpu_gap_frac"`
 	OffCpuGapInt            *ebpf.VariableSpec `ebpf:"off_cpu_gap_int"`
 	OffCpuLog2Frac          *ebpf.VariableSpec `ebpf:"off_cpu_log2_frac"`
@@ -544,6 +593,7 @@ type profilerVariableSpecs struct {
 	SamplingStopped         *ebpf.VariableSpec `ebpf:"sampling_stopped"`
 	ScopeLinks              *ebpf.VariableSpec `ebpf:"scope_links"`
 	UnusedCounter           *ebpf.VariableSpec `ebpf:"unused_counter"`
+	UnusedHsProc            *ebpf.VariableSpec `ebpf:"unused_hs_proc"`
 	UnusedInterpFrame       *ebpf.VariableSpec `ebpf:"unused_interp_frame"`
 	UnusedInterpFrameFlag   *ebpf.VariableSpec `ebpf:"unused_interp_frame_flag"`
 	UnusedInterpFrameKind   *ebpf.VariableSpec `ebpf:"unused_interp_frame_kind"`
@@ -595,6 +645,8 @@ type profilerMaps struct {
 	ComposeWorks      *ebpf.Map `ebpf:"compose_works"`
 	Composing         *ebpf.Map `ebpf:"composing"`
 	Counters          *ebpf.Map `ebpf:"counters"`
+	HsProcs           *ebpf.Map `ebpf:"hs_procs"`
+	HsScratch         *ebpf.Map `ebpf:"hs_scratch"`
 	InterpScratch     *ebpf.Map `ebpf:"interp_scratch"`
 	Notices           *ebpf.Map `ebpf:"notices"`
 	OffCpuEmptyWork   *ebpf.Map `ebpf:"off_cpu_empty_work"`
@@ -618,6 +670,8 @@ func (m *profilerMaps) Close() error {
 		m.ComposeWorks,
 		m.Composing,
 		m.Counters,
+		m.HsProcs,
+		m.HsScratch,
 		m.InterpScratch,
 		m.Notices,
 		m.OffCpuEmptyWork,
@@ -644,6 +698,7 @@ type profilerVariables struct {
 	ComposeWalks            *ebpf.Variable `ebpf:"compose_walks"`
 	FirstSamplePending      *ebpf.Variable `ebpf:"first_sample_pending"`
 	FmodeBacking            *ebpf.Variable `ebpf:"fmode_backing"`
+	HotspotFrames           *ebpf.Variable `ebpf:"hotspot_frames"`
 	OffCpuGapFrac           *ebpf.Variable `ebpf:"off_cpu_gap_frac"`
 	OffCpuGapInt            *ebpf.Variable `ebpf:"off_cpu_gap_int"`
 	OffCpuLog2Frac          *ebpf.Variable `ebpf:"off_cpu_log2_frac"`
@@ -659,6 +714,7 @@ type profilerVariables struct {
 	SamplingStopped         *ebpf.Variable `ebpf:"sampling_stopped"`
 	ScopeLinks              *ebpf.Variable `ebpf:"scope_links"`
 	UnusedCounter           *ebpf.Variable `ebpf:"unused_counter"`
+	UnusedHsProc            *ebpf.Variable `ebpf:"unused_hs_proc"`
 	UnusedInterpFrame       *ebpf.Variable `ebpf:"unused_interp_frame"`
 	UnusedInterpFrameFlag   *ebpf.Variable `ebpf:"unused_interp_frame_flag"`
 	UnusedInterpFrameKind   *ebpf.Variable `ebpf:"unused_interp_frame_kind"`

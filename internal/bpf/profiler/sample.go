@@ -219,6 +219,12 @@ type Options struct {
 	// PythonProcesses bounds the processes given a PythonProc; zero
 	// means 1024.
 	PythonProcesses int
+	// HotSpot walks the Java frames of the processes given a HotSpotProc
+	// (SetHotSpotProc). Unset, no sample looks for them.
+	HotSpot bool
+	// HotSpotProcesses bounds the processes given a HotSpotProc; zero
+	// means 256.
+	HotSpotProcesses int
 	// V8 reads the V8 frames of the processes given a V8Proc
 	// (SetV8Proc). Unset, no sample looks for them.
 	V8 bool

@@ -84,6 +84,9 @@ func New(opts Options) (_ *Sampler, err error) {
 	if err := configurePython(spec, opts); err != nil {
 		return nil, err
 	}
+	if err := configureHotSpot(spec, opts); err != nil {
+		return nil, err
+	}
 	if err := configureV8(spec, opts); err != nil {
 		return nil, err
 	}

@@ -120,6 +120,12 @@ func (*Sampler) SetPythonProc(uint32, PythonProc) error { return errNotLinux }
 // DeletePythonProc fails: sampling needs linux/amd64.
 func (*Sampler) DeletePythonProc(uint32) error { return errNotLinux }
 
+// SetHotSpotProc fails: sampling needs linux/amd64.
+func (*Sampler) SetHotSpotProc(uint32, HotSpotProc) error { return errNotLinux }
+
+// DeleteHotSpotProc fails: sampling needs linux/amd64.
+func (*Sampler) DeleteHotSpotProc(uint32) error { return errNotLinux }
+
 // SetV8Proc fails: sampling needs linux/amd64.
 func (*Sampler) SetV8Proc(uint32, V8Proc) error { return errNotLinux }
 

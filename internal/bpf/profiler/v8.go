@@ -4,9 +4,10 @@ import "fmt"
 
 // InterpV8 is a V8 JavaScript frame: Object is its SharedFunctionInfo
 // (a tagged pointer), Offset its bytecode offset when the frame is
-// interpreted (else NoOffset is set), and Anchor the index in User of the
-// native frame it is. Mirrored from enum interp_frame_kind.
-const InterpV8 InterpKind = 3
+// interpreted (else NoOffset is set); AtNative is set, Anchor being the
+// index in User of the native frame it is. Mirrored from enum
+// interp_frame_kind.
+const InterpV8 InterpKind = 4
 
 // JITFrameResult is what a frame of a JIT runtime's process that the walk
 // stepped through by frame pointer turned out to be, mirrored from enum

@@ -66,11 +66,15 @@ func (t *table) Line(offset uint32) int64 {
 	return 0
 }
 
-// Lines implements interp.InlineTable.
+// Lines implements interp.InlineTable: at an offset with no position
+// (or none known), the code's own function without a line.
 func (t *table) Lines(offset uint32) []frame.Line {
-	i := t.entry(offset)
-	if i < 0 || len(t.fns) == 0 {
-		return nil
+	i := -1
+	if offset != frame.NoOffset {
+		i = t.entry(offset)
+	}
+	if i < 0 {
+		return []frame.Line{t.line(0, lineCol{})}
 	}
 	var out []frame.Line
 	pos, id := t.at[i], t.inl[i]

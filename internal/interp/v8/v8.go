@@ -222,13 +222,18 @@ func (in *instance) Detach() error {
 }
 
 // Place implements interp.JIT. A frame whose code is JIT code (an
-// anonymous mapping) is named by it. In the embedded builtins, an
+// anonymous mapping, or one mapped since the process's mappings were
+// read: the walk found a V8 frame there) is named by it. In the embedded
+// builtins, an
 // interpreted frame (its bytecode offset read) is run by them: it
 // replaces their frame; another one called a builtin that made no frame
 // of its own, and goes rootward of it. Elsewhere the frame is dropped.
 func (in *instance) Place(native, f *frame.Frame) interp.Placement {
 	m := native.Mapping
-	if m == nil || !m.Executable() {
+	if m == nil {
+		return interp.PlaceReplace
+	}
+	if !m.Executable() {
 		return interp.PlaceDrop
 	}
 	if !m.File() {
@@ -356,7 +361,7 @@ func (in *instance) Object(addr uint64) (*interp.Object, error) {
 	obj := &interp.Object{Name: own.name, File: own.file, Identity: id}
 	obj.Bytes = int64(len(id) + len(own.name) + len(own.file) + 64)
 	if tab != nil {
-		obj.Lines = tab
+		obj.Inlines = tab
 		obj.Bytes += tab.bytes()
 	}
 	return obj, nil

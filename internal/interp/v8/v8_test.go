@@ -86,13 +86,17 @@ func TestPlace(t *testing.T) {
 		want   interp.Placement
 		off    uint32
 	}{
-		"JIT code":            {jit, jit.Start + 10, frame.NoOffset, interp.PlaceReplace, frame.NoOffset},
-		"interpreted":         {node, node.Start + 0x1500, header + 7, interp.PlaceReplace, 7},
-		"a frameless builtin": {node, node.Start + 0x1500, frame.NoOffset, interp.PlaceCaller, frame.NoOffset},
-		"node's C++":          {node, node.Start + 0x3000, header + 7, interp.PlaceDrop, header + 7},
-		"libc":                {libc, libc.Start + 10, frame.NoOffset, interp.PlaceDrop, frame.NoOffset},
+		"JIT code":              {jit, jit.Start + 10, frame.NoOffset, interp.PlaceReplace, frame.NoOffset},
+		"interpreted":           {node, node.Start + 0x1500, header + 7, interp.PlaceReplace, 7},
+		"a frameless builtin":   {node, node.Start + 0x1500, frame.NoOffset, interp.PlaceCaller, frame.NoOffset},
+		"node's C++":            {node, node.Start + 0x3000, header + 7, interp.PlaceDrop, header + 7},
+		"libc":                  {libc, libc.Start + 10, frame.NoOffset, interp.PlaceDrop, frame.NoOffset},
+		"JIT code mapped since": {process.Mapping{}, jit.Start + 10, frame.NoOffset, interp.PlaceReplace, frame.NoOffset},
 	} {
 		native := frame.Frame{Address: cs.addr, Mapping: &frame.Mapping{Mapping: cs.m}}
+		if cs.m == (process.Mapping{}) {
+			native.Mapping = nil
+		}
 		f := frame.Frame{Type: frame.V8JS, Address: c.leaf, Offset: cs.offset, Native: cs.addr}
 		if got := in.Place(&native, &f); got != cs.want || f.Offset != cs.off {
 			t.Errorf("%s: Place = %d, offset %d; want %d, offset %d", name, got, f.Offset, cs.want, cs.off)
@@ -234,7 +238,7 @@ func TestHostileScripts(t *testing.T) {
 	// The first inlined function's script was read, its line known;
 	// the last one's was not: named without its file. Each was inlined
 	// at its own offset of outer: line 1, and 199 (line 29).
-	tab := obj.Lines.(interp.InlineTable)
+	tab := obj.Inlines
 	first, last := tab.Lines(0), tab.Lines(16)
 	if len(first) != 2 || first[0].Name != "f" || first[0].File != "/srv/a.js" || first[0].Line != 2 || first[1].Line != 1 {
 		t.Errorf("lines at 0: %+v, want f at /srv/a.js:2 inlined into outer at line 1", first)

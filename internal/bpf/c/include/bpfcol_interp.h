@@ -21,22 +21,34 @@ enum interp_frame_kind {
 	INTERP_FRAME_NONE = 0,
 	INTERP_FRAME_CPYTHON = 1,   /* object: code object; offset: bytecode offset in bytes */
 	INTERP_FRAME_TRUNCATED = 2, /* more frames than INTERP_MAX_FRAMES: the rest were cut */
-	INTERP_FRAME_V8 = 3,        /* object: SharedFunctionInfo; offset: bytecode offset (interpreted frames) */
+	/* A HotSpot frame (bpfcol_hotspot.h). object: an nmethod or stub (a
+	 * code blob in the code cache), offset the PC's in its code; or an
+	 * interpreted Method*, offset the bytecode index. The top 16 bits of
+	 * object hold its identity check. */
+	INTERP_FRAME_HOTSPOT = 3,
+	/* A V8 frame (bpfcol_v8.h), flagged INTERP_FRAME_AT_NATIVE. object:
+	 * its SharedFunctionInfo; offset: the bytecode offset (interpreted
+	 * frames). */
+	INTERP_FRAME_V8 = 4,
 };
 
 enum interp_frame_flag {
 	/* The instruction offset could not be read or made sense of: the
 	 * frame is named without a line. */
 	INTERP_FRAME_NO_OFFSET = 1 << 0,
+	/* The frame is the native frame user[anchor] (a JIT's, or an
+	 * interpreter's found by the native walk): it replaces it. */
+	INTERP_FRAME_AT_NATIVE = 1 << 1,
 };
 
 /*
  * One interpreter frame.
  *
- * anchor says where the frame goes among the native frames. For a JIT
- * frame (V8) it is the index in user[] of the native frame it is. For an
- * interpreted frame (CPython) it is the ordinal, counted from the leaf,
- * of the interpreter-loop call that runs it (0: the innermost
+ * anchor says where the frame goes among the native frames. For a frame
+ * flagged INTERP_FRAME_AT_NATIVE (HotSpot's, V8's) it is the index in user[] of
+ * the native frame it is. For an interpreted frame of a loop (CPython) it
+ * is the ordinal, counted from the leaf, of the interpreter-loop call that
+ * runs it (0: the innermost
  * _PyEval_EvalFrameDefault): user space, which knows each file's
  * interpreter-loop addresses, puts the frames of call k leafward of the
  * k-th such native frame.
@@ -57,6 +69,8 @@ enum interp_stop {
 	INTERP_STOP_READ_FAULT,      /* a frame could not be read */
 	INTERP_STOP_TRUNCATED,       /* INTERP_MAX_FRAMES reached: the stack was cut, with a marker */
 	INTERP_STOP_BAD_LAYOUT,      /* the process's layout was refused (a bound the walk checks) */
+	INTERP_STOP_NO_CODE_BLOB,    /* a PC in a JIT's code found no live code blob */
+	INTERP_STOP_BAD_FRAME,       /* a JIT frame unwound to an impossible caller */
 	INTERP_STOP_MAX,
 };
 

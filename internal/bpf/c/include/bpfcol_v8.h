@@ -118,7 +118,7 @@ __noinline long v8_frame(struct v8_walk *v, struct sample_interp *r, struct v8_p
 	// BytecodeArray slot holds the function's own bytecode: in a
 	// compiled frame the two slots hold other values.
 	u32 offset = 0;
-	u8 flags = INTERP_FRAME_NO_OFFSET;
+	u8 flags = INTERP_FRAME_AT_NATIVE | INTERP_FRAME_NO_OFFSET;
 	u64 array = v8_slot(slots, p->fp_bytecode_array);
 	u64 off = v8_slot(slots, p->fp_bytecode_offset);
 	if (v8_heap_object(array) && v8_smi(off)) {
@@ -126,7 +126,7 @@ __noinline long v8_frame(struct v8_walk *v, struct sample_interp *r, struct v8_p
 		if (bpf_probe_read_user(&data, sizeof(data), (void *)(shared - 1 + p->shared_function_data)) == 0 &&
 		    data == array) {
 			offset = (u32)(off >> 32);
-			flags = 0;
+			flags = INTERP_FRAME_AT_NATIVE;
 		}
 	}
 	struct interp_frame *out = &r->frames[n & (INTERP_MAX_FRAMES - 1)];

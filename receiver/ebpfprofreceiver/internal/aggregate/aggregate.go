@@ -280,8 +280,17 @@ func (a *Aggregator) frames(proc *Process, s *profiler.Sample) ([]frame.Frame, *
 	if len(s.User) == 0 || proc == nil {
 		return frames, proc
 	}
+	// A frame the interpreters' walk found in its own code (a JIT's) is
+	// kept even where no mapping was read: it is named from its object.
+	var jit [2]uint64
+	for i := range s.Interp {
+		if f := &s.Interp[i]; f.AtNative && f.Anchor < 128 {
+			jit[f.Anchor/64] |= 1 << (f.Anchor % 64)
+		}
+	}
+	isJIT := func(i int) bool { return i < 128 && jit[i/64]&(1<<(i%64)) != 0 }
 	leaf := frame.AtPC(frame.Native, s.User[0])
-	if !possibleFrame(proc, leaf) {
+	if !isJIT(0) && !possibleFrame(proc, leaf) {
 		a.stats.UnmappedLeaves++
 		return frames, proc
 	}
@@ -311,14 +320,15 @@ func (a *Aggregator) frames(proc *Process, s *profiler.Sample) ([]frame.Frame, *
 		// garbage: an impossible address ends the stack. Unless it is in
 		// a mapping made since the process was read (JIT code a runtime
 		// mapped later, under a leaf in a library): read again, as for
-		// a leaf, rate-limited.
+		// a leaf, rate-limited. A frame the interpreters' walk found
+		// there is kept in any case.
 		if !possibleFrame(proc, f) {
-			p := a.procs.lookup(int(s.PID), f.Address)
-			if p == nil || !possibleFrame(p, f) {
+			if p := a.procs.lookup(int(s.PID), f.Address); p != nil && possibleFrame(p, f) {
+				proc = p
+			} else if !isJIT(i + 1) {
 				a.stats.TruncatedStacks++
 				break
 			}
-			proc = p
 		}
 		frames = append(frames, mapped(f))
 		a.userIndex = append(a.userIndex, i+1)
@@ -334,22 +344,24 @@ func (a *Aggregator) frames(proc *Process, s *profiler.Sample) ([]frame.Frame, *
 var interpTypes = map[profiler.InterpKind]frame.Type{
 	profiler.InterpCPython:   frame.CPython,
 	profiler.InterpTruncated: frame.CPython,
+	profiler.InterpHotSpot:   frame.JVM,
 	profiler.InterpV8:        frame.V8JS,
 }
 
-// placeInterpreted inserts the sample's interpreted frames among its
-// native user frames, frames[user:]: those run by the k-th native frame
-// in the interpreter's loop, from the leaf, go right leafward of it. What
-// finds no loop frame (the native stack was cut before) goes at the root
-// end, in order. A JIT runtime's frame goes where the native frame at its
-// anchor is, as the runtime says (interp.Placement).
+// placeInterpreted puts the sample's interpreter frames among its native
+// user frames, frames[user:]. A frame the walk found as a native frame
+// (a JIT's, flagged AtNative) goes where that native frame is, as its
+// runtime says (placeJIT). The others, an interpreter loop's, go right
+// leafward of the native frame of the loop call that runs them (the k-th
+// from the leaf in the interpreter's loop); what finds no loop frame (the
+// native stack was cut before) goes at the root end, in order.
 func (a *Aggregator) placeInterpreted(proc *Process, frames []frame.Frame, user int, s *profiler.Sample) []frame.Frame {
 	loops := a.cfg.Interpreters.Loops(s.PID)
 	out := append(a.placed[:0], frames[:user]...)
 	next, call := 0, uint16(0)
 	take := func(upTo uint16) {
-		for ; next < len(s.Interp) && s.Interp[next].Anchor <= upTo; next++ {
-			if !jitKinds[s.Interp[next].Kind] {
+		for ; next < len(s.Interp) && (s.Interp[next].AtNative || s.Interp[next].Anchor <= upTo); next++ {
+			if !s.Interp[next].AtNative {
 				out = append(out, interpFrame(&s.Interp[next]))
 			}
 		}
@@ -363,7 +375,7 @@ func (a *Aggregator) placeInterpreted(proc *Process, frames []frame.Frame, user 
 			call++
 		}
 		u := a.userIndex[i]
-		for jit < len(s.Interp) && (!jitKinds[s.Interp[jit].Kind] || int(s.Interp[jit].Anchor) < u) {
+		for jit < len(s.Interp) && (!s.Interp[jit].AtNative || int(s.Interp[jit].Anchor) < u) {
 			jit++
 		}
 		if u < 0 || jit == len(s.Interp) || int(s.Interp[jit].Anchor) != u {
@@ -378,7 +390,7 @@ func (a *Aggregator) placeInterpreted(proc *Process, frames []frame.Frame, user 
 	}
 	if next < len(s.Interp) {
 		for _, f := range s.Interp[next:] {
-			if !jitKinds[f.Kind] {
+			if !f.AtNative {
 				a.stats.UnplacedInterpreted++
 				break
 			}

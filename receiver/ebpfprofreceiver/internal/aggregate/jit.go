@@ -6,10 +6,6 @@ import (
 	"github.com/bpfcol/bpfcol/internal/interp"
 )
 
-// jitKinds are the kinds of frames a JIT runtime's machine code runs:
-// each is anchored at the native frame it stands for.
-var jitKinds = map[profiler.InterpKind]bool{profiler.InterpV8: true}
-
 // placeJIT appends to out what stands for native[i], the native frame a
 // JIT runtime's frame jf is anchored at, as the runtime places it: jf in
 // its place, the native frame alone, or both when the native frame is code
