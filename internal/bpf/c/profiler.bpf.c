@@ -1549,12 +1549,30 @@ int off_cpu_exit(u64 *ctx)
 // the next one switches out another task than the one it last switched
 // to. They are counted; a wait whose switch-in went so is found at its
 // thread's next switch-out (off_cpu_unended).
+// The threads whose switch-in went unreported (prev of such a switch),
+// with how many: what explains a wait of theirs lost (off_cpu_unended_tids).
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 256);
+	__type(key, u32); // tid
+	__type(value, u64);
+} off_cpu_unreported_tids SEC(".maps");
+
 static __always_inline void check_reported(struct off_cpu_rng *r, struct task_struct *prev, struct task_struct *next)
 {
 	u64 cur = r->cur;
 	r->cur = next->pid;
-	if (cur != (u64)prev->pid && cur != 0 && bpf_get_smp_processor_id() < OFF_CPU_RNG_CPUS)
-		count(COUNTER_OFF_CPU_UNREPORTED);
+	if (cur == (u64)prev->pid || cur == 0 || bpf_get_smp_processor_id() >= OFF_CPU_RNG_CPUS)
+		return;
+	count(COUNTER_OFF_CPU_UNREPORTED);
+	u32 tid = prev->pid;
+	u64 *n = bpf_map_lookup_elem(&off_cpu_unreported_tids, &tid);
+	if (n) {
+		__sync_fetch_and_add(n, 1);
+		return;
+	}
+	u64 one = 1;
+	bpf_map_update_elem(&off_cpu_unreported_tids, &tid, &one, BPF_NOEXIST);
 }
 
 // sched_switch(bool preempt, struct task_struct *prev, struct task_struct

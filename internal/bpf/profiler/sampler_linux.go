@@ -461,6 +461,24 @@ func (s *Sampler) UnendedThreads() (map[uint32]uint64, error) {
 	return out, nil
 }
 
+// UnreportedThreads returns the threads whose switch-in the kernel did
+// not report to sched_switch (Counters.OffCPUUnreported), with how many
+// each: the only way a thread loses a kept wait. The most recent few
+// hundred threads only.
+func (s *Sampler) UnreportedThreads() (map[uint32]uint64, error) {
+	out := map[uint32]uint64{}
+	var tid uint32
+	var n uint64
+	it := s.objs.OffCpuUnreportedTids.Iterate()
+	for it.Next(&tid, &n) {
+		out[tid] = n
+	}
+	if err := it.Err(); err != nil {
+		return nil, fmt.Errorf("reading the threads whose switch-ins went unreported: %w", err)
+	}
+	return out, nil
+}
+
 // CPUs is how many CPUs the sampler is attached to.
 func (s *Sampler) CPUs() int { return s.ncpu }
 
