@@ -1420,16 +1420,22 @@ struct {
 	__type(value, u64);
 } off_cpu_unended_tids SEC(".maps");
 
-static __always_inline void count_unended(u32 tid)
+// count_tid adds one to tid's count in a per-thread LRU map.
+static __always_inline void count_tid(void *map, u32 tid)
 {
-	count(COUNTER_OFF_CPU_UNENDED);
-	u64 *n = bpf_map_lookup_elem(&off_cpu_unended_tids, &tid);
+	u64 *n = bpf_map_lookup_elem(map, &tid);
 	if (n) {
 		__sync_fetch_and_add(n, 1);
 		return;
 	}
 	u64 one = 1;
-	bpf_map_update_elem(&off_cpu_unended_tids, &tid, &one, BPF_NOEXIST);
+	bpf_map_update_elem(map, &tid, &one, BPF_NOEXIST);
+}
+
+static __always_inline void count_unended(u32 tid)
+{
+	count(COUNTER_OFF_CPU_UNENDED);
+	count_tid(&off_cpu_unended_tids, tid);
 }
 
 // off_cpu_unended ends prev's wait if its switch-in was never seen: prev
@@ -1565,14 +1571,7 @@ static __always_inline void check_reported(struct off_cpu_rng *r, struct task_st
 	if (cur == (u64)prev->pid || cur == 0 || bpf_get_smp_processor_id() >= OFF_CPU_RNG_CPUS)
 		return;
 	count(COUNTER_OFF_CPU_UNREPORTED);
-	u32 tid = prev->pid;
-	u64 *n = bpf_map_lookup_elem(&off_cpu_unreported_tids, &tid);
-	if (n) {
-		__sync_fetch_and_add(n, 1);
-		return;
-	}
-	u64 one = 1;
-	bpf_map_update_elem(&off_cpu_unreported_tids, &tid, &one, BPF_NOEXIST);
+	count_tid(&off_cpu_unreported_tids, prev->pid);
 }
 
 // sched_switch(bool preempt, struct task_struct *prev, struct task_struct
