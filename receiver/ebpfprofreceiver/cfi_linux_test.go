@@ -490,6 +490,59 @@ func TestSamplesRightAfterDlopenKeepTheirStack(t *testing.T) {
 	}
 }
 
+// TestReturnIntoLaterLibraryKeepsTheStack starts a process that loads a
+// library 0.3 s after start, which calls back into the program: its
+// samples' leaves lie in the program, whose mapping its first read held,
+// and their callers in the library, which it did not. The walk reaching a
+// return address outside the mappings must have them read again, as a
+// leaf outside them does; else every later stack stops at the callback (as
+// a process first sampled while ld.so maps its libraries did, for its
+// whole life).
+func TestReturnIntoLaterLibraryKeepsTheStack(t *testing.T) {
+	testenv.RequireBPF(t)
+	lib := testworkload.BuildC(t, "dlopenlib.c", append([]string{"-shared", "-fPIC"}, noFramePointers...)...)
+	bin := testworkload.BuildC(t, "dlopenhot.c", noFramePointers...)
+	sink := new(consumertest.ProfilesSink)
+	cfg := createDefaultConfig().(*Config)
+	cfg.SamplingFrequency = 199
+	cfg.ReportInterval = 500 * time.Millisecond
+	r := startProfilesReceiver(t, cfg, sink)
+	cmd := startWorkload(t, bin, lib, "0.3", "callback")
+	pid := int64(cmd.Process.Pid)
+	samples := func() []pprofiletest.Sample {
+		var of []pprofiletest.Sample
+		for _, p := range sink.AllProfiles() {
+			for _, s := range pprofiletest.Samples(p) {
+				if s.PID == pid && s.SampleType == "samples/count" {
+					of = append(of, s)
+				}
+			}
+		}
+		return of
+	}
+	inCallback := func(of []pprofiletest.Sample) (n int64) {
+		for _, s := range of {
+			if slices.Contains(s.UserNames(), "main_hot") {
+				n += s.Count
+			}
+		}
+		return n
+	}
+	// Until 200 samples of the callback are reported (a second after the
+	// dlopen at 199 Hz), or 15 s on a host too busy to run it.
+	for deadline := time.Now().Add(15 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		if inCallback(samples()) >= 200 {
+			break
+		}
+	}
+	if err := r.Shutdown(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	// The samples walked before the read (about 10 ms of them) may stop at
+	// the callback.
+	checkChain(t, samples(), []string{"main_hot", "lib_calls_back", "call_lib", "main"}, 0.97)
+}
+
 // TestCFIDlopen loads a library long after the process's tables were
 // loaded. The first samples in it fall outside the loaded mappings; that
 // alone makes the loader read the process's mappings again (no polling),

@@ -138,7 +138,8 @@ struct walk_regs {
 	u8 exact_pc;    // pc is an interrupted PC, not a return address
 	u8 bp_known;    // bp holds this frame's RBP
 	u8 leaf_fp;     // the leaf was left by its frame pointer: its caller may be lost
-	u32 pad;
+	u8 pc_by_cfi;   // pc was read where a table's rule says: a true return address
+	u8 pad[3];
 };
 
 // Anchor the record and flag types in BTF so bpf2go can mirror them in Go;
@@ -236,6 +237,7 @@ static __always_inline long step_fp(struct walk_regs *w, u32 reason)
 	w->bp = frame[0];
 	w->pc = frame[1];
 	w->exact_pc = 0;
+	w->pc_by_cfi = 0;
 	return 0;
 }
 
@@ -333,6 +335,7 @@ __noinline long unwind_frame(struct walk_regs *w, struct sample *s, struct unwin
 		w->sp = span[(UC_RSP - UC_RBP) / 8];
 		w->pc = span[(UC_RIP - UC_RBP) / 8];
 		w->exact_pc = 1; // the interrupted PC, not a return address
+		w->pc_by_cfi = 1;
 		return 0;
 	}
 	case UNWIND_CFA_END:
@@ -373,6 +376,7 @@ __noinline long unwind_frame(struct walk_regs *w, struct sample *s, struct unwin
 	w->sp = cfa;
 	w->pc = ra;
 	w->exact_pc = 0;
+	w->pc_by_cfi = 1;
 	return 0;
 }
 
@@ -392,18 +396,23 @@ struct walk {
 // unwind_step is the bpf_loop callback: one frame per iteration.
 static long unwind_step(u64 i, struct walk *w)
 {
-	if (w->hs && hotspot_pc(w->hs, w->regs.pc))
+	if (w->hs && hotspot_pc(w->hs, w->regs.pc)) {
+		w->regs.pc_by_cfi = 0;
 		return hotspot_frame(&w->regs, (struct sample_interp *)w->s, w->hs, &w->hx) ? 1 : 0;
+	}
 	return unwind_frame(&w->regs, w->s, w->proc) ? 1 : 0;
 }
 
 // unwind_cfi walks the user stack of a loaded process into s->user. It
 // returns false when the interrupted PC is in none of the process's known
-// mappings, so the caller falls back to frame pointers. With hs (a JVM's
+// mappings, so the caller falls back to frame pointers. It sets *stale
+// when the walk ended at a return address that a table's rule gave but no
+// mapping read holds: a library mapped after the read (ld.so maps them one
+// by one, a process may be first sampled in between). With hs (a JVM's
 // sample, s a struct sample_interp), its HotSpot frames are walked too,
 // bcp being the user R13.
 static __always_inline bool unwind_cfi(struct sample *s, struct unwind_proc *proc, u64 tramp, struct hs_proc *hs,
-				       u64 bcp)
+				       u64 bcp, bool *stale)
 {
 	// In the uretprobe trampoline, the probed function has returned: the
 	// walk starts where it returns to. Elsewhere in [uprobes], a probed
@@ -442,6 +451,8 @@ static __always_inline bool unwind_cfi(struct sample *s, struct unwind_proc *pro
 	s->flags |= SAMPLE_CFI | ((r->stop & 0xf) << SAMPLE_STOP_SHIFT);
 	if (r->leaf_fp)
 		s->flags |= SAMPLE_LEAF_FP;
+	if (r->stop == UNWIND_STOP_OUTSIDE_MAPPINGS && r->pc_by_cfi && r->pc && r->pc <= MAX_USER_ADDR)
+		*stale = true;
 	if (r->stop == UNWIND_STOP_COMPLETE || r->stop == UNWIND_STOP_FP_END)
 		s->flags |= SAMPLE_COMPLETE;
 	s->user_bytes = r->n * sizeof(u64);
@@ -490,14 +501,15 @@ static __always_inline void link_scope(struct sample *s, struct pt_regs *regs)
 // off-CPU event share it, so both walk alike. Without with_kernel the
 // kernel stack is left empty, for the caller to take. ctx is NULL in a
 // task work callback, which runs in the task's own context but has none.
-// It reports whether the process's mappings are read and the interrupted
-// PC lies outside them: they changed (dlopen, JIT). hs is set for a JVM's
+// It reports whether the process's mappings are read and stale: the
+// interrupted PC, or a return address its walk found, lies outside them
+// (ld.so still mapping libraries, dlopen, JIT). hs is set for a JVM's
 // sample, s then being a struct sample_interp whose interpreter tail is
 // empty: its HotSpot frames are added there.
 static __always_inline bool fill_sample(void *ctx, struct sample *s, u64 pid_tgid, bool with_kernel,
 					struct hs_proc *hs)
 {
-	bool leaf_unmapped = false;
+	bool maps_stale = false;
 	s->ktime_ns = bpf_ktime_get_ns();
 	s->pid = pid_tgid >> 32;
 	s->tid = (u32)pid_tgid;
@@ -549,12 +561,12 @@ static __always_inline bool fill_sample(void *ctx, struct sample *s, u64 pid_tgi
 		// with the same pid, are none.
 		if (proc && (proc->count == 0 || !same_image(proc, task)))
 			proc = 0;
-		if (!proc || !unwind_cfi(s, proc, tramp, hs, regs->r13)) {
+		if (!proc || !unwind_cfi(s, proc, tramp, hs, regs->r13, &maps_stale)) {
 			if (!proc) {
 				s->flags |= SAMPLE_NO_TABLE;
 				count(COUNTER_UNWIND_STOP + UNWIND_STOP_NO_TABLE);
 			} else {
-				leaf_unmapped = true;
+				maps_stale = true;
 				count(COUNTER_UNWIND_STOP + UNWIND_STOP_OUTSIDE_MAPPINGS);
 			}
 			// Without a context (a task work) the task's own saved
@@ -567,7 +579,7 @@ static __always_inline bool fill_sample(void *ctx, struct sample *s, u64 pid_tgi
 				count(COUNTER_USER_STACK_ERR);
 		}
 	}
-	return leaf_unmapped;
+	return maps_stale;
 }
 
 // python_proc returns the CPython state of process tgid, when CPython
@@ -673,7 +685,7 @@ struct compose_work {
 	u64 mm;    // the address space it asked for
 	u32 cpu;
 	s32 kernel_bytes;
-	u32 recompose; // asked by a leaf outside the mappings read
+	u32 recompose; // asked by a walk that found the mappings read stale
 	u32 pad;
 	u64 asked; // when it was asked
 	u64 kernel[MAX_STACK_DEPTH];
@@ -736,7 +748,7 @@ static __always_inline void ask_user(struct task_struct *task, u32 tgid, u64 now
 
 // read_mappings reads the current process's executable mappings into its
 // entry, at now, for a sample taken at since, and tells user space; after
-// a read asked by a leaf outside the mappings (recompose), the next waits
+// a read asked by a walk that found them stale (recompose), the next waits
 // longer. It runs in the process's context (a task work): the VMA
 // iterator takes the mmap lock.
 static __always_inline void read_mappings(struct task_struct *task, u32 tgid, u64 now, u64 since, bool recompose)
@@ -876,8 +888,8 @@ static __always_inline bool defer_compose(void *ctx, struct task_struct *task, u
 }
 
 // sample_interp_stack records a sample of a process that runs CPython.
-// It reports, as fill_sample, whether the leaf lay outside the process's
-// mappings read, with the sample's time in *ktime.
+// It reports, as fill_sample, whether the process's mappings read are
+// stale, with the sample's time in *ktime.
 static __always_inline bool sample_interp_stack(void *ctx, u64 pid_tgid, struct py_proc *py, struct hs_proc *hs,
 						u64 *ktime)
 {
@@ -886,7 +898,7 @@ static __always_inline bool sample_interp_stack(void *ctx, u64 pid_tgid, struct 
 	if (!r)
 		return false;
 	interp_begin(r);
-	bool leaf_unmapped = fill_sample(ctx, &r->s, pid_tgid, true, hs);
+	bool maps_stale = fill_sample(ctx, &r->s, pid_tgid, true, hs);
 	*ktime = r->s.ktime_ns;
 	walk_interp(r, py);
 	u64 flags = wakeup();
@@ -898,14 +910,14 @@ static __always_inline bool sample_interp_stack(void *ctx, u64 pid_tgid, struct 
 		count(COUNTER_DROPPED_RINGBUF);
 	else
 		count(COUNTER_SAMPLES);
-	return leaf_unmapped;
+	return maps_stale;
 }
 
 // sample records the current task's stacks. A process whose mappings
 // were never read from its current image has them read, by BPF on the
 // thread's return to user space (compose_in_bpf), which then walks this
-// sample, or by user space, asked with a notice. A sample whose leaf lies
-// outside them has them read again.
+// sample, or by user space, asked with a notice. A sample whose walk
+// finds them stale has them read again.
 static __always_inline int sample(void *ctx, bool compose_in_bpf)
 {
 	u64 pid_tgid = bpf_get_current_pid_tgid();
@@ -930,23 +942,23 @@ static __always_inline int sample(void *ctx, bool compose_in_bpf)
 		}
 	}
 
-	bool leaf_unmapped;
+	bool maps_stale;
 	u64 ktime;
 	struct py_proc *py = python_proc(tgid);
 	struct hs_proc *hs = py ? 0 : hotspot_proc(tgid);
 	if (py || hs) {
-		leaf_unmapped = sample_interp_stack(ctx, pid_tgid, py, hs, &ktime);
+		maps_stale = sample_interp_stack(ctx, pid_tgid, py, hs, &ktime);
 	} else {
 		struct sample *s = bpf_ringbuf_reserve(&samples, sizeof(*s), 0);
 		if (!s) {
 			count(COUNTER_DROPPED_RINGBUF);
 			return 0;
 		}
-		leaf_unmapped = fill_sample(ctx, s, pid_tgid, true, 0);
+		maps_stale = fill_sample(ctx, s, pid_tgid, true, 0);
 		ktime = s->ktime_ns;
 		emit(s);
 	}
-	if (user && leaf_unmapped) {
+	if (user && maps_stale) {
 		struct unwind_proc *proc = bpf_map_lookup_elem(&unwind_procs, &tgid);
 		if (proc && recompose_due(proc, ktime) && claim_compose(tgid, ktime)) {
 			if (!compose_in_bpf)
