@@ -30,6 +30,8 @@ type Snapshots struct {
 	stats SnapshotStats
 	// expiredAt is when expired snapshots were last dropped.
 	expiredAt time.Time
+	// seq numbers the snapshots stored, the last one's.
+	seq uint64
 	// paths names the files Record has seen; containers the cgroups.
 	paths      *lru.Cache[FileKey, string]
 	containers *lru.Cache[uint64, string]
@@ -98,6 +100,7 @@ type snapshot struct {
 	pid   int
 	image uint64 // Sighting.Image, 0 when taken from /proc
 	Snapshot
+	seq      uint64 // Seq of this snapshot
 	files    []*heldFile
 	exitedAt time.Time // zero while alive
 	gone     bool
@@ -260,6 +263,8 @@ func (s *Snapshots) store(pid int, snap *snapshot, prev *snapshot) bool {
 		}
 	}
 	s.bytes += snap.cost
+	s.seq++
+	snap.seq = s.seq
 	s.procs[pid] = snap
 	s.order = append(s.order, snap)
 	s.compactOrder()
@@ -393,14 +398,19 @@ func (s *Snapshots) compactOrder() {
 	s.order = kept
 }
 
-// Has reports whether pid has a snapshot.
-func (s *Snapshots) Has(pid int) bool {
+// Seq returns the number of pid's snapshot, which a later one of pid
+// (more mappings read, an exec) exceeds; 0 when pid has none. A reader of
+// snapshots compares it with the one it read to know it is stale.
+func (s *Snapshots) Seq(pid int) uint64 {
 	if s == nil {
-		return false
+		return 0
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.procs[pid] != nil
+	if snap := s.procs[pid]; snap != nil {
+		return snap.seq
+	}
+	return 0
 }
 
 // Get returns pid's snapshot if it covers a sample taken at ktime (0: any

@@ -307,11 +307,19 @@ func TestRecordNamesFromWhatItSaw(t *testing.T) {
 		file.Close()
 	}
 
-	// More mappings of the same image keep its start; a new image starts
-	// at its sighting.
+	// More mappings of the same image keep its start, in a later
+	// snapshot (its readers read it again); a new image starts at its
+	// sighting.
+	seq1, seq2 := s.Seq(1), s.Seq(2)
+	if seq1 == 0 || seq2 == seq1 || s.Seq(99) != 0 {
+		t.Errorf("snapshot numbers %d and %d of two processes, %d of none", seq1, seq2, s.Seq(99))
+	}
 	s.Record(sighted(1, 0xa, 150, maps, 7))
 	if snap, _ := s.Get(1, 0); snap.Exec != 100 {
 		t.Errorf("the same image's start moved to %d, want 100", snap.Exec)
+	}
+	if s.Seq(1) <= seq1 || s.Seq(1) <= seq2 || s.Seq(2) != seq2 {
+		t.Errorf("snapshot numbers %d, %d after pid 1 was recorded again (were %d, %d): a reader would keep the first", s.Seq(1), s.Seq(2), seq1, seq2)
 	}
 	s.Record(sighted(1, 0xc, 300, maps, 7))
 	if snap, _ := s.Get(1, 0); snap.Exec != 300 {

@@ -194,8 +194,10 @@ func TestSymbolizerCacheDirDefault(t *testing.T) {
 // the field and its index.
 func TestConfigInterpreters(t *testing.T) {
 	def := createDefaultConfig().(*Config)
-	if !def.interpreter("cpython") {
-		t.Errorf("default interpreters %v: cpython left out", def.Interpreters)
+	for _, name := range []string{"cpython", "hotspot"} {
+		if !def.interpreter(name) {
+			t.Errorf("default interpreters %v: %s left out", def.Interpreters, name)
+		}
 	}
 	off := createDefaultConfig().(*Config)
 	off.Interpreters = []string{}
@@ -203,8 +205,8 @@ func TestConfigInterpreters(t *testing.T) {
 		t.Errorf("interpreters: []: %v, cpython %v", err, off.interpreter("cpython"))
 	}
 	for list, want := range map[string]string{
-		"cpython,ruby":    `interpreters[1]: "ruby" is not one of [cpython v8]`,
-		"CPython":         `interpreters[0]: "CPython" is not one of [cpython v8]`,
+		"cpython,ruby":    `interpreters[1]: "ruby" is not one of [cpython hotspot v8]`,
+		"CPython":         `interpreters[0]: "CPython" is not one of [cpython hotspot v8]`,
 		"cpython,cpython": `interpreters[1]: "cpython" is listed twice`,
 	} {
 		cfg := createDefaultConfig().(*Config)

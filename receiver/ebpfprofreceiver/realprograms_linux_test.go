@@ -113,9 +113,12 @@ func TestCFIRealPrograms(t *testing.T) {
 		t.Fatalf("perf is not installed (scripts/install-deps.sh installs it): %v", err)
 	}
 	qsort := testworkload.BuildC(t, "qsortcb.c", noFramePointers...)
+	// fib keeps JIT code on the stacks; its edges name no function in
+	// either tool and cannot be compared, so it gets a small share (fib(20)
+	// gave 9.5-10.4% of the edges, at maxUncomparedEdges).
 	node := startPlain(t, "/usr/bin/node", "-e", `
 function fib(n) { return n < 2 ? n : fib(n - 1) + fib(n - 2); }
-for (;;) { globalThis.sink = fib(20) + JSON.stringify(JSON.parse(JSON.stringify(
+for (;;) { globalThis.sink = fib(17) + JSON.stringify(JSON.parse(JSON.stringify(
 	Array.from({length: 500}, (_, i) => ({k: i, v: String(i).repeat(3)}))))).length; }
 `)
 	progs := []realProgram{

@@ -141,7 +141,8 @@ struct walk_regs {
 	u8 bp_known;    // bp holds this frame's RBP
 	u8 leaf_fp;     // the leaf was left by its frame pointer: its caller may be lost
 	u8 fp_step;     // the last frame recorded was stepped through by its frame pointer
-	u8 pad[3];
+	u8 pc_by_cfi;   // pc was read where a table's rule says: a true return address
+	u8 pad[2];
 };
 
 // Anchor the record and flag types in BTF so bpf2go can mirror them in Go;
@@ -240,6 +241,7 @@ static __always_inline long step_fp(struct walk_regs *w, u32 reason)
 	w->bp = frame[0];
 	w->pc = frame[1];
 	w->exact_pc = 0;
+	w->pc_by_cfi = 0;
 	return 0;
 }
 
@@ -338,6 +340,7 @@ __noinline long unwind_frame(struct walk_regs *w, struct sample *s, struct unwin
 		w->sp = span[(UC_RSP - UC_RBP) / 8];
 		w->pc = span[(UC_RIP - UC_RBP) / 8];
 		w->exact_pc = 1; // the interrupted PC, not a return address
+		w->pc_by_cfi = 1;
 		return 0;
 	}
 	case UNWIND_CFA_END:
@@ -378,6 +381,7 @@ __noinline long unwind_frame(struct walk_regs *w, struct sample *s, struct unwin
 	w->sp = cfa;
 	w->pc = ra;
 	w->exact_pc = 0;
+	w->pc_by_cfi = 1;
 	return 0;
 }
 
@@ -411,8 +415,10 @@ struct walk {
 // unwind_step is the bpf_loop callback: one frame per iteration.
 static long unwind_step(u64 i, struct walk *w)
 {
-	if (w->hs && hotspot_pc(w->hs, w->regs.pc))
+	if (w->hs && hotspot_pc(w->hs, w->regs.pc)) {
+		w->regs.pc_by_cfi = 0;
 		return hotspot_frame(&w->regs, (struct sample_interp *)w->s, w->hs, &w->hx) ? 1 : 0;
+	}
 	return unwind_frame(&w->regs, w->s, w->proc) ? 1 : 0;
 }
 
@@ -432,11 +438,14 @@ static long unwind_step_v8(u64 i, struct walk *w)
 
 // unwind_cfi walks the user stack of a loaded process into s->user. It
 // returns false when the interrupted PC is in none of the process's known
-// mappings, so the caller falls back to frame pointers. With hs (a JVM's
+// mappings, so the caller falls back to frame pointers. It sets *stale
+// when the walk ended at a return address that a table's rule gave but no
+// mapping read holds: a library mapped after the read (ld.so maps them one
+// by one, a process may be first sampled in between). With hs (a JVM's
 // sample, s a struct sample_interp), its HotSpot frames are walked too,
 // bcp being the user R13; with v8 (a V8 process's, s alike), its V8 frames.
 static __always_inline bool unwind_cfi(struct sample *s, struct unwind_proc *proc, u64 tramp, struct hs_proc *hs,
-				       u64 bcp, struct v8_proc *v8)
+				       u64 bcp, struct v8_proc *v8, bool *stale)
 {
 	// In the uretprobe trampoline, the probed function has returned: the
 	// walk starts where it returns to. Elsewhere in [uprobes], a probed
@@ -481,6 +490,8 @@ static __always_inline bool unwind_cfi(struct sample *s, struct unwind_proc *pro
 	s->flags |= SAMPLE_CFI | ((r->stop & 0xf) << SAMPLE_STOP_SHIFT);
 	if (r->leaf_fp)
 		s->flags |= SAMPLE_LEAF_FP;
+	if (r->stop == UNWIND_STOP_OUTSIDE_MAPPINGS && r->pc_by_cfi && r->pc && r->pc <= MAX_USER_ADDR)
+		*stale = true;
 	if (r->stop == UNWIND_STOP_COMPLETE || r->stop == UNWIND_STOP_FP_END)
 		s->flags |= SAMPLE_COMPLETE;
 	s->user_bytes = r->n * sizeof(u64);
@@ -529,15 +540,16 @@ static __always_inline void link_scope(struct sample *s, struct pt_regs *regs)
 // off-CPU event share it, so both walk alike. Without with_kernel the
 // kernel stack is left empty, for the caller to take. ctx is NULL in a
 // task work callback, which runs in the task's own context but has none.
-// It reports whether the process's mappings are read and the interrupted
-// PC lies outside them: they changed (dlopen, JIT). hs is set for a JVM's
+// It reports whether the process's mappings are read and stale: the
+// interrupted PC, or a return address its walk found, lies outside them
+// (ld.so still mapping libraries, dlopen, JIT). hs is set for a JVM's
 // sample, s then being a struct sample_interp whose interpreter tail is
 // empty: its HotSpot frames are added there; v8 likewise for a V8
 // process's sample and its V8 frames.
 static __always_inline bool fill_sample(void *ctx, struct sample *s, u64 pid_tgid, bool with_kernel,
 					struct hs_proc *hs, struct v8_proc *v8)
 {
-	bool leaf_unmapped = false;
+	bool maps_stale = false;
 	s->ktime_ns = bpf_ktime_get_ns();
 	s->pid = pid_tgid >> 32;
 	s->tid = (u32)pid_tgid;
@@ -589,12 +601,12 @@ static __always_inline bool fill_sample(void *ctx, struct sample *s, u64 pid_tgi
 		// with the same pid, are none.
 		if (proc && (proc->count == 0 || !same_image(proc, task)))
 			proc = 0;
-		if (!proc || !unwind_cfi(s, proc, tramp, hs, regs->r13, v8)) {
+		if (!proc || !unwind_cfi(s, proc, tramp, hs, regs->r13, v8, &maps_stale)) {
 			if (!proc) {
 				s->flags |= SAMPLE_NO_TABLE;
 				count(COUNTER_UNWIND_STOP + UNWIND_STOP_NO_TABLE);
 			} else {
-				leaf_unmapped = true;
+				maps_stale = true;
 				count(COUNTER_UNWIND_STOP + UNWIND_STOP_OUTSIDE_MAPPINGS);
 			}
 			// Without a context (a task work) the task's own saved
@@ -609,10 +621,10 @@ static __always_inline bool fill_sample(void *ctx, struct sample *s, u64 pid_tgi
 			// V8 maps JIT code as it runs: a caller there, under a
 			// leaf in a library (an off-CPU wait), has the mappings
 			// read again too.
-			leaf_unmapped = true;
+			maps_stale = true;
 		}
 	}
-	return leaf_unmapped;
+	return maps_stale;
 }
 
 // python_proc returns the CPython state of process tgid, when CPython
@@ -727,7 +739,7 @@ struct compose_work {
 	u64 mm;    // the address space it asked for
 	u32 cpu;
 	s32 kernel_bytes;
-	u32 recompose; // asked by a leaf outside the mappings read
+	u32 recompose; // asked by a walk that found the mappings read stale
 	u32 pad;
 	u64 asked; // when it was asked
 	u64 kernel[MAX_STACK_DEPTH];
@@ -790,7 +802,7 @@ static __always_inline void ask_user(struct task_struct *task, u32 tgid, u64 now
 
 // read_mappings reads the current process's executable mappings into its
 // entry, at now, for a sample taken at since, and tells user space; after
-// a read asked by a leaf outside the mappings (recompose), the next waits
+// a read asked by a walk that found them stale (recompose), the next waits
 // longer. It runs in the process's context (a task work): the VMA
 // iterator takes the mmap lock.
 static __always_inline void read_mappings(struct task_struct *task, u32 tgid, u64 now, u64 since, bool recompose)
@@ -930,8 +942,8 @@ static __always_inline bool defer_compose(void *ctx, struct task_struct *task, u
 }
 
 // sample_interp_stack records a sample of a process that runs CPython, a
-// JVM or V8. It reports, as fill_sample, whether the leaf lay outside the
-// process's mappings read, with the sample's time in *ktime.
+// JVM or V8. It reports, as fill_sample, whether the process's mappings
+// read are stale, with the sample's time in *ktime.
 static __always_inline bool sample_interp_stack(void *ctx, u64 pid_tgid, struct py_proc *py, struct hs_proc *hs,
 						struct v8_proc *v8, u64 *ktime)
 {
@@ -940,7 +952,7 @@ static __always_inline bool sample_interp_stack(void *ctx, u64 pid_tgid, struct 
 	if (!r)
 		return false;
 	interp_begin(r);
-	bool leaf_unmapped = fill_sample(ctx, &r->s, pid_tgid, true, hs, v8);
+	bool maps_stale = fill_sample(ctx, &r->s, pid_tgid, true, hs, v8);
 	*ktime = r->s.ktime_ns;
 	walk_interp(r, py);
 	u64 flags = wakeup();
@@ -952,14 +964,14 @@ static __always_inline bool sample_interp_stack(void *ctx, u64 pid_tgid, struct 
 		count(COUNTER_DROPPED_RINGBUF);
 	else
 		count(COUNTER_SAMPLES);
-	return leaf_unmapped;
+	return maps_stale;
 }
 
 // sample records the current task's stacks. A process whose mappings
 // were never read from its current image has them read, by BPF on the
 // thread's return to user space (compose_in_bpf), which then walks this
-// sample, or by user space, asked with a notice. A sample whose leaf lies
-// outside them has them read again.
+// sample, or by user space, asked with a notice. A sample whose walk
+// finds them stale has them read again.
 static __always_inline int sample(void *ctx, bool compose_in_bpf)
 {
 	u64 pid_tgid = bpf_get_current_pid_tgid();
@@ -984,24 +996,24 @@ static __always_inline int sample(void *ctx, bool compose_in_bpf)
 		}
 	}
 
-	bool leaf_unmapped;
+	bool maps_stale;
 	u64 ktime;
 	struct py_proc *py = python_proc(tgid);
 	struct hs_proc *hs = py ? 0 : hotspot_proc(tgid);
 	struct v8_proc *v8 = py || hs ? 0 : v8_proc(tgid);
 	if (py || hs || v8) {
-		leaf_unmapped = sample_interp_stack(ctx, pid_tgid, py, hs, v8, &ktime);
+		maps_stale = sample_interp_stack(ctx, pid_tgid, py, hs, v8, &ktime);
 	} else {
 		struct sample *s = bpf_ringbuf_reserve(&samples, sizeof(*s), 0);
 		if (!s) {
 			count(COUNTER_DROPPED_RINGBUF);
 			return 0;
 		}
-		leaf_unmapped = fill_sample(ctx, s, pid_tgid, true, 0, 0);
+		maps_stale = fill_sample(ctx, s, pid_tgid, true, 0, 0);
 		ktime = s->ktime_ns;
 		emit(s);
 	}
-	if (user && leaf_unmapped) {
+	if (user && maps_stale) {
 		struct unwind_proc *proc = bpf_map_lookup_elem(&unwind_procs, &tgid);
 		if (proc && recompose_due(proc, ktime) && claim_compose(tgid, ktime)) {
 			if (!compose_in_bpf)
@@ -1494,16 +1506,22 @@ struct {
 	__type(value, u64);
 } off_cpu_unended_tids SEC(".maps");
 
-static __always_inline void count_unended(u32 tid)
+// count_tid adds one to tid's count in a per-thread LRU map.
+static __always_inline void count_tid(void *map, u32 tid)
 {
-	count(COUNTER_OFF_CPU_UNENDED);
-	u64 *n = bpf_map_lookup_elem(&off_cpu_unended_tids, &tid);
+	u64 *n = bpf_map_lookup_elem(map, &tid);
 	if (n) {
 		__sync_fetch_and_add(n, 1);
 		return;
 	}
 	u64 one = 1;
-	bpf_map_update_elem(&off_cpu_unended_tids, &tid, &one, BPF_NOEXIST);
+	bpf_map_update_elem(map, &tid, &one, BPF_NOEXIST);
+}
+
+static __always_inline void count_unended(u32 tid)
+{
+	count(COUNTER_OFF_CPU_UNENDED);
+	count_tid(&off_cpu_unended_tids, tid);
 }
 
 // off_cpu_unended ends prev's wait if its switch-in was never seen: prev
@@ -1623,12 +1641,23 @@ int off_cpu_exit(u64 *ctx)
 // the next one switches out another task than the one it last switched
 // to. They are counted; a wait whose switch-in went so is found at its
 // thread's next switch-out (off_cpu_unended).
+// The threads whose switch-in went unreported (prev of such a switch),
+// with how many: what explains a wait of theirs lost (off_cpu_unended_tids).
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 256);
+	__type(key, u32); // tid
+	__type(value, u64);
+} off_cpu_unreported_tids SEC(".maps");
+
 static __always_inline void check_reported(struct off_cpu_rng *r, struct task_struct *prev, struct task_struct *next)
 {
 	u64 cur = r->cur;
 	r->cur = next->pid;
-	if (cur != (u64)prev->pid && cur != 0 && bpf_get_smp_processor_id() < OFF_CPU_RNG_CPUS)
-		count(COUNTER_OFF_CPU_UNREPORTED);
+	if (cur == (u64)prev->pid || cur == 0 || bpf_get_smp_processor_id() >= OFF_CPU_RNG_CPUS)
+		return;
+	count(COUNTER_OFF_CPU_UNREPORTED);
+	count_tid(&off_cpu_unreported_tids, prev->pid);
 }
 
 // sched_switch(bool preempt, struct task_struct *prev, struct task_struct

@@ -55,9 +55,18 @@ func checkNoWaitLost(t *testing.T, s *Sampler, tid uint32) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if lost[tid] != 0 {
-		t.Errorf("thread %d lost %d kept waits: the kernel did not report their switch-ins to sched_switch (%d switches unreported on the host, %d waits of the test process lost)",
-			tid, lost[tid], c.OffCPUUnreported, c.OffCPUUnended)
+	hidden, err := s.UnreportedThreads()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A wait is lost only with a switch-in the kernel never reported to
+	// sched_switch, which no program sees: each loss of the thread needs
+	// one of its own.
+	if lost[tid] > hidden[tid] {
+		t.Errorf("thread %d lost %d kept waits, with %d of its switch-ins unreported (%d switches unreported on the host, %d waits of the test process lost)",
+			tid, lost[tid], hidden[tid], c.OffCPUUnreported, c.OffCPUUnended)
+	} else if lost[tid] > 0 {
+		t.Logf("thread %d lost %d kept waits, each at a switch-in the kernel did not report (%d of them)", tid, lost[tid], hidden[tid])
 	}
 }
 

@@ -427,6 +427,7 @@ const (
 	profilerMapOffCpuHeldSlots         = "off_cpu_held_slots"
 	profilerMapOffCpuSlots             = "off_cpu_slots"
 	profilerMapOffCpuUnendedTids       = "off_cpu_unended_tids"
+	profilerMapOffCpuUnreportedTids    = "off_cpu_unreported_tids"
 	profilerMapOffCpuWorks             = "off_cpu_works"
 	profilerMapOpenScopes              = "open_scopes"
 	profilerMapPyProcs                 = "py_procs"
@@ -545,27 +546,28 @@ type profilerProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type profilerMapSpecs struct {
-	ComposeEmptyWork  *ebpf.MapSpec `ebpf:"compose_empty_work"`
-	ComposeScratch    *ebpf.MapSpec `ebpf:"compose_scratch"`
-	ComposeWorks      *ebpf.MapSpec `ebpf:"compose_works"`
-	Composing         *ebpf.MapSpec `ebpf:"composing"`
-	Counters          *ebpf.MapSpec `ebpf:"counters"`
-	HsProcs           *ebpf.MapSpec `ebpf:"hs_procs"`
-	HsScratch         *ebpf.MapSpec `ebpf:"hs_scratch"`
-	InterpScratch     *ebpf.MapSpec `ebpf:"interp_scratch"`
-	Notices           *ebpf.MapSpec `ebpf:"notices"`
-	OffCpuEmptyWork   *ebpf.MapSpec `ebpf:"off_cpu_empty_work"`
-	OffCpuHeldSlots   *ebpf.MapSpec `ebpf:"off_cpu_held_slots"`
-	OffCpuSlots       *ebpf.MapSpec `ebpf:"off_cpu_slots"`
-	OffCpuUnendedTids *ebpf.MapSpec `ebpf:"off_cpu_unended_tids"`
-	OffCpuWorks       *ebpf.MapSpec `ebpf:"off_cpu_works"`
-	OpenScopes        *ebpf.MapSpec `ebpf:"open_scopes"`
-	PyProcs           *ebpf.MapSpec `ebpf:"py_procs"`
-	Samples           *ebpf.MapSpec `ebpf:"samples"`
-	UnwindFiles       *ebpf.MapSpec `ebpf:"unwind_files"`
-	UnwindProcs       *ebpf.MapSpec `ebpf:"unwind_procs"`
-	UnwindRows        *ebpf.MapSpec `ebpf:"unwind_rows"`
-	V8Procs           *ebpf.MapSpec `ebpf:"v8_procs"`
+	ComposeEmptyWork     *ebpf.MapSpec `ebpf:"compose_empty_work"`
+	ComposeScratch       *ebpf.MapSpec `ebpf:"compose_scratch"`
+	ComposeWorks         *ebpf.MapSpec `ebpf:"compose_works"`
+	Composing            *ebpf.MapSpec `ebpf:"composing"`
+	Counters             *ebpf.MapSpec `ebpf:"counters"`
+	HsProcs              *ebpf.MapSpec `ebpf:"hs_procs"`
+	HsScratch            *ebpf.MapSpec `ebpf:"hs_scratch"`
+	InterpScratch        *ebpf.MapSpec `ebpf:"interp_scratch"`
+	Notices              *ebpf.MapSpec `ebpf:"notices"`
+	OffCpuEmptyWork      *ebpf.MapSpec `ebpf:"off_cpu_empty_work"`
+	OffCpuHeldSlots      *ebpf.MapSpec `ebpf:"off_cpu_held_slots"`
+	OffCpuSlots          *ebpf.MapSpec `ebpf:"off_cpu_slots"`
+	OffCpuUnendedTids    *ebpf.MapSpec `ebpf:"off_cpu_unended_tids"`
+	OffCpuUnreportedTids *ebpf.MapSpec `ebpf:"off_cpu_unreported_tids"`
+	OffCpuWorks          *ebpf.MapSpec `ebpf:"off_cpu_works"`
+	OpenScopes           *ebpf.MapSpec `ebpf:"open_scopes"`
+	PyProcs              *ebpf.MapSpec `ebpf:"py_procs"`
+	Samples              *ebpf.MapSpec `ebpf:"samples"`
+	UnwindFiles          *ebpf.MapSpec `ebpf:"unwind_files"`
+	UnwindProcs          *ebpf.MapSpec `ebpf:"unwind_procs"`
+	UnwindRows           *ebpf.MapSpec `ebpf:"unwind_rows"`
+	V8Procs              *ebpf.MapSpec `ebpf:"v8_procs"`
 }
 
 // profilerVariableSpecs contains global variables before they are loaded into the kernel.
@@ -640,27 +642,28 @@ func (o *profilerObjects) Close() error {
 //
 // It can be passed to loadProfilerObjects or ebpf.CollectionSpec.LoadAndAssign.
 type profilerMaps struct {
-	ComposeEmptyWork  *ebpf.Map `ebpf:"compose_empty_work"`
-	ComposeScratch    *ebpf.Map `ebpf:"compose_scratch"`
-	ComposeWorks      *ebpf.Map `ebpf:"compose_works"`
-	Composing         *ebpf.Map `ebpf:"composing"`
-	Counters          *ebpf.Map `ebpf:"counters"`
-	HsProcs           *ebpf.Map `ebpf:"hs_procs"`
-	HsScratch         *ebpf.Map `ebpf:"hs_scratch"`
-	InterpScratch     *ebpf.Map `ebpf:"interp_scratch"`
-	Notices           *ebpf.Map `ebpf:"notices"`
-	OffCpuEmptyWork   *ebpf.Map `ebpf:"off_cpu_empty_work"`
-	OffCpuHeldSlots   *ebpf.Map `ebpf:"off_cpu_held_slots"`
-	OffCpuSlots       *ebpf.Map `ebpf:"off_cpu_slots"`
-	OffCpuUnendedTids *ebpf.Map `ebpf:"off_cpu_unended_tids"`
-	OffCpuWorks       *ebpf.Map `ebpf:"off_cpu_works"`
-	OpenScopes        *ebpf.Map `ebpf:"open_scopes"`
-	PyProcs           *ebpf.Map `ebpf:"py_procs"`
-	Samples           *ebpf.Map `ebpf:"samples"`
-	UnwindFiles       *ebpf.Map `ebpf:"unwind_files"`
-	UnwindProcs       *ebpf.Map `ebpf:"unwind_procs"`
-	UnwindRows        *ebpf.Map `ebpf:"unwind_rows"`
-	V8Procs           *ebpf.Map `ebpf:"v8_procs"`
+	ComposeEmptyWork     *ebpf.Map `ebpf:"compose_empty_work"`
+	ComposeScratch       *ebpf.Map `ebpf:"compose_scratch"`
+	ComposeWorks         *ebpf.Map `ebpf:"compose_works"`
+	Composing            *ebpf.Map `ebpf:"composing"`
+	Counters             *ebpf.Map `ebpf:"counters"`
+	HsProcs              *ebpf.Map `ebpf:"hs_procs"`
+	HsScratch            *ebpf.Map `ebpf:"hs_scratch"`
+	InterpScratch        *ebpf.Map `ebpf:"interp_scratch"`
+	Notices              *ebpf.Map `ebpf:"notices"`
+	OffCpuEmptyWork      *ebpf.Map `ebpf:"off_cpu_empty_work"`
+	OffCpuHeldSlots      *ebpf.Map `ebpf:"off_cpu_held_slots"`
+	OffCpuSlots          *ebpf.Map `ebpf:"off_cpu_slots"`
+	OffCpuUnendedTids    *ebpf.Map `ebpf:"off_cpu_unended_tids"`
+	OffCpuUnreportedTids *ebpf.Map `ebpf:"off_cpu_unreported_tids"`
+	OffCpuWorks          *ebpf.Map `ebpf:"off_cpu_works"`
+	OpenScopes           *ebpf.Map `ebpf:"open_scopes"`
+	PyProcs              *ebpf.Map `ebpf:"py_procs"`
+	Samples              *ebpf.Map `ebpf:"samples"`
+	UnwindFiles          *ebpf.Map `ebpf:"unwind_files"`
+	UnwindProcs          *ebpf.Map `ebpf:"unwind_procs"`
+	UnwindRows           *ebpf.Map `ebpf:"unwind_rows"`
+	V8Procs              *ebpf.Map `ebpf:"v8_procs"`
 }
 
 func (m *profilerMaps) Close() error {
@@ -678,6 +681,7 @@ func (m *profilerMaps) Close() error {
 		m.OffCpuHeldSlots,
 		m.OffCpuSlots,
 		m.OffCpuUnendedTids,
+		m.OffCpuUnreportedTids,
 		m.OffCpuWorks,
 		m.OpenScopes,
 		m.PyProcs,

@@ -452,15 +452,33 @@ func (s *Sampler) Counters() (Counters, error) {
 // (Counters.OffCPUUnended), with how many each; the most recent few
 // hundred threads only.
 func (s *Sampler) UnendedThreads() (map[uint32]uint64, error) {
+	out, err := threadCounts(s.objs.OffCpuUnendedTids)
+	if err != nil {
+		return nil, fmt.Errorf("reading the threads that lost off-CPU waits: %w", err)
+	}
+	return out, nil
+}
+
+// threadCounts reads a per-thread count map (tid -> count).
+func threadCounts(m *ebpf.Map) (map[uint32]uint64, error) {
 	out := map[uint32]uint64{}
 	var tid uint32
 	var n uint64
-	it := s.objs.OffCpuUnendedTids.Iterate()
+	it := m.Iterate()
 	for it.Next(&tid, &n) {
 		out[tid] = n
 	}
-	if err := it.Err(); err != nil {
-		return nil, fmt.Errorf("reading the threads that lost off-CPU waits: %w", err)
+	return out, it.Err()
+}
+
+// UnreportedThreads returns the threads whose switch-in the kernel did
+// not report to sched_switch (Counters.OffCPUUnreported), with how many
+// each: the only way a thread loses a kept wait. The most recent few
+// hundred threads only.
+func (s *Sampler) UnreportedThreads() (map[uint32]uint64, error) {
+	out, err := threadCounts(s.objs.OffCpuUnreportedTids)
+	if err != nil {
+		return nil, fmt.Errorf("reading the threads whose switch-ins went unreported: %w", err)
 	}
 	return out, nil
 }

@@ -75,6 +75,9 @@ func (*Sampler) UnwindMappings(uint32) ([]UnwindMapping, Image, bool, error) {
 // UnendedThreads fails: sampling needs linux/amd64.
 func (*Sampler) UnendedThreads() (map[uint32]uint64, error) { return nil, errNotLinux }
 
+// UnreportedThreads fails: sampling needs linux/amd64.
+func (*Sampler) UnreportedThreads() (map[uint32]uint64, error) { return nil, errNotLinux }
+
 // SetUnwindVDSO fails: sampling needs linux/amd64.
 func (*Sampler) SetUnwindVDSO([]cfi.Row, uint64) error { return errNotLinux }
 

@@ -60,25 +60,32 @@ func (r *reader) read(addr uint64, n uint64) ([]byte, error) {
 	return b, nil
 }
 
+// u64, u32 and u16 read at an offset the process gave: one past the end,
+// or so large that adding the width wraps around, reads as 0.
 func u64(b []byte, off uint64) uint64 {
-	if off+8 > uint64(len(b)) {
+	if !fits(b, off, 8) {
 		return 0
 	}
 	return binary.LittleEndian.Uint64(b[off:])
 }
 
 func u32(b []byte, off uint64) uint32 {
-	if off+4 > uint64(len(b)) {
+	if !fits(b, off, 4) {
 		return 0
 	}
 	return binary.LittleEndian.Uint32(b[off:])
 }
 
 func u16(b []byte, off uint64) uint16 {
-	if off+2 > uint64(len(b)) {
+	if !fits(b, off, 2) {
 		return 0
 	}
 	return binary.LittleEndian.Uint16(b[off:])
+}
+
+// fits reports whether n bytes at off lie within b, without wrapping.
+func fits(b []byte, off, n uint64) bool {
+	return off <= uint64(len(b)) && uint64(len(b))-off >= n
 }
 
 // constMethodOf reads the ConstMethod pointer of the Method at addr.

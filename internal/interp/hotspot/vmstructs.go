@@ -167,19 +167,9 @@ type tableLayout struct {
 
 func (t *tableLayout) ptr(e []byte, off uint64) uint64 { return t.u64(e, off) }
 
-func (t *tableLayout) u64(e []byte, off uint64) uint64 {
-	if off+8 > uint64(len(e)) {
-		return 0
-	}
-	return binary.LittleEndian.Uint64(e[off:])
-}
+func (t *tableLayout) u64(e []byte, off uint64) uint64 { return u64(e, off) }
 
-func (t *tableLayout) u32(e []byte, off uint64) uint32 {
-	if off+4 > uint64(len(e)) {
-		return 0
-	}
-	return binary.LittleEndian.Uint32(e[off:])
-}
+func (t *tableLayout) u32(e []byte, off uint64) uint32 { return u32(e, off) }
 
 // readTable calls each for every entry of a table until the entry whose
 // name pointer is NULL.
@@ -221,7 +211,7 @@ func readTable(mem memory, s tableSymbols, each func(e []byte, t *tableLayout) e
 		{"offset", t.offset, 8, s.offset != 0},
 		{"value", t.value, 4, s.value != 0},
 	} {
-		if m.present && m.off+m.len > t.stride {
+		if m.present && (m.off > t.stride || t.stride-m.off < m.len) {
 			return fmt.Errorf("entry's %s at %d is beyond its stride %d", m.name, m.off, t.stride)
 		}
 	}

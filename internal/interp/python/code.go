@@ -76,7 +76,8 @@ func (r *codeReader) header(addr uint64) ([]byte, error) {
 
 // field reads the 8-byte field at off of a header.
 func field(h []byte, off uint64) uint64 {
-	if off+8 > uint64(len(h)) {
+	// off comes from the process: compared so that it cannot wrap.
+	if off > uint64(len(h)) || uint64(len(h))-off < 8 {
 		return 0
 	}
 	return binary.LittleEndian.Uint64(h[off:])

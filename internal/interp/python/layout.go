@@ -196,11 +196,11 @@ func findLayout(img *elfimage.Image, v Version) (*layout, error) {
 			}
 		}
 	}
-	if l.codeSize > maxCodeHeader || l.bytesSize+8 > 24 {
+	if l.codeSize > maxCodeHeader || l.bytesSize > 24-8 {
 		return nil, fmt.Errorf("CPython %s: code objects of %d bytes, bytes' size at %d: out of bounds", v, l.codeSize, l.bytesSize)
 	}
 	for _, off := range []uint64{l.coName, l.coQualname, l.coFilename, l.coFirstLine, l.coLineTable} {
-		if off+8 > l.codeSize {
+		if off > l.codeSize || l.codeSize-off < 8 {
 			return nil, fmt.Errorf("CPython %s: a code object field at %d, past its %d bytes", v, off, l.codeSize)
 		}
 	}

@@ -1,4 +1,5 @@
-// The library dlopenhot.c loads: lib_outer -> lib_hot.
+// The library dlopenhot.c loads: lib_outer -> lib_hot, and
+// lib_calls_back -> the function its loader set.
 static volatile unsigned long sink;
 
 __attribute__((noinline)) unsigned long lib_hot(unsigned long n) {
@@ -12,4 +13,14 @@ __attribute__((noinline)) unsigned long lib_outer(unsigned long n) {
 	unsigned long r = lib_hot(n * 3);
 	sink = r;
 	return r + 7;
+}
+
+static unsigned long (*callback)(unsigned long);
+
+void lib_set_callback(unsigned long (*cb)(unsigned long)) { callback = cb; }
+
+__attribute__((noinline)) unsigned long lib_calls_back(unsigned long n) {
+	unsigned long r = callback(n + 1);
+	sink = r;
+	return r + 5;
 }

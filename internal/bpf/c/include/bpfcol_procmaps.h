@@ -6,7 +6,7 @@
  * when it is first sampled, in a BPF task work that runs in the process's
  * own context on its return to user space (the VMA iterator takes the
  * mmap lock, which a perf event's interrupt cannot); again when it exec'd
- * (another address space) or when a sample's leaf lies outside them
+ * (another address space) or when a sample's walk finds them stale
  * (dlopen, new JIT code). Nothing happens at exec, fork or mmap: a process
  * never sampled costs nothing. Where the kernel lacks task work or the VMA
  * iterator, user space reads /proc/PID/maps instead, asked by the same
@@ -55,7 +55,7 @@ struct {
 #define COMPOSE_CLAIM_NS (50 * 1000 * 1000ULL)
 
 // The least time between two reads of a process's mappings asked by its
-// samples (a leaf outside them), doubled at each read up to the most:
+// samples (an address outside them), doubled at each read up to the most:
 // ld.so maps libraries within a millisecond of the exec, a JIT maps code
 // for as long as it runs.
 #define RECOMPOSE_MIN_NS (10 * 1000 * 1000ULL)
@@ -216,9 +216,9 @@ static __always_inline void release_compose(u32 tgid)
 	bpf_map_delete_elem(&composing, &tgid);
 }
 
-// recompose_due says whether a sample of proc, whose leaf lies outside its
-// mappings, may have them read again now, and takes that right: once per
-// backoff, which doubles with each read asked this way.
+// recompose_due says whether a sample of proc, whose walk found an address
+// outside its mappings, may have them read again now, and takes that
+// right: once per backoff, which doubles with each read asked this way.
 static __always_inline bool recompose_due(struct unwind_proc *proc, u64 now)
 {
 	u64 asked = proc->asked_ns;

@@ -201,7 +201,7 @@ func New(cfg Config) *Aggregator {
 		start:  time.Now(),
 	}
 	if cfg.Snapshots != nil {
-		a.procs.snapshotted = cfg.Snapshots.Has
+		a.procs.snapshot = cfg.Snapshots.Seq
 	}
 	a.clock.Refresh()
 	return a

@@ -20,27 +20,30 @@ type processEntry struct {
 	proc       *Process
 	generation uint64
 	readAt     time.Time
+	// snapshot is the Seq of the process's snapshot when it was read.
+	snapshot uint64
 	// missedAt is when a read for a sample outside the mappings last
 	// found no mapping for it either (the process is gone, or unmapped
 	// it).
 	missedAt time.Time
 }
 
-// processTable caches process metadata by pid. On its first sample of each
-// interval an entry checks that the executable is unchanged (one readlink,
-// which catches exec and most pid reuse); it is read again from /proc when
-// the executable changed, or when a sample falls outside its mappings
-// (each new mapping costs one read; reads that find nothing new are
-// rate-limited).
+// processTable caches process metadata by pid. An entry is read again
+// when the process has a newer snapshot (the sampler read its mappings
+// again: a library mapped after its first sample, an exec); on its first
+// sample of each interval it checks that the executable is unchanged (one
+// readlink, which catches exec and most pid reuse); and it is read again
+// from /proc when a sample's leaf falls outside its mappings (each new
+// mapping costs one read; reads that find nothing new are rate-limited).
 type processTable struct {
 	max     int
 	read    func(pid int) (*Process, error)
 	exePath func(pid int) (string, error)
-	// snapshotted reports whether a process never read may be read from
-	// a snapshot: its first sample, from before its exec, found none.
-	snapshotted func(pid int) bool
-	entries     map[int]*processEntry
-	generation  uint64
+	// snapshot returns the Seq of pid's snapshot (process.Snapshots),
+	// 0 for none; nil without snapshots.
+	snapshot   func(pid int) uint64
+	entries    map[int]*processEntry
+	generation uint64
 	// missed is set while a process is read again for a sample outside
 	// its mappings: from /proc first, where a snapshot may not have
 	// caught up yet.
@@ -72,7 +75,7 @@ func (t *processTable) lookup(pid int, ip uint64) *Process {
 		t.refresh(pid, e)
 	case e.generation != t.generation && t.execChanged(pid, e):
 		t.refresh(pid, e)
-	case e.proc == nil && t.snapshotted != nil && t.snapshotted(pid):
+	case t.snapshot != nil && t.snapshot(pid) != e.snapshot:
 		t.refresh(pid, e)
 	case ip != 0 && e.proc != nil && e.proc.Mapping(ip) == nil && time.Since(e.missedAt) > missRefreshInterval:
 		t.missed = true
@@ -88,10 +91,16 @@ func (t *processTable) lookup(pid int, ip uint64) *Process {
 
 func (t *processTable) refresh(pid int, e *processEntry) {
 	e.readAt = time.Now()
-	if p, err := t.read(pid); err == nil {
-		e.proc = p
+	var seq uint64
+	if t.snapshot != nil {
+		seq = t.snapshot(pid)
 	}
-	// On error (the process is usually gone) the last good read stays.
+	if p, err := t.read(pid); err == nil {
+		e.proc, e.snapshot = p, seq
+	}
+	// On error (the process is usually gone; its snapshot, if any, is of
+	// another image than the sample's) the last good read stays, and the
+	// next sample tries again.
 }
 
 // makeRoom evicts processes not seen this interval, then any, to stay
