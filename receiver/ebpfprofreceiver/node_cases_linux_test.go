@@ -219,15 +219,23 @@ func TestNodeUnsupportedVersion(t *testing.T) {
 	var total, js, complete int64
 	for _, p := range run.sink.AllProfiles() {
 		for _, s := range pprofiletest.Samples(p) {
-			if s.PID != int64(pid) || len(s.Timestamps) == 0 || s.Timestamps[0] < uint64(since.UnixNano()) {
+			if s.PID != int64(pid) {
 				continue
 			}
-			total += s.Count
+			// A stack's samples of the interval share it: those taken
+			// since the process was counted, by their own times.
+			var n int64
+			for _, ts := range s.Timestamps {
+				if ts >= uint64(since.UnixNano()) {
+					n++
+				}
+			}
+			total += n
 			if len(jsFrames(s)) > 0 {
-				js += s.Count
+				js += n
 			}
 			if completeStack(s.UserNames()) {
-				complete += s.Count
+				complete += n
 			}
 		}
 	}
