@@ -44,8 +44,10 @@ func TestOffCPUWalkInSwitch(t *testing.T) {
 
 // checkNoWaitLost fails the test, apart from its weight checks, if thread
 // tid of the workload lost a kept wait: the kernel did not report its
-// switch-in to sched_switch, which no timing explains.
-func checkNoWaitLost(t *testing.T, s *Sampler, tid uint32) {
+// switch-in to sched_switch, which no timing explains. It returns the
+// waits of tid lost each with a switch-in of its own unreported: those
+// its weight checks excuse.
+func checkNoWaitLost(t *testing.T, s *Sampler, tid uint32) (excused int) {
 	t.Helper()
 	c, err := s.Counters()
 	if err != nil {
@@ -65,9 +67,11 @@ func checkNoWaitLost(t *testing.T, s *Sampler, tid uint32) {
 	if lost[tid] > hidden[tid] {
 		t.Errorf("thread %d lost %d kept waits, with %d of its switch-ins unreported (%d switches unreported on the host, %d waits of the test process lost)",
 			tid, lost[tid], hidden[tid], c.OffCPUUnreported, c.OffCPUUnended)
+		return 0
 	} else if lost[tid] > 0 {
 		t.Logf("thread %d lost %d kept waits, each at a switch-in the kernel did not report (%d of them)", tid, lost[tid], hidden[tid])
 	}
+	return int(lost[tid])
 }
 
 func testOffCPUSleeps(t *testing.T, taskWork bool) {
@@ -141,17 +145,24 @@ func testOffCPUSleeps(t *testing.T, taskWork bool) {
 			t.Errorf("sleep %d: its longest wait, %v, reported as preempted", i, longest[i])
 		}
 	}
-	checkNoWaitLost(t, s, want)
+	excused := checkNoWaitLost(t, s, want)
 	// Each sleep's events are held to what the sleep took by the thread's
 	// own clock, which also bounds their total. Not to the nominal 20 ms:
 	// on a busy host a sleep's wakeup waits for a CPU (ten sleeps took
-	// over 320 ms once), and the events rightly weigh that wait.
+	// over 320 ms once), and the events rightly weigh that wait. A wait
+	// lost with its unreported switch-in (excused above) leaves its sleep
+	// short, one sleep per such wait.
 	var total time.Duration
+	short := 0
 	for i, d := range inSleep {
 		slept := time.Duration(windows[i][1] - windows[i][0])
-		if d < slept*95/100 || d > slept {
+		if d > slept || (d < slept*95/100 && short >= excused) {
 			c, _ := s.Counters()
-			t.Fatalf("sleep %d of %v: %v off CPU recorded in it (counters %+v)", i, slept, d, c)
+			t.Fatalf("sleep %d of %v: %v off CPU recorded in it, %d sleeps short already with %d waits excused (counters %+v)", i, slept, d, short, excused, c)
+		}
+		if d < slept*95/100 {
+			short++
+			t.Logf("sleep %d of %v: %v off CPU recorded in it, its wait lost with a switch-in the kernel did not report", i, slept, d)
 		}
 		total += d
 	}
