@@ -1,6 +1,7 @@
 package ebpfprofreceiver
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"os/exec"
@@ -114,10 +115,19 @@ func TestScopeProfilesNode(t *testing.T) {
 		time.Sleep(100 * time.Millisecond)
 	}
 	time.Sleep(6 * time.Second)
-	_ = cmd.Process.Kill()
-	time.Sleep(2 * cfg.ReportInterval)
-	b.stop(t)
+	// The profiles receiver stops first, while node runs: the samples
+	// still in the ring buffer (up to a drain period's) are read and
+	// their JavaScript frames named from its memory, which a process
+	// killed first no longer has, and their probe by the uprobe receiver,
+	// which names none once stopped.
 	stopped = true
+	if err := b.prof.Shutdown(context.Background()); err != nil {
+		t.Error(err)
+	}
+	if err := b.logs.Shutdown(context.Background()); err != nil {
+		t.Error(err)
+	}
+	_ = cmd.Process.Kill()
 	var linked, right int64
 	var bad []string
 	for _, s := range b.samples(cmd.Process.Pid) {
@@ -132,7 +142,7 @@ func TestScopeProfilesNode(t *testing.T) {
 		if s.Labels[conventions.ProbeID] == "deflate" && containsRun(jsNames(js), "compressBlock", "compressOuter", "<anonymous>") {
 			right += s.Count
 		} else if len(bad) < 3 {
-			bad = append(bad, fmt.Sprintf("%d x %v", s.Count, jsNames(js)))
+			bad = append(bad, fmt.Sprintf("%d x %v probe %q", s.Count, jsNames(js), s.Labels[conventions.ProbeID]))
 		}
 	}
 	t.Logf("%d samples linked to deflate's scopes with JavaScript frames, %d called from compressBlock <- compressOuter; some that do not: %v", linked, right, bad)
