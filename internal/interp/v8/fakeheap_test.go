@@ -4,10 +4,14 @@ import (
 	"bufio"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"os"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
+
+	"github.com/bpfcol/bpfcol/internal/lru"
 )
 
 // mapSymbols are v8dbg_* values by name.
@@ -73,9 +77,14 @@ type fakeMemory struct {
 	base uint64
 	mem  []byte
 	read int
+	// gone makes every read fail as one of a process that exited.
+	gone bool
 }
 
 func (m *fakeMemory) Read(addr uint64, buf []byte) error {
+	if m.gone {
+		return fmt.Errorf("reading %d bytes at %#x: %w", len(buf), addr, syscall.ESRCH)
+	}
 	m.read += len(buf)
 	if addr < m.base || addr-m.base > uint64(len(m.mem)) || uint64(len(buf)) > uint64(len(m.mem))-(addr-m.base) {
 		return errors.New("not mapped")
@@ -393,10 +402,11 @@ func putLE32(b []byte, v uint32) {
 // instance makes an instance of a process whose memory is the heap.
 func (c *chainHeap) instance() *instance {
 	return &instance{
-		client: New(Config{}),
-		serial: 1,
-		heap:   heap{l: c.h.l, mem: c.h.memory()},
-		codes:  newCodeRanges(16),
+		client:  New(Config{}),
+		serial:  1,
+		heap:    heap{l: c.h.l, mem: c.h.memory()},
+		codes:   newCodeRanges(16),
+		located: lru.New[locatedKey, located](16, nil),
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/bpfcol/bpfcol/internal/frame"
+	"github.com/bpfcol/bpfcol/internal/lru"
 )
 
 // FuzzPositions decodes any bytes as a source position table, and as a
@@ -49,10 +50,11 @@ func FuzzFrame(f *testing.F) {
 	l := c.h.l
 	f.Fuzz(func(t *testing.T, mem []byte, fn, pc uint32) {
 		in := &instance{
-			client: New(Config{}),
-			serial: 1,
-			heap:   heap{l: l, mem: &fakeMemory{base: fakeBase, mem: mem}},
-			codes:  newCodeRanges(16),
+			client:  New(Config{}),
+			serial:  1,
+			heap:    heap{l: l, mem: &fakeMemory{base: fakeBase, mem: mem}},
+			codes:   newCodeRanges(16),
+			located: lru.New[locatedKey, located](16, nil),
 		}
 		fr := frame.Frame{Type: frame.V8JS, Address: fakeBase + uint64(fn), Offset: frame.NoOffset, Native: fakeBase + uint64(pc)}
 		addr, off, err := in.Locate(&fr)

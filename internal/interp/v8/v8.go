@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
+	"syscall"
 
 	"github.com/bpfcol/bpfcol/internal/bpf/profiler"
 	"github.com/bpfcol/bpfcol/internal/frame"
@@ -117,14 +118,15 @@ func (c *Client) Attach(pid int, maps []process.Mapping) (interp.Instance, error
 		return nil, err
 	}
 	in := &instance{
-		pid:    pid,
-		client: c,
-		serial: c.serial.Add(1),
-		file:   v8.Key(),
-		start:  v8.Start,
-		heap:   heap{l: info.layout, mem: interp.Memory{PID: pid, Failures: c.cfg.ReadFailures}},
-		blob:   info.blobOffsets(),
-		codes:  newCodeRanges(maxCodeRanges),
+		pid:     pid,
+		client:  c,
+		serial:  c.serial.Add(1),
+		file:    v8.Key(),
+		start:   v8.Start,
+		heap:    heap{l: info.layout, mem: interp.Memory{PID: pid, Failures: c.cfg.ReadFailures}},
+		blob:    info.blobOffsets(),
+		codes:   newCodeRanges(maxCodeRanges),
+		located: lru.New[locatedKey, located](maxLocated, nil),
 	}
 	return in, nil
 }
@@ -182,6 +184,20 @@ func (b *binaryInfo) blobOffsets() Range {
 // process keeps, to find a frame's code without looking for it.
 const maxCodeRanges = 4096
 
+// maxLocated bounds the frames a process keeps located (Locate), for its
+// samples read after it exited.
+const maxLocated = 4096
+
+// locatedKey is a frame as Locate sees it: its machine code address and
+// the function the walk read from it.
+type locatedKey struct{ native, fn uint64 }
+
+// located is where Locate found a frame: the object naming it, the offset.
+type located struct {
+	addr uint64
+	off  uint32
+}
+
 // instance is one process running V8.
 type instance struct {
 	pid    int
@@ -198,6 +214,11 @@ type instance struct {
 	// found: it makes looking for another cheap.
 	streamMap uint64
 	codes     *codeRanges
+	// located holds what Locate found while the process could be read. A
+	// process gone neither moves nor frees its code: its last samples,
+	// read after it exited (up to a drain period later), are located as
+	// the same addresses were before, not left without a line.
+	located *lru.Cache[locatedKey, located]
 }
 
 // Current implements interp.Instance: the same file still mapped at the
@@ -259,28 +280,54 @@ func (in *instance) Place(native, f *frame.Frame) interp.Placement {
 
 // Locate implements interp.JIT: the Code object whose instructions hold
 // the frame's machine code address, and the offset there; the frame's
-// function without a line when no code holds it.
+// function without a line when no code holds it. Once the process is
+// gone, what the same frame gave while it ran.
 func (in *instance) Locate(f *frame.Frame) (uint64, uint32, error) {
+	k := locatedKey{native: f.Native, fn: f.Address}
+	addr, off, err := in.locate(f)
+	if errors.Is(err, syscall.ESRCH) {
+		if l, ok := in.located.Get(k); ok {
+			return l.addr, l.off, nil
+		}
+	}
+	if err != nil {
+		return f.Address, frame.NoOffset, nil
+	}
+	in.located.Add(k, located{addr: addr, off: off})
+	return addr, off, nil
+}
+
+// locate is Locate while the process can be read; an error says its
+// memory could not be.
+func (in *instance) locate(f *frame.Frame) (uint64, uint32, error) {
 	c, err := in.code(f.Native)
 	switch {
 	case err != nil:
-		return f.Address, frame.NoOffset, nil
+		return 0, 0, err
 	case c.kind == in.heap.l.codeKindBaseline:
 		// Baseline code has no function of its own: the frame's, which
 		// must be the one whose code it is, named at the bytecode.
-		if data, err := in.heap.word(f.Address, in.heap.l.sfiFunctionData); err != nil || data != c.addr {
+		data, err := in.heap.word(f.Address, in.heap.l.sfiFunctionData)
+		if err != nil {
+			return 0, 0, err
+		}
+		if data != c.addr {
 			return f.Address, frame.NoOffset, nil
 		}
 		off, err := in.heap.baselineOffset(c, f.Native)
 		if err != nil {
-			return f.Address, frame.NoOffset, nil
+			return 0, 0, err
 		}
 		return f.Address, off, nil
 	}
 	// Optimized code belongs to the frame's function (the outermost of
 	// those inlined): other code at the address is some other frame's,
 	// whose return address was taken for this one's.
-	if sfi, err := in.heap.codeFunction(c); err != nil || sfi != f.Address {
+	sfi, err := in.heap.codeFunction(c)
+	if err != nil {
+		return 0, 0, err
+	}
+	if sfi != f.Address {
 		return f.Address, frame.NoOffset, nil
 	}
 	return c.addr, uint32(f.Native - c.start), nil

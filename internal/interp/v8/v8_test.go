@@ -8,6 +8,7 @@ import (
 
 	"github.com/bpfcol/bpfcol/internal/frame"
 	"github.com/bpfcol/bpfcol/internal/interp"
+	"github.com/bpfcol/bpfcol/internal/lru"
 	"github.com/bpfcol/bpfcol/internal/process"
 )
 
@@ -209,6 +210,33 @@ func TestCorruptCode(t *testing.T) {
 	}
 }
 
+// TestLocateAfterExit: once the process is gone (its reads fail with
+// ESRCH), a frame located while it ran is located as before, and one
+// never seen is left without a line; while it runs, a read that fails
+// otherwise is not answered from the past.
+func TestLocateAfterExit(t *testing.T) {
+	c := newChainHeap(t)
+	in := c.instance()
+	mem := in.heap.mem.(*fakeMemory)
+	seen := frame.Frame{Type: frame.V8JS, Address: c.outer, Offset: frame.NoOffset, Native: c.optStart + 40}
+	if addr, off, err := in.Locate(&seen); err != nil || addr != c.optimized || off != 40 {
+		t.Fatalf("Locate while running = %#x+%d, %v; want %#x+40", addr, off, err, c.optimized)
+	}
+	mem.gone = true
+	if addr, off, err := in.Locate(&seen); err != nil || addr != c.optimized || off != 40 {
+		t.Errorf("Locate after exit = %#x+%d, %v; want %#x+40 as before", addr, off, err, c.optimized)
+	}
+	unseen := frame.Frame{Type: frame.V8JS, Address: c.outer, Offset: frame.NoOffset, Native: c.optStart + 48}
+	if addr, off, _ := in.Locate(&unseen); addr != c.outer || off != frame.NoOffset {
+		t.Errorf("Locate after exit of a frame never located = %#x+%d, want the frame's function %#x without an offset", addr, off, c.outer)
+	}
+	mem.gone = false
+	mem.mem = nil // unmapped, the process still there
+	if addr, off, _ := in.Locate(&seen); addr != c.outer || off != frame.NoOffset {
+		t.Errorf("Locate with the code unmapped = %#x+%d, want the frame's function %#x without an offset", addr, off, c.outer)
+	}
+}
+
 // TestHostileScripts: optimized code whose inlined functions each have a
 // Script of their own, all sharing one long source, costs the reads of
 // maxScriptReads sources, not one for each function.
@@ -230,7 +258,7 @@ func TestHostileScripts(t *testing.T) {
 	deopt := h.fixedArray(l.typeFixedArray, smiOf(0), smiOf(n), h.fixedArray(l.typeFixedArray, lits...), 0, 0, 0, own, h.byteArray(inlining))
 	code, _ := h.code(13, 64, deopt, h.byteArray(encodePositions([][3]int64{{0, 7, 1}, {16, 7, n}})))
 	mem := h.memory()
-	in := &instance{client: New(Config{}), serial: 1, heap: heap{l: l, mem: mem}, codes: newCodeRanges(16)}
+	in := &instance{client: New(Config{}), serial: 1, heap: heap{l: l, mem: mem}, codes: newCodeRanges(16), located: lru.New[locatedKey, located](16, nil)}
 	obj, err := in.Object(code)
 	if err != nil || obj.Name != "outer" {
 		t.Fatalf("Object = %+v, %v; want outer", obj, err)
