@@ -38,13 +38,15 @@ func TestProbesOnMuslAndStatic(t *testing.T) {
 			}
 			r, sink := startReceiver(t, cfg, options{})
 			if b.libc != "" {
-				// musl's libc, mapped by a process already running at
-				// start, or attached at the first exec.
-				testworkload.Start(t, b.bin, "1")
+				// musl's libc, attached when a process maps it: one that
+				// lives until then (a process gone before its mappings
+				// are read attaches nothing, and is counted).
+				cmd := testworkload.Start(t, b.bin, "2000000000")
 				key := keyOf(t, b.libc)
 				if !waitFor(10*time.Second, func() bool { return r.tracker.isAttached(key) }) {
 					t.Fatalf("%s was not attached", b.libc)
 				}
+				_ = cmd.Process.Kill()
 			}
 			const runs, calls = 10, 20
 			var pids []int64

@@ -525,19 +525,26 @@ function runDelay() {
 }
 const blocks = [];
 for (let i = 0; i < 20; i++) blocks.push(200, 20);
+// A block waits without allocating: a loop reading process.hrtime.bigint()
+// allocated hundreds of MB per block, and the garbage collection that
+// followed, inside the scope but after the block, added 2-4 ms to it.
+const cell = new Int32Array(new SharedArrayBuffer(4));
 function busy(ms) {
-  const end = process.hrtime.bigint() + BigInt(ms) * 1000000n;
-  while (process.hrtime.bigint() < end);
+  Atomics.wait(cell, 0, 0, ms);
 }
 const done = [];
 let i = 0, prev = null;
 const startDelay = runDelay();
+// A block's callback is timed from its first line to its last, by the
+// script's clock: the wait overshoots its time by up to 2 ms, and reading
+// schedstat takes a while.
 function next() {
+  const t0 = process.hrtime.bigint();
   const delay = runDelay();
   // The wait before the first block, as the others get from the block
   // before them.
   if (!prev) done.push("first " + (delay - startDelay));
-  if (prev) done.push(prev + " " + (delay - prev.delay));
+  if (prev) done.push("block " + prev.ms + " " + prev.t0 + " " + prev.t1 + " " + (delay - prev.delay));
   if (i >= blocks.length) {
     console.log(done.join("\n"));
     // This last callback is a scope too: its wait since delay was read.
@@ -545,12 +552,9 @@ function next() {
     return;
   }
   const ms = blocks[i++];
-  const t0 = process.hrtime.bigint();
-  prev = "block " + ms + " " + t0;
-  prev.delay = delay;
-  prev = Object.assign(new String(prev), { delay: delay });
   busy(ms);
   setTimeout(next, 30);
+  prev = { ms: ms, t0: t0, delay: delay, t1: process.hrtime.bigint() };
 }
 setTimeout(next, 300);
 // So is the main script: the thread's whole run-queue wait so far bounds
@@ -568,8 +572,8 @@ type otherScope struct {
 
 // nodeBlock is one block the node script ran, by its own clock.
 type nodeBlock struct {
-	ms           int64
-	start, stall int64 // CLOCK_MONOTONIC ns; run-queue wait ns
+	ms                int64
+	start, end, stall int64 // CLOCK_MONOTONIC ns; run-queue wait ns
 	// before is the run-queue wait the script measured up to this block's
 	// start since the previous one's: the scope opens before the callback
 	// runs, so part of it may fall inside the scope.
@@ -579,8 +583,9 @@ type nodeBlock struct {
 // TestNodeCallbackScopeByDemangledName probes node's InternalCallbackScope
 // from constructor to destructor, both named by demangled signature, with
 // min_duration 50ms: exactly the twenty 200 ms blocks are recorded, each
-// 200 ms ± 2 ms beyond the run-queue wait the script itself measured (zero
-// on an idle machine); a 20 ms block is recorded only when that wait made
+// as long as the block by the script's own clock ± 2 ms, beyond the
+// run-queue wait the script itself measured (zero on an idle machine); a
+// 20 ms block is recorded only when that wait made
 // its scope reach 50 ms. The wait counted is the script's own measure
 // around the block (schedstat), an upper bound of the stall inside the
 // scope. The same holds for the script's two other scopes, the main script
@@ -632,7 +637,7 @@ func TestNodeCallbackScopeByDemangledName(t *testing.T) {
 				_, err = fmt.Sscanf(line, "last %d", &lastWait)
 			default:
 				var b nodeBlock
-				_, err = fmt.Sscanf(line, "block %d %d %d", &b.ms, &b.start, &b.stall)
+				_, err = fmt.Sscanf(line, "block %d %d %d %d", &b.ms, &b.start, &b.end, &b.stall)
 				blocks = append(blocks, b)
 			}
 			if err != nil {
@@ -697,7 +702,7 @@ func TestNodeCallbackScopeByDemangledName(t *testing.T) {
 		var worst, worstRaw, maxStall time.Duration
 		for k, b := range blocks {
 			stall := time.Duration(b.stall + b.before)
-			want := time.Duration(b.ms) * time.Millisecond
+			want := time.Duration(b.end - b.start)
 			got := byBlock[k]
 			if b.ms == 20 && len(got) == 0 {
 				continue
