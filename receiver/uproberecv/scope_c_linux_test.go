@@ -2,6 +2,7 @@ package uproberecv
 
 import (
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"sort"
@@ -253,7 +254,7 @@ func matchCalls(t *testing.T, probe string, logs []scopeLog, calls []workloadCal
 	sort.Slice(logs, byThread(func(i int) int64 { return logs[i].tid }, func(i int) int64 { return logs[i].endUnix }))
 	sort.Slice(calls, byThread(func(i int) int64 { return calls[i].tid }, func(i int) int64 { return calls[i].end }))
 	var worst time.Duration
-	var over []string
+	var over, beyond []string
 	for i, l := range logs {
 		c := calls[i]
 		if l.pid != pid || l.tid != c.tid || l.isMain != c.isMain {
@@ -284,14 +285,29 @@ func matchCalls(t *testing.T, probe string, logs []scopeLog, calls []workloadCal
 			// lengthens both measures and excuses nothing.
 			over = append(over, fmt.Sprintf("%s call differs by %s (%s on a run queue outside the function, %s inside; preempted %d times)",
 				own, diff, c.gapStall(), time.Duration(c.innerDelay), c.involuntary))
-		case diff > tol:
-			t.Errorf("%s: call %+v lasted %s by its own clock, %s by BPF: %s apart, over max(1%%, trap cost %s) by more than the %s the thread waited on a run queue outside the function",
+		case diff > max(own/10, 10*trapCost):
+			t.Errorf("%s: call %+v lasted %s by its own clock, %s by BPF: %s apart, over max(10%%, 10 × trap cost %s) and the %s the thread waited on a run queue outside the function",
 				probe, c, own, time.Duration(l.durationNs), diff, trapCost, c.gapStall())
+		case diff > tol:
+			beyond = append(beyond, fmt.Sprintf("call %+v lasted %s by its own clock, %s by BPF: %s apart, over max(1%%, trap cost %s), %s on a run queue outside the function",
+				c, own, time.Duration(l.durationNs), diff, trapCost, c.gapStall()))
 		}
 		worst = max(worst, diff)
 	}
 	if len(over) > 0 {
 		t.Logf("%s: calls over max(1%%, trap cost %s), each covered by its stall outside the function: %v", probe, trapCost, over)
+	}
+	// The trap cost is a percentile of the calibration's pairs: by its
+	// definition, 1 pair in 100 costs more. As many scoped calls may
+	// exceed it, up to three standard deviations of that count (a stall
+	// the thread cannot see: the hypervisor's steal, an interrupt), each
+	// still inside the call and within the bound above.
+	n := float64(len(calls))
+	q := float64(100-trapCostPercentile) / 100
+	if allowed := int(n*q + 3*math.Sqrt(n*q*(1-q))); len(beyond) > allowed {
+		t.Errorf("%s: %d calls over the trap cost unexplained, more than the %d its percentile allows of %d: %v", probe, len(beyond), allowed, len(calls), beyond)
+	} else if len(beyond) > 0 {
+		t.Logf("%s: %d calls over the trap cost unexplained, of the %d its percentile allows of %d: %v", probe, len(beyond), allowed, len(calls), beyond)
 	}
 	t.Logf("%s: %d records match %d calls one for one; worst difference %s", probe, len(logs), len(calls), worst)
 	if _, err := os.Stat(bin); err != nil {
