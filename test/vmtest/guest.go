@@ -42,7 +42,9 @@ mount -t devtmpfs devtmpfs /dev
 mkdir -p /dev/pts /dev/shm
 mount -t devpts devpts /dev/pts
 mount -t tmpfs tmpfs /dev/shm
-mount -t tmpfs tmpfs /tmp
+# /tmp stays the initramfs's own (a tmpfs already): the repository's
+# packages are packed at their host paths, which may lie under /tmp.
+mkdir -p /tmp && chmod 1777 /tmp
 mount -t bpf bpf /sys/fs/bpf
 mount -t debugfs debugfs /sys/kernel/debug
 mount -t tracefs tracefs /sys/kernel/tracing
