@@ -65,6 +65,26 @@ type Instance interface {
 	Detach() error
 }
 
+// MappedFile is the file an Instance was attached through, where the
+// process mapped it. Embedded, it implements Instance.Current.
+type MappedFile struct {
+	File  process.FileKey
+	Start uint64
+}
+
+// MappedFileOf returns where m maps its file.
+func MappedFileOf(m *process.Mapping) MappedFile { return MappedFile{File: m.Key(), Start: m.Start} }
+
+// Current reports whether maps still hold the same file at the same place.
+func (f MappedFile) Current(maps []process.Mapping) bool {
+	for i := range maps {
+		if m := &maps[i]; m.File() && m.Start == f.Start && m.Key() == f.File {
+			return true
+		}
+	}
+	return false
+}
+
 // Object names the frames of one interpreter object, a code object: read
 // from the process once, and kept while it stays the same.
 type Object struct {

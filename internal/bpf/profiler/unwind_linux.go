@@ -136,9 +136,17 @@ func (s *Sampler) DeleteUnwindFile(key process.FileKey) error {
 
 // UnwindFileUse returns, for every file the sampler knows, when a walk
 // last read its table: the eviction order. Times are in units of about a
-// second (2^30 ns) of CLOCK_MONOTONIC, modulo 2^32.
+// second (2^30 ns) of CLOCK_MONOTONIC, modulo 2^32. The loader asks every
+// sweep: the map is read in batches, a few syscalls for all of it, rather
+// than two per file.
 func (s *Sampler) UnwindFileUse() (map[process.FileKey]uint32, error) {
 	out := map[process.FileKey]uint32{}
+	if err := s.unwindFileUseBatched(out); err == nil {
+		return out, nil
+	}
+	// Kernels without batch operations on hash maps (before 5.6), or a
+	// bucket larger than a batch (ENOSPC): one file at a time.
+	clear(out)
 	var k profilerUnwindFileKey
 	var v profilerUnwindFile
 	it := s.objs.UnwindFiles.Iterate()
@@ -149,6 +157,27 @@ func (s *Sampler) UnwindFileUse() (map[process.FileKey]uint32, error) {
 		return nil, fmt.Errorf("reading unwind file use: %w", err)
 	}
 	return out, nil
+}
+
+// unwindFileUseBatch is how many files one batch lookup returns at most.
+const unwindFileUseBatch = 512
+
+func (s *Sampler) unwindFileUseBatched(out map[process.FileKey]uint32) error {
+	keys := make([]profilerUnwindFileKey, unwindFileUseBatch)
+	vals := make([]profilerUnwindFile, unwindFileUseBatch)
+	var cursor ebpf.MapBatchCursor
+	for {
+		n, err := s.objs.UnwindFiles.BatchLookup(&cursor, keys, vals, nil)
+		for i := range n {
+			out[process.KernelFileKey(keys[i].Dev, keys[i].Ino)] = vals[i].Used
+		}
+		switch {
+		case errors.Is(err, ebpf.ErrKeyNotExist):
+			return nil // the end, reached with this batch
+		case err != nil:
+			return err
+		}
+	}
 }
 
 // LookupUnwindFile returns what the sampler holds for the file key.

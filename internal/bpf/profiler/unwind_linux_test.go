@@ -3,8 +3,12 @@
 package profiler
 
 import (
+	"maps"
 	"testing"
 
+	"github.com/cilium/ebpf"
+
+	"github.com/bpfcol/bpfcol/internal/process"
 	"github.com/bpfcol/bpfcol/internal/testenv"
 	"github.com/bpfcol/bpfcol/internal/unwind/cfi"
 )
@@ -47,5 +51,50 @@ func TestWriteUnwindRowsRoundTrip(t *testing.T) {
 	}
 	if err := s.WriteUnwindRows(4096-10, rows[:11], base); err == nil {
 		t.Fatal("writing past the store's end: want an error")
+	}
+}
+
+// TestUnwindFileUseReadsEveryFile fills unwind_files with more files than
+// one batch returns and checks UnwindFileUse against the map read one key
+// at a time: every file, with its own stamp.
+func TestUnwindFileUseReadsEveryFile(t *testing.T) {
+	testenv.RequireBPF(t)
+	s, err := New(Options{Frequency: 1, UnwindRows: 4096})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+
+	const files = 3*unwindFileUseBatch + 7
+	for i := range uint64(files) {
+		k := profilerUnwindFileKey{Dev: uint32(i % 3), Ino: 1000 + i}
+		v := profilerUnwindFile{State: uint32(FileCFI), Used: uint32(i * 7)}
+		if err := s.objs.UnwindFiles.Update(&k, &v, ebpf.UpdateAny); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got, err := s.UnwindFileUse()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[process.FileKey]uint32{}
+	var k profilerUnwindFileKey
+	var v profilerUnwindFile
+	for it := s.objs.UnwindFiles.Iterate(); it.Next(&k, &v); {
+		want[process.KernelFileKey(k.Dev, k.Ino)] = v.Used
+	}
+	if len(want) != files {
+		t.Fatalf("the map holds %d files, want %d", len(want), files)
+	}
+	if !maps.Equal(got, want) {
+		t.Fatalf("UnwindFileUse returned %d files, the map holds %d (or their stamps differ)", len(got), len(want))
+	}
+	// The batched read itself, not its fall-back, on this kernel.
+	batched := map[process.FileKey]uint32{}
+	if err := s.unwindFileUseBatched(batched); err != nil {
+		t.Fatalf("batch lookup: %v", err)
+	}
+	if !maps.Equal(batched, want) {
+		t.Fatalf("the batches returned %d files, the map holds %d (or their stamps differ)", len(batched), len(want))
 	}
 }

@@ -156,13 +156,12 @@ func (c *Client) Attach(pid int, maps []process.Mapping) (interp.Instance, error
 		return nil, err
 	}
 	return &instance{
-		client: c,
-		attach: c.serial.Add(1),
-		pid:    pid,
-		file:   jvm.Key(),
-		start:  jvm.Start,
-		reader: r,
-		cache:  cc,
+		client:     c,
+		attach:     c.serial.Add(1),
+		pid:        pid,
+		MappedFile: interp.MappedFileOf(jvm),
+		reader:     r,
+		cache:      cc,
 	}, nil
 }
 
@@ -242,21 +241,10 @@ type instance struct {
 	client *Client
 	attach uint64
 	pid    int
-	file   process.FileKey
-	start  uint64
+	// MappedFile is the file it was attached through.
+	interp.MappedFile
 	reader *reader
 	cache  *codeCache
-}
-
-// Current implements interp.Instance: the same libjvm still mapped at the
-// same place.
-func (in *instance) Current(maps []process.Mapping) bool {
-	for i := range maps {
-		if m := &maps[i]; m.File() && m.Start == in.start && m.Key() == in.file {
-			return true
-		}
-	}
-	return false
 }
 
 // Loops implements interp.Instance: HotSpot's frames are found by the

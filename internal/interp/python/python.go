@@ -167,11 +167,10 @@ func (c *Client) Attach(pid int, maps []process.Mapping) (interp.Instance, error
 		loops[i] = interp.Range{Start: r.Start + bias, End: r.End + bias}
 	}
 	return &instance{
-		pid:   pid,
-		sink:  c.cfg.Sink,
-		file:  py.Key(),
-		start: py.Start,
-		loops: loops,
+		pid:        pid,
+		sink:       c.cfg.Sink,
+		MappedFile: interp.MappedFileOf(py),
+		loops:      loops,
 		codeReader: codeReader{
 			l:   info.layout,
 			mem: mem,
@@ -270,22 +269,11 @@ func (f *fileFacts) relevant(kind int) bool {
 // instance is one process running CPython.
 type instance struct {
 	codeReader
-	pid   int
-	sink  Sink
-	file  process.FileKey
-	start uint64
+	pid  int
+	sink Sink
+	// MappedFile is the file it was attached through.
+	interp.MappedFile
 	loops []interp.Range
-}
-
-// Current implements interp.Instance: the same file still mapped at the
-// same place.
-func (in *instance) Current(maps []process.Mapping) bool {
-	for i := range maps {
-		if m := &maps[i]; m.File() && m.Start == in.start && m.Key() == in.file {
-			return true
-		}
-	}
-	return false
 }
 
 // Loops implements interp.Instance.

@@ -118,15 +118,14 @@ func (c *Client) Attach(pid int, maps []process.Mapping) (interp.Instance, error
 		return nil, err
 	}
 	in := &instance{
-		pid:     pid,
-		client:  c,
-		serial:  c.serial.Add(1),
-		file:    v8.Key(),
-		start:   v8.Start,
-		heap:    heap{l: info.layout, mem: interp.Memory{PID: pid, Failures: c.cfg.ReadFailures}},
-		blob:    info.blobOffsets(),
-		codes:   newCodeRanges(maxCodeRanges),
-		located: lru.New[locatedKey, located](maxLocated, nil),
+		pid:        pid,
+		client:     c,
+		serial:     c.serial.Add(1),
+		MappedFile: interp.MappedFileOf(v8),
+		heap:       heap{l: info.layout, mem: interp.Memory{PID: pid, Failures: c.cfg.ReadFailures}},
+		blob:       info.blobOffsets(),
+		codes:      newCodeRanges(maxCodeRanges),
+		located:    lru.New[locatedKey, located](maxLocated, nil),
 	}
 	return in, nil
 }
@@ -203,9 +202,9 @@ type instance struct {
 	pid    int
 	client *Client
 	serial uint64
-	file   process.FileKey
-	start  uint64
-	heap   heap
+	// MappedFile is the file it was attached through.
+	interp.MappedFile
+	heap heap
 	// blob is the file offset range of the embedded builtins.
 	blob Range
 
@@ -219,17 +218,6 @@ type instance struct {
 	// read after it exited (up to a drain period later), are located as
 	// the same addresses were before, not left without a line.
 	located *lru.Cache[locatedKey, located]
-}
-
-// Current implements interp.Instance: the same file still mapped at the
-// same place.
-func (in *instance) Current(maps []process.Mapping) bool {
-	for i := range maps {
-		if m := &maps[i]; m.File() && m.Start == in.start && m.Key() == in.file {
-			return true
-		}
-	}
-	return false
 }
 
 // Loops implements interp.Instance: V8's frames are not run by a loop of
@@ -260,7 +248,7 @@ func (in *instance) Place(native, f *frame.Frame) interp.Placement {
 	if !m.File() {
 		return interp.PlaceReplace
 	}
-	if m.Key() != in.file || !in.blob.Contains(m.FileOffset(native.Address)) {
+	if m.Key() != in.File || !in.blob.Contains(m.FileOffset(native.Address)) {
 		return interp.PlaceDrop
 	}
 	f.Native = 0

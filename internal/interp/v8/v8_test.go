@@ -76,7 +76,7 @@ func TestPlace(t *testing.T) {
 	c := newChainHeap(t)
 	in := c.instance()
 	node := process.Mapping{Start: 0x400000, End: 0x800000, Perms: "r-xp", Path: "/usr/bin/node", Inode: 7, Dev: 1}
-	in.file, in.blob = node.Key(), Range{0x1000, 0x2000}
+	in.File, in.blob = node.Key(), Range{0x1000, 0x2000}
 	jit := process.Mapping{Start: 0x7f0000000000, End: 0x7f0000100000, Perms: "rwxp"}
 	libc := process.Mapping{Start: 0x7f1000000000, End: 0x7f1000100000, Perms: "r-xp", Path: "/usr/lib/libc.so.6", Inode: 8, Dev: 1}
 	header := uint32(c.h.l.bytecodeData - 1)

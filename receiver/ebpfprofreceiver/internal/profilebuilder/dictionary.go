@@ -21,9 +21,15 @@ type dictionary struct {
 	functions map[functionKey]int32
 	mappings  map[frame.Mapping]int32
 	locations map[string]int32
-	stacks    map[string]int32
-	links     map[scopes.Link]int32
-	scratch   strings.Builder
+	// byPointer and locationsByPointer find again, without building a
+	// key, what the resolver handed out once and shared: its mappings
+	// and the named frames of a batch. They hold only what the maps by
+	// value hold.
+	byPointer          map[*frame.Mapping]int32
+	locationsByPointer map[locationPointers]int32
+	stacks             map[string]int32
+	links              map[scopes.Link]int32
+	scratch            strings.Builder
 }
 
 type attrKey struct {
@@ -31,6 +37,16 @@ type attrKey struct {
 	str   string
 	num   int64
 	isNum bool
+}
+
+// locationPointers is a frame by its shared parts. The frames of one Build
+// stay alive until it returns, so equal pointers mean equal contents.
+type locationPointers struct {
+	mapping *frame.Mapping
+	address uint64
+	typ     frame.Type
+	lines   *frame.Line
+	n       int
 }
 
 type functionKey struct {
@@ -53,8 +69,11 @@ func newDictionary(d pprofile.ProfilesDictionary) *dictionary {
 		functions: map[functionKey]int32{},
 		mappings:  map[frame.Mapping]int32{},
 		locations: map[string]int32{},
-		stacks:    map[string]int32{},
-		links:     map[scopes.Link]int32{},
+
+		byPointer:          map[*frame.Mapping]int32{},
+		locationsByPointer: map[locationPointers]int32{},
+		stacks:             map[string]int32{},
+		links:              map[scopes.Link]int32{},
 	}
 }
 
@@ -130,7 +149,11 @@ func (t *dictionary) mapping(m *frame.Mapping) int32 {
 	if m == nil {
 		return 0
 	}
+	if idx, ok := t.byPointer[m]; ok {
+		return idx
+	}
 	if idx, ok := t.mappings[*m]; ok {
+		t.byPointer[m] = idx
 		return idx
 	}
 	idx := int32(t.d.MappingTable().Len())
@@ -146,12 +169,26 @@ func (t *dictionary) mapping(m *frame.Mapping) int32 {
 		pm.AttributeIndices().Append(t.attrStr(conventions.ProcessExecutableBuildIDGo, m.BuildIDGo))
 	}
 	t.mappings[*m] = idx
+	t.byPointer[m] = idx
 	return idx
 }
 
 // location keys a frame by its mapping, address, type and names, so two
 // processes sharing a library share its locations.
 func (t *dictionary) location(f *frame.Frame) int32 {
+	ptrs := locationPointers{mapping: f.Mapping, address: f.Address, typ: f.Type, n: len(f.Lines)}
+	if len(f.Lines) > 0 {
+		ptrs.lines = &f.Lines[0]
+	}
+	if idx, ok := t.locationsByPointer[ptrs]; ok {
+		return idx
+	}
+	idx := t.locationByValue(f)
+	t.locationsByPointer[ptrs] = idx
+	return idx
+}
+
+func (t *dictionary) locationByValue(f *frame.Frame) int32 {
 	mi := t.mapping(f.Mapping)
 	b := &t.scratch
 	b.Reset()

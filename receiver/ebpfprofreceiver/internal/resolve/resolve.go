@@ -96,7 +96,33 @@ const (
 	kernelNamed
 	kernelUnnamed
 	numOutcomes
+	// notCounted is the outcome of an interpreted frame: the
+	// interpreter's own metrics count its names.
+	notCounted = numOutcomes
 )
+
+// rawFrame is a frame as the aggregator gives it, before naming. Stacks of
+// a process share most of their frames (every caller of a hot leaf), and
+// one batch names each of its distinct raw frames once.
+type rawFrame struct {
+	pid             uint32
+	mapping         *frame.Mapping // the aggregator's: one per process
+	address, native uint64
+	offset          uint32
+	typ             frame.Type
+	ret, truncated  bool
+}
+
+func rawFrameOf(pid uint32, f *frame.Frame) rawFrame {
+	return rawFrame{pid: pid, mapping: f.Mapping, address: f.Address, native: f.Native,
+		offset: f.Offset, typ: f.Type, ret: f.ReturnAddress, truncated: f.Truncated}
+}
+
+// resolvedFrame is a named frame and what became of it.
+type resolvedFrame struct {
+	f       frame.Frame
+	outcome outcome
+}
 
 // nameKey identifies a user address by its binary and file offset. The
 // binary is its Binary's ID: files holding the same build share one
@@ -209,6 +235,8 @@ type batchState struct {
 	kernel   map[uint64]kernelsym.Symbol
 	// modules holds one mapping per kernel module seen.
 	modules map[string]*frame.Mapping
+	// named holds every distinct frame of the batch, named.
+	named map[rawFrame]resolvedFrame
 }
 
 // Resolve names every frame of b and groups the stacks by process.
@@ -217,6 +245,7 @@ func (r *Resolver) Resolve(b *aggregate.Batch) []profilebuilder.Process {
 		binaries: map[process.FileKey]*symbolize.Binary{},
 		mappings: map[*frame.Mapping]*frame.Mapping{},
 		modules:  map[string]*frame.Mapping{},
+		named:    map[rawFrame]resolvedFrame{},
 	}
 	defer func() {
 		for _, bin := range st.binaries {
@@ -249,15 +278,8 @@ func (r *Resolver) Resolve(b *aggregate.Batch) []profilebuilder.Process {
 			procs = append(procs, p)
 		}
 		frames := make([]frame.Frame, len(s.Frames))
-		for i, f := range s.Frames {
-			switch {
-			case f.Type.InKernel():
-				frames[i] = r.kernelFrame(st, f)
-			case f.Type.Interpreted():
-				frames[i] = r.interpretedFrame(s.PID, f)
-			default:
-				frames[i] = r.userFrame(st, s.PID, f)
-			}
+		for i := range s.Frames {
+			frames[i] = r.frame(st, s.PID, &s.Frames[i])
 		}
 		sample := profilebuilder.Sample{
 			Frames:     frames,
@@ -275,6 +297,28 @@ func (r *Resolver) Resolve(b *aggregate.Batch) []profilebuilder.Process {
 		}
 	}
 	return procs
+}
+
+// frame names f, a frame of process pid, once per batch; every frame is
+// counted.
+func (r *Resolver) frame(st *batchState, pid uint32, f *frame.Frame) frame.Frame {
+	key := rawFrameOf(pid, f)
+	rf, ok := st.named[key]
+	if !ok {
+		switch {
+		case f.Type.InKernel():
+			rf = r.kernelFrame(st, *f)
+		case f.Type.Interpreted():
+			rf = resolvedFrame{r.interpretedFrame(pid, *f), notCounted}
+		default:
+			rf = r.userFrame(st, pid, *f)
+		}
+		st.named[key] = rf
+	}
+	if rf.outcome != notCounted {
+		r.counts[rf.outcome].Add(1)
+	}
+	return rf.f
 }
 
 // resolveKernel names all kernel addresses of the batch in one call.
@@ -308,20 +352,18 @@ func (r *Resolver) resolveKernel(b *aggregate.Batch) map[uint64]kernelsym.Symbol
 	return names
 }
 
-func (r *Resolver) kernelFrame(st *batchState, f frame.Frame) frame.Frame {
+func (r *Resolver) kernelFrame(st *batchState, f frame.Frame) resolvedFrame {
 	sym := st.kernel[f.Address]
 	if !sym.OK {
-		r.counts[kernelUnnamed].Add(1)
 		f.Mapping = st.kernelMapping("")
-		return f
+		return resolvedFrame{f, kernelUnnamed}
 	}
-	r.counts[kernelNamed].Add(1)
 	f.Mapping = st.kernelMapping(sym.Module)
 	f.Lines = []frame.Line{{Name: sym.Name}}
 	if sym.IsBPFProg {
 		f.Type = frame.BPF
 	}
-	return f
+	return resolvedFrame{f, kernelNamed}
 }
 
 // interpretedFrame names an interpreted frame. Like the OTel profiler's,
@@ -345,7 +387,7 @@ func (st *batchState) kernelMapping(module string) *frame.Mapping {
 	return m
 }
 
-func (r *Resolver) userFrame(st *batchState, pid uint32, f frame.Frame) frame.Frame {
+func (r *Resolver) userFrame(st *batchState, pid uint32, f frame.Frame) resolvedFrame {
 	am := f.Mapping // the aggregator's
 	if am != nil && am.Path == symbolize.VDSOPath {
 		return r.vdsoFrame(st, am, f)
@@ -357,22 +399,18 @@ func (r *Resolver) userFrame(st *batchState, pid uint32, f frame.Frame) frame.Fr
 		f.Mapping = r.mapping(st, am, nil)
 		if name, ok := r.jit.Lookup(int(pid), f.Address); ok {
 			f.Lines = []frame.Line{{Name: name}}
-			r.counts[userNamed].Add(1)
-			return f
+			return resolvedFrame{f, userNamed}
 		}
-		r.counts[userUnnamed].Add(1)
-		return f
+		return resolvedFrame{f, userUnnamed}
 	}
 	if am == nil {
-		r.counts[userUnmapped].Add(1)
-		return f
+		return resolvedFrame{f, userUnmapped}
 	}
 	m := &am.Mapping
 	bin := r.binary(st, int(pid), m)
 	f.Mapping = r.mapping(st, am, bin)
 	if bin == nil {
-		r.counts[userUnreadable].Add(1)
-		return f
+		return resolvedFrame{f, userUnreadable}
 	}
 	if bin.IsGo() {
 		f.Type = frame.Go
@@ -385,36 +423,31 @@ func (r *Resolver) userFrame(st *batchState, pid uint32, f frame.Frame) frame.Fr
 			r.names.Add(key, n)
 		}
 	}
-	r.counts[n.outcome].Add(1)
 	if n.outcome != userUnmapped {
 		f.Address, f.Lines = n.vaddr, n.lines
 	}
-	return f
+	return resolvedFrame{f, n.outcome}
 }
 
 // vdsoFrame names a frame in the kernel's vDSO from bpfcol's own copy of
 // it, which a process's [vdso] of the same size is.
-func (r *Resolver) vdsoFrame(st *batchState, am *frame.Mapping, f frame.Frame) frame.Frame {
+func (r *Resolver) vdsoFrame(st *batchState, am *frame.Mapping, f frame.Frame) resolvedFrame {
 	bin, size, err := symbolize.VDSO()
 	if err != nil || am.End-am.Start != size {
 		f.Mapping = r.mapping(st, am, nil)
-		r.counts[userUnnamed].Add(1)
-		return f
+		return resolvedFrame{f, userUnnamed}
 	}
 	f.Mapping = r.mapping(st, am, bin)
 	vaddr, ok := bin.Mapper().FileOffsetToVirtualAddress(am.FileOffset(f.Address))
 	if !ok {
-		r.counts[userUnmapped].Add(1)
-		return f
+		return resolvedFrame{f, userUnmapped}
 	}
 	frames, ok := bin.Symbolize(vaddr)
 	if !ok {
-		r.counts[userUnnamed].Add(1)
-		return f
+		return resolvedFrame{f, userUnnamed}
 	}
-	r.counts[userNamed].Add(1)
 	f.Address, f.Lines = vaddr, linesOf(frames)
-	return f
+	return resolvedFrame{f, userNamed}
 }
 
 // name looks the address at key.offset of bin up, through the Symbolizer

@@ -99,9 +99,18 @@ func TestResolveOwnFrames(t *testing.T) {
 	if stats != (Stats{UserNamed: 3, UserUnmapped: 1}) {
 		t.Fatalf("stats %+v", stats)
 	}
-	// The second sample's PC was named from the cache.
-	if c := r.NameCacheStats(); c.Len != 2 || c.Hits != 1 {
-		t.Fatalf("name cache %+v, want 2 entries and 1 hit", c)
+	// The second sample's PC, the same frame of the same process, was
+	// looked up once in the batch, though counted twice above.
+	if c := r.NameCacheStats(); c.Len != 2 || c.Misses != 2 || c.Hits != 0 {
+		t.Fatalf("name cache %+v, want 2 entries, 2 misses and no hit", c)
+	}
+	// The next batch names them from the cache.
+	r.Resolve(batch)
+	if c := r.NameCacheStats(); c.Len != 2 || c.Misses != 2 || c.Hits != 2 {
+		t.Fatalf("name cache after a second batch %+v, want 2 entries and 2 hits", c)
+	}
+	if stats := r.Stats(); stats != (Stats{UserNamed: 6, UserUnmapped: 2}) {
+		t.Fatalf("stats after a second batch %+v", stats)
 	}
 }
 
