@@ -21,14 +21,17 @@ func (s *Symbolizer) debugFile(buildID string) (dbg *Binary, pending bool) {
 	if dbg := s.tables.get(buildID); dbg != nil {
 		return dbg, false
 	}
-	for _, p := range s.localCandidates(buildID) {
-		f, err := s.openLocal(p)
-		if err != nil {
-			continue
+	if !s.noLocalDebug.Contains(buildID) {
+		for _, p := range s.localCandidates(buildID) {
+			f, err := s.openLocal(p)
+			if err != nil {
+				continue
+			}
+			if dbg := s.openDebug(buildID, f, func(b *Binary) bool { return b.BuildIDGNU() == buildID }); dbg != nil {
+				return dbg, false
+			}
 		}
-		if dbg := s.openDebug(buildID, f, func(b *Binary) bool { return b.BuildIDGNU() == buildID }); dbg != nil {
-			return dbg, false
-		}
+		s.noLocalDebug.Add(buildID)
 	}
 	return nil, s.startFetch(buildID)
 }
@@ -86,6 +89,8 @@ func (s *Symbolizer) startFetch(buildID string) bool {
 			return
 		}
 		s.stats.fetches.Add(1)
+		// Now in the cache: the next lookup opens it.
+		s.noLocalDebug.Remove(buildID)
 	}()
 	return true
 }

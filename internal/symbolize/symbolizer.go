@@ -103,6 +103,11 @@ const (
 	DefaultNegativeTTL   = 10 * time.Minute
 	// maxNegativeEntries bounds each negative cache.
 	maxNegativeEntries = 4096
+	// localDebugRecheck is how soon the local directories are searched
+	// again for a debug file they did not have: one installed meanwhile
+	// (a -dbg package) is found that much later. A fetched one is found
+	// at once.
+	localDebugRecheck = 30 * time.Second
 	// maxDebugFileBytes bounds the debug files held open by their own
 	// heap (headers, Binary.MemSize), a few hundred files; their parsed
 	// tables are in the table cache.
@@ -190,7 +195,11 @@ type Symbolizer struct {
 	nothing     *negcache.Files                 // binaries with nothing to symbolize
 	badDebug    *negcache.Files                 // debug files that failed to parse
 	failedFetch *negcache.Cache[string, string] // build-ids whose fetch failed
-	tables      *debugTables
+	// noLocalDebug holds the build-ids no local directory had a debug
+	// file for a moment ago: each new address of a stripped binary would
+	// look for it again, a few opens each.
+	noLocalDebug *negcache.Cache[string, string]
+	tables       *debugTables
 
 	mu      sync.Mutex
 	pending map[string]bool // build-ids being fetched
@@ -243,14 +252,15 @@ func NewSymbolizer(cfg SymbolizerConfig) (*Symbolizer, error) {
 		return nil, fmt.Errorf("configuring debuginfod: %w", err)
 	}
 	s := &Symbolizer{
-		cfg:         cfg,
-		client:      debuginfod.New(dcfg),
-		classified:  lru.New[process.FileKey, *classification](maxClassified, nil),
-		nothing:     negcache.NewFiles(cfg.NegativeTTL, maxNegativeEntries),
-		badDebug:    negcache.NewFiles(cfg.NegativeTTL, maxNegativeEntries),
-		failedFetch: negcache.NewKeys[string](cfg.NegativeTTL, maxNegativeEntries),
-		tables:      newDebugTables(maxDebugFileBytes),
-		pending:     map[string]bool{},
+		cfg:          cfg,
+		client:       debuginfod.New(dcfg),
+		classified:   lru.New[process.FileKey, *classification](maxClassified, nil),
+		nothing:      negcache.NewFiles(cfg.NegativeTTL, maxNegativeEntries),
+		badDebug:     negcache.NewFiles(cfg.NegativeTTL, maxNegativeEntries),
+		failedFetch:  negcache.NewKeys[string](cfg.NegativeTTL, maxNegativeEntries),
+		noLocalDebug: negcache.NewKeys[string](localDebugRecheck, maxNegativeEntries),
+		tables:       newDebugTables(maxDebugFileBytes),
+		pending:      map[string]bool{},
 	}
 	if cfg.CacheDir != "" {
 		if s.cache, err = debugcache.Open(cfg.CacheDir, cfg.CacheMaxSize); err != nil {

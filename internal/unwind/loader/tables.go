@@ -339,6 +339,27 @@ func (t *tableSet) refreshUse() {
 	}
 }
 
+// any reports whether an entry passes keep.
+func (t *tableSet) any(keep func(*fileEntry) bool) bool {
+	for _, fe := range t.files {
+		if keep(fe) {
+			return true
+		}
+	}
+	return false
+}
+
+// count returns how many entries pass keep.
+func (t *tableSet) count(keep func(*fileEntry) bool) int {
+	n := 0
+	for _, fe := range t.files {
+		if keep(fe) {
+			n++
+		}
+	}
+	return n
+}
+
 // byUse returns the entries that pass keep, walked least recently first.
 func (t *tableSet) byUse(keep func(*fileEntry) bool) []*fileEntry {
 	var out []*fileEntry
@@ -473,8 +494,11 @@ func (t *tableSet) compact() bool {
 // their debug file was pending, and drops idle files.
 func (t *tableSet) sweep() {
 	t.arena.expire(time.Now())
-	t.refreshUse()
-	for _, fe := range t.byUse(func(fe *fileEntry) bool { return fe.state == filePending }) {
+	isPending := func(fe *fileEntry) bool { return fe.state == filePending }
+	if t.any(isPending) {
+		t.refreshUse() // the stalest first
+	}
+	for _, fe := range t.byUse(isPending) {
 		t.materialize(fe)
 	}
 	for _, fe := range t.files {
@@ -497,6 +521,16 @@ func (t *tableSet) trimIdle() {
 	isIdle := func(fe *fileEntry) bool {
 		return time.Since(fe.seen) >= t.cfg.IdleAfter && int32(now-fe.used) >= int32(idleAfter)
 	}
+	// A stamp held is the map's as last read (walks only move it later)
+	// or the time of a mapping, which holds seen back as long: a file not
+	// idle by them is not idle by the map's. The map (a walk over all its
+	// buckets) is read only when some file would go by them.
+	wouldGo := t.any(func(fe *fileEntry) bool { return fe.state != fileRows && isIdle(fe) }) ||
+		t.count(func(fe *fileEntry) bool { return fe.state == fileRows && isIdle(fe) }) > t.cfg.MaxIdleFiles
+	if !wouldGo {
+		return
+	}
+	t.refreshUse()
 	for _, fe := range t.byUse(func(fe *fileEntry) bool { return fe.state != fileRows && isIdle(fe) }) {
 		t.forget(fe)
 	}
