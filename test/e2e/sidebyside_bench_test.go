@@ -19,6 +19,10 @@ type sideBySideScenario struct {
 	name   string
 	warmUp time.Duration
 	start  func(b *testing.B) scenarioWorkloads
+	// alone leaves the four usual workloads out: start's, one per CPU,
+	// take nearly every sample, so the BPF time per sample is that of a
+	// sample of their runtime.
+	alone bool
 }
 
 type scenarioWorkloads struct {
@@ -28,29 +32,55 @@ type scenarioWorkloads struct {
 }
 
 var sideBySideScenarios = []sideBySideScenario{
-	{"quiet", 15 * time.Second, func(*testing.B) scenarioWorkloads { return scenarioWorkloads{} }},
-	{"churn", 15 * time.Second, startChurn},
-	{"python", 15 * time.Second, func(b *testing.B) scenarioWorkloads {
-		py := testworkload.PyenvPython(b, 12).Path
-		cmd := testworkload.Start(b, py, testworkload.Source(b, "crunch.py"))
-		return scenarioWorkloads{profiled: []profiledWorkload{{name: "py312", pids: pidSet(cmd.Process.Pid),
-			chain: []string{"crunch_leaf", "crunch_middle", "crunch_outer"}, eachFunction: true}}}
-	}},
+	{name: "quiet", warmUp: 15 * time.Second, start: func(*testing.B) scenarioWorkloads { return scenarioWorkloads{} }},
+	{name: "churn", warmUp: 15 * time.Second, start: startChurn},
+	{name: "python", warmUp: 15 * time.Second, start: pythonCrunch(1)},
 	// C2 compiles the hot loop within seconds; the warm-up leaves it 25.
-	{"java", 25 * time.Second, func(b *testing.B) scenarioWorkloads {
+	{name: "java", warmUp: 25 * time.Second, start: javaCrunch(1)},
+	{name: "node", warmUp: 15 * time.Second, start: nodeCrunch(1)},
+	{name: "python-alone", warmUp: 15 * time.Second, start: pythonCrunch(2), alone: true},
+	{name: "java-alone", warmUp: 25 * time.Second, start: javaCrunch(2), alone: true},
+	{name: "node-alone", warmUp: 15 * time.Second, start: nodeCrunch(2), alone: true},
+}
+
+// pythonCrunch, javaCrunch and nodeCrunch start n processes of the
+// runtime's crunch program, profiled as one workload.
+func pythonCrunch(n int) func(b *testing.B) scenarioWorkloads {
+	return func(b *testing.B) scenarioWorkloads {
+		py := testworkload.PyenvPython(b, 12).Path
+		pids := startN(n, func() int { return testworkload.Start(b, py, testworkload.Source(b, "crunch.py")).Process.Pid })
+		return scenarioWorkloads{profiled: []profiledWorkload{{name: "py312", pids: pidSet(pids...),
+			chain: []string{"crunch_leaf", "crunch_middle", "crunch_outer"}, eachFunction: true}}}
+	}
+}
+
+func javaCrunch(n int) func(b *testing.B) scenarioWorkloads {
+	return func(b *testing.B) scenarioWorkloads {
 		java := testenv.LookPath(b, "java")
-		cmd := testworkload.Start(b, java, "-cp", testworkload.BuildJava(b, "Crunch.java"), "Crunch")
+		classes := testworkload.BuildJava(b, "Crunch.java")
+		pids := startN(n, func() int { return testworkload.Start(b, java, "-cp", classes, "Crunch").Process.Pid })
 		// The launcher's first thread waits; the main method runs in
 		// a thread of the same name.
-		return scenarioWorkloads{profiled: []profiledWorkload{{name: "java", pids: pidSet(cmd.Process.Pid), thread: threadNamed("java"),
+		return scenarioWorkloads{profiled: []profiledWorkload{{name: "java", pids: pidSet(pids...), thread: threadNamed("java"),
 			chain: []string{"Crunch.crunchLeaf", "Crunch.crunchMiddle", "Crunch.crunchOuter", "Crunch.main"}, eachFunction: true}}}
-	}},
-	{"node", 15 * time.Second, func(b *testing.B) scenarioWorkloads {
+	}
+}
+
+func nodeCrunch(n int) func(b *testing.B) scenarioWorkloads {
+	return func(b *testing.B) scenarioWorkloads {
 		node := testenv.LookPath(b, "node")
-		cmd := testworkload.Start(b, node, testworkload.Source(b, "crunch.js"))
-		return scenarioWorkloads{profiled: []profiledWorkload{{name: "node", pids: pidSet(cmd.Process.Pid), thread: mainThread,
+		pids := startN(n, func() int { return testworkload.Start(b, node, testworkload.Source(b, "crunch.js")).Process.Pid })
+		return scenarioWorkloads{profiled: []profiledWorkload{{name: "node", pids: pidSet(pids...), thread: mainThread,
 			chain: []string{"crunchLeaf", "crunchMiddle", "crunchOuter"}, eachFunction: true}}}
-	}},
+	}
+}
+
+func startN(n int, start func() int) []int {
+	pids := make([]int, n)
+	for i := range pids {
+		pids[i] = start()
+	}
+	return pids
 }
 
 // stormLoops is how many loops the exec storm runs side by side.
@@ -104,14 +134,18 @@ func BenchmarkSideBySide(b *testing.B) {
 	symbolizer := testenv.LookPath(b, "llvm-symbolizer")
 	for _, sc := range sideBySideScenarios {
 		b.Run(sc.name, func(b *testing.B) {
-			four := memoryWorkloads(b)
+			var workloads []profiledWorkload
+			if !sc.alone {
+				four := memoryWorkloads(b)
+				workloads = []profiledWorkload{
+					{name: "c", pids: pidSet(four.c.Process.Pid), chain: []string{"leaf", "middle", "main"}},
+					{name: "go", pids: pidSet(four.goHog.Process.Pid), chain: []string{"main.leaf", "main.middle", "main.main"}},
+					{name: "py311", pids: pidSet(four.python.Process.Pid), chain: []string{"leaf", "middle"}},
+					{name: "xz", pids: four.xz.pids, chain: []string{"lzma_code"}},
+				}
+			}
 			run := sc.start(b)
-			workloads := append([]profiledWorkload{
-				{name: "c", pids: pidSet(four.c.Process.Pid), chain: []string{"leaf", "middle", "main"}},
-				{name: "go", pids: pidSet(four.goHog.Process.Pid), chain: []string{"main.leaf", "main.middle", "main.main"}},
-				{name: "py311", pids: pidSet(four.python.Process.Pid), chain: []string{"leaf", "middle"}},
-				{name: "xz", pids: four.xz.pids, chain: []string{"lzma_code"}},
-			}, run.profiled...)
+			workloads = append(workloads, run.profiled...)
 			for b.Loop() {
 				sideBySide(b, peer, symbolizer, sc.warmUp, workloads, run.execs)
 			}
