@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"strconv"
 	"strings"
 
 	"golang.org/x/sys/unix"
@@ -155,12 +154,12 @@ func regularFile(fd int, name string) (*os.File, error) {
 	return os.NewFile(uintptr(fd), name), nil
 }
 
-func rootPath(pid int) string { return "/proc/" + strconv.Itoa(pid) + "/root" }
+func rootPath(pid int) string { return procPath(pid, "root") }
 
 func mapFilesPath(pid int, m *Mapping) string { return mapFilesRange(pid, m.Start, m.End) }
 
 func mapFilesRange(pid int, start, end uint64) string {
-	return fmt.Sprintf("/proc/%d/map_files/%x-%x", pid, start, end)
+	return procPath(pid, fmt.Sprintf("map_files/%x-%x", start, end))
 }
 
 func fileExists(p string) bool {

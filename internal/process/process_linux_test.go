@@ -6,6 +6,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -312,5 +314,73 @@ func TestOpenInRootNoSymlinks(t *testing.T) {
 			t.Fatalf("OpenInRootNoSymlinks(%d, %s): %v", pid, target, err)
 		}
 		f.Close()
+	}
+}
+
+// TestProcReadersSelf reads this process's threads, working directory,
+// start time and pid in its namespace, and names its executable through
+// its root, each against what the process knows of itself.
+func TestProcReadersSelf(t *testing.T) {
+	pid := os.Getpid()
+	tids, err := ThreadIDs(pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Contains(tids, pid) {
+		t.Errorf("threads %v lack the main thread %d", tids, pid)
+	}
+	cwd, err := WorkingDir(pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want, _ := os.Getwd(); cwd != want {
+		t.Errorf("working directory %q, want %q", cwd, want)
+	}
+	start, err := StartTime(pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := strconv.ParseUint(start, 10, 64); err != nil {
+		t.Errorf("start time %q is no number of ticks: %v", start, err)
+	}
+	if again, _ := StartTime(pid); again != start {
+		t.Errorf("start time read %q, then %q", start, again)
+	}
+	if nspid, err := NamespacePID(pid); err != nil || nspid != pid {
+		t.Errorf("pid in its namespace %d (%v), want %d", nspid, err, pid)
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := os.Stat(exe)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := os.Stat(PathInRoot(pid, exe))
+	if err != nil || !os.SameFile(got, want) {
+		t.Errorf("%s is not %s: %v", PathInRoot(pid, exe), exe, err)
+	}
+}
+
+// TestProcReadersOfAGonePid checks that the readers fail for the pid of a
+// reaped process.
+func TestProcReadersOfAGonePid(t *testing.T) {
+	cmd := exec.Command("/bin/true")
+	if err := cmd.Run(); err != nil {
+		t.Fatal(err)
+	}
+	pid := cmd.Process.Pid
+	if _, err := ThreadIDs(pid); err == nil {
+		t.Error("ThreadIDs of a reaped process")
+	}
+	if _, err := WorkingDir(pid); err == nil {
+		t.Error("WorkingDir of a reaped process")
+	}
+	if _, err := StartTime(pid); err == nil {
+		t.Error("StartTime of a reaped process")
+	}
+	if _, err := NamespacePID(pid); err == nil {
+		t.Error("NamespacePID of a reaped process")
 	}
 }

@@ -654,15 +654,14 @@ func (t *tracker) absoluteExecPath(pid, ppid int, path string, exe process.FileI
 		if p <= 0 {
 			continue
 		}
-		proc := "/proc/" + strconv.Itoa(p)
-		cwd, err := os.Readlink(proc + "/cwd")
+		cwd, err := process.WorkingDir(p)
 		if err != nil || !filepath.IsAbs(cwd) {
 			continue
 		}
 		abs := filepath.Join(cwd, path)
 		// Through the process's root, as it sees the path; stat only, and
 		// the identity decides.
-		fi, err := os.Stat(proc + "/root" + abs)
+		fi, err := os.Stat(process.PathInRoot(p, abs))
 		if err != nil {
 			continue
 		}
@@ -980,7 +979,7 @@ func mappingTarget(pid int, m *process.Mapping, file process.FileID) *target {
 // runs, else by path in ours when that is the same file (a process gone
 // already, outside a container).
 func fileTarget(pid int, path string, exe process.FileID) *target {
-	attachPath := "/proc/" + strconv.Itoa(pid) + "/root" + path
+	attachPath := process.PathInRoot(pid, path)
 	if fi, err := os.Stat(path); err == nil {
 		if id, ok := process.FileIDOf(fi); ok && id.Same(exe) {
 			attachPath = path

@@ -5,11 +5,11 @@ package profiler
 import (
 	"errors"
 	"fmt"
-	"os"
-	"strconv"
 	"time"
 
 	"github.com/cilium/ebpf"
+
+	"github.com/bpfcol/bpfcol/internal/process"
 )
 
 // eventTarget is one perf event to open: a CPU (pid -1), or a thread on
@@ -30,15 +30,12 @@ func eventTargets(opts Options, cpus []int) ([]eventTarget, error) {
 	}
 	var targets []eventTarget
 	for _, pid := range pids {
-		entries, err := os.ReadDir("/proc/" + strconv.Itoa(pid) + "/task")
+		tids, err := process.ThreadIDs(pid)
 		if err != nil {
-			return nil, fmt.Errorf("listing threads of pid %d: %w", pid, err)
+			return nil, err
 		}
-		for _, e := range entries {
-			tid, err := strconv.Atoi(e.Name())
-			if err == nil {
-				targets = append(targets, eventTarget{tid, -1})
-			}
+		for _, tid := range tids {
+			targets = append(targets, eventTarget{tid, -1})
 		}
 	}
 	return targets, nil
