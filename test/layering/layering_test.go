@@ -1,7 +1,8 @@
 // Package layering checks that data keeps flowing one way through the
 // tree: BPF → aggregate → symbolize → pdata → consumer. Shared code under
 // internal/ never reaches back up into a component, and the BPF loaders
-// never depend on the symbolizer.
+// never depend on the symbolizer. Per-pid /proc paths are built in
+// internal/process only.
 package layering
 
 import (
