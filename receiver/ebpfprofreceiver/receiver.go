@@ -482,6 +482,7 @@ func (r *profilesReceiver) export() {
 		PeriodNanos:  int64(time.Second) / int64(r.cfg.SamplingFrequency),
 		ScopeName:    metadata.ScopeName,
 		ScopeVersion: r.set.BuildInfo.Version,
+		ProbeName:    scopes.ProbeName,
 	}
 	for b := range r.batches {
 		procs := r.resolver.Resolve(b)

@@ -1,8 +1,8 @@
 // Package layering checks that data keeps flowing one way through the
 // tree: BPF → aggregate → symbolize → pdata → consumer. Shared code under
 // internal/ never reaches back up into a component, and the BPF loaders
-// never depend on the symbolizer. Per-pid /proc paths are built in
-// internal/process only.
+// never depend on the symbolizer, nor the profile builder on BPF. Per-pid
+// /proc paths are built in internal/process only.
 package layering
 
 import (
@@ -31,6 +31,11 @@ var rules = []rule{
 		from: []string{module + "/internal/bpf/"},
 		to:   []string{module + "/internal/symbolize"},
 		why:  "the BPF loaders sit below symbolization in the data flow",
+	},
+	{
+		from: []string{module + "/receiver/ebpfprofreceiver/internal/profilebuilder"},
+		to:   []string{module + "/internal/bpf/"},
+		why:  "the builder turns named stacks into pdata: the receiver hands it the scopes and probe names BPF gave",
 	},
 }
 
@@ -96,6 +101,7 @@ func TestRulesCatchALeak(t *testing.T) {
 	for _, tc := range []struct{ from, to string }{
 		{module + "/internal/process", module + "/receiver/uproberecv"},
 		{module + "/internal/bpf/profiler", module + "/internal/symbolize/kernelsym"},
+		{module + "/receiver/ebpfprofreceiver/internal/profilebuilder", module + "/internal/bpf/scopes"},
 	} {
 		broken := false
 		for _, r := range rules {

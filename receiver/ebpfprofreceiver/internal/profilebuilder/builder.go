@@ -9,7 +9,6 @@ import (
 	"go.opentelemetry.io/collector/pdata/pcommon"
 	"go.opentelemetry.io/collector/pdata/pprofile"
 
-	"github.com/bpfcol/bpfcol/internal/bpf/scopes"
 	"github.com/bpfcol/bpfcol/internal/conventions"
 	"github.com/bpfcol/bpfcol/internal/frame"
 )
@@ -28,7 +27,16 @@ type Sample struct {
 	Preempted bool
 	// Scope is the probe scope the sample was taken in: the sample links
 	// to it and names its probe. Nil outside any.
-	Scope *scopes.Link
+	Scope *Scope
+}
+
+// Scope is one outermost probe scope of the uprobe receiver: the ids its
+// log record carries, which the samples taken inside it link to.
+type Scope struct {
+	TraceID [16]byte
+	SpanID  [8]byte
+	// ProbeID is the scope's probe, named through Meta.ProbeName.
+	ProbeID uint32
 }
 
 // Process is one process's samples.
@@ -50,6 +58,10 @@ type Meta struct {
 	PeriodNanos int64
 	// ScopeName and ScopeVersion name the instrumentation scope.
 	ScopeName, ScopeVersion string
+	// ProbeName names the probe of a scope's ProbeID as its log records
+	// do, false when it knows none; nil knows none. The uprobe receiver
+	// that numbered the probe owns the names.
+	ProbeName func(id uint32) (string, bool)
 }
 
 // Build returns one Profiles holding every process as its own
@@ -86,7 +98,7 @@ func Build(procs []Process, meta Meta) pprofile.Profiles {
 			prof.SetPeriod(meta.PeriodNanos)
 			for j := range p.Samples {
 				s := &p.Samples[j]
-				ps := addSample(prof, d, s)
+				ps := addSample(prof, d, s, meta.ProbeName)
 				ps.Values().Append(s.Count)
 			}
 		}
@@ -94,7 +106,7 @@ func Build(procs []Process, meta Meta) pprofile.Profiles {
 			prof := newProfile(sp, offCPU, meta)
 			for j := range p.OffCPUSamples {
 				s := &p.OffCPUSamples[j]
-				ps := addSample(prof, d, s)
+				ps := addSample(prof, d, s, meta.ProbeName)
 				ps.Values().Append(s.OffCPUNs)
 				reason := conventions.OffCPUReasonBlocked
 				if s.Preempted {
@@ -123,9 +135,9 @@ func newProfile(sp pprofile.ScopeProfiles, typ profileType, meta Meta) pprofile.
 	return prof
 }
 
-// addSample appends s's stack, timestamps and thread to prof; the caller
-// appends its value.
-func addSample(prof pprofile.Profile, d *dictionary, s *Sample) pprofile.Sample {
+// addSample appends s's stack, timestamps, thread and scope to prof, the
+// scope's probe named by names; the caller appends its value.
+func addSample(prof pprofile.Profile, d *dictionary, s *Sample, names func(uint32) (string, bool)) pprofile.Sample {
 	ps := prof.Samples().AppendEmpty()
 	ps.SetStackIndex(d.stack(s.Frames))
 	ps.TimestampsUnixNano().Append(s.Timestamps...)
@@ -135,16 +147,18 @@ func addSample(prof pprofile.Profile, d *dictionary, s *Sample) pprofile.Sample 
 	)
 	if s.Scope != nil {
 		ps.SetLinkIndex(d.link(s.Scope))
-		ps.AttributeIndices().Append(d.attrStr(conventions.ProbeID, probeName(s.Scope.ProbeID)))
+		ps.AttributeIndices().Append(d.attrStr(conventions.ProbeID, probeName(names, s.Scope.ProbeID)))
 	}
 	return ps
 }
 
 // probeName names a scope's probe as its log records do; a probe whose
 // receiver has stopped since is named by its number.
-func probeName(id uint32) string {
-	if name, ok := scopes.ProbeName(id); ok {
-		return name
+func probeName(names func(uint32) (string, bool), id uint32) string {
+	if names != nil {
+		if name, ok := names(id); ok {
+			return name
+		}
 	}
 	return strconv.FormatUint(uint64(id), 10)
 }

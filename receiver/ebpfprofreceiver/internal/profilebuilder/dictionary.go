@@ -7,7 +7,6 @@ import (
 	"go.opentelemetry.io/collector/pdata/pcommon"
 	"go.opentelemetry.io/collector/pdata/pprofile"
 
-	"github.com/bpfcol/bpfcol/internal/bpf/scopes"
 	"github.com/bpfcol/bpfcol/internal/conventions"
 	"github.com/bpfcol/bpfcol/internal/frame"
 )
@@ -28,7 +27,7 @@ type dictionary struct {
 	byPointer          map[*frame.Mapping]int32
 	locationsByPointer map[locationPointers]int32
 	stacks             map[string]int32
-	links              map[scopes.Link]int32
+	links              map[Scope]int32
 	scratch            strings.Builder
 }
 
@@ -73,13 +72,13 @@ func newDictionary(d pprofile.ProfilesDictionary) *dictionary {
 		byPointer:          map[*frame.Mapping]int32{},
 		locationsByPointer: map[locationPointers]int32{},
 		stacks:             map[string]int32{},
-		links:              map[scopes.Link]int32{},
+		links:              map[Scope]int32{},
 	}
 }
 
 // link returns the index of the link to scope l: its trace and span ids.
-func (t *dictionary) link(l *scopes.Link) int32 {
-	key := scopes.Link{TraceID: l.TraceID, SpanID: l.SpanID}
+func (t *dictionary) link(l *Scope) int32 {
+	key := Scope{TraceID: l.TraceID, SpanID: l.SpanID}
 	if idx, ok := t.links[key]; ok {
 		return idx
 	}

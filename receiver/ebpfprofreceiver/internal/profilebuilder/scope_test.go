@@ -5,7 +5,6 @@ import (
 
 	"go.opentelemetry.io/collector/pdata/pprofile"
 
-	"github.com/bpfcol/bpfcol/internal/bpf/scopes"
 	"github.com/bpfcol/bpfcol/internal/conventions"
 	"github.com/bpfcol/bpfcol/internal/frame"
 )
@@ -15,11 +14,11 @@ import (
 // scope, shared by on-CPU and off-CPU samples), carry the probe's name as
 // probe.id, and that samples outside any scope carry neither.
 func TestBuildScopeLinks(t *testing.T) {
-	base, unregister := scopes.RegisterProbes([]string{"parse", "work"})
-	defer unregister()
-	a := &scopes.Link{TraceID: [16]byte{1, 2, 3}, SpanID: [8]byte{4, 5}, ProbeID: base + 1}
-	b := &scopes.Link{TraceID: [16]byte{9}, SpanID: [8]byte{8}, ProbeID: base}
+	const base = 7
+	a := &Scope{TraceID: [16]byte{1, 2, 3}, SpanID: [8]byte{4, 5}, ProbeID: base + 1}
+	b := &Scope{TraceID: [16]byte{9}, SpanID: [8]byte{8}, ProbeID: base}
 	procs, meta := testInput()
+	meta.ProbeName = probeNames(base, "parse", "work")
 	procs[0].Samples[0].Scope = a
 	procs[0].Samples[1].Scope = b
 	kernel := frame.Frame{Address: 0xffffffff81000000, Type: frame.Kernel, Lines: []frame.Line{{Name: "schedule"}}}
@@ -42,7 +41,7 @@ func TestBuildScopeLinks(t *testing.T) {
 	on, off := profs.At(0).Samples(), profs.At(1).Samples()
 	for _, c := range []struct {
 		s     pprofile.Sample
-		want  *scopes.Link
+		want  *Scope
 		probe string
 	}{{on.At(0), a, "work"}, {on.At(1), b, "parse"}, {on.At(2), nil, ""}, {off.At(0), a, "work"}} {
 		li := c.s.LinkIndex()
@@ -62,5 +61,40 @@ func TestBuildScopeLinks(t *testing.T) {
 	}
 	if on.At(0).LinkIndex() != off.At(0).LinkIndex() {
 		t.Errorf("one scope has two links: %d and %d", on.At(0).LinkIndex(), off.At(0).LinkIndex())
+	}
+}
+
+// probeNames names the probes base, base+1... as a uprobe receiver that
+// registered names would.
+func probeNames(base uint32, names ...string) func(uint32) (string, bool) {
+	return func(id uint32) (string, bool) {
+		if id < base || id-base >= uint32(len(names)) {
+			return "", false
+		}
+		return names[id-base], true
+	}
+}
+
+// TestBuildNamesUnknownProbesByNumber checks that a scope whose probe has
+// no name (its receiver stopped since, or no names given) carries its
+// number as probe.id.
+func TestBuildNamesUnknownProbesByNumber(t *testing.T) {
+	for _, names := range []func(uint32) (string, bool){nil, probeNames(7, "parse")} {
+		procs, meta := testInput()
+		meta.ProbeName = names
+		procs[0].Samples[0].Scope = &Scope{TraceID: [16]byte{1}, SpanID: [8]byte{2}, ProbeID: 42}
+		p := roundTrip(t, Build(procs, meta))
+		d := p.Dictionary()
+		s := p.ResourceProfiles().At(0).ScopeProfiles().At(0).Profiles().At(0).Samples().At(0)
+		got := ""
+		for _, i := range s.AttributeIndices().All() {
+			at := d.AttributeTable().At(int(i))
+			if d.StringTable().At(int(at.KeyStrindex())) == conventions.ProbeID {
+				got = at.Value().Str()
+			}
+		}
+		if got != "42" {
+			t.Errorf("probe.id = %q, want \"42\"", got)
+		}
 	}
 }

@@ -287,7 +287,10 @@ func (r *Resolver) Resolve(b *aggregate.Batch) []profilebuilder.Process {
 			Timestamps: s.Timestamps,
 			ThreadID:   int64(s.TID),
 			ThreadName: s.Comm,
-			Scope:      s.Scope,
+			// The builder's Scope has the fields of the aggregator's
+			// scopes.Link: the pointer converts without a copy, and
+			// stops compiling if the two part.
+			Scope: (*profilebuilder.Scope)(s.Scope),
 		}
 		if s.OffCPU {
 			sample.OffCPUNs, sample.Preempted = s.OffCPUNs, s.Preempted
