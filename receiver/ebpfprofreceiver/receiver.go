@@ -298,7 +298,7 @@ func (r *profilesReceiver) start(_ context.Context, _ component.Host) error {
 	}
 
 	r.startSnapshots()
-	aggCfg := aggregate.Config{Binaries: r.binaries, Snapshots: r.snapshots}
+	aggCfg := aggregate.Config{Binaries: aggregateBinaries(r.binaries), Snapshots: r.snapshots}
 	var opts []resolve.Option
 	if r.interps != nil {
 		aggCfg.Interpreters = r.interps

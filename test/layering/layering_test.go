@@ -1,8 +1,9 @@
 // Package layering checks that data keeps flowing one way through the
 // tree: BPF → aggregate → symbolize → pdata → consumer. Shared code under
 // internal/ never reaches back up into a component, and the BPF loaders
-// never depend on the symbolizer, nor the profile builder on BPF. Per-pid
-// /proc paths are built in internal/process only.
+// never depend on the symbolizer, nor the aggregator on the symbolizer, nor
+// the profile builder on BPF. Per-pid /proc paths are built in
+// internal/process only.
 package layering
 
 import (
@@ -36,6 +37,11 @@ var rules = []rule{
 		from: []string{module + "/receiver/ebpfprofreceiver/internal/profilebuilder"},
 		to:   []string{module + "/internal/bpf/"},
 		why:  "the builder turns named stacks into pdata: the receiver hands it the scopes and probe names BPF gave",
+	},
+	{
+		from: []string{module + "/receiver/ebpfprofreceiver/internal/aggregate"},
+		to:   []string{module + "/internal/symbolize"},
+		why:  "the aggregator sits above symbolization: the receiver hands it the binaries it reads",
 	},
 }
 
@@ -102,6 +108,7 @@ func TestRulesCatchALeak(t *testing.T) {
 		{module + "/internal/process", module + "/receiver/uproberecv"},
 		{module + "/internal/bpf/profiler", module + "/internal/symbolize/kernelsym"},
 		{module + "/receiver/ebpfprofreceiver/internal/profilebuilder", module + "/internal/bpf/scopes"},
+		{module + "/receiver/ebpfprofreceiver/internal/aggregate", module + "/internal/symbolize"},
 	} {
 		broken := false
 		for _, r := range rules {

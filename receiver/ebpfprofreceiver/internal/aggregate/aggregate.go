@@ -17,7 +17,6 @@ import (
 	"github.com/bpfcol/bpfcol/internal/ktime"
 	"github.com/bpfcol/bpfcol/internal/lru"
 	"github.com/bpfcol/bpfcol/internal/process"
-	"github.com/bpfcol/bpfcol/internal/symbolize"
 )
 
 // Config bounds an Aggregator.
@@ -32,7 +31,8 @@ type Config struct {
 	MaxProcesses int
 	// Binaries caches opened binaries; the aggregator opens every binary it
 	// sees a sample in, so it can still be read after its process exits.
-	Binaries *symbolize.BinaryCache
+	// Nil opens none, and recovers no frameless leaf's caller.
+	Binaries Binaries
 	// ProcessInfo reads a process's metadata; nil takes it from
 	// Snapshots, else reads /proc.
 	ProcessInfo func(pid int) (*Process, error)
@@ -519,7 +519,7 @@ func (a *Aggregator) holdBinaries(proc *Process, frames []frame.Frame) {
 			proc.held = map[process.FileKey]struct{}{}
 		}
 		proc.held[key] = struct{}{}
-		bin, err := a.cfg.Binaries.Get(key, func() (*os.File, error) { return a.cfg.Snapshots.Open(proc.PID, m) })
+		bin, err := a.cfg.Binaries.Open(key, func() (*os.File, error) { return a.cfg.Snapshots.Open(proc.PID, m) })
 		if err == nil {
 			bin.Release()
 		}

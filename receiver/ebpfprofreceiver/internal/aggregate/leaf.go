@@ -7,7 +7,6 @@ import (
 	"github.com/bpfcol/bpfcol/internal/frame"
 	"github.com/bpfcol/bpfcol/internal/lru"
 	"github.com/bpfcol/bpfcol/internal/process"
-	"github.com/bpfcol/bpfcol/internal/symbolize"
 	"github.com/bpfcol/bpfcol/internal/unwind"
 )
 
@@ -37,8 +36,8 @@ const maxSlotPCs = 1 << 12
 const leafMaxIdle = lru.ChurnIdle
 
 // functionKey is a function of a binary. The binary is named by its
-// Binary's ID: copies of one build, which the BinaryCache shares, share
-// their analyses too. The code analysed is the shared Binary's, so a file
+// Binary's ID: copies of one build, which Binaries shares, share their
+// analyses too. The code analysed is the shared Binary's, so a file
 // faking another's build id could only mislead the choice between SP and
 // SP+8, which lostCaller still checks against the process's own mappings:
 // a wrong frame at worst, as a wrong name would be.
@@ -61,7 +60,7 @@ const noSlot = -1
 // sampled function had not pushed a frame: the return address is then at
 // SP (or SP+8), which the sampler captured.
 type leafAnalyzer struct {
-	binaries  *symbolize.BinaryCache
+	binaries  Binaries
 	functions *lru.Cache[functionKey, *unwind.Function] // nil value: not analysable
 	// slots remembers the answer for each PC: a busy thread is sampled at
 	// the same few PCs, and each answer otherwise costs a symbol lookup
@@ -69,7 +68,7 @@ type leafAnalyzer struct {
 	slots *lru.Cache[pcKey, int8]
 }
 
-func newLeafAnalyzer(binaries *symbolize.BinaryCache) *leafAnalyzer {
+func newLeafAnalyzer(binaries Binaries) *leafAnalyzer {
 	l := &leafAnalyzer{
 		binaries:  binaries,
 		functions: lru.New(maxAnalyzedFunctionBytes, analyzedCost),
@@ -126,16 +125,12 @@ func (l *leafAnalyzer) slot(pid int, m *process.Mapping, addr uint64) (int, bool
 // analyzeSlot finds where the return address is at the PC addr of m;
 // opened says whether m's binary could be read for the answer.
 func (l *leafAnalyzer) analyzeSlot(pid int, m *process.Mapping, addr uint64) (slot int, ok, opened bool) {
-	bin, err := l.binaries.Get(m.Key(), func() (*os.File, error) { return process.OpenMapping(pid, m) })
+	bin, err := l.binaries.Open(m.Key(), func() (*os.File, error) { return process.OpenMapping(pid, m) })
 	if err != nil {
 		return 0, false, false
 	}
 	defer bin.Release()
-	pc, ok := bin.Mapper().FileOffsetToVirtualAddress(m.FileOffset(addr))
-	if !ok {
-		return 0, false, true
-	}
-	start, end, ok := bin.FunctionStart(pc)
+	pc, start, end, ok := bin.FunctionAt(m.FileOffset(addr))
 	if !ok {
 		return 0, false, true
 	}
@@ -153,7 +148,7 @@ func (l *leafAnalyzer) analyzeSlot(pid int, m *process.Mapping, addr uint64) (sl
 	return slot, ok && (slot == 0 || slot == 8), true
 }
 
-func analyze(bin *symbolize.Binary, start, end uint64) *unwind.Function {
+func analyze(bin Binary, start, end uint64) *unwind.Function {
 	if end <= start || end-start > unwind.MaxCodeSize {
 		return nil
 	}
