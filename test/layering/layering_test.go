@@ -34,14 +34,14 @@ var rules = []rule{
 		why:  "the BPF loaders sit below symbolization in the data flow",
 	},
 	{
-		from: []string{module + "/receiver/ebpfprofreceiver/internal/profilebuilder"},
+		from: []string{module + "/receiver/ebpfprofreceiver/internal/profilebuilder/"},
 		to:   []string{module + "/internal/bpf/"},
 		why:  "the builder turns named stacks into pdata: the receiver hands it the scopes and probe names BPF gave",
 	},
 	{
-		from: []string{module + "/receiver/ebpfprofreceiver/internal/aggregate"},
+		from: []string{module + "/receiver/ebpfprofreceiver/internal/aggregate/"},
 		to:   []string{module + "/internal/symbolize"},
-		why:  "the aggregator sits above symbolization: the receiver hands it the binaries it reads",
+		why:  "the aggregator sits below symbolization in the data flow: the receiver hands it the binaries it reads",
 	},
 }
 

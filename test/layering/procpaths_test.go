@@ -1,7 +1,6 @@
 package layering
 
 import (
-	"bufio"
 	"bytes"
 	"os"
 	"os/exec"
@@ -41,15 +40,12 @@ var perPIDProcPath = regexp.MustCompile(strings.Join([]string{
 // per-pid /proc path. Comment lines build nothing and are skipped.
 func perPIDProcPathLines(src []byte) []int {
 	var lines []int
-	sc := bufio.NewScanner(bytes.NewReader(src))
-	sc.Buffer(nil, 1<<20)
-	for n := 1; sc.Scan(); n++ {
-		line := sc.Text()
-		if strings.HasPrefix(strings.TrimSpace(line), "//") {
+	for i, line := range bytes.Split(src, []byte("\n")) {
+		if bytes.HasPrefix(bytes.TrimSpace(line), []byte("//")) {
 			continue
 		}
-		if perPIDProcPath.MatchString(line) {
-			lines = append(lines, n)
+		if perPIDProcPath.Match(line) {
+			lines = append(lines, i+1)
 		}
 	}
 	return lines
