@@ -142,7 +142,16 @@ struct walk_regs {
 	u8 leaf_fp;     // the leaf was left by its frame pointer: its caller may be lost
 	u8 fp_step;     // the last frame recorded was stepped through by its frame pointer
 	u8 pc_by_cfi;   // pc was read where a table's rule says: a true return address
-	u8 pad[2];
+	u8 file_known;  // file holds the entry of the table of mapping mi
+	u8 pad;
+	// The mapping of the frame last looked up, [start, end) and its index,
+	// and its file's table entry as read then: a stack's frames lie in a
+	// few files, mostly one after another, and each search of the
+	// mappings and lookup of a file cost cache misses at every frame.
+	u64 mapping_start, mapping_end;
+	s32 mi;
+	u32 pad2;
+	struct unwind_file file;
 };
 
 // Anchor the record and flag types in BTF so bpf2go can mirror them in Go;
@@ -184,20 +193,43 @@ __noinline int find_mapping(struct unwind_proc *proc, u64 addr)
 	return base & (UNWIND_MAX_MAPPINGS - 1);
 }
 
+// index_entry reads entry g of the index at row slot at (struct
+// unwind_file): two u32 entries per slot.
+static __always_inline s64 index_entry(u32 at, u64 g)
+{
+	u32 key = at + (u32)(g >> 1);
+	u32 *e = bpf_map_lookup_elem(&unwind_rows, &key);
+	if (!e)
+		return -1;
+	return e[g & 1];
+}
+
 // find_row returns the index in unwind_rows of the row of f's table
 // covering file offset foff, or -1 when the table has none (foff before
-// its first row, or beyond 32 bits of it).
+// its first row, or beyond 32 bits of it). The table's index bounds the
+// search to the rows of foff's granule.
 __noinline s64 find_row(struct unwind_file *f, u64 foff)
 {
 	if (!f || foff < f->row_base || foff - f->row_base > 0xffffffffULL)
 		return -1;
 	u64 target = foff - f->row_base;
 	u32 first = f->row_first;
-	u64 len = f->row_count;
-	if (len == 0 || len > (1ULL << ROW_SEARCH_STEPS))
+	u64 count = f->row_count;
+	u32 shift = f->index_shift;
+	if (count == 0 || count > (1ULL << ROW_SEARCH_STEPS) || shift > 32)
 		return -1;
-	// Last row with pc <= target.
-	u64 base = 0;
+	u64 g = target >> shift;
+	s64 lo = count - 1, hi = count - 1;
+	// Past the last granule: the last row.
+	if (g < f->index_granules) {
+		u32 at = first + (u32)count;
+		lo = index_entry(at, g);
+		hi = index_entry(at, g + 1);
+	}
+	if (lo < 0 || hi < lo || hi >= count)
+		return -1;
+	// Last row in [lo, hi] with pc <= target.
+	u64 base = lo, len = hi - lo + 1;
 	for (int i = 0; i < ROW_SEARCH_STEPS && len > 1; i++) {
 		u64 half = len >> 1;
 		u32 key = first + (u32)(base + half);
@@ -274,11 +306,22 @@ __noinline long unwind_frame(struct walk_regs *w, struct sample *s, struct unwin
 	// A return address follows the call: the call itself is at pc-1, which
 	// is also what keeps a noreturn call at a function's end in its FDE.
 	u64 lookup = w->exact_pc ? pc : pc - 1;
-	int mi = find_mapping(proc, lookup);
-	if (mi < 0) {
-		s->flags |= SAMPLE_UNKNOWN_MAPPING;
-		return stop(w, UNWIND_STOP_OUTSIDE_MAPPINGS);
+	if (lookup < w->mapping_start || lookup >= w->mapping_end) {
+		int found = find_mapping(proc, lookup);
+		if (found < 0) {
+			s->flags |= SAMPLE_UNKNOWN_MAPPING;
+			return stop(w, UNWIND_STOP_OUTSIDE_MAPPINGS);
+		}
+		struct unwind_mapping *fm = &proc->mappings[found & (UNWIND_MAX_MAPPINGS - 1)];
+		w->mapping_start = fm->start;
+		w->mapping_end = fm->end;
+		w->mi = found;
+		w->file_known = 0;
 	}
+	// Both ways read back from w: the verifier then goes on from one
+	// state, not one per way.
+	asm volatile("" ::: "memory");
+	int mi = w->mi;
 	u32 n = w->n;
 	if (n >= MAX_STACK_DEPTH)
 		return stop(w, UNWIND_STOP_DEPTH_LIMIT);
@@ -289,19 +332,25 @@ __noinline long unwind_frame(struct walk_regs *w, struct sample *s, struct unwin
 	if (m->kind == UNWIND_MAPPING_ANON)
 		return step_fp(w, UNWIND_STOP_NO_CFI);
 	// The file's table serves every process that maps it.
-	struct unwind_file_key k = file_key(m);
-	struct unwind_file *f = bpf_map_lookup_elem(&unwind_files, &k);
-	if (!f) {
-		if (m->kind != UNWIND_MAPPING_FILE)
-			return step_fp(w, UNWIND_STOP_NO_CFI);
-		announce(&k, m, s->pid, s->ktime_ns);
-		return step_fp(w, UNWIND_STOP_NO_TABLE);
+	if (!w->file_known) {
+		struct unwind_file_key k = file_key(m);
+		struct unwind_file *e = bpf_map_lookup_elem(&unwind_files, &k);
+		if (!e) {
+			if (m->kind != UNWIND_MAPPING_FILE)
+				return step_fp(w, UNWIND_STOP_NO_CFI);
+			announce(&k, m, s->pid, s->ktime_ns);
+			return step_fp(w, UNWIND_STOP_NO_TABLE);
+		}
+		// Written only when it changes, about once a second: every CPU
+		// reads the entry, and a write takes its cache line from them.
+		u32 used = s->ktime_ns >> 30;
+		if (e->used != used)
+			e->used = used;
+		w->file = *e;
+		w->file_known = 1;
 	}
-	// Written only when it changes, about once a second: every CPU reads
-	// the entry, and a write takes its cache line from them.
-	u32 used = s->ktime_ns >> 30;
-	if (f->used != used)
-		f->used = used;
+	asm volatile("" ::: "memory");
+	struct unwind_file *f = &w->file;
 	if (f->state == UNWIND_FILE_PENDING)
 		return step_fp(w, UNWIND_STOP_NO_TABLE);
 	if (f->state != UNWIND_FILE_CFI)
@@ -534,6 +583,21 @@ static __always_inline void link_scope(struct sample *s, struct pt_regs *regs)
 	s->flags |= SAMPLE_SCOPE;
 }
 
+// kernel_stack fills kernel with the kernel stack of a perf event's
+// sample (ctx) and returns its length in bytes. A sample taken in user
+// mode has none: the helper would find that out only after taking its
+// per-CPU callchain buffer, a few cache misses at each such sample.
+static __always_inline s32 kernel_stack(void *ctx, u64 kernel[MAX_STACK_DEPTH])
+{
+	if (((struct pt_regs *)ctx)->cs & 3)
+		return 0;
+	s32 n = bpf_get_stack(ctx, kernel, MAX_STACK_DEPTH * sizeof(u64), 0);
+	// EFAULT: no kernel stack, not an error.
+	if (n < 0 && n != -14)
+		count(COUNTER_KERNEL_STACK_ERR);
+	return n;
+}
+
 // fill_sample fills s with the current task's identity and stacks: the
 // kernel stack from here, the user stack by CFI when the process's
 // mappings are read, else by frame pointers. The on-CPU sampler and the
@@ -563,13 +627,8 @@ static __always_inline bool fill_sample(void *ctx, struct sample *s, u64 pid_tgi
 	bpf_get_current_comm(s->comm, sizeof(s->comm));
 
 	s->kernel_bytes = 0;
-	if (with_kernel) {
-		s->kernel_bytes = bpf_get_stack(ctx, s->kernel, sizeof(s->kernel), 0);
-		// A sample taken in user mode has no kernel stack: that is not
-		// an error.
-		if (s->kernel_bytes < 0 && s->kernel_bytes != -14 /* EFAULT */)
-			count(COUNTER_KERNEL_STACK_ERR);
-	}
+	if (with_kernel)
+		s->kernel_bytes = kernel_stack(ctx, s->kernel);
 
 	struct task_struct *task = bpf_get_current_task_btf();
 	if (task->flags & PF_KTHREAD) {
@@ -925,11 +984,8 @@ static __always_inline bool defer_compose(void *ctx, struct task_struct *task, u
 	w->cpu = bpf_get_smp_processor_id();
 	w->recompose = !with_sample;
 	w->kernel_bytes = 0;
-	if (with_sample) {
-		w->kernel_bytes = bpf_get_stack(ctx, w->kernel, sizeof(w->kernel), 0);
-		if (w->kernel_bytes < 0 && w->kernel_bytes != -14 /* EFAULT */)
-			count(COUNTER_KERNEL_STACK_ERR);
-	}
+	if (with_sample)
+		w->kernel_bytes = kernel_stack(ctx, w->kernel);
 	if (bpf_task_work_schedule_resume_impl(task, &w->tw, &compose_works, compose_walk, 0)) {
 		count(COUNTER_COMPOSE_REFUSED);
 		bpf_map_delete_elem(&compose_works, &tid);
