@@ -142,16 +142,7 @@ struct walk_regs {
 	u8 leaf_fp;     // the leaf was left by its frame pointer: its caller may be lost
 	u8 fp_step;     // the last frame recorded was stepped through by its frame pointer
 	u8 pc_by_cfi;   // pc was read where a table's rule says: a true return address
-	u8 file_known;  // file holds the entry of the table of mapping mi
-	u8 pad;
-	// The mapping of the frame last looked up, [start, end) and its index,
-	// and its file's table entry as read then: a stack's frames lie in a
-	// few files, mostly one after another, and each search of the
-	// mappings and lookup of a file cost cache misses at every frame.
-	u64 mapping_start, mapping_end;
-	s32 mi;
-	u32 pad2;
-	struct unwind_file file;
+	u8 pad[2];
 };
 
 // Anchor the record and flag types in BTF so bpf2go can mirror them in Go;
@@ -306,22 +297,11 @@ __noinline long unwind_frame(struct walk_regs *w, struct sample *s, struct unwin
 	// A return address follows the call: the call itself is at pc-1, which
 	// is also what keeps a noreturn call at a function's end in its FDE.
 	u64 lookup = w->exact_pc ? pc : pc - 1;
-	if (lookup < w->mapping_start || lookup >= w->mapping_end) {
-		int found = find_mapping(proc, lookup);
-		if (found < 0) {
-			s->flags |= SAMPLE_UNKNOWN_MAPPING;
-			return stop(w, UNWIND_STOP_OUTSIDE_MAPPINGS);
-		}
-		struct unwind_mapping *fm = &proc->mappings[found & (UNWIND_MAX_MAPPINGS - 1)];
-		w->mapping_start = fm->start;
-		w->mapping_end = fm->end;
-		w->mi = found;
-		w->file_known = 0;
+	int mi = find_mapping(proc, lookup);
+	if (mi < 0) {
+		s->flags |= SAMPLE_UNKNOWN_MAPPING;
+		return stop(w, UNWIND_STOP_OUTSIDE_MAPPINGS);
 	}
-	// Both ways read back from w: the verifier then goes on from one
-	// state, not one per way.
-	asm volatile("" ::: "memory");
-	int mi = w->mi;
 	u32 n = w->n;
 	if (n >= MAX_STACK_DEPTH)
 		return stop(w, UNWIND_STOP_DEPTH_LIMIT);
@@ -332,25 +312,19 @@ __noinline long unwind_frame(struct walk_regs *w, struct sample *s, struct unwin
 	if (m->kind == UNWIND_MAPPING_ANON)
 		return step_fp(w, UNWIND_STOP_NO_CFI);
 	// The file's table serves every process that maps it.
-	if (!w->file_known) {
-		struct unwind_file_key k = file_key(m);
-		struct unwind_file *e = bpf_map_lookup_elem(&unwind_files, &k);
-		if (!e) {
-			if (m->kind != UNWIND_MAPPING_FILE)
-				return step_fp(w, UNWIND_STOP_NO_CFI);
-			announce(&k, m, s->pid, s->ktime_ns);
-			return step_fp(w, UNWIND_STOP_NO_TABLE);
-		}
-		// Written only when it changes, about once a second: every CPU
-		// reads the entry, and a write takes its cache line from them.
-		u32 used = s->ktime_ns >> 30;
-		if (e->used != used)
-			e->used = used;
-		w->file = *e;
-		w->file_known = 1;
+	struct unwind_file_key k = file_key(m);
+	struct unwind_file *f = bpf_map_lookup_elem(&unwind_files, &k);
+	if (!f) {
+		if (m->kind != UNWIND_MAPPING_FILE)
+			return step_fp(w, UNWIND_STOP_NO_CFI);
+		announce(&k, m, s->pid, s->ktime_ns);
+		return step_fp(w, UNWIND_STOP_NO_TABLE);
 	}
-	asm volatile("" ::: "memory");
-	struct unwind_file *f = &w->file;
+	// Written only when it changes, about once a second: every CPU reads
+	// the entry, and a write takes its cache line from them.
+	u32 used = s->ktime_ns >> 30;
+	if (f->used != used)
+		f->used = used;
 	if (f->state == UNWIND_FILE_PENDING)
 		return step_fp(w, UNWIND_STOP_NO_TABLE);
 	if (f->state != UNWIND_FILE_CFI)

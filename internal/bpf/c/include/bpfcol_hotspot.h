@@ -335,17 +335,14 @@ static __always_inline u32 hs_compiled(struct walk_regs *w, struct hs_proc *hs, 
 	 * right above, not under its full size. */
 	if (exact && complete > 0 && pc < code + complete)
 		return hs_ret_in_cache(w, hs) ? INTERP_STOP_END : INTERP_STOP_BAD_FRAME;
-	/* The steps change only these: the rest of w (its mapping cache)
-	 * stays off the stack, within BPF's 512 bytes. */
-	u64 pc0 = w->pc, sp0 = w->sp, bp0 = w->bp;
-	u8 bp_known0 = w->bp_known;
+	struct walk_regs before = *w;
 	if (!hs_step_sized(w, frame_size))
 		return INTERP_STOP_READ_FAULT;
 	if (exact && !hotspot_pc(hs, w->pc)) {
-		w->pc = pc0, w->sp = sp0, w->bp = bp0, w->bp_known = bp_known0;
+		*w = before;
 		if (hs_ret_in_cache(w, hs))
 			return INTERP_STOP_END;
-		w->pc = pc0, w->sp = sp0, w->bp = bp0, w->bp_known = bp_known0;
+		*w = before;
 		if (!hs_step_sized(w, frame_size))
 			return INTERP_STOP_READ_FAULT;
 	}
