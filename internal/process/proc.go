@@ -79,21 +79,30 @@ func parseContainerID(r io.Reader) (string, error) {
 // Running reports whether pid is a process that has not exited: neither
 // gone nor a zombie waiting for its parent.
 func Running(pid int) bool {
-	b, err := os.ReadFile(procPath(pid, "stat"))
-	if err != nil {
+	fields, err := statFields(pid)
+	if err != nil || len(fields) == 0 || fields[0] == "" {
 		return false
 	}
-	// The state follows the command name, which is in parentheses and may
-	// hold anything.
-	i := bytes.LastIndexByte(b, ')')
-	if i < 0 || i+2 >= len(b) {
-		return false
-	}
-	switch b[i+2] {
+	switch fields[0][0] {
 	case 'Z', 'X', 'x':
 		return false
 	}
 	return true
+}
+
+// statFields returns the fields of /proc/PID/stat from the third, the
+// state, on. They follow the command name, which is in parentheses and
+// may hold anything, spaces and parentheses included.
+func statFields(pid int) ([]string, error) {
+	b, err := os.ReadFile(procPath(pid, "stat"))
+	if err != nil {
+		return nil, fmt.Errorf("reading stat of pid %d: %w", pid, err)
+	}
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return nil, fmt.Errorf("parsing stat of pid %d: no command name", pid)
+	}
+	return strings.Fields(string(b[i+1:])), nil
 }
 
 // ThreadIDs lists the threads of pid, from /proc/PID/task.
@@ -130,17 +139,10 @@ func PathInRoot(pid int, path string) string { return procPath(pid, "root") + pa
 // ticks since boot), as the text it reads: two processes with one pid and
 // one start time are the same.
 func StartTime(pid int) (string, error) {
-	b, err := os.ReadFile(procPath(pid, "stat"))
+	fields, err := statFields(pid)
 	if err != nil {
-		return "", fmt.Errorf("reading stat of pid %d: %w", pid, err)
+		return "", err
 	}
-	// The fields follow the command name, which is in parentheses and
-	// may hold anything; the first of them is field 3, the state.
-	i := bytes.LastIndexByte(b, ')')
-	if i < 0 {
-		return "", fmt.Errorf("parsing stat of pid %d: no command name", pid)
-	}
-	fields := strings.Fields(string(b[i+1:]))
 	if len(fields) < 20 {
 		return "", fmt.Errorf("parsing stat of pid %d: %d fields after the command name", pid, len(fields))
 	}

@@ -3,6 +3,7 @@ package symbolize
 import (
 	"errors"
 	"fmt"
+	"iter"
 	"os"
 
 	"github.com/bpfcol/bpfcol/internal/symbolize/buildid"
@@ -48,16 +49,28 @@ func (s *Symbolizer) openLocalDebugFile(buildID string) (*os.File, error) {
 	if !buildid.Valid(buildID) {
 		return nil, fmt.Errorf("opening debug file of %q: %w", buildID, debuginfod.ErrInvalidBuildID)
 	}
-	for _, p := range s.localCandidates(buildID) {
-		f, err := s.openLocal(p)
-		if err != nil {
-			continue
-		}
-		if fi, err := f.Stat(); err != nil || !fi.Mode().IsRegular() {
-			f.Close()
-			continue
-		}
+	for f := range s.localDebugFiles(buildID) {
 		return f, nil
 	}
 	return nil, nil
+}
+
+// localDebugFiles yields the regular files of buildID's local candidates,
+// opened, in order. The loop's body owns each file it is given.
+func (s *Symbolizer) localDebugFiles(buildID string) iter.Seq[*os.File] {
+	return func(yield func(*os.File) bool) {
+		for _, p := range s.localCandidates(buildID) {
+			f, err := s.openLocal(p)
+			if err != nil {
+				continue
+			}
+			if fi, err := f.Stat(); err != nil || !fi.Mode().IsRegular() {
+				f.Close()
+				continue
+			}
+			if !yield(f) {
+				return
+			}
+		}
+	}
 }

@@ -22,11 +22,7 @@ func (s *Symbolizer) debugFile(buildID string) (dbg *Binary, pending bool) {
 		return dbg, false
 	}
 	if !s.noLocalDebug.Contains(buildID) {
-		for _, p := range s.localCandidates(buildID) {
-			f, err := s.openLocal(p)
-			if err != nil {
-				continue
-			}
+		for f := range s.localDebugFiles(buildID) {
 			if dbg := s.openDebug(buildID, f, func(b *Binary) bool { return b.BuildIDGNU() == buildID }); dbg != nil {
 				return dbg, false
 			}
