@@ -184,20 +184,43 @@ __noinline int find_mapping(struct unwind_proc *proc, u64 addr)
 	return base & (UNWIND_MAX_MAPPINGS - 1);
 }
 
+// index_entry reads entry g of the index at row slot at (struct
+// unwind_file): two u32 entries per slot.
+static __always_inline s64 index_entry(u32 at, u64 g)
+{
+	u32 key = at + (u32)(g >> 1);
+	u32 *e = bpf_map_lookup_elem(&unwind_rows, &key);
+	if (!e)
+		return -1;
+	return e[g & 1];
+}
+
 // find_row returns the index in unwind_rows of the row of f's table
 // covering file offset foff, or -1 when the table has none (foff before
-// its first row, or beyond 32 bits of it).
+// its first row, or beyond 32 bits of it). The table's index bounds the
+// search to the rows of foff's granule.
 __noinline s64 find_row(struct unwind_file *f, u64 foff)
 {
 	if (!f || foff < f->row_base || foff - f->row_base > 0xffffffffULL)
 		return -1;
 	u64 target = foff - f->row_base;
 	u32 first = f->row_first;
-	u64 len = f->row_count;
-	if (len == 0 || len > (1ULL << ROW_SEARCH_STEPS))
+	u64 count = f->row_count;
+	u32 shift = f->index_shift;
+	if (count == 0 || count > (1ULL << ROW_SEARCH_STEPS) || shift > 32)
 		return -1;
-	// Last row with pc <= target.
-	u64 base = 0;
+	u64 g = target >> shift;
+	s64 lo = count - 1, hi = count - 1;
+	// Past the last granule: the last row.
+	if (g < f->index_granules) {
+		u32 at = first + (u32)count;
+		lo = index_entry(at, g);
+		hi = index_entry(at, g + 1);
+	}
+	if (lo < 0 || hi < lo || hi >= count)
+		return -1;
+	// Last row in [lo, hi] with pc <= target.
+	u64 base = lo, len = hi - lo + 1;
 	for (int i = 0; i < ROW_SEARCH_STEPS && len > 1; i++) {
 		u64 half = len >> 1;
 		u32 key = first + (u32)(base + half);
@@ -534,6 +557,21 @@ static __always_inline void link_scope(struct sample *s, struct pt_regs *regs)
 	s->flags |= SAMPLE_SCOPE;
 }
 
+// kernel_stack fills kernel with the kernel stack of a perf event's
+// sample (ctx) and returns its length in bytes. A sample taken in user
+// mode has none: the helper would find that out only after taking its
+// per-CPU callchain buffer, a few cache misses at each such sample.
+static __always_inline s32 kernel_stack(void *ctx, u64 kernel[MAX_STACK_DEPTH])
+{
+	if (((struct pt_regs *)ctx)->cs & 3)
+		return 0;
+	s32 n = bpf_get_stack(ctx, kernel, MAX_STACK_DEPTH * sizeof(u64), 0);
+	// EFAULT: no kernel stack, not an error.
+	if (n < 0 && n != -14)
+		count(COUNTER_KERNEL_STACK_ERR);
+	return n;
+}
+
 // fill_sample fills s with the current task's identity and stacks: the
 // kernel stack from here, the user stack by CFI when the process's
 // mappings are read, else by frame pointers. The on-CPU sampler and the
@@ -563,13 +601,8 @@ static __always_inline bool fill_sample(void *ctx, struct sample *s, u64 pid_tgi
 	bpf_get_current_comm(s->comm, sizeof(s->comm));
 
 	s->kernel_bytes = 0;
-	if (with_kernel) {
-		s->kernel_bytes = bpf_get_stack(ctx, s->kernel, sizeof(s->kernel), 0);
-		// A sample taken in user mode has no kernel stack: that is not
-		// an error.
-		if (s->kernel_bytes < 0 && s->kernel_bytes != -14 /* EFAULT */)
-			count(COUNTER_KERNEL_STACK_ERR);
-	}
+	if (with_kernel)
+		s->kernel_bytes = kernel_stack(ctx, s->kernel);
 
 	struct task_struct *task = bpf_get_current_task_btf();
 	if (task->flags & PF_KTHREAD) {
@@ -925,11 +958,8 @@ static __always_inline bool defer_compose(void *ctx, struct task_struct *task, u
 	w->cpu = bpf_get_smp_processor_id();
 	w->recompose = !with_sample;
 	w->kernel_bytes = 0;
-	if (with_sample) {
-		w->kernel_bytes = bpf_get_stack(ctx, w->kernel, sizeof(w->kernel), 0);
-		if (w->kernel_bytes < 0 && w->kernel_bytes != -14 /* EFAULT */)
-			count(COUNTER_KERNEL_STACK_ERR);
-	}
+	if (with_sample)
+		w->kernel_bytes = kernel_stack(ctx, w->kernel);
 	if (bpf_task_work_schedule_resume_impl(task, &w->tw, &compose_works, compose_walk, 0)) {
 		count(COUNTER_COMPOSE_REFUSED);
 		bpf_map_delete_elem(&compose_works, &tid);

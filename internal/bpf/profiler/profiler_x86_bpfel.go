@@ -332,12 +332,14 @@ type profilerScopeLink struct {
 }
 
 type profilerUnwindFile struct {
-	_        structs.HostLayout
-	RowBase  uint64
-	RowFirst uint32
-	RowCount uint32
-	State    uint32
-	Used     uint32
+	_             structs.HostLayout
+	RowBase       uint64
+	RowFirst      uint32
+	RowCount      uint32
+	State         uint32
+	Used          uint32
+	IndexShift    uint32
+	IndexGranules uint32
 }
 
 type profilerUnwindFileKey struct {

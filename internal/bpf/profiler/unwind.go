@@ -98,8 +98,69 @@ type UnwindFile struct {
 	State FileState
 	// RowBase is the file offset the rows' PCs are relative to.
 	RowBase uint64
-	// RowFirst and RowCount locate the rows in the row store.
+	// RowFirst and RowCount locate the rows in the row store; their
+	// index follows them.
 	RowFirst, RowCount uint32
+	Index              UnwindIndex
+}
+
+// UnwindIndex is the shape of the index that follows a table's rows in
+// the row store (struct unwind_file): entry g, for g in [0, Granules],
+// is the last row whose PC (relative to the table's base) is at most
+// g<<Shift, or 0; two uint32 entries per row slot. The BPF search for a
+// PC reads two entries, then only the rows between them: halving a whole
+// table of many thousand rows cost a cache and a TLB miss per step.
+type UnwindIndex struct {
+	Shift, Granules uint32
+}
+
+// UnwindTable is how a table takes room in the row store.
+type UnwindTable struct {
+	// Slots is the row slots it takes: its rows, then its index.
+	Slots uint32
+	Index UnwindIndex
+}
+
+// rowsPerIndexEntry is about how many rows an index entry spans at
+// least: the index takes about an eighth of the rows' room, and a search
+// reads a few rows of one or two cache lines after it.
+const rowsPerIndexEntry = 4
+
+// minIndexShift is the finest granule, 16 bytes of code.
+const minIndexShift = 4
+
+// LayOutUnwindTable is how rows, sorted by PC and relative to base, are
+// laid out in the row store.
+func LayOutUnwindTable(rows []cfi.Row, base uint64) UnwindTable {
+	n := len(rows)
+	if n == 0 {
+		return UnwindTable{}
+	}
+	last := uint64(uint32(rows[n-1].PC - base))
+	shift := uint32(minIndexShift)
+	for ; shift < 32; shift++ {
+		if last>>shift+2 <= max(uint64(n)/rowsPerIndexEntry, 2) {
+			break
+		}
+	}
+	granules := uint32(last>>shift) + 1
+	return UnwindTable{
+		Slots: uint32(n) + (granules+2)/2, // granules+1 entries, two a slot
+		Index: UnwindIndex{Shift: shift, Granules: granules},
+	}
+}
+
+// fillIndex writes the index of rows (relative to base) shaped as ix into
+// entries, which holds at least ix.Granules+1 of them.
+func fillIndex(entries []uint32, rows []cfi.Row, base uint64, ix UnwindIndex) {
+	i := 0
+	for g := uint64(0); g <= uint64(ix.Granules); g++ {
+		limit := g << ix.Shift
+		for i+1 < len(rows) && uint64(uint32(rows[i+1].PC-base)) <= limit {
+			i++
+		}
+		entries[g] = uint32(i)
+	}
 }
 
 // StopReason is why the BPF unwinder stopped walking a stack.

@@ -65,51 +65,60 @@ func (s *Sampler) SetUnwindVDSO(rows []cfi.Row, base uint64) error {
 	if len(rows) == 0 || len(rows) > MaxVDSORows {
 		return fmt.Errorf("setting the vDSO's unwind table: %d rows, want 1 to %d", len(rows), MaxVDSORows)
 	}
-	if err := s.writeRows(s.rows, rows, base, s.rows+MaxVDSORows); err != nil {
+	table, err := s.writeRows(s.rows, rows, base, s.rows+MaxVDSORows)
+	if err != nil {
 		return fmt.Errorf("setting the vDSO's unwind table: %w", err)
 	}
-	return s.SetUnwindFile(VDSOFile, UnwindFile{State: FileCFI, RowBase: base, RowFirst: s.rows, RowCount: uint32(len(rows))})
+	return s.SetUnwindFile(VDSOFile, UnwindFile{State: FileCFI, RowBase: base, RowFirst: s.rows, RowCount: uint32(len(rows)), Index: table.Index})
 }
 
 // WriteUnwindRows encodes rows, whose PCs are relative to base, into the
-// row store from index first on. The caller owns the store's layout and
-// must not point a process at rows it is rewriting.
+// row store from index first on, and their index after them: the slots
+// LayOutUnwindTable(rows, base) says. The caller owns the store's layout
+// and must not point a process at rows it is rewriting.
 //
 // The rows go through a shared mapping of the store's pages, held only
 // for the write: a batch update costs the kernel a copy and an update per
 // 8-byte row, which made loading the tables of a few processes take
 // 100 ms of CPU.
 func (s *Sampler) WriteUnwindRows(first uint32, rows []cfi.Row, base uint64) error {
-	return s.writeRows(first, rows, base, s.rows)
+	_, err := s.writeRows(first, rows, base, s.rows)
+	return err
 }
 
-// writeRows is WriteUnwindRows for rows below limit.
-func (s *Sampler) writeRows(first uint32, rows []cfi.Row, base uint64, limit uint32) (err error) {
-	if uint64(first)+uint64(len(rows)) > uint64(limit) {
-		return fmt.Errorf("writing %d unwind rows at %d: the store holds %d", len(rows), first, limit)
+// writeRows is WriteUnwindRows for slots below limit.
+func (s *Sampler) writeRows(first uint32, rows []cfi.Row, base uint64, limit uint32) (table UnwindTable, err error) {
+	table = LayOutUnwindTable(rows, base)
+	if uint64(first)+uint64(table.Slots) > uint64(limit) {
+		return table, fmt.Errorf("writing %d unwind rows and their index (%d slots) at %d: the store holds %d",
+			len(rows), table.Slots, first, limit)
 	}
 	if len(rows) == 0 {
-		return nil
+		return table, nil
 	}
 	page := int64(os.Getpagesize())
 	from := int64(first) * UnwindRowBytes
 	off := from &^ (page - 1)
-	end := (from + int64(len(rows))*UnwindRowBytes + page - 1) &^ (page - 1)
+	end := (from + int64(table.Slots)*UnwindRowBytes + page - 1) &^ (page - 1)
 	mem, err := unix.Mmap(s.objs.UnwindRows.FD(), off, int(end-off), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
 	if err != nil {
-		return fmt.Errorf("mapping unwind rows %d-%d: %w", first, uint64(first)+uint64(len(rows)), err)
+		return table, fmt.Errorf("mapping unwind rows %d-%d: %w", first, uint64(first)+uint64(table.Slots), err)
 	}
 	defer func() {
 		if uerr := unix.Munmap(mem); uerr != nil && err == nil {
 			err = fmt.Errorf("unmapping unwind rows: %w", uerr)
 		}
 	}()
-	dst := unsafe.Slice((*profilerUnwindRow)(unsafe.Pointer(&mem[from-off])), len(rows))
+	dst := unsafe.Slice((*profilerUnwindRow)(unsafe.Pointer(&mem[from-off])), table.Slots)
 	for i, r := range rows {
 		e := encodeRow(r, base)
 		dst[i] = profilerUnwindRow{Pc: e.PC, CfaOff: e.CFAOff, Rules: e.Rules, RbpOff: e.RBPOff}
 	}
-	return nil
+	index := dst[len(rows):]
+	entries := unsafe.Slice((*uint32)(unsafe.Pointer(unsafe.SliceData(index))), 2*len(index))
+	clear(entries)
+	fillIndex(entries, rows, base, table.Index)
+	return table, nil
 }
 
 // SetUnwindFile makes the sampler walk frames in the file key with t: its
@@ -117,7 +126,8 @@ func (s *Sampler) writeRows(first uint32, rows []cfi.Row, base uint64, limit uin
 // from its next frame there. Rows must be in place before t points at
 // them.
 func (s *Sampler) SetUnwindFile(key process.FileKey, t UnwindFile) error {
-	v := profilerUnwindFile{State: uint32(t.State), RowBase: t.RowBase, RowFirst: t.RowFirst, RowCount: t.RowCount}
+	v := profilerUnwindFile{State: uint32(t.State), RowBase: t.RowBase, RowFirst: t.RowFirst, RowCount: t.RowCount,
+		IndexShift: t.Index.Shift, IndexGranules: t.Index.Granules}
 	if err := s.objs.UnwindFiles.Update(fileKey(key), &v, ebpf.UpdateAny); err != nil {
 		return fmt.Errorf("setting the unwind table of file %d:%d: %w", key.Dev, key.Ino, err)
 	}
@@ -189,7 +199,8 @@ func (s *Sampler) LookupUnwindFile(key process.FileKey) (UnwindFile, bool, error
 		}
 		return UnwindFile{}, false, fmt.Errorf("looking up the unwind table of file %d:%d: %w", key.Dev, key.Ino, err)
 	}
-	return UnwindFile{State: FileState(v.State), RowBase: v.RowBase, RowFirst: v.RowFirst, RowCount: v.RowCount}, true, nil
+	return UnwindFile{State: FileState(v.State), RowBase: v.RowBase, RowFirst: v.RowFirst, RowCount: v.RowCount,
+		Index: UnwindIndex{Shift: v.IndexShift, Granules: v.IndexGranules}}, true, nil
 }
 
 // fileKeyOf is the FileKey of the file BPF names by s_dev and inode;

@@ -15,7 +15,8 @@ import (
 
 // TestWriteUnwindRowsRoundTrip writes rows across page boundaries at an
 // unaligned index and reads them back through the map: each row encoded
-// where it belongs, and the rows on either side untouched.
+// where it belongs, the index after them, and the slots on either side
+// untouched.
 func TestWriteUnwindRowsRoundTrip(t *testing.T) {
 	testenv.RequireBPF(t)
 	s, err := New(Options{Frequency: 1, UnwindRows: 4096})
@@ -32,10 +33,19 @@ func TestWriteUnwindRowsRoundTrip(t *testing.T) {
 	if err := s.WriteUnwindRows(first, rows, base); err != nil {
 		t.Fatal(err)
 	}
-	for i := first - 1; i <= first+count; i++ {
+	table := LayOutUnwindTable(rows, base)
+	if table.Slots <= count {
+		t.Fatalf("a table of %d rows takes %d slots: no room for its index", count, table.Slots)
+	}
+	var entries []uint32
+	for i := first - 1; i <= first+int(table.Slots); i++ {
 		var got profilerUnwindRow
 		if err := s.objs.UnwindRows.Lookup(uint32(i), &got); err != nil {
 			t.Fatalf("row %d: %v", i, err)
+		}
+		if i >= first+count && i < first+int(table.Slots) {
+			entries = append(entries, got.Pc, uint32(uint16(got.CfaOff))|uint32(got.Rules)<<16|uint32(uint8(got.RbpOff))<<24)
+			continue
 		}
 		var want profilerUnwindRow
 		if i >= first && i < first+count {
@@ -47,6 +57,13 @@ func TestWriteUnwindRowsRoundTrip(t *testing.T) {
 		}
 		if got != want {
 			t.Fatalf("row %d: got %+v, want %+v", i, got, want)
+		}
+	}
+	// Rows 3 bytes apart: entry g is the row at or before g<<shift.
+	for g := range table.Index.Granules + 1 {
+		want := min(uint32((uint64(g)<<table.Index.Shift)/3), count-1)
+		if entries[g] != want {
+			t.Fatalf("index entry %d (granules of 2^%d bytes) is row %d, want %d", g, table.Index.Shift, entries[g], want)
 		}
 	}
 	if err := s.WriteUnwindRows(4096-10, rows[:11], base); err == nil {

@@ -154,9 +154,10 @@ func stopFor(t *testing.T, cmd *exec.Cmd) {
 // are left pending, not pointing at reused rows; a sweep does not evict
 // the walked process's tables back for them.
 func TestLoaderEvictsLeastRecentlyUsed(t *testing.T) {
-	// sqlite3 needs about 78k rows (libsqlite3, libc...), python3.11
-	// about 105k (its binary alone 65k), 38k of them shared (libc, libm,
-	// libz, ld.so): 110k rows hold either, not both. Only these two are
+	// sqlite3's tables take about 66k row slots with their indexes
+	// (libsqlite3, libc...), python3.11's about 106k (its binary alone
+	// 65k rows), libc, libm, libz and ld.so shared: 110k slots hold
+	// either, not both. Only these two are
 	// sampled: the tables of whatever else runs on the host stay out.
 	sq := startBusy(t, "/usr/bin/sqlite3", sqliteArgs...)
 	py := startStopped(t, "/usr/bin/python3.11", pythonArgs...)

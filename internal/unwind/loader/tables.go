@@ -40,6 +40,9 @@ type fileEntry struct {
 	state fileState
 	first uint32 // rows [first, first+count) of the store
 	count uint32
+	// table is the room the rows take in the store, with their index:
+	// slots [first, first+table.Slots).
+	table profiler.UnwindTable
 	// rowBase is the file offset the rows' PCs are relative to.
 	rowBase uint64
 	// segs are the file's executable segments, which place its rows.
@@ -138,7 +141,8 @@ func (t *tableSet) publish(fe *fileEntry) {
 	f := profiler.UnwindFile{State: profiler.FilePending}
 	switch fe.state {
 	case fileRows:
-		f = profiler.UnwindFile{State: profiler.FileCFI, RowBase: fe.rowBase, RowFirst: fe.first, RowCount: fe.count}
+		f = profiler.UnwindFile{State: profiler.FileCFI, RowBase: fe.rowBase, RowFirst: fe.first, RowCount: fe.count,
+			Index: fe.table.Index}
 	case fileFramePointers:
 		f.State = profiler.FileFramePointers
 	}
@@ -207,21 +211,27 @@ func (t *tableSet) materialize(fe *fileEntry) {
 		return
 	}
 	rows, base, ok := fileOffsetRows(e.Table.Rows, fe.segs)
-	if !ok || rows[len(rows)-1].PC-rows[0].PC > math.MaxUint32 || uint64(len(rows)) > uint64(t.arena.size) {
+	if !ok || rows[len(rows)-1].PC-rows[0].PC > math.MaxUint32 {
 		t.tableErr.Add(1)
 		t.setFramePointers(fe)
 		return
 	}
-	first, ok := t.alloc(uint32(len(rows)), fe)
+	table := profiler.LayOutUnwindTable(rows, rows[0].PC)
+	if uint64(table.Slots) > uint64(t.arena.size) {
+		t.tableErr.Add(1)
+		t.setFramePointers(fe)
+		return
+	}
+	first, ok := t.alloc(table.Slots, fe)
 	if !ok {
 		return // pending: the sweep retries it with free room
 	}
 	if err := t.cfg.Sink.WriteUnwindRows(first, rows, rows[0].PC); err != nil {
-		t.arena.release(first, uint32(len(rows)), false)
+		t.arena.release(first, table.Slots, false)
 		t.tableErr.Add(1)
 		return
 	}
-	fe.state, fe.first, fe.count, fe.rowBase = fileRows, first, uint32(len(rows)), base
+	fe.state, fe.first, fe.count, fe.table, fe.rowBase = fileRows, first, uint32(len(rows)), table, base
 	// Kept open while a rebuild may still fill the table from its debug
 	// file.
 	if !errors.Is(e.Err, cfi.ErrPending) {
@@ -309,8 +319,8 @@ func (t *tableSet) rebuilt(key process.FileKey) {
 func (t *tableSet) unload(fe *fileEntry) {
 	fe.state = filePending
 	t.publish(fe)
-	t.arena.release(fe.first, fe.count, true)
-	fe.first, fe.count = 0, 0
+	t.arena.release(fe.first, fe.table.Slots, true)
+	fe.first, fe.count, fe.table = 0, 0, profiler.UnwindTable{}
 	t.counted()
 }
 
@@ -319,7 +329,7 @@ func (t *tableSet) unload(fe *fileEntry) {
 func (t *tableSet) forget(fe *fileEntry) {
 	_ = t.cfg.Sink.DeleteUnwindFile(fe.key)
 	if fe.state == fileRows {
-		t.arena.release(fe.first, fe.count, true)
+		t.arena.release(fe.first, fe.table.Slots, true)
 	}
 	fe.closeHeld()
 	delete(t.files, fe.key)
@@ -447,7 +457,7 @@ func (t *tableSet) compact() bool {
 	next := uint32(0)
 	for _, fe := range tables {
 		if fe.first == next {
-			next += fe.count
+			next += fe.table.Slots
 			continue
 		}
 		e, ok := t.cfg.Tables.Get(fe.key)
@@ -463,7 +473,7 @@ func (t *tableSet) compact() bool {
 		fe.state = filePending
 		t.publish(fe)
 		moves = append(moves, move{fe, rows, next})
-		next += fe.count
+		next += fe.table.Slots
 	}
 	if len(moves) > 0 {
 		time.Sleep(t.cfg.Quarantine)
@@ -482,7 +492,7 @@ func (t *tableSet) compact() bool {
 	t.arena = newArena(t.arena.size, t.cfg.Quarantine)
 	for _, fe := range t.files {
 		if fe.state == fileRows {
-			t.arena.reserve(fe.first, fe.count)
+			t.arena.reserve(fe.first, fe.table.Slots)
 		}
 	}
 	t.counted()

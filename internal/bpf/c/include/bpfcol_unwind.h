@@ -102,7 +102,7 @@ struct unwind_file_key {
 /* States of a file's table, generated for Go by bpf2go (-type unwind_file_state). */
 enum unwind_file_state {
 	UNWIND_FILE_PENDING = 0, /* asked for, being built: frame pointers meanwhile */
-	UNWIND_FILE_CFI = 1,     /* rows [row_first, row_first + row_count) */
+	UNWIND_FILE_CFI = 1,     /* rows [row_first, row_first + row_count), then their index */
 	UNWIND_FILE_FP = 2,      /* no table to walk (Go, no CFI, unreadable): frame pointers */
 };
 
@@ -112,6 +112,14 @@ struct unwind_file {
 	u32 row_count;
 	u32 state;      /* enum unwind_file_state */
 	u32 used;       /* ktime >> 30 (about seconds) when a walk last read it: eviction order */
+	/* The table's index follows its rows, two u32 entries per row slot:
+	 * entry g is the last row whose PC is at most g << index_shift (0 if
+	 * none), for g in [0, index_granules]. A search in granule g reads only
+	 * the rows between entries g and g+1, a few neighbours, instead of
+	 * halving the whole table: each halving of a large table was a cache
+	 * and TLB miss. */
+	u32 index_shift;
+	u32 index_granules;
 };
 
 /* Why a walk stopped; the counters live at COUNTER_UNWIND_STOP + reason. */
