@@ -1,6 +1,8 @@
 package uproberecv
 
 import (
+	"time"
+
 	"go.opentelemetry.io/collector/pdata/pcommon"
 	"go.opentelemetry.io/collector/pdata/plog"
 
@@ -28,13 +30,20 @@ type logBuilder struct {
 	// were read.
 	resources map[uint32]pcommon.Map
 	records   int
-	// heldBack are the processes whose records waited one batch for their
-	// exec event: they go out with the next batch, described or not.
-	heldBack map[uint32]bool
+	// heldSince says since when the records of each process not yet
+	// described wait for its exec event: up to describeWait, then they go
+	// out described or not.
+	heldSince map[uint32]time.Time
 }
 
+// describeWait bounds how long the records of a process wait for the exec
+// event that names it. The event is handled on another goroutine, behind
+// the attach work of the processes before it: on a loaded host (or a
+// single-CPU emulated one) that took more than a batch.
+const describeWait = 2 * time.Second
+
 func newLogBuilder(scopeName, scopeVersion string, probeIDs []string, clock *ktime.Clock, infos *process.InfoCache) *logBuilder {
-	b := &logBuilder{scopeName: scopeName, scopeVersion: scopeVersion, probeIDs: probeIDs, clock: clock, infos: infos, heldBack: map[uint32]bool{}}
+	b := &logBuilder{scopeName: scopeName, scopeVersion: scopeVersion, probeIDs: probeIDs, clock: clock, infos: infos, heldSince: map[uint32]time.Time{}}
 	b.reset()
 	return b
 }
@@ -85,20 +94,27 @@ func (b *logBuilder) add(r *scopeprobe.Record, observed pcommon.Timestamp) {
 	b.records++
 }
 
-// take returns the built logs and starts a new batch. The exec event that
-// describes a process is handled on another goroutine and can come after
-// the process's first records (a short process is gone by then, so /proc
-// cannot tell): the records of a process not yet described wait for the
-// next batch, once, unless this batch is the last.
-func (b *logBuilder) take(last bool) (plog.Logs, int) {
+// take returns the built logs, at now, and starts a new batch. The exec
+// event that describes a process is handled on another goroutine and can
+// come after the process's first records (a short process is gone by
+// then, so /proc cannot tell): the records of a process not yet described
+// wait for a later batch, up to describeWait, unless this batch is the
+// last.
+func (b *logBuilder) take(now time.Time, last bool) (plog.Logs, int) {
 	wait := map[uint32]bool{}
 	for pid, res := range b.resources {
 		info := b.infos.Lookup(int(pid))
-		if info.ExePath == "" && !last && !b.heldBack[pid] {
-			wait[pid] = true
-			continue
+		if info.ExePath == "" && !last {
+			since, held := b.heldSince[pid]
+			if !held {
+				b.heldSince[pid] = now
+			}
+			if !held || now.Sub(since) < describeWait {
+				wait[pid] = true
+				continue
+			}
 		}
-		delete(b.heldBack, pid)
+		delete(b.heldSince, pid)
 		if info.ExePath != "" {
 			res.PutStr(conventions.ProcessExecutablePath, info.ExePath)
 			res.PutStr(conventions.ProcessExecutableName, info.ExeName)
@@ -124,7 +140,6 @@ func (b *logBuilder) take(last bool) (plog.Logs, int) {
 		records := waiting[pid].Len()
 		b.byPID[pid] = held.ScopeLogs().At(0).LogRecords()
 		b.resources[pid] = held.Resource().Attributes()
-		b.heldBack[pid] = true
 		b.records += records
 		n -= records
 		return true

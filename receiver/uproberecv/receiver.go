@@ -399,7 +399,7 @@ func (r *logsReceiver) flush(b *logBuilder, last bool) {
 	if b.records == 0 {
 		return
 	}
-	logs, n := b.take(last)
+	logs, n := b.take(time.Now(), last)
 	if n == 0 {
 		return
 	}
