@@ -58,7 +58,13 @@ enum sample_flag {
 	SAMPLE_PREEMPTED = 1U << 12,      // off-CPU while still runnable (preempted or yielded), not blocked
 	SAMPLE_SCOPE = 1U << 13,          // link holds the probe scope open on the thread or goroutine
 };
-#define SAMPLE_STOP_SHIFT 8 // bits 8-11: enum unwind_stop of a CFI walk
+// Where a sample's flags and frames hold more than bits, generated for Go
+// by bpf2go (-type sample_layout).
+enum sample_layout {
+	SAMPLE_STOP_SHIFT = 8,     // flags bits 8-11: enum unwind_stop of a CFI walk
+	SAMPLE_STOP_MASK = 0xf,
+	FRAME_PC_EXACT_SHIFT = 63, // a user frame's top bit: FRAME_PC_EXACT
+};
 
 #include "bpfcol_interp.h"
 
@@ -98,7 +104,7 @@ enum counter {
 // interrupted PC after a signal frame, and the signal trampoline itself,
 // whose return address is its first instruction. User space names it
 // as is instead of at the call before it.
-#define FRAME_PC_EXACT (1ULL << 63)
+#define FRAME_PC_EXACT (1ULL << FRAME_PC_EXACT_SHIFT)
 
 // Largest user address on x86-64 with 4-level paging.
 #define MAX_USER_ADDR 0x00007fffffffffffULL
@@ -149,6 +155,8 @@ struct walk_regs {
 // they cost 8 bytes each of one .bss map.
 const struct sample *unused_sample __attribute__((unused));
 const enum sample_flag *unused_sample_flag __attribute__((unused));
+const enum sample_layout *unused_sample_layout __attribute__((unused));
+const enum unwind_stop *unused_unwind_stop __attribute__((unused));
 
 // The searches below take no branch on the data they read (only on how
 // many steps remain): the verifier then walks one path through them
@@ -510,7 +518,7 @@ static __always_inline bool unwind_cfi(struct sample *s, struct unwind_proc *pro
 	}
 	if (!r->stopped)
 		r->stop = UNWIND_STOP_DEPTH_LIMIT;
-	s->flags |= SAMPLE_CFI | ((r->stop & 0xf) << SAMPLE_STOP_SHIFT);
+	s->flags |= SAMPLE_CFI | ((r->stop & SAMPLE_STOP_MASK) << SAMPLE_STOP_SHIFT);
 	if (r->leaf_fp)
 		s->flags |= SAMPLE_LEAF_FP;
 	if (r->stop == UNWIND_STOP_OUTSIDE_MAPPINGS && r->pc_by_cfi && r->pc && r->pc <= MAX_USER_ADDR)

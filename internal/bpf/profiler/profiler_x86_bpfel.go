@@ -323,6 +323,14 @@ type profilerSampleInterp struct {
 	Frames       [513]profilerInterpFrame
 }
 
+type profilerSampleLayout uint32
+
+const (
+	profilerSampleLayoutSAMPLE_STOP_SHIFT    profilerSampleLayout = 8
+	profilerSampleLayoutSAMPLE_STOP_MASK     profilerSampleLayout = 15
+	profilerSampleLayoutFRAME_PC_EXACT_SHIFT profilerSampleLayout = 63
+)
+
 type profilerScopeLink struct {
 	_       structs.HostLayout
 	TraceId [16]uint8
@@ -400,6 +408,22 @@ type profilerUnwindRow struct {
 	Rules  uint8
 	RbpOff int8
 }
+
+type profilerUnwindStop uint32
+
+const (
+	profilerUnwindStopUNWIND_STOP_COMPLETE         profilerUnwindStop = 0
+	profilerUnwindStopUNWIND_STOP_NO_TABLE         profilerUnwindStop = 1
+	profilerUnwindStopUNWIND_STOP_NO_CFI           profilerUnwindStop = 2
+	profilerUnwindStopUNWIND_STOP_BAD_CFA          profilerUnwindStop = 3
+	profilerUnwindStopUNWIND_STOP_READ_FAULT       profilerUnwindStop = 4
+	profilerUnwindStopUNWIND_STOP_DEPTH_LIMIT      profilerUnwindStop = 5
+	profilerUnwindStopUNWIND_STOP_UNSUPPORTED      profilerUnwindStop = 6
+	profilerUnwindStopUNWIND_STOP_OUTSIDE_MAPPINGS profilerUnwindStop = 7
+	profilerUnwindStopUNWIND_STOP_FP_END           profilerUnwindStop = 8
+	profilerUnwindStopUNWIND_STOP_URETPROBE        profilerUnwindStop = 9
+	profilerUnwindStopUNWIND_STOP_MAX              profilerUnwindStop = 10
+)
 
 type profilerV8Proc struct {
 	_                  structs.HostLayout
@@ -482,6 +506,7 @@ const (
 	profilerVarUnusedSample            = "unused_sample"
 	profilerVarUnusedSampleFlag        = "unused_sample_flag"
 	profilerVarUnusedSampleInterp      = "unused_sample_interp"
+	profilerVarUnusedSampleLayout      = "unused_sample_layout"
 	profilerVarUnusedScopeKind         = "unused_scope_kind"
 	profilerVarUnusedScopeLink         = "unused_scope_link"
 	profilerVarUnusedUnwindFile        = "unused_unwind_file"
@@ -489,6 +514,7 @@ const (
 	profilerVarUnusedUnwindFileState   = "unused_unwind_file_state"
 	profilerVarUnusedUnwindMappingKind = "unused_unwind_mapping_kind"
 	profilerVarUnusedUnwindProcFlag    = "unused_unwind_proc_flag"
+	profilerVarUnusedUnwindStop        = "unused_unwind_stop"
 	profilerVarUnusedV8Proc            = "unused_v8_proc"
 	profilerVarV8Frames                = "v8_frames"
 )
@@ -613,6 +639,7 @@ type profilerVariableSpecs struct {
 	UnusedSample            *ebpf.VariableSpec `ebpf:"unused_sample"`
 	UnusedSampleFlag        *ebpf.VariableSpec `ebpf:"unused_sample_flag"`
 	UnusedSampleInterp      *ebpf.VariableSpec `ebpf:"unused_sample_interp"`
+	UnusedSampleLayout      *ebpf.VariableSpec `ebpf:"unused_sample_layout"`
 	UnusedScopeKind         *ebpf.VariableSpec `ebpf:"unused_scope_kind"`
 	UnusedScopeLink         *ebpf.VariableSpec `ebpf:"unused_scope_link"`
 	UnusedUnwindFile        *ebpf.VariableSpec `ebpf:"unused_unwind_file"`
@@ -620,6 +647,7 @@ type profilerVariableSpecs struct {
 	UnusedUnwindFileState   *ebpf.VariableSpec `ebpf:"unused_unwind_file_state"`
 	UnusedUnwindMappingKind *ebpf.VariableSpec `ebpf:"unused_unwind_mapping_kind"`
 	UnusedUnwindProcFlag    *ebpf.VariableSpec `ebpf:"unused_unwind_proc_flag"`
+	UnusedUnwindStop        *ebpf.VariableSpec `ebpf:"unused_unwind_stop"`
 	UnusedV8Proc            *ebpf.VariableSpec `ebpf:"unused_v8_proc"`
 	V8Frames                *ebpf.VariableSpec `ebpf:"v8_frames"`
 }
@@ -736,6 +764,7 @@ type profilerVariables struct {
 	UnusedSample            *ebpf.Variable `ebpf:"unused_sample"`
 	UnusedSampleFlag        *ebpf.Variable `ebpf:"unused_sample_flag"`
 	UnusedSampleInterp      *ebpf.Variable `ebpf:"unused_sample_interp"`
+	UnusedSampleLayout      *ebpf.Variable `ebpf:"unused_sample_layout"`
 	UnusedScopeKind         *ebpf.Variable `ebpf:"unused_scope_kind"`
 	UnusedScopeLink         *ebpf.Variable `ebpf:"unused_scope_link"`
 	UnusedUnwindFile        *ebpf.Variable `ebpf:"unused_unwind_file"`
@@ -743,6 +772,7 @@ type profilerVariables struct {
 	UnusedUnwindFileState   *ebpf.Variable `ebpf:"unused_unwind_file_state"`
 	UnusedUnwindMappingKind *ebpf.Variable `ebpf:"unused_unwind_mapping_kind"`
 	UnusedUnwindProcFlag    *ebpf.Variable `ebpf:"unused_unwind_proc_flag"`
+	UnusedUnwindStop        *ebpf.Variable `ebpf:"unused_unwind_stop"`
 	UnusedV8Proc            *ebpf.Variable `ebpf:"unused_v8_proc"`
 	V8Frames                *ebpf.Variable `ebpf:"v8_frames"`
 }

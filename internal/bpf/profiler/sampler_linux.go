@@ -23,10 +23,12 @@ import (
 	"github.com/bpfcol/bpfcol/internal/bpf/support"
 )
 
-// Flags of a record beyond profilerSampleFlag, mirrored from profiler.bpf.c.
+// Fields of a record beyond profilerSampleFlag, generated from enum
+// sample_layout.
 const (
-	flagStopShift = 8
-	framePCExact  = 1 << 63
+	flagStopShift = profilerSampleLayoutSAMPLE_STOP_SHIFT
+	flagStopMask  = uint32(profilerSampleLayoutSAMPLE_STOP_MASK)
+	framePCExact  = 1 << profilerSampleLayoutFRAME_PC_EXACT_SHIFT
 	recordSize    = int(unsafe.Sizeof(profilerSample{}))
 )
 
@@ -389,7 +391,7 @@ func decode(rec *profilerSample, raw []byte, dst *Sample) {
 	dst.LeafFramePointer = rec.Flags&uint32(profilerSampleFlagSAMPLE_LEAF_FP) != 0
 	dst.Stop = StopNoTable
 	if dst.CFI {
-		dst.Stop = StopReason(rec.Flags >> flagStopShift & 0xf)
+		dst.Stop = StopReason(rec.Flags >> flagStopShift & flagStopMask)
 	}
 	dst.OffCPU = rec.Flags&uint32(profilerSampleFlagSAMPLE_OFF_CPU) != 0
 	dst.OffCPUNs = rec.OffCpuNs

@@ -166,7 +166,8 @@ func fillIndex(entries []uint32, rows []cfi.Row, base uint64, ix UnwindIndex) {
 // StopReason is why the BPF unwinder stopped walking a stack.
 type StopReason int
 
-// Stop reasons, mirrored from enum unwind_stop in bpfcol_unwind.h.
+// Stop reasons: enum unwind_stop of bpfcol_unwind.h, which the generated
+// profilerUnwindStop must match (TestStopReasonsAreTheKernelSide).
 const (
 	// StopComplete: the walk reached the CFI end marker, the process root.
 	StopComplete StopReason = iota

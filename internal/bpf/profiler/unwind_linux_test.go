@@ -115,3 +115,32 @@ func TestUnwindFileUseReadsEveryFile(t *testing.T) {
 		t.Fatalf("the batches returned %d files, the map holds %d (or their stamps differ)", len(batched), len(want))
 	}
 }
+
+// TestStopReasonsAreTheKernelSide checks StopReason against enum
+// unwind_stop as bpf2go generated it: a reason added or moved in C
+// without Go would name the wrong stop in the walk metrics.
+func TestStopReasonsAreTheKernelSide(t *testing.T) {
+	for _, c := range []struct {
+		goSide StopReason
+		cSide  profilerUnwindStop
+	}{
+		{StopComplete, profilerUnwindStopUNWIND_STOP_COMPLETE},
+		{StopNoTable, profilerUnwindStopUNWIND_STOP_NO_TABLE},
+		{StopNoCFI, profilerUnwindStopUNWIND_STOP_NO_CFI},
+		{StopBadCFA, profilerUnwindStopUNWIND_STOP_BAD_CFA},
+		{StopReadFault, profilerUnwindStopUNWIND_STOP_READ_FAULT},
+		{StopDepthLimit, profilerUnwindStopUNWIND_STOP_DEPTH_LIMIT},
+		{StopUnsupported, profilerUnwindStopUNWIND_STOP_UNSUPPORTED},
+		{StopOutsideMappings, profilerUnwindStopUNWIND_STOP_OUTSIDE_MAPPINGS},
+		{StopFramePointerEnd, profilerUnwindStopUNWIND_STOP_FP_END},
+		{StopUretprobe, profilerUnwindStopUNWIND_STOP_URETPROBE},
+		{NumStopReasons, profilerUnwindStopUNWIND_STOP_MAX},
+	} {
+		if int(c.goSide) != int(c.cSide) {
+			t.Errorf("%v is %d in Go, %d in C", c.goSide, c.goSide, c.cSide)
+		}
+	}
+	if int(flagStopMask)+1 < int(NumStopReasons) {
+		t.Errorf("the flags hold a stop reason in %d values, there are %d", flagStopMask+1, NumStopReasons)
+	}
+}
