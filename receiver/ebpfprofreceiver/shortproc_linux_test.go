@@ -79,7 +79,9 @@ func TestShortLivedProcessesNamed(t *testing.T) {
 			}
 		}
 	}
-	if total < 500 || len(pids) < children/2 {
+	// Each child spins about 20 ms at the highest frequency: one with no
+	// sample at all is a child whose samples were lost.
+	if total < 500 || len(pids) < children*9/10 {
 		t.Fatalf("only %d samples of %d children (of %d run)", total, len(pids), children)
 	}
 	ratio, ownRatio := float64(named)/float64(total), float64(own)/float64(total)
@@ -87,7 +89,11 @@ func TestShortLivedProcessesNamed(t *testing.T) {
 		named, total, len(pids), 100*ratio, own, 100*ownRatio)
 	st := r.snapshots.Stats()
 	t.Logf("snapshots: taken %d, expired %d, dropped %d, files not held %d", st.Taken, st.Expired, st.Dropped, st.FilesNotHeld)
-	if ratio < 0.90 || ownRatio < 0.80 {
+	// Measured: 94.8-95.9% named, 94.1-95.3% in the child's own function.
+	// The rest are samples past exit_mmap, with no user stack left, and
+	// ld.so's start-up, whose root (_start, a sizeless NOTYPE label in
+	// ld.so) no symbol covers.
+	if ratio < 0.92 || ownRatio < 0.90 {
 		t.Fatalf("only %.1f%% of the children's samples have all user frames named, %.1f%% their own function; some unnamed (user | kernel): %q",
 			100*ratio, 100*ownRatio, unnamed)
 	}
