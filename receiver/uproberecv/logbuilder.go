@@ -38,9 +38,9 @@ type logBuilder struct {
 
 // describeWait bounds how long the records of a process wait for the exec
 // event that names it. The event is handled on another goroutine, behind
-// the attach work of the processes before it: on a loaded host (or a
-// single-CPU emulated one) that took more than a batch.
-const describeWait = 2 * time.Second
+// the attach work of the processes before it: on one emulated CPU it was
+// handled up to 1.7 s after the first batch that held the records.
+const describeWait = 5 * time.Second
 
 func newLogBuilder(scopeName, scopeVersion string, probeIDs []string, clock *ktime.Clock, infos *process.InfoCache) *logBuilder {
 	b := &logBuilder{scopeName: scopeName, scopeVersion: scopeVersion, probeIDs: probeIDs, clock: clock, infos: infos, heldSince: map[uint32]time.Time{}}

@@ -175,10 +175,13 @@ func TestShortProcessesEveryCall(t *testing.T) {
 				// Written after start, as a deployment would: attached
 				// when its writer closes it, before anything runs it.
 				copyFile(t, built, bin)
-				if !waitFor(10*time.Second, func() bool { return r.tracker.isAttached(keyOf(t, bin)) }) {
-					t.Fatal("the binary written into the watched directory was not attached")
+				// The count follows the attach: waited on, not read right
+				// after isAttached turned true.
+				onWrite := func() int64 { return r.tracker.stats.attachedOnWrite.Load() }
+				if !waitFor(10*time.Second, func() bool { return onWrite() > 0 }) || !r.tracker.isAttached(keyOf(t, bin)) {
+					t.Fatalf("the binary written into the watched directory was not attached on write (%d attached on write)", onWrite())
 				}
-				if n := r.tracker.stats.attachedOnWrite.Load(); n != 1 {
+				if n := onWrite(); n != 1 {
 					t.Fatalf("%d files attached on write, want 1", n)
 				}
 			}

@@ -221,7 +221,9 @@ func (r *logsReceiver) start(_ context.Context, _ component.Host) (err error) {
 	r.tracker, err = newTracker(r.set.Logger, r.cfg.Probes, probesAttacher{r.probes}, negative, r.infos, trackerOptions{
 		retain:        r.cfg.Retain,
 		mappingEvents: r.watcher.Mappings() != procwatch.MappingsNone,
-		infoLinger:    max(time.Second, 2*r.cfg.batch().Timeout+pollInterval),
+		// Records read late (0.7 s after their process exited on
+		// one emulated CPU) still find its Info.
+		infoLinger: max(describeWait+time.Second, 2*r.cfg.batch().Timeout+pollInterval),
 	})
 	if err != nil {
 		return fmt.Errorf("starting uprobe receiver: %w", err)

@@ -171,8 +171,9 @@ type trackerOptions struct {
 	// mappingEvents: MapExec events tell of libraries, so execs need no
 	// rescans.
 	mappingEvents bool
-	// infoLinger is how long the Info of an exited process is kept: one
-	// report interval and the poll that reads its last records.
+	// infoLinger is how long the Info of an exited process is kept: two
+	// batches and the poll that reads its last records, and longer than
+	// the records of a process wait for its description.
 	infoLinger time.Duration
 	// now is the clock of retention and retries; time.Now when nil.
 	now func() time.Time
