@@ -148,8 +148,104 @@ struct walk_regs {
 	u8 leaf_fp;     // the leaf was left by its frame pointer: its caller may be lost
 	u8 fp_step;     // the last frame recorded was stepped through by its frame pointer
 	u8 pc_by_cfi;   // pc was read where a table's rule says: a true return address
-	u8 pad[2];
+	u8 sampler;     // the on-CPU sampler's walk: it keeps this CPU's row_memo and stack_window
+	u8 pad;
 };
+
+// A row a walk on this CPU found for a return address, with what made it
+// valid: the process's mappings as composed then (a recomposition gives
+// another composed_ns), and the second it was found in. A hot loop's
+// stack repeats from sample to sample, so most frames are one read of
+// this memo instead of the mapping search, the file's entry, its index
+// and its rows, each a cache miss 50 ms after the CPU's last sample.
+// Only the perf_event sampler uses it (and stack_window): it never nests
+// on its CPU, so an entry is never read half-way through a write.
+struct row_memo {
+	u64 pc;          // the address looked up (the call's, for a return address)
+	u64 composed_ns; // unwind_proc.composed_ns it was found under
+	u32 tgid;
+	u32 second;      // ktime >> 30 when found: a file's used mark is refreshed each second
+	struct unwind_row row;
+};
+
+#define ROW_MEMO_BITS 9 // 512 slots per CPU, direct-mapped
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1 << ROW_MEMO_BITS);
+	__type(key, u32);
+	__type(value, struct row_memo);
+} row_memo SEC(".maps");
+
+// row_memo_slot is this CPU's memo slot for address pc of process tgid.
+static __always_inline struct row_memo *row_memo_slot(u64 pc, u32 tgid)
+{
+	u32 key = ((pc ^ ((u64)tgid << 40)) * 0x9e3779b97f4a7c15ULL) >> (64 - ROW_MEMO_BITS);
+	return bpf_map_lookup_elem(&row_memo, &key);
+}
+
+// The page of the user stack a sampler's walk last read, copied whole:
+// the frames in one page are then one bpf_probe_read_user, not one or
+// two each (a call costs 0.25-0.4 us here, cold or not). A read stays
+// within its page, so a mapped stack never fails it.
+#define STACK_WINDOW_WORDS 512 // 4 KiB, a page
+
+struct stack_window {
+	u64 base; // user address of words[0]
+	u64 len;  // bytes held; 0 when none (each sampler walk starts empty)
+	// One word more than a page: a two-word read at the last index stays
+	// in the value (len keeps it from ever reading that word).
+	u64 words[STACK_WINDOW_WORDS + 1];
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, u32);
+	__type(value, struct stack_window);
+} stack_window SEC(".maps");
+
+static __always_inline struct stack_window *this_stack_window(void)
+{
+	u32 zero = 0;
+	return bpf_map_lookup_elem(&stack_window, &zero);
+}
+
+struct stack_words {
+	u64 w[2];
+};
+
+// stack_read reads n words (1 or 2) of the user stack at addr into dst, as
+// bpf_probe_read_user does; a sampler's walk (sampler) reads them through
+// this CPU's stack_window. A global function: the verifier checks it once,
+// not at each read of every walk.
+__noinline long stack_read(struct stack_words *dst, u64 addr, u32 n, u32 sampler)
+{
+	if (!dst)
+		return -1;
+	u32 size = n == 2 ? 16 : 8;
+	struct stack_window *win = sampler && !(addr & 7) ? this_stack_window() : 0;
+	if (!win)
+		return bpf_probe_read_user(dst, size, (void *)addr);
+	u64 off = addr - win->base;
+	if (off >= win->len || win->len - off < size) {
+		u64 len = STACK_WINDOW_WORDS * 8 - (addr & (STACK_WINDOW_WORDS * 8 - 1));
+		if (len < size)
+			return bpf_probe_read_user(dst, size, (void *)addr);
+		win->len = 0;
+		long err = bpf_probe_read_user(win->words, len, (void *)addr);
+		if (err)
+			return err;
+		win->base = addr;
+		win->len = len;
+		off = 0;
+	}
+	u64 i = (off >> 3) & (STACK_WINDOW_WORDS - 1);
+	dst->w[0] = win->words[i];
+	if (n == 2)
+		dst->w[1] = win->words[i + 1];
+	return 0;
+}
 
 // Anchor the record and flag types in BTF so bpf2go can mirror them in Go;
 // they cost 8 bytes each of one .bss map.
@@ -265,12 +361,12 @@ static __always_inline long step_fp(struct walk_regs *w, u32 reason)
 		return stop(w, UNWIND_STOP_FP_END);
 	if (!w->bp_known || w->bp < w->sp || w->bp > MAX_USER_ADDR)
 		return stop(w, reason);
-	u64 frame[2];
-	if (bpf_probe_read_user(frame, sizeof(frame), (void *)w->bp))
+	struct stack_words frame;
+	if (stack_read(&frame, w->bp, 2, w->sampler))
 		return stop(w, reason);
 	w->sp = w->bp + 16;
-	w->bp = frame[0];
-	w->pc = frame[1];
+	w->bp = frame.w[0];
+	w->pc = frame.w[1];
 	w->exact_pc = 0;
 	w->pc_by_cfi = 0;
 	return 0;
@@ -305,10 +401,17 @@ __noinline long unwind_frame(struct walk_regs *w, struct sample *s, struct unwin
 	// A return address follows the call: the call itself is at pc-1, which
 	// is also what keeps a noreturn call at a function's end in its FDE.
 	u64 lookup = w->exact_pc ? pc : pc - 1;
-	int mi = find_mapping(proc, lookup);
-	if (mi < 0) {
-		s->flags |= SAMPLE_UNKNOWN_MAPPING;
-		return stop(w, UNWIND_STOP_OUTSIDE_MAPPINGS);
+	u32 second = s->ktime_ns >> 30;
+	struct row_memo *memo = w->sampler ? row_memo_slot(lookup, s->pid) : 0;
+	bool memoized = memo && memo->pc == lookup && memo->composed_ns == proc->composed_ns &&
+			memo->tgid == s->pid && memo->second == second;
+	int mi = 0;
+	if (!memoized) {
+		mi = find_mapping(proc, lookup);
+		if (mi < 0) {
+			s->flags |= SAMPLE_UNKNOWN_MAPPING;
+			return stop(w, UNWIND_STOP_OUTSIDE_MAPPINGS);
+		}
 	}
 	u32 n = w->n;
 	if (n >= MAX_STACK_DEPTH)
@@ -316,34 +419,47 @@ __noinline long unwind_frame(struct walk_regs *w, struct sample *s, struct unwin
 	s->user[n] = pc | (w->exact_pc && n > 0 ? FRAME_PC_EXACT : 0);
 	w->n = n + 1;
 
-	struct unwind_mapping *m = &proc->mappings[mi & (UNWIND_MAX_MAPPINGS - 1)];
-	if (m->kind == UNWIND_MAPPING_ANON)
-		return step_fp(w, UNWIND_STOP_NO_CFI);
-	// The file's table serves every process that maps it.
-	struct unwind_file_key k = file_key(m);
-	struct unwind_file *f = bpf_map_lookup_elem(&unwind_files, &k);
-	if (!f) {
-		if (m->kind != UNWIND_MAPPING_FILE)
+	struct stack_words words;
+	// The row: the memo's, or the table's (then memoized).
+	struct unwind_row *r;
+	if (memoized) {
+		r = &memo->row;
+	} else {
+		struct unwind_mapping *m = &proc->mappings[mi & (UNWIND_MAX_MAPPINGS - 1)];
+		if (m->kind == UNWIND_MAPPING_ANON)
 			return step_fp(w, UNWIND_STOP_NO_CFI);
-		announce(&k, m, s->pid, s->ktime_ns);
-		return step_fp(w, UNWIND_STOP_NO_TABLE);
+		// The file's table serves every process that maps it.
+		struct unwind_file_key k = file_key(m);
+		struct unwind_file *f = bpf_map_lookup_elem(&unwind_files, &k);
+		if (!f) {
+			if (m->kind != UNWIND_MAPPING_FILE)
+				return step_fp(w, UNWIND_STOP_NO_CFI);
+			announce(&k, m, s->pid, s->ktime_ns);
+			return step_fp(w, UNWIND_STOP_NO_TABLE);
+		}
+		// Written only when it changes, about once a second: every CPU
+		// reads the entry, and a write takes its cache line from them.
+		if (f->used != second)
+			f->used = second;
+		if (f->state == UNWIND_FILE_PENDING)
+			return step_fp(w, UNWIND_STOP_NO_TABLE);
+		if (f->state != UNWIND_FILE_CFI)
+			return step_fp(w, UNWIND_STOP_NO_CFI);
+		s64 ri = find_row(f, lookup - m->file_base);
+		if (ri < 0)
+			return step_fp(w, UNWIND_STOP_NO_CFI);
+		u32 rkey = ri;
+		r = bpf_map_lookup_elem(&unwind_rows, &rkey);
+		if (!r)
+			return step_fp(w, UNWIND_STOP_NO_CFI);
+		if (memo) {
+			memo->pc = lookup;
+			memo->composed_ns = proc->composed_ns;
+			memo->tgid = s->pid;
+			memo->second = second;
+			memo->row = *r;
+		}
 	}
-	// Written only when it changes, about once a second: every CPU reads
-	// the entry, and a write takes its cache line from them.
-	u32 used = s->ktime_ns >> 30;
-	if (f->used != used)
-		f->used = used;
-	if (f->state == UNWIND_FILE_PENDING)
-		return step_fp(w, UNWIND_STOP_NO_TABLE);
-	if (f->state != UNWIND_FILE_CFI)
-		return step_fp(w, UNWIND_STOP_NO_CFI);
-	s64 ri = find_row(f, lookup - m->file_base);
-	if (ri < 0)
-		return step_fp(w, UNWIND_STOP_NO_CFI);
-	u32 rkey = ri;
-	struct unwind_row *r = bpf_map_lookup_elem(&unwind_rows, &rkey);
-	if (!r)
-		return step_fp(w, UNWIND_STOP_NO_CFI);
 
 	u8 cfa_rule = r->rules & 0xf, rbp_rule = r->rules >> 4;
 	u64 cfa;
@@ -362,14 +478,20 @@ __noinline long unwind_frame(struct walk_regs *w, struct sample *s, struct unwin
 	case UNWIND_CFA_SIGNAL: {
 		if (n > 0)
 			s->user[n] = pc | FRAME_PC_EXACT;
-		// rbp, then rsp and rip: read the span in one go.
-		u64 span[(UC_RIP - UC_RBP) / 8 + 1];
-		if (bpf_probe_read_user(span, sizeof(span), (void *)(w->sp + UC_RBP)))
+		// The registers the handler returns with: rbp, rsp, rip, read
+		// one by one into one buffer (6.1 allows 512 bytes of stack for
+		// a whole call chain).
+		u64 uc = w->sp;
+		if (stack_read(&words, uc + UC_RBP, 1, w->sampler))
 			return stop(w, UNWIND_STOP_READ_FAULT);
-		w->bp = span[0];
+		w->bp = words.w[0];
 		w->bp_known = 1;
-		w->sp = span[(UC_RSP - UC_RBP) / 8];
-		w->pc = span[(UC_RIP - UC_RBP) / 8];
+		if (stack_read(&words, uc + UC_RSP, 1, w->sampler))
+			return stop(w, UNWIND_STOP_READ_FAULT);
+		w->sp = words.w[0];
+		if (stack_read(&words, uc + UC_RIP, 1, w->sampler))
+			return stop(w, UNWIND_STOP_READ_FAULT);
+		w->pc = words.w[0];
 		w->exact_pc = 1; // the interrupted PC, not a return address
 		w->pc_by_cfi = 1;
 		return 0;
@@ -388,21 +510,23 @@ __noinline long unwind_frame(struct walk_regs *w, struct sample *s, struct unwin
 	u64 ra;
 	if (rbp_rule == UNWIND_RBP_AT_CFA && r->rbp_off == -2) {
 		// The usual frame: saved RBP right under the return address.
-		u64 pair[2];
-		if (bpf_probe_read_user(pair, sizeof(pair), (void *)(cfa - 16)))
+		if (stack_read(&words, cfa - 16, 2, w->sampler))
 			return stop(w, UNWIND_STOP_READ_FAULT);
-		w->bp = pair[0];
+		w->bp = words.w[0];
 		w->bp_known = 1;
-		ra = pair[1];
+		ra = words.w[1];
 	} else {
-		if (bpf_probe_read_user(&ra, sizeof(ra), (void *)(cfa - 8)))
+		s64 rbp_off = r->rbp_off;
+		if (stack_read(&words, cfa - 8, 1, w->sampler))
 			return stop(w, UNWIND_STOP_READ_FAULT);
+		ra = words.w[0];
 		switch (rbp_rule) {
 		case UNWIND_RBP_UNCHANGED:
 			break;
 		case UNWIND_RBP_AT_CFA:
-			if (bpf_probe_read_user(&w->bp, sizeof(w->bp), (void *)(cfa + (s64)r->rbp_off * 8)))
+			if (stack_read(&words, cfa + rbp_off * 8, 1, w->sampler))
 				return stop(w, UNWIND_STOP_READ_FAULT);
+			w->bp = words.w[0];
 			w->bp_known = 1;
 			break;
 		default:
@@ -475,8 +599,9 @@ static long unwind_step_v8(u64 i, struct walk *w)
 // by one, a process may be first sampled in between). With hs (a JVM's
 // sample, s a struct sample_interp), its HotSpot frames are walked too,
 // bcp being the user R13; with v8 (a V8 process's, s alike), its V8 frames.
+// sampler: the walk is the on-CPU sampler's (struct walk_regs).
 static __always_inline bool unwind_cfi(struct sample *s, struct unwind_proc *proc, u64 tramp, struct hs_proc *hs,
-				       u64 bcp, struct v8_proc *v8, bool *stale)
+				       u64 bcp, struct v8_proc *v8, bool sampler, bool *stale)
 {
 	// In the uretprobe trampoline, the probed function has returned: the
 	// walk starts where it returns to. Elsewhere in [uprobes], a probed
@@ -496,6 +621,7 @@ static __always_inline bool unwind_cfi(struct sample *s, struct unwind_proc *pro
 			.tramp = tramp,
 			.exact_pc = 1,
 			.bp_known = 1,
+			.sampler = sampler,
 		},
 	};
 	if (v8) {
@@ -583,8 +709,9 @@ static __always_inline s32 kernel_stack(void *ctx, u64 kernel[MAX_STACK_DEPTH])
 // fill_sample fills s with the current task's identity and stacks: the
 // kernel stack from here, the user stack by CFI when the process's
 // mappings are read, else by frame pointers. The on-CPU sampler and the
-// off-CPU event share it, so both walk alike. Without with_kernel the
-// kernel stack is left empty, for the caller to take. ctx is NULL in a
+// off-CPU event share it, so both walk alike. Outside the on-CPU sampler
+// (in_sampler false) the kernel stack is left empty, for the caller to
+// take, and the walk keeps out of the sampler's row_memo. ctx is NULL in a
 // task work callback, which runs in the task's own context but has none.
 // It reports whether the process's mappings are read and stale: the
 // interrupted PC, or a return address its walk found, lies outside them
@@ -592,7 +719,7 @@ static __always_inline s32 kernel_stack(void *ctx, u64 kernel[MAX_STACK_DEPTH])
 // sample, s then being a struct sample_interp whose interpreter tail is
 // empty: its HotSpot frames are added there; v8 likewise for a V8
 // process's sample and its V8 frames.
-static __always_inline bool fill_sample(void *ctx, struct sample *s, u64 pid_tgid, bool with_kernel,
+static __always_inline bool fill_sample(void *ctx, struct sample *s, u64 pid_tgid, bool in_sampler,
 					struct hs_proc *hs, struct v8_proc *v8)
 {
 	bool maps_stale = false;
@@ -609,7 +736,7 @@ static __always_inline bool fill_sample(void *ctx, struct sample *s, u64 pid_tgi
 	bpf_get_current_comm(s->comm, sizeof(s->comm));
 
 	s->kernel_bytes = 0;
-	if (with_kernel)
+	if (in_sampler)
 		s->kernel_bytes = kernel_stack(ctx, s->kernel);
 
 	struct task_struct *task = bpf_get_current_task_btf();
@@ -625,6 +752,13 @@ static __always_inline bool fill_sample(void *ctx, struct sample *s, u64 pid_tgi
 		if (scope_links)
 			link_scope(s, regs);
 		u64 tramp = uretprobe_trampoline(task);
+		// The window holds another thread's stack, or this one's as it
+		// was: the walk starts it again.
+		struct stack_window *win = in_sampler ? this_stack_window() : 0;
+		if (win)
+			win->len = 0;
+		// Read directly: the window would add its buffer to this
+		// program's stack, over 6.1's 512 bytes for a call chain.
 		if (bpf_probe_read_user(s->sp_words, sizeof(s->sp_words), (void *)s->user_sp) == 0) {
 			s->flags |= SAMPLE_SP_WORDS_VALID;
 			// A frameless leaf under a uretprobe: its return address,
@@ -642,7 +776,7 @@ static __always_inline bool fill_sample(void *ctx, struct sample *s, u64 pid_tgi
 		// with the same pid, are none.
 		if (proc && (proc->count == 0 || !same_image(proc, task)))
 			proc = 0;
-		if (!proc || !unwind_cfi(s, proc, tramp, hs, regs->r13, v8, &maps_stale)) {
+		if (!proc || !unwind_cfi(s, proc, tramp, hs, regs->r13, v8, in_sampler, &maps_stale)) {
 			if (!proc) {
 				s->flags |= SAMPLE_NO_TABLE;
 				count(COUNTER_UNWIND_STOP + UNWIND_STOP_NO_TABLE);

@@ -102,12 +102,13 @@ func offCPUPrograms(taskWork bool) []string {
 // (hotspot_frame, a global function verified once, and the JVM's record
 // path) took sample_stack from 13.0k to 21.0k instructions, and V8's
 // frame step beside it (v8_frame, global too) to 23.7k, still one walk
-// of the frame step. Every program the kernel can
+// of the frame step; 27k since the sampler's row memo and stack window
+// (stack_read, global too) took it from 24.9k to 26.4k. Every program the kernel can
 // run loads: the sched_switch walk everywhere, the task-work pair where
 // the kernel has BPF task work (6.18).
 func TestSamplerVerifiedOnce(t *testing.T) {
 	testenv.RequireBPF(t)
-	const bound = 25_000
+	const bound = 27_000
 	variants := []bool{false}
 	if err := offCPUTaskWork(); err == nil {
 		variants = append(variants, true)

@@ -280,6 +280,15 @@ const (
 	profilerPyTstateViaPY_TSTATE_TLS_TP  profilerPyTstateVia = 3
 )
 
+type profilerRowMemo struct {
+	_          structs.HostLayout
+	Pc         uint64
+	ComposedNs uint64
+	Tgid       uint32
+	Second     uint32
+	Row        profilerUnwindRow
+}
+
 type profilerSample struct {
 	_           structs.HostLayout
 	KtimeNs     uint64
@@ -337,6 +346,13 @@ type profilerScopeLink struct {
 	SpanId  [8]uint8
 	ProbeId uint32
 	Pad     uint32
+}
+
+type profilerStackWindow struct {
+	_     structs.HostLayout
+	Base  uint64
+	Len   uint64
+	Words [513]uint64
 }
 
 type profilerUnwindFile struct {
@@ -457,7 +473,9 @@ const (
 	profilerMapOffCpuWorks             = "off_cpu_works"
 	profilerMapOpenScopes              = "open_scopes"
 	profilerMapPyProcs                 = "py_procs"
+	profilerMapRowMemo                 = "row_memo"
 	profilerMapSamples                 = "samples"
+	profilerMapStackWindow             = "stack_window"
 	profilerMapUnwindFiles             = "unwind_files"
 	profilerMapUnwindProcs             = "unwind_procs"
 	profilerMapUnwindRows              = "unwind_rows"
@@ -591,7 +609,9 @@ type profilerMapSpecs struct {
 	OffCpuWorks          *ebpf.MapSpec `ebpf:"off_cpu_works"`
 	OpenScopes           *ebpf.MapSpec `ebpf:"open_scopes"`
 	PyProcs              *ebpf.MapSpec `ebpf:"py_procs"`
+	RowMemo              *ebpf.MapSpec `ebpf:"row_memo"`
 	Samples              *ebpf.MapSpec `ebpf:"samples"`
+	StackWindow          *ebpf.MapSpec `ebpf:"stack_window"`
 	UnwindFiles          *ebpf.MapSpec `ebpf:"unwind_files"`
 	UnwindProcs          *ebpf.MapSpec `ebpf:"unwind_procs"`
 	UnwindRows           *ebpf.MapSpec `ebpf:"unwind_rows"`
@@ -689,7 +709,9 @@ type profilerMaps struct {
 	OffCpuWorks          *ebpf.Map `ebpf:"off_cpu_works"`
 	OpenScopes           *ebpf.Map `ebpf:"open_scopes"`
 	PyProcs              *ebpf.Map `ebpf:"py_procs"`
+	RowMemo              *ebpf.Map `ebpf:"row_memo"`
 	Samples              *ebpf.Map `ebpf:"samples"`
+	StackWindow          *ebpf.Map `ebpf:"stack_window"`
 	UnwindFiles          *ebpf.Map `ebpf:"unwind_files"`
 	UnwindProcs          *ebpf.Map `ebpf:"unwind_procs"`
 	UnwindRows           *ebpf.Map `ebpf:"unwind_rows"`
@@ -715,7 +737,9 @@ func (m *profilerMaps) Close() error {
 		m.OffCpuWorks,
 		m.OpenScopes,
 		m.PyProcs,
+		m.RowMemo,
 		m.Samples,
+		m.StackWindow,
 		m.UnwindFiles,
 		m.UnwindProcs,
 		m.UnwindRows,
