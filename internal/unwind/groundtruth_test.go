@@ -496,4 +496,9 @@ func checkCoverage(t *testing.T, c tally) {
 	if c.incompleteCFI*100 > c.fdes {
 		t.Errorf("%d of %d FDEs left out as CFI that ignores pushes, want at most 1%%", c.incompleteCFI, c.fdes)
 	}
+	// An instruction of an FDE with no CFA rule at it: the table has no
+	// truth there.
+	if checked := c.agreeSlot + c.agreeFalse + c.conservative + c.wrong + c.noCFI; c.noCFI*100 > checked {
+		t.Errorf("%d of %d PCs left out with no CFA rule, want at most 1%%", c.noCFI, checked)
+	}
 }

@@ -353,7 +353,15 @@ func TestJVMStartedBefore(t *testing.T) {
 	dir := testworkload.BuildJava(t, "JavaChain.java")
 	started := filepath.Join(t.TempDir(), "started")
 	cmd := startJava(t, "-cp", dir, "JavaChain", started)
-	time.Sleep(3 * time.Second)
+	// The JVM runs the chain before the receiver starts.
+	for deadline := time.Now().Add(90 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		if _, err := os.Stat(started); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s not created within 90 s", started)
+		}
+	}
 	run := startPythonRun(t)
 	run.waitJVM(cmd)
 	run.waitFile(started, 90*time.Second, cmd)

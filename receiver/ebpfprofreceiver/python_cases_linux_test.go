@@ -475,9 +475,15 @@ func TestPythonUnsupportedVersion(t *testing.T) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	// Refused at its first sample, when the unwind tables of its files
-	// are being built: its stacks are counted from a second later.
-	time.Sleep(time.Second)
+	// Refused at its first sample, when the unwind tables of the files
+	// its walks entered are being built: its stacks are counted once
+	// they are.
+	for !run.r.unwind.Ready(uint32(pid)) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the unwind tables of its files were not loaded within 20 s: %+v", run.r.unwind.Stats())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 	run.attached[pid] = time.Now()
 	run.runFor(2*time.Second, 60*time.Second, cmd)
 	stopPython(t, cmd)

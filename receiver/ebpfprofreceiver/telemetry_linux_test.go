@@ -39,6 +39,28 @@ func metricPoints(t *testing.T, tt *componenttest.Telemetry, name string) map[at
 	return out
 }
 
+// counted is the value of name's point kv, 0 until it is published.
+func counted(tt *componenttest.Telemetry, name string, kv ...attribute.KeyValue) int64 {
+	m, err := tt.GetMetric(name)
+	if err != nil {
+		return 0
+	}
+	var dps []metricdata.DataPoint[int64]
+	switch d := m.Data.(type) {
+	case metricdata.Sum[int64]:
+		dps = d.DataPoints
+	case metricdata.Gauge[int64]:
+		dps = d.DataPoints
+	}
+	want := attribute.NewSet(kv...)
+	for _, dp := range dps {
+		if dp.Attributes.Equals(&want) {
+			return dp.Value
+		}
+	}
+	return 0
+}
+
 func point(t *testing.T, points map[attribute.Distinct]metricdata.DataPoint[int64], name string, kv ...attribute.KeyValue) int64 {
 	t.Helper()
 	set := attribute.NewSet(kv...)
@@ -73,7 +95,6 @@ func TestPipelineStatsPublished(t *testing.T) {
 		}
 	}()
 	testworkload.Start(t, testworkload.BuildC(t, "cpuhog.c", "-O2", "-g", "-fno-omit-frame-pointer", "-momit-leaf-frame-pointer"))
-	time.Sleep(2500 * time.Millisecond)
 
 	// Read while running: Shutdown unregisters the callbacks.
 	const (
@@ -84,8 +105,15 @@ func TestPipelineStatsPublished(t *testing.T) {
 		unknown   = "otelcol_ebpfprof_processes_unknown"
 		panics    = "otelcol_ebpfprof_parser_panics"
 	)
-	fp := metricPoints(t, tt, frames)
 	stack, result := attribute.Key("stack"), attribute.Key("result")
+	// Until a report named the workload's frames and put a caller back.
+	for deadline := time.Now().Add(30 * time.Second); counted(tt, recovered) == 0 ||
+		counted(tt, frames, stack.String("user"), result.String("named")) == 0; time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("no frame named and no caller recovered published within 30 s")
+		}
+	}
+	fp := metricPoints(t, tt, frames)
 	userNamed := point(t, fp, frames, stack.String("user"), result.String("named"))
 	kernelNamed := point(t, fp, frames, stack.String("kernel"), result.String("named"))
 	for _, res := range []string{"unnamed", "unmapped", "unreadable", "skipped", "pending"} {

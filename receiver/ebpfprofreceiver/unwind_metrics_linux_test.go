@@ -36,11 +36,15 @@ func TestUnwindMetrics(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer r.Shutdown(context.Background())
+	// Until a walk with the workload's tables is counted complete, and
+	// the tables show in the cache size.
 	deadline := time.Now().Add(30 * time.Second)
-	for !r.unwind.Ready(uint32(cmd.Process.Pid)) && time.Now().Before(deadline) {
+	for !r.unwind.Ready(uint32(cmd.Process.Pid)) || !published(tt) {
+		if time.Now().After(deadline) {
+			t.Fatalf("no complete walk or no loaded table published within 30 s: tables %+v", r.unwind.Stats())
+		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	time.Sleep(2 * time.Second)
 
 	stops := sumPoints(t, tt, "otelcol_ebpfprof_unwind_stops", "reason")
 	t.Logf("unwind stops: %v", stops)
@@ -70,6 +74,32 @@ func TestUnwindMetrics(t *testing.T) {
 			t.Errorf("no data point for unwind error %q", reason)
 		}
 	}
+}
+
+// published says whether a complete walk and the loaded tables show in
+// the metrics yet.
+func published(tt *componenttest.Telemetry) bool {
+	stops, err := tt.GetMetric("otelcol_ebpfprof_unwind_stops")
+	if err != nil {
+		return false
+	}
+	complete := false
+	for _, dp := range stops.Data.(metricdata.Sum[int64]).DataPoints {
+		if v, _ := dp.Attributes.Value("reason"); v.AsString() == "complete" && dp.Value > 0 {
+			complete = true
+		}
+	}
+	caches, err := tt.GetMetric("otelcol_ebpfprof_cache_size")
+	if err != nil {
+		return false
+	}
+	tables := false
+	for _, dp := range caches.Data.(metricdata.Gauge[int64]).DataPoints {
+		if v, _ := dp.Attributes.Value("cache"); v.AsString() == "unwind_tables" && dp.Value > 0 {
+			tables = true
+		}
+	}
+	return complete && tables
 }
 
 func sumPoints(t *testing.T, tt *componenttest.Telemetry, name, attr string) map[string]int64 {

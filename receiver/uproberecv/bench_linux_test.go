@@ -331,16 +331,20 @@ func BenchmarkAttachLatency(b *testing.B) {
 				it.pid = cmd.Process.Pid
 				key := keyOf(b, copyTo)
 				it.attached = waitFor(5*time.Second, func() bool { return r.tracker.isAttached(key) })
-				if it.attached && mode.trigger == triggerExec {
+				if it.attached {
 					// The uprobes the latency was measured to work: the
-					// copy, retained, is run again and its call recorded.
+					// copy, retained, is run (or loaded) again and every
+					// call recorded.
 					b.StopTimer()
 					again := exec.Command(copyTo, "1")
+					if mode.trigger != triggerExec {
+						again = exec.Command(opener, copyTo, "20", "50", os.DevNull)
+					}
 					if out, err := again.CombinedOutput(); err != nil {
 						b.Fatalf("%v: %s", err, out)
 					}
-					if !waitFor(5*time.Second, func() bool { return records(again.Process.Pid) == 1 }) {
-						b.Fatalf("iteration %d: a run of %s after its attach: %d records, want its one call", i, copyTo, records(again.Process.Pid))
+					if !waitFor(5*time.Second, func() bool { return records(again.Process.Pid) == it.calls }) {
+						b.Fatalf("iteration %d: a run of %s after its attach: %d records, want its %d calls", i, copyTo, records(again.Process.Pid), it.calls)
 					}
 					recorded++
 					b.StartTimer()
@@ -351,7 +355,9 @@ func BenchmarkAttachLatency(b *testing.B) {
 			judge()
 			if !mode.watched {
 				// The sample is taken just after the attach the loop waited for.
-				waitFor(time.Second, func() bool { return samples() >= int64(b.N-unattached-before) })
+				if want := int64(b.N - unattached - before); !waitFor(time.Second, func() bool { return samples() >= want }) {
+					b.Fatalf("%d latency samples, want %d: one per iteration attached after its %s", samples(), want, mode.trigger)
+				}
 			}
 			if recorded == 0 {
 				b.Fatalf("%d iterations recorded no call: the uprobes attached never fired", b.N)

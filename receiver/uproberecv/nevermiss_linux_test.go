@@ -312,12 +312,9 @@ func TestDlopenLateLibrary(t *testing.T) {
 				}
 			}
 			stall := startStall(t)
-			missed, allowed, latency := runDlopener(t, r, sink, bin, lib)
+			missed, latency := runDlopener(t, r, sink, bin, lib)
 			if mode != "created after start" && missed != 0 {
 				t.Errorf("%d calls missed of a library attached before it was loaded (%s)", missed, mode)
-			}
-			if missed > allowed {
-				t.Logf("%d calls missed, more than the %d of the first 5 ms after dlopen (the issue's goal)", missed, allowed)
 			}
 			checkLatency(t, "the last call missed came, after dlopen began,", latency, readmeDlopenAttachP99, stall.stalled(t))
 		})
@@ -325,10 +322,10 @@ func TestDlopenLateLibrary(t *testing.T) {
 }
 
 // runDlopener runs the dlopener on lib and checks that every call after
-// the first recorded one is recorded; it returns the calls missed, how
-// many calls were made in the first 5 ms after dlopen began, and when the
-// last call missed came after dlopen began (zero for none).
-func runDlopener(t *testing.T, r *logsReceiver, sink *consumertest.LogsSink, bin, lib string) (missed, allowed int, latency time.Duration) {
+// the first recorded one is recorded; it returns the calls missed and when
+// the last call missed came after dlopen began (zero for none), which the
+// caller holds to the README's latency.
+func runDlopener(t *testing.T, r *logsReceiver, sink *consumertest.LogsSink, bin, lib string) (missed int, latency time.Duration) {
 	t.Helper()
 	const calls = 500
 	out := filepath.Join(t.TempDir(), "out")
@@ -395,14 +392,14 @@ func runDlopener(t *testing.T, r *logsReceiver, sink *consumertest.LogsSink, bin
 		t.Errorf("%d calls missed, but the first record is of call %d (it began %s after that call, %s before the next; clock offset steps up to %s): a call after the attach was lost",
 			missed, firstRecorded, time.Duration(first-offset-at[firstRecorded]), time.Duration(at[min(firstRecorded+1, calls-1)]-(first-offset)), r.clock.MaxStep())
 	}
-	allowed = sort.Search(len(at), func(i int) bool { return at[i] >= dlopenStart+int64(5*time.Millisecond) })
+	early := sort.Search(len(at), func(i int) bool { return at[i] >= dlopenStart+int64(5*time.Millisecond) })
 	if missed > 0 {
 		latency = time.Duration(at[missed-1] - dlopenStart)
 	}
 	n, p50, p99 := r.tracker.latency.percentiles(triggerMapping)
 	t.Logf("dlopen took %s; %d of %d calls missed (%d made in the first 5 ms); first recorded call %s after dlopen began; mapping to attach latency p50 %s p99 %s (%d samples)",
-		time.Duration(dlopenEnd-dlopenStart), missed, calls, allowed, time.Duration(at[min(firstRecorded, calls-1)]-dlopenStart), p50, p99, n)
-	return missed, allowed, latency
+		time.Duration(dlopenEnd-dlopenStart), missed, calls, early, time.Duration(at[min(firstRecorded, calls-1)]-dlopenStart), p50, p99, n)
+	return missed, latency
 }
 
 // TestPythonImportsSqliteLate imports sqlite3 3 s after python3.11

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -81,14 +82,33 @@ func TestCollectorScopeProfiles(t *testing.T) {
 	}
 	start := filepath.Join(t.TempDir(), "start")
 	w := testworkload.Start(t, bin, start, fmt.Sprint(calls))
-	time.Sleep(time.Second) // the process's unwind tables load meanwhile
+	pid := int64(w.Process.Pid)
+	// The calls start once the workload's stacks are walked with its
+	// files' unwind tables: a stack of its wait for the start file
+	// (nanosleep through libc, whose code keeps no frame pointers) that
+	// reaches _start.
+	for waited := false; !waited; time.Sleep(50 * time.Millisecond) {
+		if done, err := col.exited(); done {
+			t.Fatalf("collector exited: %v\n%s", err, col.output)
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no stack of the waiting workload reached _start\n%s", col.output)
+		}
+		for _, p := range profiles.all() {
+			for _, s := range pprofiletest.Samples(p) {
+				names := s.UserNames()
+				if s.PID == pid && slices.Contains(names, "nap") && len(names) > 0 && names[len(names)-1] == "_start" {
+					waited = true
+				}
+			}
+		}
+	}
 	if err := os.WriteFile(start, nil, 0o600); err != nil {
 		t.Fatal(err)
 	}
 	if err := w.Wait(); err != nil {
 		t.Fatalf("workload: %v", err)
 	}
-	pid := int64(w.Process.Pid)
 
 	// spans: span id -> kinds of samples linked to it.
 	var spans map[string]map[string]int64
