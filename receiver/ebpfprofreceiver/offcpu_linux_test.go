@@ -100,9 +100,14 @@ func TestOffCPUBlockingStacks(t *testing.T) {
 			t.Fatalf("workload line %q: want %q, tid and ns (%v)", out.Text(), th.role, err)
 		}
 	}
-	// Every switch-in of the workload's threads has happened; the drain
-	// and one report interval bring its last events out.
-	time.Sleep(cfg.ReportInterval + 500*time.Millisecond)
+	// Every switch-in of the workload's threads has happened: the report
+	// after the one under way holds their last events (drained before it).
+	reports := func() int { sink.mu.Lock(); defer sink.mu.Unlock(); return len(sink.all) }
+	for n0, deadline := reports(), time.Now().Add(30*time.Second); reports() < n0+2; time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("no report within 30 s after the workload's waits ended")
+		}
+	}
 	counters, _ := r.sampler.Counters()
 	checkNoWaitLost(t, r, threads[0].tid, threads[1].tid)
 	shutdown()

@@ -148,10 +148,20 @@ func TestPythonDeepRecursion(t *testing.T) {
 				t.Fatalf("enabling BPF statistics: %v", err)
 			}
 			defer stats.Close()
-			cmd := testworkload.Start(t, py.Path, testworkload.PythonScript(t, "deep.py"), "600")
+			bottom := filepath.Join(t.TempDir(), "bottom")
+			script := testworkload.PythonScript(t, "deep.py")
+			busy, recurse := scriptLine(t, script, "while running: pass"), scriptLine(t, script, "return deep(n - 1) + 1")
+			cmd := testworkload.Start(t, py.Path, script, "600", bottom)
 			// The recursion is reached before the sampler starts: it
 			// samples the threads the process has then.
-			time.Sleep(500 * time.Millisecond)
+			for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+				if _, err := os.Stat(bottom); err == nil {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("deep.py did not reach its bottom within 30 s")
+				}
+			}
 			run := startPythonRun(t, func(_ *Config, r *profilesReceiver) { r.hooks.samplePID = cmd.Process.Pid })
 			run.waitAttached(cmd)
 			rt0, n0, err := run.r.sampler.RunStats()
@@ -168,7 +178,7 @@ func TestPythonDeepRecursion(t *testing.T) {
 			var bad []string
 			for _, s := range run.threadSamples(pid, pid) {
 				total += s.Count
-				if deepWhole(s) {
+				if deepWhole(s, busy, recurse) {
 					whole += s.Count
 				} else if len(bad) < 3 {
 					py := pythonFrames(s)
@@ -192,14 +202,15 @@ func TestPythonDeepRecursion(t *testing.T) {
 }
 
 // deepWhole reports whether a sample of deep.py holds its 512 innermost
-// frames, the hot one first, then the truncation marker.
-func deepWhole(s pprofiletest.Sample) bool {
+// frames, the hot one (at line busy) first and the recursive calls (at
+// line recurse) after, then the truncation marker.
+func deepWhole(s pprofiletest.Sample, busy, recurse int64) bool {
 	py := pythonFrames(s)
-	if len(py) != profiler.MaxInterpFrames+1 || py[0] != (pyFrame{"deep", 6}) || py[len(py)-1].name != interp.Truncated {
+	if len(py) != profiler.MaxInterpFrames+1 || py[0] != (pyFrame{"deep", busy}) || py[len(py)-1].name != interp.Truncated {
 		return false
 	}
 	for _, f := range py[1 : len(py)-1] {
-		if f != (pyFrame{"deep", 8}) {
+		if f != (pyFrame{"deep", recurse}) {
 			return false
 		}
 	}
@@ -697,4 +708,20 @@ func mustRead(t *testing.T, p string) []byte {
 		t.Fatal(err)
 	}
 	return b
+}
+
+// scriptLine returns the number of the line of script holding text.
+func scriptLine(t *testing.T, script, text string) int64 {
+	t.Helper()
+	src, err := os.ReadFile(script)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, line := range strings.Split(string(src), "\n") {
+		if strings.Contains(line, text) {
+			return int64(i + 1)
+		}
+	}
+	t.Fatalf("%s has no line %q", script, text)
+	return 0
 }

@@ -130,9 +130,16 @@ func TestShortProcessesCompleteFromFirstSample(t *testing.T) {
 	cfg.SamplingFrequency = 199
 	cfg.ReportInterval = time.Second
 	r := startProfilesReceiver(t, cfg, sink)
-	// The first xz has its files' tables built; then they serve the next.
-	run()
-	time.Sleep(time.Second)
+	// Earlier xz processes run until a sample of one is reported
+	// complete, so their files' tables are built; then they serve the
+	// next.
+	earlier := map[int64]bool{}
+	for deadline := time.Now().Add(30 * time.Second); !completeSampleOf(sink, earlier); {
+		if time.Now().After(deadline) {
+			t.Fatalf("no complete sample of %d xz processes within 30 s: tables %+v", len(earlier), r.unwind.Stats())
+		}
+		earlier[int64(run())] = true
+	}
 	pids := map[int64]bool{}
 	for range 20 {
 		pids[int64(run())] = true
@@ -152,7 +159,7 @@ func TestShortProcessesCompleteFromFirstSample(t *testing.T) {
 			// libc's debug file); the stripped xz's _start above it has no
 			// name.
 			user := s.UserNames()
-			if slices.Contains(user, "__libc_start_call_main") {
+			if completeXZ(user) {
 				complete += s.Count
 			} else if len(some) < 5 {
 				some = append(some, "["+joinNames(user)+"]")
@@ -169,4 +176,22 @@ func TestShortProcessesCompleteFromFirstSample(t *testing.T) {
 	if pct(complete, total) < 98 {
 		t.Fatalf("%.1f%% of the samples of short processes are complete; some that are not: %v", pct(complete, total), some)
 	}
+}
+
+// completeXZ says whether an xz sample's user stack reached libc's start
+// of main (named by libc's debug file); the stripped xz's _start above it
+// has no name.
+func completeXZ(user []string) bool { return slices.Contains(user, "__libc_start_call_main") }
+
+// completeSampleOf says whether sink holds a complete sample of one of the
+// xz processes pids.
+func completeSampleOf(sink *consumertest.ProfilesSink, pids map[int64]bool) bool {
+	for _, p := range sink.AllProfiles() {
+		for _, s := range pprofiletest.Samples(p) {
+			if pids[s.PID] && completeXZ(s.UserNames()) {
+				return true
+			}
+		}
+	}
+	return false
 }

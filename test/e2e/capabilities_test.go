@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/bpfcol/bpfcol/internal/pprofiletest"
+	"github.com/bpfcol/bpfcol/internal/process"
 	"github.com/bpfcol/bpfcol/internal/testenv"
 	"github.com/bpfcol/bpfcol/internal/testworkload"
 )
@@ -126,7 +127,15 @@ func TestCapabilities(t *testing.T) {
 		bin := filepath.Join(t.TempDir(), "cpuhog-deleted")
 		copyFile(t, hog, bin, 0o755)
 		pid := int64(testworkload.Start(t, bin).Process.Pid)
-		time.Sleep(200 * time.Millisecond)
+		// Deleted once the process runs it (exec done), not before.
+		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+			if exe, err := process.ExecutablePath(int(pid)); err == nil && exe == bin {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("pid %d does not run %s after 10 s", pid, bin)
+			}
+		}
 		if err := os.Remove(bin); err != nil {
 			t.Fatal(err)
 		}

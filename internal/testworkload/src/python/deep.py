@@ -1,8 +1,12 @@
 # deep.py: a recursion 600 frames deep, busy at its bottom, until SIGUSR1.
+# usage: deep.py [DEPTH [BOTTOM_FILE]]: BOTTOM_FILE is created once the
+# bottom is reached.
 import signal, sys
 running = True
 def deep(n):
     if n == 0:
+        if len(sys.argv) > 2:
+            open(sys.argv[2], "w").close()
         while running: pass
         return 0
     return deep(n - 1) + 1
