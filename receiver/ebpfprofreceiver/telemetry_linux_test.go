@@ -23,13 +23,8 @@ func metricPoints(t *testing.T, tt *componenttest.Telemetry, name string) map[at
 	if err != nil {
 		t.Fatalf("%s: %v", name, err)
 	}
-	var dps []metricdata.DataPoint[int64]
-	switch d := m.Data.(type) {
-	case metricdata.Sum[int64]:
-		dps = d.DataPoints
-	case metricdata.Gauge[int64]:
-		dps = d.DataPoints
-	default:
+	dps, ok := int64Points(m)
+	if !ok {
 		t.Fatalf("%s is a %T", name, m.Data)
 	}
 	out := map[attribute.Distinct]metricdata.DataPoint[int64]{}
@@ -39,19 +34,24 @@ func metricPoints(t *testing.T, tt *componenttest.Telemetry, name string) map[at
 	return out
 }
 
+// int64Points returns the data points of an int64 sum or gauge.
+func int64Points(m metricdata.Metrics) ([]metricdata.DataPoint[int64], bool) {
+	switch d := m.Data.(type) {
+	case metricdata.Sum[int64]:
+		return d.DataPoints, true
+	case metricdata.Gauge[int64]:
+		return d.DataPoints, true
+	}
+	return nil, false
+}
+
 // counted is the value of name's point kv, 0 until it is published.
 func counted(tt *componenttest.Telemetry, name string, kv ...attribute.KeyValue) int64 {
 	m, err := tt.GetMetric(name)
 	if err != nil {
 		return 0
 	}
-	var dps []metricdata.DataPoint[int64]
-	switch d := m.Data.(type) {
-	case metricdata.Sum[int64]:
-		dps = d.DataPoints
-	case metricdata.Gauge[int64]:
-		dps = d.DataPoints
-	}
+	dps, _ := int64Points(m)
 	want := attribute.NewSet(kv...)
 	for _, dp := range dps {
 		if dp.Attributes.Equals(&want) {

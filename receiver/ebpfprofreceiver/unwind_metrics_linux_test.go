@@ -79,27 +79,8 @@ func TestUnwindMetrics(t *testing.T) {
 // published says whether a complete walk and the loaded tables show in
 // the metrics yet.
 func published(tt *componenttest.Telemetry) bool {
-	stops, err := tt.GetMetric("otelcol_ebpfprof_unwind_stops")
-	if err != nil {
-		return false
-	}
-	complete := false
-	for _, dp := range stops.Data.(metricdata.Sum[int64]).DataPoints {
-		if v, _ := dp.Attributes.Value("reason"); v.AsString() == "complete" && dp.Value > 0 {
-			complete = true
-		}
-	}
-	caches, err := tt.GetMetric("otelcol_ebpfprof_cache_size")
-	if err != nil {
-		return false
-	}
-	tables := false
-	for _, dp := range caches.Data.(metricdata.Gauge[int64]).DataPoints {
-		if v, _ := dp.Attributes.Value("cache"); v.AsString() == "unwind_tables" && dp.Value > 0 {
-			tables = true
-		}
-	}
-	return complete && tables
+	return counted(tt, "otelcol_ebpfprof_unwind_stops", attribute.String("reason", "complete")) > 0 &&
+		counted(tt, "otelcol_ebpfprof_cache_size", attribute.String("cache", "unwind_tables")) > 0
 }
 
 func sumPoints(t *testing.T, tt *componenttest.Telemetry, name, attr string) map[string]int64 {
