@@ -429,15 +429,26 @@ func refersToOtherUnits(abbrev []byte, off uint64) bool {
 			case 0x10, 0x1c, 0x24, 0x1f20, 0x1f21: // ref_addr, ref_sup4, ref_sup8, GNU_ref_alt, GNU_strp_alt
 				return true
 			case 0x21: // implicit_const: a SLEB128 value follows
-				if _, n := binary.Varint(b); n <= 0 {
+				if b = skipLEB128(b); b == nil {
 					return true
-				} else {
-					b = b[n:]
 				}
 			}
 		}
 	}
 	return true
+}
+
+// skipLEB128 returns b after the LEB128 number it starts with, nil if it
+// does not hold a whole one of at most 10 bytes. The value is not decoded:
+// binary.Varint, a zigzag decoder, takes a 10-byte SLEB128 such as
+// -2^63+1 (in CPython 3.11's and 3.12's libpython) for an overflow.
+func skipLEB128(b []byte) []byte {
+	for i := 0; i < len(b) && i < 10; i++ {
+		if b[i] < 0x80 {
+			return b[i+1:]
+		}
+	}
+	return nil
 }
 
 // unitStart is where a unit's first DIE is, its DWARF version, and what
