@@ -9,7 +9,7 @@ package ksymprog
 
 // MaxBatch is the most addresses one program run formats, mirrored from
 // KSYM_MAX_BATCH in ksym.bpf.c. Format splits larger requests.
-const MaxBatch = 10240
+const MaxBatch = 1024
 
 // Flags of a request, mirrored from ksym.bpf.c.
 const requestReturn = 1 << 0

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/bpfcol/bpfcol/internal/bpf/ksymprog"
 	"github.com/bpfcol/bpfcol/internal/testenv"
 )
 
@@ -45,7 +46,7 @@ func TestBPFPathMatchesKernelRules(t *testing.T) {
 	seed := uint64(time.Now().UnixNano())
 	t.Logf("seed %d", seed)
 	rng := rand.New(rand.NewPCG(seed, seed>>1))
-	const n = 3*10240 + 17 // several runs of the program, one partial
+	const n = 3*ksymprog.MaxBatch + 17 // several runs of the program, one partial
 	addrs, isReturn := ref.sample(rng, n)
 
 	got, err := s.Symbolize(addrs, isReturn)
