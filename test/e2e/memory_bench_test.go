@@ -329,10 +329,10 @@ func measureMemory(b *testing.B, work []namedWork) {
 	anon, file := procStatusKB(b, pid, "RssAnon"), procStatusKB(b, pid, "RssFile")
 	logLargestMappings(b, pid)
 	if heapFile != "" {
-		fetchHeapProfile(b, "http://"+pprofAddr+"/debug/pprof/heap", heapFile)
+		fetchProfile(b, "http://"+pprofAddr+"/debug/pprof/heap", heapFile)
 		// The runtime's own figures (heap in use, released, stacks, GC
 		// goal) come with the text form of the profile.
-		fetchHeapProfile(b, "http://"+pprofAddr+"/debug/pprof/heap?debug=1", heapFile+".txt")
+		fetchProfile(b, "http://"+pprofAddr+"/debug/pprof/heap?debug=1", heapFile+".txt")
 	}
 	load := loadAverage()
 	// Real work: the collector exported the samples of the window, and
@@ -368,16 +368,16 @@ func measureMemory(b *testing.B, work []namedWork) {
 		window, warm, mb(mean), mb(rss[len(rss)-1]), mb(hwm), pct, startupTicks*1000/clockTicksPerSecond, firstSample, startTicks*1000/clockTicksPerSecond, exported, load)
 }
 
-func fetchHeapProfile(b *testing.B, url, path string) {
+func fetchProfile(b *testing.B, url, path string) {
 	b.Helper()
 	resp, err := http.Get(url)
 	if err != nil {
-		b.Fatalf("fetching the heap profile: %v", err)
+		b.Fatalf("fetching the profile: %v", err)
 	}
 	defer resp.Body.Close()
 	body, err := io.ReadAll(resp.Body)
 	if err != nil || resp.StatusCode != http.StatusOK {
-		b.Fatalf("fetching the heap profile: status %s, %v", resp.Status, err)
+		b.Fatalf("fetching the profile: status %s, %v", resp.Status, err)
 	}
 	writeFile(b, path, string(body))
 }

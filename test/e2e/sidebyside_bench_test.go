@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"fmt"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -188,6 +189,8 @@ func (p *sideProfiler) end(b *testing.B, window time.Duration) {
 	p.cpuPct = 100 * float64(treeTicks(b, p.pid)-p.ticks) / clockTicksPerSecond / window.Seconds()
 	p.rssMB = float64(procStatusKB(b, p.pid, "VmRSS")) / 1024
 	p.hwmMB = float64(procStatusKB(b, p.pid, "VmHWM")) / 1024
+	b.Logf("%s at the window's end: VmRSS %.1f MB = anonymous %.1f + file %.1f + shared %.1f", p.name, p.rssMB,
+		float64(procStatusKB(b, p.pid, "RssAnon"))/1024, float64(procStatusKB(b, p.pid, "RssFile"))/1024, float64(procStatusKB(b, p.pid, "RssShmem"))/1024)
 	samples := float64(st.samples - p.bpf.samples)
 	p.bpfUsPerSample = float64(st.runtimeNs-p.bpf.runtimeNs) / samples / 1000
 	p.samplingUsPerSample = float64(st.samplingNs-p.bpf.samplingNs) / samples / 1000
@@ -227,8 +230,19 @@ func sideBySide(b *testing.B, peerBin, symbolizer string, warm time.Duration, wo
 	window := benchSeconds(b)
 	enableBPFStats(b)
 	ours, theirs := &sideProfiler{name: "bpfcol", server: startProfilesServer(b)}, &sideProfiler{name: "peer", server: startProfilesServer(b)}
-	col := startCollector(b, strings.Replace(profilesConfig(ours.server.addr), "sampling_frequency: 99\n    report_interval: 1s",
-		fmt.Sprintf("sampling_frequency: %d\n    report_interval: %s", overheadHz, overheadReport), 1))
+	cfg := strings.Replace(profilesConfig(ours.server.addr), "sampling_frequency: 99\n    report_interval: 1s",
+		fmt.Sprintf("sampling_frequency: %d\n    report_interval: %s", overheadHz, overheadReport), 1)
+	// BPFCOL_SIDEBYSIDE_CPUPROFILE names a file that receives, suffixed
+	// with the benchmark's name, bpfcol's CPU profile over the window,
+	// taken through the pprof extension. Profiling costs CPU itself: the
+	// run's CPU figures are then no measure.
+	cpuFile := os.Getenv("BPFCOL_SIDEBYSIDE_CPUPROFILE")
+	pprofAddr := fmt.Sprintf("127.0.0.1:%d", freePort(b))
+	if cpuFile != "" {
+		cpuFile += "." + strings.ReplaceAll(b.Name(), "/", "_")
+		cfg = strings.Replace(cfg, "service:\n", fmt.Sprintf("extensions:\n  pprof:\n    endpoint: %s\nservice:\n  extensions: [pprof]\n", pprofAddr), 1)
+	}
+	col := startCollector(b, cfg)
 	peer := startPeer(b, peerBin, theirs.server.addr, overheadHz, overheadReport)
 	started := time.Now()
 	ours.pid, theirs.pid = col.cmd.Process.Pid, peer.cmd.Process.Pid
@@ -251,7 +265,11 @@ func sideBySide(b *testing.B, peerBin, symbolizer string, warm time.Duration, wo
 		p.begin(b)
 	}
 	from, hostBefore := time.Now(), readCPUStat(b)
-	time.Sleep(window)
+	if cpuFile != "" {
+		fetchProfile(b, fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", pprofAddr, int(window.Seconds())), cpuFile)
+		b.Logf("bpfcol's CPU profile over the window is in %s; this run's CPU figures include the profiling", cpuFile)
+	}
+	time.Sleep(time.Until(from.Add(window)))
 	to, hostAfter := time.Now(), readCPUStat(b)
 	for _, p := range both {
 		p.end(b, to.Sub(from))

@@ -207,8 +207,8 @@ func BenchmarkSoak(b *testing.B) {
 				mib(hwm), ch.started.Load(), fine.minute())
 			if heapDir != "" {
 				base := filepath.Join(heapDir, fmt.Sprintf("heap-%02d", m+1))
-				fetchHeapProfile(b, "http://"+pprofAddr+"/debug/pprof/heap", base+".pb.gz")
-				fetchHeapProfile(b, "http://"+pprofAddr+"/debug/pprof/heap?debug=1", base+".txt")
+				fetchProfile(b, "http://"+pprofAddr+"/debug/pprof/heap", base+".pb.gz")
+				fetchProfile(b, "http://"+pprofAddr+"/debug/pprof/heap?debug=1", base+".txt")
 				logCacheSizes(b, metricsURL)
 			}
 		}
