@@ -140,7 +140,7 @@ func (c *planCache) usable(r *planResult) (ready, permanent bool) {
 // callAt is set to when the attach call began (ktime).
 func (t *tracker) evaluate(pid int, tg *target, probes []*compiledProbe, callAt *int64) (_ []attachment, conclusive bool) {
 	conclusive = true
-	cacheable := known(tg.file)
+	cacheable := identified(tg.file)
 	type planned struct {
 		probe *compiledProbe
 		res   *planResult
@@ -247,7 +247,7 @@ func (t *tracker) attachPathOf(tg *target) (path string, done func(), err error)
 	if err != nil {
 		return "", nil, err
 	}
-	if known(tg.file) {
+	if identified(tg.file) {
 		id, err := process.StatFile(f)
 		if err != nil || !id.Same(tg.file) {
 			f.Close()

@@ -959,7 +959,7 @@ func TestMappingReadBeforeExitAttached(t *testing.T) {
 	}
 	st := &r.tracker.stats
 	lost := st.exitedBeforeAttach.Load()
-	r.tracker.binary(pid, mappingTarget(pid, mapping, file), matched, uint64(ktime.MonotonicNanos()), triggerMapping)
+	r.tracker.attachTo(pid, mappingTarget(pid, mapping, file), matched, uint64(ktime.MonotonicNanos()), triggerMapping)
 	if !r.tracker.isAttached(file.FileKey) {
 		t.Fatal("the library of a process gone after its mappings were read was not attached")
 	}
