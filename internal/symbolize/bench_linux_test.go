@@ -7,6 +7,8 @@ import (
 	"os"
 	"strings"
 	"testing"
+
+	"github.com/bpfcol/bpfcol/internal/frame"
 )
 
 // maxMissShare is the share of addresses a benchmark may name differently
@@ -59,12 +61,12 @@ type nameChecker struct {
 	firstMiss       string
 }
 
-func (c *nameChecker) check(addr uint64, want string, frames []Frame, ok bool) {
+func (c *nameChecker) check(addr uint64, want string, frames []frame.Line, ok bool) {
 	if want == "" {
 		return
 	}
 	c.checked++
-	if ok && len(frames) > 0 && frames[len(frames)-1].Function == want {
+	if ok && len(frames) > 0 && frames[len(frames)-1].Name == want {
 		return
 	}
 	c.misses++
@@ -88,10 +90,10 @@ func (c *nameChecker) assert(b *testing.B) {
 	}
 }
 
-func framesSummary(addr uint64, want string, frames []Frame) string {
+func framesSummary(addr uint64, want string, frames []frame.Line) string {
 	var got []string
 	for _, f := range frames {
-		got = append(got, f.Function)
+		got = append(got, f.Name)
 	}
 	return fmt.Sprintf("%#x: got [%s], want %s", addr, strings.Join(got, " < "), want)
 }

@@ -14,18 +14,20 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/bpfcol/bpfcol/internal/frame"
 )
 
 // dwarfBatch names addrs through DWARF with the physical function named
 // from the symbol table, the path native frames take in Symbolize, and
 // stores each answer in out (nil where nothing covers the address).
-func dwarfBatch(b *Binary, addrs []uint64, out [][]Frame) {
+func dwarfBatch(b *Binary, addrs []uint64, out [][]frame.Line) {
 	b.loadSymbols()
 	b.loadDWARF()
 	for i, a := range addrs {
 		frames, ok := b.dwarf.lookup(a)
 		if f, has := b.elfSyms.lookup(a); has && ok {
-			frames[len(frames)-1].Function = f.name
+			frames[len(frames)-1].Name = f.name
 		}
 		out[i] = frames
 	}
@@ -35,21 +37,21 @@ func dwarfBatch(b *Binary, addrs []uint64, out [][]Frame) {
 // block of function and file:line:column lines per address, inlined frames
 // first) into frames per address, with "??" as empty fields; nil where it
 // named nothing.
-func parseLLVMSymbolizer(out string, n int) ([][]Frame, error) {
+func parseLLVMSymbolizer(out string, n int) ([][]frame.Line, error) {
 	blocks := strings.Split(strings.TrimRight(out, "\n"), "\n\n")
 	if len(blocks) != n {
 		return nil, fmt.Errorf("llvm-symbolizer answered %d blocks for %d addresses", len(blocks), n)
 	}
-	res := make([][]Frame, n)
+	res := make([][]frame.Line, n)
 	for i, b := range blocks {
 		lines := strings.Split(b, "\n")
 		if len(lines)%2 != 0 {
 			return nil, fmt.Errorf("llvm-symbolizer block %d has an odd number of lines: %q", i, b)
 		}
 		for j := 0; j < len(lines); j += 2 {
-			fr := Frame{Function: lines[j]}
-			if fr.Function == "??" {
-				fr.Function = ""
+			fr := frame.Line{Name: lines[j]}
+			if fr.Name == "??" {
+				fr.Name = ""
 			}
 			pos := lines[j+1] // file:line:column
 			if k := strings.LastIndexByte(pos, ':'); k >= 0 {
@@ -64,7 +66,7 @@ func parseLLVMSymbolizer(out string, n int) ([][]Frame, error) {
 			}
 			res[i] = append(res[i], fr)
 		}
-		if len(res[i]) == 1 && res[i][0] == (Frame{}) {
+		if len(res[i]) == 1 && res[i][0] == (frame.Line{}) {
 			res[i] = nil
 		}
 	}
@@ -74,7 +76,7 @@ func parseLLVMSymbolizer(out string, n int) ([][]Frame, error) {
 // checkBatch fails b unless at least 99.9% of got are identical to
 // llvm-symbolizer's answers want (the accuracy tests' rule), and returns
 // the share that differ.
-func checkBatch(b *testing.B, run string, addrs []uint64, got, want [][]Frame) float64 {
+func checkBatch(b *testing.B, run string, addrs []uint64, got, want [][]frame.Line) float64 {
 	b.Helper()
 	misses, first := 0, ""
 	for i := range addrs {
@@ -114,7 +116,7 @@ func BenchmarkVsLLVMSymbolizer(b *testing.B) {
 		fmt.Fprintf(&in, "%#x\n", a)
 	}
 	stdin := in.String()
-	cold, warm := make([][]Frame, len(addrs)), make([][]Frame, len(addrs))
+	cold, warm := make([][]frame.Line, len(addrs)), make([][]frame.Line, len(addrs))
 	// llvm-symbolizer's answers go to a file, not this heap, which
 	// heap-inuse-MiB measures.
 	answers := filepath.Join(workloadDir, "llvm-symbolizer.out")

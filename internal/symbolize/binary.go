@@ -11,6 +11,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"unsafe"
+
+	"github.com/bpfcol/bpfcol/internal/frame"
 )
 
 // maxReadCode bounds one ReadCode call.
@@ -251,7 +253,7 @@ func guardFaults() func() {
 // (function, file:line and inlined calls), then .symtab, falling back to
 // .dynsym. C++ and Rust names are demangled. Frames are leaf first, the
 // physical function last. ok is false when nothing covers vaddr.
-func (b *Binary) Symbolize(vaddr uint64) (frames []Frame, ok bool) {
+func (b *Binary) Symbolize(vaddr uint64) (frames []frame.Line, ok bool) {
 	defer guardFaults()()
 	defer func() {
 		if r := recover(); r != nil {
@@ -274,15 +276,15 @@ func (b *Binary) Symbolize(vaddr uint64) (frames []Frame, ok bool) {
 			// out-of-line template instances exactly, as llvm-symbolizer
 			// does.
 			if last := &frames[len(frames)-1]; hasSym {
-				last.Function, last.SystemName = sourceAndSystemName(sym.name)
+				last.Name, last.SystemName = sourceAndSystemName(sym.name)
 			}
 			return frames, true
 		}
 	}
 	if hasSym {
-		fr := Frame{File: sym.file}
-		fr.Function, fr.SystemName = sourceAndSystemName(sym.name)
-		return []Frame{fr}, true
+		fr := frame.Line{File: sym.file}
+		fr.Name, fr.SystemName = sourceAndSystemName(sym.name)
+		return []frame.Line{fr}, true
 	}
 	return nil, false
 }

@@ -18,17 +18,3 @@
 // held, bounded by bytes). Every in-memory cache is an internal/lru or
 // internal/negcache cache; CacheStats reports their size and evictions.
 package symbolize
-
-// Frame is one source-level frame.
-type Frame struct {
-	// Function is the name in source form: demangled for C++ and Rust,
-	// the Go function name for Go.
-	Function string
-	// SystemName is the raw (mangled) symbol name when it differs from
-	// Function, and empty otherwise.
-	SystemName string
-	// File is the source file, empty when only a symbol table was available.
-	File string
-	// Line is the source line, 0 if unknown.
-	Line int64
-}

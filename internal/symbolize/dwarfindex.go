@@ -9,6 +9,8 @@ import (
 	"slices"
 	"sync/atomic"
 	"unsafe"
+
+	"github.com/bpfcol/bpfcol/internal/frame"
 )
 
 // dwarfIndex answers lookups from a binary's DWARF one compile unit at a
@@ -431,7 +433,7 @@ func (x *dwarfIndex) unit(u *dwarfUnits, i int32) *dwarfTable {
 
 // lookup returns the frames at pc from the first unit covering it that
 // names it.
-func (x *dwarfIndex) lookup(pc uint64) (frames []Frame, ok bool) {
+func (x *dwarfIndex) lookup(pc uint64) (frames []frame.Line, ok bool) {
 	defer func() {
 		// debug/dwarf reports most corruption as errors, but a hostile
 		// file must never take the profiler down.

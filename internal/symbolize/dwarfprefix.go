@@ -9,6 +9,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"unsafe"
+
+	"github.com/bpfcol/bpfcol/internal/frame"
 )
 
 // dwarfPrefix names addresses from compressed DWARF decompressed only as
@@ -337,7 +339,7 @@ func (p *dwarfPrefix) ensureLines(d *dwarf.Data, start unitStart) bool {
 // prefixLookup returns the frames at pc when the prefix read so far, and
 // the units it decompresses, give the whole index's answer; decided says
 // they do, named or not.
-func (x *dwarfIndex) prefixLookup(p *dwarfPrefix, pc uint64) (frames []Frame, ok, decided bool) {
+func (x *dwarfIndex) prefixLookup(p *dwarfPrefix, pc uint64) (frames []frame.Line, ok, decided bool) {
 	defer func() {
 		// A hostile file: the whole index decides.
 		if r := recover(); r != nil {

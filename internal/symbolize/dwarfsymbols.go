@@ -8,6 +8,8 @@ import (
 	"slices"
 	"strings"
 	"unsafe"
+
+	"github.com/bpfcol/bpfcol/internal/frame"
 )
 
 // dwarfTable answers lookups from DWARF: the function, file:line and the
@@ -440,14 +442,14 @@ func findChild(rs []childRange, rel uint64, in bool) (int32, bool) {
 // lookup returns the frames at pc, innermost inlined call first and the
 // physical function last. A frame's Function is "" when DWARF has a line but
 // no function for pc.
-func (t *dwarfTable) lookup(pc uint64) ([]Frame, bool) {
+func (t *dwarfTable) lookup(pc uint64) ([]frame.Line, bool) {
 	file, line, hasLine := t.lineAt(pc)
 	fn, ok := findRange(t.funcs, pc)
 	if !ok {
 		if !hasLine {
 			return nil, false
 		}
-		return []Frame{{File: file, Line: int64(line)}}, true
+		return []frame.Line{{File: file, Line: int64(line)}}, true
 	}
 	chain := [16]int32{}
 	scopes := append(chain[:0], fn)
@@ -459,12 +461,12 @@ func (t *dwarfTable) lookup(pc uint64) ([]Frame, bool) {
 		scopes = append(scopes, next)
 		cur = next
 	}
-	frames := make([]Frame, len(scopes))
+	frames := make([]frame.Line, len(scopes))
 	for i := range scopes {
 		s := &t.scopes[scopes[len(scopes)-1-i]]
 		// A copy: a substring would keep the unit's whole name string
 		// alive in the caches of named frames after the unit's eviction.
-		frames[i].Function, frames[i].SystemName = sourceAndSystemName(strings.Clone(t.nameOf(s)))
+		frames[i].Name, frames[i].SystemName = sourceAndSystemName(strings.Clone(t.nameOf(s)))
 		if i == 0 {
 			frames[i].File, frames[i].Line = file, int64(line)
 		} else {

@@ -3,6 +3,8 @@ package symbolize
 import (
 	"debug/elf"
 	"io"
+
+	"github.com/bpfcol/bpfcol/internal/frame"
 )
 
 // goInlineTree expands a Go frame into its inlined calls through the
@@ -47,7 +49,7 @@ func newGoInlineTree(data []byte, textStart, gofunc uint64, mem io.ReaderAt) *go
 // expand returns the frames at pc in fn, inlined calls first and fn last.
 // leaf is the innermost position at pc. ok is false when fn has no inlined
 // call at pc.
-func (t *goInlineTree) expand(fn goFunc, pc uint64, leaf Frame) ([]Frame, bool) {
+func (t *goInlineTree) expand(fn goFunc, pc uint64, leaf frame.Line) ([]frame.Line, bool) {
 	p := t.p
 	rec, ok := p.funcByEntry(fn.entry)
 	if !ok {
@@ -68,7 +70,7 @@ func (t *goInlineTree) expand(fn goFunc, pc uint64, leaf Frame) ([]Frame, bool) 
 	if !ok || ix < 0 {
 		return nil, false
 	}
-	frames := []Frame{leaf}
+	frames := []frame.Line{leaf}
 	var call [goInlinedCallSize]byte
 	for ix >= 0 {
 		if len(frames) > maxInlineDepth {
@@ -78,18 +80,18 @@ func (t *goInlineTree) expand(fn goFunc, pc uint64, leaf Frame) ([]Frame, bool) 
 		if _, err := t.mem.ReadAt(call[:], int64(addr)); err != nil || int64(addr) < 0 {
 			return nil, false
 		}
-		frames[len(frames)-1].Function = string(p.nameAt(int32(p.order.Uint32(call[4:]))))
+		frames[len(frames)-1].Name = string(p.nameAt(int32(p.order.Uint32(call[4:]))))
 		parentPC := fn.entry + uint64(int64(int32(p.order.Uint32(call[8:]))))
 		if parentPC < fn.entry || parentPC >= fn.end {
 			return nil, false
 		}
 		file, line := p.position(fn, parentPC)
-		frames = append(frames, Frame{File: file, Line: int64(max(line, 0))})
+		frames = append(frames, frame.Line{File: file, Line: int64(max(line, 0))})
 		if ix, ok = p.pcValue(idxTable, fn.entry, parentPC); !ok {
 			return nil, false
 		}
 	}
-	frames[len(frames)-1].Function = p.funcName(fn)
+	frames[len(frames)-1].Name = p.funcName(fn)
 	return frames, true
 }
 

@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/bpfcol/bpfcol/internal/frame"
 )
 
 // TestGoInlineTreeAgainstDWARF checks Go's inline tree, read from
@@ -115,7 +117,7 @@ func TestGoInlineTreeAgainstDWARF(t *testing.T) {
 
 // namesGoSource reports whether a DWARF inline chain places its address in
 // Go source.
-func namesGoSource(frames []Frame) bool {
+func namesGoSource(frames []frame.Line) bool {
 	for _, f := range frames {
 		if strings.HasSuffix(f.File, ".go") {
 			return true

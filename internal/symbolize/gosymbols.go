@@ -7,6 +7,8 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+
+	"github.com/bpfcol/bpfcol/internal/frame"
 )
 
 // goSymbolTable answers lookups from a Go binary's .gopclntab. Tables of Go
@@ -189,7 +191,7 @@ func goTextStartFromRelocations(img elfImage, pclntab []byte) (uint64, bool) {
 
 // lookup returns the frames for pc, leaf first: each inlined call, with
 // the position inside it, then the physical function.
-func (t *goSymbolTable) lookup(pc uint64) (frames []Frame, ok bool) {
+func (t *goSymbolTable) lookup(pc uint64) (frames []frame.Line, ok bool) {
 	defer func() {
 		if r := recover(); r != nil {
 			_ = recovered(r, "looking up .gopclntab")
@@ -202,20 +204,20 @@ func (t *goSymbolTable) lookup(pc uint64) (frames []Frame, ok bool) {
 			return nil, false
 		}
 		file, line := t.pcln.position(fn, pc)
-		leaf := Frame{Function: t.pcln.funcName(fn), File: file, Line: int64(max(line, 0))}
+		leaf := frame.Line{Name: t.pcln.funcName(fn), File: file, Line: int64(max(line, 0))}
 		if t.inline != nil {
 			if frames, ok := t.inline.expand(fn, pc, leaf); ok {
 				return frames, true
 			}
 		}
-		return []Frame{leaf}, true
+		return []frame.Line{leaf}, true
 	}
 	file, line, fn := t.table.PCToLine(pc)
 	if fn == nil || pc < fn.Entry || pc >= fn.End {
 		return nil, false
 	}
-	// debug/gosym reports an unknown line as -1; Frame uses 0.
-	return []Frame{{Function: fn.Name, File: file, Line: int64(max(line, 0))}}, true
+	// debug/gosym reports an unknown line as -1; frame.Line uses 0.
+	return []frame.Line{{Name: fn.Name, File: file, Line: int64(max(line, 0))}}, true
 }
 
 // functionRange returns the entry and end of the function containing pc.

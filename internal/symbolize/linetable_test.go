@@ -6,6 +6,8 @@ import (
 	"slices"
 	"testing"
 	"unsafe"
+
+	"github.com/bpfcol/bpfcol/internal/frame"
 )
 
 // TestLineTableMatchesRows packs random line tables (sequences with gaps,
@@ -95,11 +97,11 @@ func TestDWARFTableNamesOwnTheirBytes(t *testing.T) {
 	}
 	for _, c := range []struct {
 		pc   uint64
-		want []Frame
+		want []frame.Line
 	}{
-		{0x1002, []Frame{{Function: "outer", File: "a.c", Line: 3}}},
-		{0x1005, []Frame{{Function: "inner", File: "a.c", Line: 3}, {Function: "outer", File: "b.h", Line: 7}}},
-		{0x100d, []Frame{{Function: "inner", File: "a.c", Line: 4}, {Function: "outer", File: "a.c", Line: 9}}},
+		{0x1002, []frame.Line{{Name: "outer", File: "a.c", Line: 3}}},
+		{0x1005, []frame.Line{{Name: "inner", File: "a.c", Line: 3}, {Name: "outer", File: "b.h", Line: 7}}},
+		{0x100d, []frame.Line{{Name: "inner", File: "a.c", Line: 4}, {Name: "outer", File: "a.c", Line: 9}}},
 	} {
 		got, ok := tab.lookup(c.pc)
 		if !ok || !slices.Equal(got, c.want) {
@@ -107,8 +109,8 @@ func TestDWARFTableNamesOwnTheirBytes(t *testing.T) {
 		}
 		names := unsafe.StringData(tab.names)
 		for _, f := range got {
-			if p := unsafe.StringData(f.Function); uintptr(unsafe.Pointer(p)) >= uintptr(unsafe.Pointer(names)) && uintptr(unsafe.Pointer(p)) < uintptr(unsafe.Pointer(names))+uintptr(len(tab.names)) {
-				t.Errorf("lookup(%#x): %q points into the table's name string", c.pc, f.Function)
+			if p := unsafe.StringData(f.Name); uintptr(unsafe.Pointer(p)) >= uintptr(unsafe.Pointer(names)) && uintptr(unsafe.Pointer(p)) < uintptr(unsafe.Pointer(names))+uintptr(len(tab.names)) {
+				t.Errorf("lookup(%#x): %q points into the table's name string", c.pc, f.Name)
 			}
 		}
 	}

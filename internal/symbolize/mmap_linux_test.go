@@ -28,7 +28,7 @@ func TestTruncatedBinaryFaultsAreRecovered(t *testing.T) {
 	}
 	// The test binary is not PIE: function values are its ELF addresses.
 	before := uint64(reflect.ValueOf(heapInUse).Pointer())
-	if fr, ok := b.Symbolize(before); !ok || fr[len(fr)-1].Function != "github.com/bpfcol/bpfcol/internal/symbolize.heapInUse" {
+	if fr, ok := b.Symbolize(before); !ok || fr[len(fr)-1].Name != "github.com/bpfcol/bpfcol/internal/symbolize.heapInUse" {
 		t.Fatalf("Symbolize(%#x) = %v, %v before truncation", before, fr, ok)
 	}
 	if err := os.Truncate(p, 4096); err != nil {

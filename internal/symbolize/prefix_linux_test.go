@@ -12,6 +12,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/bpfcol/bpfcol/internal/frame"
 	"github.com/bpfcol/bpfcol/internal/testworkload"
 )
 
@@ -70,7 +71,7 @@ func TestPrefixNamesLibcStartFromTheFront(t *testing.T) {
 	if b.dwarf == nil || b.dwarf.prefix.Load() == nil {
 		t.Fatal("libc6-dbg's DWARF is not read by prefix")
 	}
-	if !ok || frames[len(frames)-1].Function != start || !reflect.DeepEqual(frames, want[0]) {
+	if !ok || frames[len(frames)-1].Name != start || !reflect.DeepEqual(frames, want[0]) {
 		t.Fatalf("%#x named %v, want %v", first, frames, want[0])
 	}
 	st := SectionSpillStats()
@@ -325,7 +326,7 @@ func FuzzDWARFPrefix(f *testing.F) {
 				addrs = append(addrs, s.Value, s.Value+s.Size/2)
 			}
 		}
-		names := map[bool][][]Frame{}
+		names := map[bool][][]frame.Line{}
 		for _, prefix := range []bool{true, false} {
 			spill.Store(spills[prefix])
 			readByPrefix.Store(prefix)

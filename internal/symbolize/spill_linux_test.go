@@ -9,6 +9,7 @@ import (
 	"reflect"
 	"testing"
 
+	"github.com/bpfcol/bpfcol/internal/frame"
 	"github.com/bpfcol/bpfcol/internal/safefs"
 	"github.com/bpfcol/bpfcol/internal/testworkload"
 )
@@ -62,7 +63,7 @@ func compressedDWARFBinary(t *testing.T) (string, []uint64) {
 	return bin, addrs
 }
 
-func lookupAll(t *testing.T, path string, addrs []uint64) ([][]Frame, *Binary) {
+func lookupAll(t *testing.T, path string, addrs []uint64) ([][]frame.Line, *Binary) {
 	t.Helper()
 	f, err := os.Open(path)
 	if err != nil {
@@ -72,7 +73,7 @@ func lookupAll(t *testing.T, path string, addrs []uint64) ([][]Frame, *Binary) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	out := make([][]Frame, len(addrs))
+	out := make([][]frame.Line, len(addrs))
 	named := 0
 	for i, a := range addrs {
 		out[i], _ = b.Symbolize(a)

@@ -83,7 +83,7 @@ func BenchmarkColdLibcDebug(b *testing.B) {
 			b.Fatal(err)
 		}
 		frames, ok := bin.Symbolize(addr)
-		if !ok || frames[len(frames)-1].Function != want {
+		if !ok || frames[len(frames)-1].Name != want {
 			b.Fatalf("%#x named %v, want %s", addr, frames, want)
 		}
 		bin.Close()
@@ -182,7 +182,7 @@ func BenchmarkFirstLibcReport(b *testing.B) {
 			for i, a := range addrs {
 				frames, ok := bin.Symbolize(a)
 				if !ok || !slices.ContainsFunc(names[i], func(n string) bool {
-					return strings.Split(n, "@")[0] == strings.Split(frames[len(frames)-1].Function, "@")[0]
+					return strings.Split(n, "@")[0] == strings.Split(frames[len(frames)-1].Name, "@")[0]
 				}) {
 					b.Fatalf("%#x named %v, want one of %v", a, frames, names[i])
 				}

@@ -74,8 +74,8 @@ func TestSymbolizeC(t *testing.T) {
 					t.Errorf("Symbolize(%#x) = %v, %v; addr2line says %q", addr, frames, ok, want[i].function)
 					continue
 				}
-				if frames[0].Function != want[i].function {
-					t.Errorf("Symbolize(%#x) = %q, addr2line says %q", addr, frames[0].Function, want[i].function)
+				if frames[0].Name != want[i].function {
+					t.Errorf("Symbolize(%#x) = %q, addr2line says %q", addr, frames[0].Name, want[i].function)
 				}
 			}
 			// Aliases and function ranges, from nm.
@@ -84,7 +84,7 @@ func TestSymbolizeC(t *testing.T) {
 				exp := expectedAlias(cands)
 				sawAlias = sawAlias || len(cands) > 1
 				frames, ok := b.Symbolize(addr)
-				if !ok || frames[0].Function != exp.name {
+				if !ok || frames[0].Name != exp.name {
 					t.Errorf("Symbolize(%#x) = %v, %v; want %q among %v", addr, frames, ok, exp.name, cands)
 				}
 				size := slices.MaxFunc(cands, func(a, b nmFunc) int { return int(a.size) - int(b.size) }).size
@@ -171,7 +171,7 @@ func TestSymbolizeGo(t *testing.T) {
 				// go tool addr2line names the physical function with the
 				// innermost position.
 				leaf, physical := frames[0], frames[len(frames)-1]
-				if physical.Function != want[i].function || leaf.File != want[i].file || leaf.Line != want[i].line {
+				if physical.Name != want[i].function || leaf.File != want[i].file || leaf.Line != want[i].line {
 					t.Errorf("Symbolize(%#x) = %+v; go tool addr2line says %+v", addr, frames, want[i])
 				}
 			}
@@ -376,7 +376,7 @@ func TestAddressMapperProcess(t *testing.T) {
 					t.Errorf("%s: FileOffsetToVirtualAddress(%#x) = %#x, %v; nm says %#x", fn, fileOff, vaddr, ok, nmAddr[fn])
 					continue
 				}
-				if frames, ok := b.Symbolize(vaddr); !ok || frames[len(frames)-1].Function != fn {
+				if frames, ok := b.Symbolize(vaddr); !ok || frames[len(frames)-1].Name != fn {
 					t.Errorf("Symbolize(%#x) = %v, %v; want %s", vaddr, frames, ok, fn)
 				}
 			}

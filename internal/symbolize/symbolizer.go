@@ -9,6 +9,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/bpfcol/bpfcol/internal/frame"
 	"github.com/bpfcol/bpfcol/internal/lru"
 	"github.com/bpfcol/bpfcol/internal/negcache"
 	"github.com/bpfcol/bpfcol/internal/process"
@@ -172,7 +173,7 @@ type MappingRef struct {
 
 // Lookup is the answer for one address.
 type Lookup struct {
-	Frames []Frame
+	Frames []frame.Line
 	// VAddr is the ELF virtual address looked up.
 	VAddr  uint64
 	Mode   Mode

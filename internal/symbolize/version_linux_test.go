@@ -35,11 +35,11 @@ func TestVersionedSymbolsNamedWithoutVersion(t *testing.T) {
 		}
 		checked++
 		fr := frames[len(frames)-1]
-		if strings.Contains(fr.Function, "@") {
-			t.Errorf("%s at %#x named %q (system name %q): the version is in the name", s.Name, s.Value, fr.Function, fr.SystemName)
+		if strings.Contains(fr.Name, "@") {
+			t.Errorf("%s at %#x named %q (system name %q): the version is in the name", s.Name, s.Value, fr.Name, fr.SystemName)
 		}
-		if base, _, ok := strings.Cut(fr.SystemName, "@"); ok && base != fr.Function {
-			t.Errorf("%s at %#x named %q, system name %q", s.Name, s.Value, fr.Function, fr.SystemName)
+		if base, _, ok := strings.Cut(fr.SystemName, "@"); ok && base != fr.Name {
+			t.Errorf("%s at %#x named %q, system name %q", s.Name, s.Value, fr.Name, fr.SystemName)
 		}
 	}
 	if checked < 10 {

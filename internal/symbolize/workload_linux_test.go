@@ -232,7 +232,7 @@ func addr2line(tb testing.TB, addrs []uint64, tool ...string) []addr2lineResult 
 			// addr2line appends " (discriminator N)".
 			num, _, _ := strings.Cut(pos[j+1:], " ")
 			res[i].line, _ = strconv.ParseInt(num, 10, 64)
-			// go tool addr2line prints -1 for an unknown line; Frame uses 0.
+			// go tool addr2line prints -1 for an unknown line; frame.Line uses 0.
 			res[i].line = max(res[i].line, 0)
 		}
 	}

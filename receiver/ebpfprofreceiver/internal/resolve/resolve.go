@@ -449,7 +449,7 @@ func (r *Resolver) vdsoFrame(st *batchState, am *frame.Mapping, f frame.Frame) r
 	if !ok {
 		return resolvedFrame{f, userUnnamed}
 	}
-	f.Address, f.Lines = vaddr, linesOf(frames)
+	f.Address, f.Lines = vaddr, frames
 	return resolvedFrame{f, userNamed}
 }
 
@@ -463,13 +463,13 @@ func (r *Resolver) name(pid uint32, m *process.Mapping, bin *symbolize.Binary, k
 		}
 		n = named{vaddr: vaddr, outcome: userUnnamed}
 		if frames, ok := bin.Symbolize(vaddr); ok {
-			n.lines, n.outcome = linesOf(frames), userNamed
+			n.lines, n.outcome = frames, userNamed
 		}
 		return n, true
 	}
 	// The offset is already the lookup address: never adjusted again.
 	l := r.sym.Symbolize(symbolize.MappingRef{PID: int(pid), Path: m.Path, Key: m.Key()}, bin, key.offset)
-	n = named{vaddr: l.VAddr, lines: linesOf(l.Frames)}
+	n = named{vaddr: l.VAddr, lines: l.Frames}
 	switch {
 	case l.Status == symbolize.Unmapped:
 		n = named{outcome: userUnmapped}
@@ -483,18 +483,6 @@ func (r *Resolver) name(pid uint32, m *process.Mapping, bin *symbolize.Binary, k
 		n.outcome = userUnnamed
 	}
 	return n, l.Status != symbolize.Pending
-}
-
-// linesOf converts the symbolizer's frames into lines.
-func linesOf(frames []symbolize.Frame) []frame.Line {
-	if len(frames) == 0 {
-		return nil
-	}
-	lines := make([]frame.Line, len(frames))
-	for i, fr := range frames {
-		lines[i] = frame.Line{Name: fr.Function, SystemName: fr.SystemName, File: fr.File, Line: fr.Line}
-	}
-	return lines
 }
 
 // binary opens each mapping's binary once per batch; nil when it cannot be
