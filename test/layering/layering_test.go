@@ -2,7 +2,7 @@
 // tree: BPF → aggregate → symbolize → pdata → consumer. Shared code under
 // internal/ never reaches back up into a component, and the BPF loaders
 // never depend on the symbolizer, nor the aggregator on the symbolizer, nor
-// the profile builder on BPF. Per-pid /proc paths are built in
+// the profile builder on BPF, nor the resolver on the profile builder. Per-pid /proc paths are built in
 // internal/process only.
 package layering
 
@@ -42,6 +42,11 @@ var rules = []rule{
 		from: []string{module + "/receiver/ebpfprofreceiver/internal/aggregate/"},
 		to:   []string{module + "/internal/symbolize"},
 		why:  "the aggregator sits below symbolization in the data flow: the receiver hands it the binaries it reads",
+	},
+	{
+		from: []string{module + "/receiver/ebpfprofreceiver/internal/resolve/"},
+		to:   []string{module + "/receiver/ebpfprofreceiver/internal/profilebuilder"},
+		why:  "resolving sits above building in the data flow: the builder takes resolve's named stacks",
 	},
 }
 
@@ -109,6 +114,7 @@ func TestRulesCatchALeak(t *testing.T) {
 		{module + "/internal/bpf/profiler", module + "/internal/symbolize/kernelsym"},
 		{module + "/receiver/ebpfprofreceiver/internal/profilebuilder", module + "/internal/bpf/scopes"},
 		{module + "/receiver/ebpfprofreceiver/internal/aggregate", module + "/internal/symbolize"},
+		{module + "/receiver/ebpfprofreceiver/internal/resolve", module + "/receiver/ebpfprofreceiver/internal/profilebuilder"},
 	} {
 		broken := false
 		for _, r := range rules {

@@ -64,10 +64,8 @@ type Interpreters interface {
 
 // Process is what the profile says about one process.
 type Process struct {
-	PID         int
-	ExePath     string
-	ExeName     string
-	ContainerID string
+	PID int
+	process.Info
 	// Mappings are the process's executable mappings, which its user
 	// frames point at.
 	Mappings []frame.Mapping

@@ -24,7 +24,7 @@ func TestAggregateCountsAndBounds(t *testing.T) {
 		ProcessInfo: func(pid int) (*Process, error) {
 			reads++
 			// Every frame of the samples below is in this mapping.
-			return &Process{PID: pid, ExePath: "/proc/self/exe", Mappings: []frame.Mapping{{Mapping: textMapping}}}, nil
+			return &Process{PID: pid, Info: process.Info{ExePath: "/proc/self/exe"}, Mappings: []frame.Mapping{{Mapping: textMapping}}}, nil
 		},
 	})
 	sample := func(tid uint32, user ...uint64) *profiler.Sample {
@@ -158,7 +158,7 @@ func lateMappingAggregator(reads *int, late process.Mapping) *Aggregator {
 	text := process.Mapping{Start: 0x1000, End: 0x2000, Perms: "r-xp"}
 	return New(Config{ProcessInfo: func(pid int) (*Process, error) {
 		*reads++
-		p := &Process{PID: pid, ExePath: "/proc/self/exe", Mappings: []frame.Mapping{{Mapping: text}}}
+		p := &Process{PID: pid, Info: process.Info{ExePath: "/proc/self/exe"}, Mappings: []frame.Mapping{{Mapping: text}}}
 		if *reads > 1 {
 			p.Mappings = append(p.Mappings, frame.Mapping{Mapping: late})
 		}
@@ -251,7 +251,7 @@ func TestAggregateRereadsForCallers(t *testing.T) {
 func TestAggregateKeepsStackUnderUretprobe(t *testing.T) {
 	text := process.Mapping{Start: 0x1000, End: 0x2000, Perms: "r-xp"}
 	uprobes := process.Mapping{Start: 0x7fffffffe000, End: 0x7ffffffff000, Perms: "--xp", Path: "[uprobes]"}
-	proc := &Process{PID: os.Getpid(), ExePath: "/proc/self/exe", Mappings: []frame.Mapping{{Mapping: text}, {Mapping: uprobes}}}
+	proc := &Process{PID: os.Getpid(), Info: process.Info{ExePath: "/proc/self/exe"}, Mappings: []frame.Mapping{{Mapping: text}, {Mapping: uprobes}}}
 	a := New(Config{ProcessInfo: func(int) (*Process, error) { return proc, nil }})
 	s := &profiler.Sample{PID: uint32(os.Getpid()), TID: 1, Comm: "t", KtimeNs: 1, UserIP: 0x1010, CFI: true, Complete: true,
 		User: []uint64{0x1010, 0x1020, 0x1030, 0x1040}}

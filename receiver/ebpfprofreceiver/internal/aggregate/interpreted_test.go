@@ -49,7 +49,7 @@ func TestPlaceInterpreted(t *testing.T) {
 	a := New(Config{
 		Interpreters: in,
 		ProcessInfo: func(pid int) (*Process, error) {
-			return &Process{PID: pid, ExePath: "/proc/self/exe", Mappings: []frame.Mapping{{Mapping: text}}}, nil
+			return &Process{PID: pid, Info: process.Info{ExePath: "/proc/self/exe"}, Mappings: []frame.Mapping{{Mapping: text}}}, nil
 		},
 	})
 	// Native frames: a leaf at 0x310 (n3), callers returning into the loop

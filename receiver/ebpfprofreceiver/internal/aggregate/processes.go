@@ -175,7 +175,7 @@ func newProcess(pid int, maps []process.Mapping, exe string) *Process {
 			exec = append(exec, frame.Mapping{Mapping: m})
 		}
 	}
-	p := &Process{PID: pid, Mappings: exec, ExePath: exe}
+	p := &Process{PID: pid, Mappings: exec, Info: process.Info{ExePath: exe}}
 	if exe != "" {
 		p.ExeName = filepath.Base(exe)
 	}

@@ -10,46 +10,8 @@ import (
 	"go.opentelemetry.io/collector/pdata/pprofile"
 
 	"github.com/bpfcol/bpfcol/internal/conventions"
-	"github.com/bpfcol/bpfcol/internal/frame"
+	"github.com/bpfcol/bpfcol/receiver/ebpfprofreceiver/internal/resolve"
 )
-
-// Sample is one stack with how often it was seen.
-type Sample struct {
-	// Frames holds the leaf first.
-	Frames     []frame.Frame
-	Count      int64
-	Timestamps []uint64
-	ThreadID   int64
-	ThreadName string
-	// OffCPUNs is an off-CPU sample's value: its events' time off CPU.
-	OffCPUNs int64
-	// Preempted marks off-CPU time of a thread that could have run on.
-	Preempted bool
-	// Scope is the probe scope the sample was taken in: the sample links
-	// to it and names its probe. Nil outside any.
-	Scope *Scope
-}
-
-// Scope is one outermost probe scope of the uprobe receiver: the ids its
-// log record carries, which the samples taken inside it link to.
-type Scope struct {
-	TraceID [16]byte
-	SpanID  [8]byte
-	// ProbeID is the scope's probe, named through Meta.ProbeName.
-	ProbeID uint32
-}
-
-// Process is one process's samples.
-type Process struct {
-	PID         int64
-	ExePath     string
-	ExeName     string
-	ContainerID string
-	// Samples are on-CPU samples, OffCPUSamples the off-CPU ones: each
-	// kind goes into its own profile of the process.
-	Samples       []Sample
-	OffCPUSamples []Sample
-}
 
 // Meta describes the interval the samples cover.
 type Meta struct {
@@ -66,7 +28,7 @@ type Meta struct {
 
 // Build returns one Profiles holding every process as its own
 // ResourceProfiles, sharing one dictionary.
-func Build(procs []Process, meta Meta) pprofile.Profiles {
+func Build(procs []resolve.Process, meta Meta) pprofile.Profiles {
 	out := pprofile.NewProfiles()
 	d := newDictionary(out.Dictionary())
 	onCPU := profileType{
@@ -137,7 +99,7 @@ func newProfile(sp pprofile.ScopeProfiles, typ profileType, meta Meta) pprofile.
 
 // addSample appends s's stack, timestamps, thread and scope to prof, the
 // scope's probe named by names; the caller appends its value.
-func addSample(prof pprofile.Profile, d *dictionary, s *Sample, names func(uint32) (string, bool)) pprofile.Sample {
+func addSample(prof pprofile.Profile, d *dictionary, s *resolve.Sample, names func(uint32) (string, bool)) pprofile.Sample {
 	ps := prof.Samples().AppendEmpty()
 	ps.SetStackIndex(d.stack(s.Frames))
 	ps.TimestampsUnixNano().Append(s.Timestamps...)

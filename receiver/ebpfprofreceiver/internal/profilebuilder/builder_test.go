@@ -8,6 +8,7 @@ import (
 
 	"github.com/bpfcol/bpfcol/internal/frame"
 	"github.com/bpfcol/bpfcol/internal/process"
+	"github.com/bpfcol/bpfcol/receiver/ebpfprofreceiver/internal/resolve"
 )
 
 func roundTrip(t *testing.T, p pprofile.Profiles) pprofile.Profiles {
@@ -23,7 +24,7 @@ func roundTrip(t *testing.T, p pprofile.Profiles) pprofile.Profiles {
 	return back
 }
 
-func testInput() ([]Process, Meta) {
+func testInput() ([]resolve.Process, Meta) {
 	userMapping := func(path string, start, end, offset uint64) process.Mapping {
 		return process.Mapping{Path: path, Start: start, End: end, Offset: offset}
 	}
@@ -38,13 +39,13 @@ func testInput() ([]Process, Meta) {
 	kernel := frame.Frame{Address: 0xffffffff81000000, Type: frame.Kernel, Lines: []frame.Line{{Name: "vfs_read"}}}
 	unnamed := frame.Frame{Address: 0x5000, Type: frame.Native, Mapping: bin}
 	goFrame := frame.Frame{Address: 0x401000, Type: frame.Go, Mapping: goBin, Lines: []frame.Line{{Name: "main.leaf", File: "main.go", Line: 7}}}
-	procs := []Process{
-		{PID: 10, ExePath: "/usr/bin/app", ExeName: "app", ContainerID: "c0ffee", Samples: []Sample{
+	procs := []resolve.Process{
+		{PID: 10, Info: process.Info{ExePath: "/usr/bin/app", ExeName: "app", ContainerID: "c0ffee"}, Samples: []resolve.Sample{
 			{Frames: []frame.Frame{kernel, leaf, caller}, Count: 3, Timestamps: []uint64{1, 2, 3}, ThreadID: 11, ThreadName: "worker"},
 			{Frames: []frame.Frame{leaf, caller}, Count: 1, Timestamps: []uint64{4}, ThreadID: 10, ThreadName: "app"},
 			{Frames: []frame.Frame{unnamed, caller}, Count: 2, ThreadID: 10, ThreadName: "app"},
 		}},
-		{PID: 20, ExePath: "/usr/bin/goapp", ExeName: "goapp", Samples: []Sample{
+		{PID: 20, Info: process.Info{ExePath: "/usr/bin/goapp", ExeName: "goapp"}, Samples: []resolve.Sample{
 			{Frames: []frame.Frame{goFrame}, Count: 5, ThreadID: 21, ThreadName: "goapp"},
 			{Frames: []frame.Frame{leaf, caller}, Count: 1, ThreadID: 22, ThreadName: "goapp"},
 		}},

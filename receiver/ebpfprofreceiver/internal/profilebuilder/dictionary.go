@@ -9,6 +9,7 @@ import (
 
 	"github.com/bpfcol/bpfcol/internal/conventions"
 	"github.com/bpfcol/bpfcol/internal/frame"
+	"github.com/bpfcol/bpfcol/receiver/ebpfprofreceiver/internal/resolve"
 )
 
 // dictionary deduplicates every table of a ProfilesDictionary with maps:
@@ -27,7 +28,7 @@ type dictionary struct {
 	byPointer          map[*frame.Mapping]int32
 	locationsByPointer map[locationPointers]int32
 	stacks             map[string]int32
-	links              map[Scope]int32
+	links              map[resolve.Scope]int32
 	scratch            strings.Builder
 }
 
@@ -72,13 +73,13 @@ func newDictionary(d pprofile.ProfilesDictionary) *dictionary {
 		byPointer:          map[*frame.Mapping]int32{},
 		locationsByPointer: map[locationPointers]int32{},
 		stacks:             map[string]int32{},
-		links:              map[Scope]int32{},
+		links:              map[resolve.Scope]int32{},
 	}
 }
 
 // link returns the index of the link to scope l: its trace and span ids.
-func (t *dictionary) link(l *Scope) int32 {
-	key := Scope{TraceID: l.TraceID, SpanID: l.SpanID}
+func (t *dictionary) link(l *resolve.Scope) int32 {
+	key := resolve.Scope{TraceID: l.TraceID, SpanID: l.SpanID}
 	if idx, ok := t.links[key]; ok {
 		return idx
 	}

@@ -7,6 +7,7 @@ import (
 
 	"github.com/bpfcol/bpfcol/internal/conventions"
 	"github.com/bpfcol/bpfcol/internal/frame"
+	"github.com/bpfcol/bpfcol/receiver/ebpfprofreceiver/internal/resolve"
 )
 
 // TestBuildOffCPU checks that off-CPU samples go into a second profile of
@@ -16,11 +17,11 @@ import (
 func TestBuildOffCPU(t *testing.T) {
 	procs, meta := testInput()
 	kernel := frame.Frame{Address: 0xffffffff81000000, Type: frame.Kernel, Lines: []frame.Line{{Name: "schedule"}}}
-	procs[0].OffCPUSamples = []Sample{
+	procs[0].OffCPUSamples = []resolve.Sample{
 		{Frames: []frame.Frame{kernel}, Count: 2, Timestamps: []uint64{7, 8}, ThreadID: 11, ThreadName: "worker", OffCPUNs: 40_000_000},
 		{Frames: []frame.Frame{kernel}, Count: 1, Timestamps: []uint64{9}, ThreadID: 11, ThreadName: "worker", OffCPUNs: 3_000_000, Preempted: true},
 	}
-	procs = append(procs, Process{PID: 30, OffCPUSamples: []Sample{{Frames: []frame.Frame{kernel}, Count: 1, ThreadID: 30, OffCPUNs: 5}}})
+	procs = append(procs, resolve.Process{PID: 30, OffCPUSamples: []resolve.Sample{{Frames: []frame.Frame{kernel}, Count: 1, ThreadID: 30, OffCPUNs: 5}}})
 	p := roundTrip(t, Build(procs, meta))
 	d := p.Dictionary()
 	str := func(i int32) string { return d.StringTable().At(int(i)) }

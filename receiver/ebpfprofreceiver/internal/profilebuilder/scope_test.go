@@ -7,6 +7,7 @@ import (
 
 	"github.com/bpfcol/bpfcol/internal/conventions"
 	"github.com/bpfcol/bpfcol/internal/frame"
+	"github.com/bpfcol/bpfcol/receiver/ebpfprofreceiver/internal/resolve"
 )
 
 // TestBuildScopeLinks checks that samples taken inside a probe scope link to
@@ -15,14 +16,14 @@ import (
 // probe.id, and that samples outside any scope carry neither.
 func TestBuildScopeLinks(t *testing.T) {
 	const base = 7
-	a := &Scope{TraceID: [16]byte{1, 2, 3}, SpanID: [8]byte{4, 5}, ProbeID: base + 1}
-	b := &Scope{TraceID: [16]byte{9}, SpanID: [8]byte{8}, ProbeID: base}
+	a := &resolve.Scope{TraceID: [16]byte{1, 2, 3}, SpanID: [8]byte{4, 5}, ProbeID: base + 1}
+	b := &resolve.Scope{TraceID: [16]byte{9}, SpanID: [8]byte{8}, ProbeID: base}
 	procs, meta := testInput()
 	meta.ProbeName = probeNames(base, "parse", "work")
 	procs[0].Samples[0].Scope = a
 	procs[0].Samples[1].Scope = b
 	kernel := frame.Frame{Address: 0xffffffff81000000, Type: frame.Kernel, Lines: []frame.Line{{Name: "schedule"}}}
-	procs[0].OffCPUSamples = []Sample{{Frames: []frame.Frame{kernel}, Count: 1, ThreadID: 11, OffCPUNs: 5, Scope: a}}
+	procs[0].OffCPUSamples = []resolve.Sample{{Frames: []frame.Frame{kernel}, Count: 1, ThreadID: 11, OffCPUNs: 5, Scope: a}}
 	p := roundTrip(t, Build(procs, meta))
 	d := p.Dictionary()
 	probe := func(s pprofile.Sample) string {
@@ -41,7 +42,7 @@ func TestBuildScopeLinks(t *testing.T) {
 	on, off := profs.At(0).Samples(), profs.At(1).Samples()
 	for _, c := range []struct {
 		s     pprofile.Sample
-		want  *Scope
+		want  *resolve.Scope
 		probe string
 	}{{on.At(0), a, "work"}, {on.At(1), b, "parse"}, {on.At(2), nil, ""}, {off.At(0), a, "work"}} {
 		li := c.s.LinkIndex()
@@ -82,7 +83,7 @@ func TestBuildNamesUnknownProbesByNumber(t *testing.T) {
 	for _, names := range []func(uint32) (string, bool){nil, probeNames(7, "parse")} {
 		procs, meta := testInput()
 		meta.ProbeName = names
-		procs[0].Samples[0].Scope = &Scope{TraceID: [16]byte{1}, SpanID: [8]byte{2}, ProbeID: 42}
+		procs[0].Samples[0].Scope = &resolve.Scope{TraceID: [16]byte{1}, SpanID: [8]byte{2}, ProbeID: 42}
 		p := roundTrip(t, Build(procs, meta))
 		d := p.Dictionary()
 		s := p.ResourceProfiles().At(0).ScopeProfiles().At(0).Profiles().At(0).Samples().At(0)

@@ -16,7 +16,6 @@ import (
 	"github.com/bpfcol/bpfcol/internal/symbolize"
 	"github.com/bpfcol/bpfcol/internal/symbolize/kernelsym"
 	"github.com/bpfcol/bpfcol/receiver/ebpfprofreceiver/internal/aggregate"
-	"github.com/bpfcol/bpfcol/receiver/ebpfprofreceiver/internal/profilebuilder"
 )
 
 // maxCachedNameBytes bounds the heap of the named user addresses kept
@@ -240,7 +239,7 @@ type batchState struct {
 }
 
 // Resolve names every frame of b and groups the stacks by process.
-func (r *Resolver) Resolve(b *aggregate.Batch) []profilebuilder.Process {
+func (r *Resolver) Resolve(b *aggregate.Batch) []Process {
 	st := &batchState{
 		binaries: map[process.FileKey]*symbolize.Binary{},
 		mappings: map[*frame.Mapping]*frame.Mapping{},
@@ -265,15 +264,15 @@ func (r *Resolver) Resolve(b *aggregate.Batch) []profilebuilder.Process {
 	}
 
 	byPID := map[uint32]int{}
-	var procs []profilebuilder.Process
+	var procs []Process
 	for _, s := range b.Stacks {
 		idx, ok := byPID[s.PID]
 		if !ok {
 			idx = len(procs)
 			byPID[s.PID] = idx
-			p := profilebuilder.Process{PID: int64(s.PID)}
+			p := Process{PID: int64(s.PID)}
 			if s.Process != nil {
-				p.ExePath, p.ExeName, p.ContainerID = s.Process.ExePath, s.Process.ExeName, s.Process.ContainerID
+				p.Info = s.Process.Info
 			}
 			procs = append(procs, p)
 		}
@@ -281,16 +280,16 @@ func (r *Resolver) Resolve(b *aggregate.Batch) []profilebuilder.Process {
 		for i := range s.Frames {
 			frames[i] = r.frame(st, s.PID, &s.Frames[i])
 		}
-		sample := profilebuilder.Sample{
+		sample := Sample{
 			Frames:     frames,
 			Count:      s.Count,
 			Timestamps: s.Timestamps,
 			ThreadID:   int64(s.TID),
 			ThreadName: s.Comm,
-			// The builder's Scope has the fields of the aggregator's
-			// scopes.Link: the pointer converts without a copy, and
-			// stops compiling if the two part.
-			Scope: (*profilebuilder.Scope)(s.Scope),
+			// Scope has the fields of the aggregator's scopes.Link:
+			// the pointer converts without a copy, and stops compiling
+			// if the two part.
+			Scope: (*Scope)(s.Scope),
 		}
 		if s.OffCPU {
 			sample.OffCPUNs, sample.Preempted = s.OffCPUNs, s.Preempted

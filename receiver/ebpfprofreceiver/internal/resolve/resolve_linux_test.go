@@ -38,7 +38,7 @@ func ownProcess(t *testing.T) *aggregate.Process {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &aggregate.Process{PID: os.Getpid(), ExePath: exe, ExeName: filepath.Base(exe), Mappings: exec}
+	return &aggregate.Process{PID: os.Getpid(), Info: process.Info{ExePath: exe, ExeName: filepath.Base(exe)}, Mappings: exec}
 }
 
 // TestResolveOwnFrames resolves frames of this very test binary: a PC at a
