@@ -39,8 +39,11 @@ help: ## List the targets.
 
 build: $(BIN) ## Build bin/bpfcol with ocb (skipped when no input changed).
 
+# ocb makes a temporary directory for its default output path before it
+# reads ours, and never removes it: TMPDIR keeps it in _build, emptied here.
 $(BIN): $(BUILD_INPUTS) $(BUILDER)
-	$(BUILDER) --config builder-config.yaml
+	rm -rf _build/tmp && mkdir -p _build/tmp
+	TMPDIR=$(CURDIR)/_build/tmp $(BUILDER) --config builder-config.yaml
 	@mkdir -p $(@D)
 	cp _build/bpfcol $@.tmp && mv -f $@.tmp $@
 
