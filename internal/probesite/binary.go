@@ -34,10 +34,11 @@ type Binary struct {
 	syms *symbolize.Binary // owns the file
 }
 
-// Open parses the ELF headers of f. It takes ownership of f: f is closed on
-// error, and by Close otherwise.
-func Open(f *os.File) (*Binary, error) {
-	sb, err := symbolize.OpenBinary(f)
+// Open parses the ELF headers of f, whose symbol tables, once parsed, are
+// held in tables. It takes ownership of f: f is closed on error, and by
+// Close otherwise.
+func Open(f *os.File, tables *symbolize.Tables) (*Binary, error) {
+	sb, err := symbolize.OpenBinary(f, tables)
 	if err != nil {
 		return nil, err
 	}

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/bpfcol/bpfcol/internal/bpf/scopeprobe"
+	"github.com/bpfcol/bpfcol/internal/symbolize"
 	"github.com/bpfcol/bpfcol/internal/testenv"
 	"github.com/bpfcol/bpfcol/internal/testworkload"
 )
@@ -18,7 +19,7 @@ func open(t testing.TB, path string) *Binary {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := Open(f)
+	b, err := Open(f, symbolize.NewTables(0))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -147,7 +147,7 @@ func BenchmarkOpenBinary(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		bin, err := OpenBinary(f)
+		bin, err := OpenBinary(f, NewTables(0))
 		if err != nil {
 			b.Fatal(err)
 		}

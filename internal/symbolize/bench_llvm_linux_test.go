@@ -148,7 +148,7 @@ func BenchmarkVsLLVMSymbolizer(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		bb, err := OpenBinary(f)
+		bb, err := OpenBinary(f, NewTables(0))
 		if err != nil {
 			b.Fatal(err)
 		}

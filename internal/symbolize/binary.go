@@ -30,8 +30,8 @@ type Binary struct {
 	file *os.File
 	// data is the file mapped read-only; nil when it could not be mapped.
 	data   []byte
-	id     uint64      // names the Binary's entries in tables
-	tables *tableCache // holds the parsed symbol tables
+	id     uint64  // names the Binary's entries in tables
+	tables *Tables // holds the parsed symbol tables
 	elf    *elf.File
 	mapper *AddressMapper
 	ids    buildIDs
@@ -58,14 +58,10 @@ type Binary struct {
 	parsedSize atomic.Int64 // estimated heap of the parsed tables
 }
 
-// OpenBinary reads the ELF headers and notes of f. It takes ownership of f:
-// f is closed on error, and by Close otherwise.
-func OpenBinary(f *os.File) (*Binary, error) {
-	return openBinaryWith(f, sharedTables)
-}
-
-// openBinaryWith opens f with its parsed tables held in tables.
-func openBinaryWith(f *os.File, tables *tableCache) (*Binary, error) {
+// OpenBinary reads the ELF headers and notes of f, whose parsed tables are
+// then held in tables. It takes ownership of f: f is closed on error, and
+// by Close otherwise.
+func OpenBinary(f *os.File, tables *Tables) (*Binary, error) {
 	data, err := mapFile(f)
 	if err != nil {
 		f.Close()
@@ -183,7 +179,7 @@ func (b *Binary) loadSymbols() {
 // table cache and built again from the mapped file after eviction.
 type elfSymbols struct {
 	id     uint64
-	tables *tableCache
+	tables *Tables
 	typ    elf.SectionType
 	img    elfImage
 }
@@ -326,7 +322,7 @@ func (b *Binary) DWARFErr() error {
 
 // MemSize estimates the heap held by the Binary itself: headers, notes,
 // the open file, and the name index of LookupFunction once built. The
-// symbol tables are held in the process's table cache (TableStats).
+// symbol tables are held in the Tables it was opened with.
 func (b *Binary) MemSize() int64 {
 	return 4<<10 + int64(len(b.elf.Sections))*int64(unsafe.Sizeof(elf.Section{})) + b.parsedSize.Load()
 }

@@ -90,6 +90,7 @@ type BinaryCache struct {
 	files   *lru.Cache[process.FileKey, contentKey]
 	opening map[process.FileKey]*opening
 	closed  bool
+	tables  *Tables // the Binaries' parsed tables
 }
 
 // NewBinaryCache returns a cache holding at most maxBinaries distinct
@@ -98,8 +99,9 @@ type BinaryCache struct {
 // Each Binary is counted as at least maxBytes/maxBinaries, which keeps the
 // count bound: it also holds a file descriptor and a mapping. The index of
 // files holds up to 2 files per Binary: a file evicted from it while its
-// Binary stays is found again by one open of its headers.
-func NewBinaryCache(maxBinaries int, maxBytes int64) *BinaryCache {
+// Binary stays is found again by one open of its headers. The Binaries'
+// parsed tables are held in tables.
+func NewBinaryCache(maxBinaries int, maxBytes int64, tables *Tables) *BinaryCache {
 	maxBinaries = max(maxBinaries, 1)
 	if maxBytes <= 0 {
 		maxBytes = DefaultMaxBinaryBytes
@@ -111,6 +113,7 @@ func NewBinaryCache(maxBinaries int, maxBytes int64) *BinaryCache {
 		}),
 		files:   lru.New[process.FileKey, contentKey](2*int64(maxBinaries)*fileEntryCost, func(process.FileKey, contentKey) int64 { return fileEntryCost }),
 		opening: make(map[process.FileKey]*opening),
+		tables:  tables,
 	}
 	// Called under c.mu, from Add: no reader can be taking a reference.
 	c.held.OnEvict(func(_ contentKey, b *Binary) { b.Close() })
@@ -154,7 +157,7 @@ func (c *BinaryCache) Get(key process.FileKey, open func() (*os.File, error)) (*
 	c.opening[key] = o
 	c.mu.Unlock()
 
-	b, err := openBinary(open)
+	b, err := openBinary(open, c.tables)
 
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -183,12 +186,12 @@ func (c *BinaryCache) Get(key process.FileKey, open func() (*os.File, error)) (*
 	return b, nil
 }
 
-func openBinary(open func() (*os.File, error)) (*Binary, error) {
+func openBinary(open func() (*os.File, error), tables *Tables) (*Binary, error) {
 	f, err := open()
 	if err != nil {
 		return nil, fmt.Errorf("opening binary: %w", err)
 	}
-	return OpenBinary(f)
+	return OpenBinary(f, tables)
 }
 
 // ID returns a number naming b in the process. Copies of one build shared

@@ -40,7 +40,7 @@ func TestBinaryCacheOpensOnce(t *testing.T) {
 	ws := builtWorkloads(t)
 	path := ws["c-pie"].path
 	key := keyOf(t, path)
-	c := NewBinaryCache(4, 0)
+	c := NewBinaryCache(4, 0, NewTables(0))
 	defer c.Close()
 	o := &countingOpener{path: path}
 
@@ -75,7 +75,7 @@ func TestBinaryCacheOpensOnce(t *testing.T) {
 // file a reader still holds, and closes it on that reader's Release.
 func TestBinaryCacheEvictionWaitsForReaders(t *testing.T) {
 	ws := builtWorkloads(t)
-	c := NewBinaryCache(1, 0)
+	c := NewBinaryCache(1, 0, NewTables(0))
 	defer c.Close()
 	first := &countingOpener{path: ws["c-pie"].path}
 	second := &countingOpener{path: ws["c-nopie"].path}
@@ -114,7 +114,7 @@ func TestBinaryCacheEvictionWaitsForReaders(t *testing.T) {
 
 func TestBinaryCacheErrorsAndClose(t *testing.T) {
 	ws := builtWorkloads(t)
-	c := NewBinaryCache(2, 0)
+	c := NewBinaryCache(2, 0, NewTables(0))
 	notELF := &countingOpener{path: "testdata/cworkload/main.c"}
 	if _, err := c.Get(process.FileKey{Dev: 1, Ino: 1}, notELF.open); err == nil {
 		t.Fatal("Get of a non-ELF file succeeded")
@@ -164,7 +164,7 @@ func TestBinaryCacheDropsIdleBinaries(t *testing.T) {
 	for i, p := range paths {
 		openers[i], keys[i] = &countingOpener{path: p}, keyOf(t, p)
 	}
-	c := NewBinaryCache(8, 0)
+	c := NewBinaryCache(8, 0, NewTables(0))
 	defer c.Close()
 	now := time.Now()
 	clock := func() time.Time { return now }

@@ -24,7 +24,7 @@ func buildCopies(t *testing.T, src, dir string, n int, distinct bool) []string {
 	}
 	at := -1
 	if distinct {
-		b := openWith(t, src, newTableCache(1<<20))
+		b := openWith(t, src, NewTables(1<<20))
 		id, err := hex.DecodeString(b.BuildIDGNU())
 		if err != nil || len(id) < 8 {
 			t.Fatalf("%s has no GNU build id to vary: %q", src, b.BuildIDGNU())
@@ -74,8 +74,7 @@ func getAndName(t *testing.T, c *BinaryCache, path string, addrs []uint64) (id u
 // with the number of copies beyond the index of files.
 func TestBinaryCacheSharesCopiesOfABuild(t *testing.T) {
 	ws := builtWorkloads(t)
-	SetMaxTableBytes(1 << 30) // nothing evicted: growth would show
-	t.Cleanup(func() { SetMaxTableBytes(DefaultMaxTableBytes) })
+	parsed := NewTables(1 << 30) // nothing evicted: growth would show
 	const n = 40
 	dir := t.TempDir()
 	builds := []string{ws["c-pie"].path, ws["go"].path}
@@ -85,7 +84,7 @@ func TestBinaryCacheSharesCopiesOfABuild(t *testing.T) {
 		copies[i] = buildCopies(t, src, dir, n, false)
 		addrs[i] = textAddresses(t, src, 300)
 	}
-	c := NewBinaryCache(64, 0)
+	c := NewBinaryCache(64, 0, parsed)
 	defer c.Close()
 
 	before := heapInUse()
@@ -97,7 +96,7 @@ func TestBinaryCacheSharesCopiesOfABuild(t *testing.T) {
 		}
 	}
 	first := heapInUse() - before
-	held, tables := c.Stats(), TableStats()
+	held, tables := c.Stats(), parsed.Stats()
 
 	for k := 1; k < n; k++ {
 		for i := range builds {
@@ -112,14 +111,14 @@ func TestBinaryCacheSharesCopiesOfABuild(t *testing.T) {
 	}
 	grown := heapInUse() - before - first
 	t.Logf("the first copy of each build took %.0f KiB of heap; %d more copies %.0f KiB; binaries %d bytes, tables %d bytes, files index %d entries",
-		float64(first)/1024, 2*(n-1), float64(grown)/1024, c.Stats().Cost, TableStats().Cost, c.FileStats().Len)
+		float64(first)/1024, 2*(n-1), float64(grown)/1024, c.Stats().Cost, parsed.Stats().Cost, c.FileStats().Len)
 	if c.Len() != len(builds) {
 		t.Errorf("%d Binaries held for %d builds", c.Len(), len(builds))
 	}
 	if got := c.Stats(); got.Cost != held.Cost {
 		t.Errorf("the cache's bytes grew with copies: %d -> %d", held.Cost, got.Cost)
 	}
-	if got := TableStats(); got.Cost != tables.Cost || got.Len != tables.Len {
+	if got := parsed.Stats(); got.Cost != tables.Cost || got.Len != tables.Len {
 		t.Errorf("the parsed tables grew with copies: %d tables, %d bytes -> %d tables, %d bytes", tables.Len, tables.Cost, got.Len, got.Cost)
 	}
 	if got := c.FileStats().Len; got != 2*n {
@@ -143,11 +142,11 @@ func TestBinaryCacheStaysWithinItsByteBound(t *testing.T) {
 	ws := builtWorkloads(t)
 	const n = 120
 	paths := buildCopies(t, ws["c-pie"].path, t.TempDir(), n, true)
-	unit := openWith(t, paths[0], newTableCache(1<<20)).MemSize()
+	unit := openWith(t, paths[0], NewTables(1<<20)).MemSize()
 	bound := 20 * unit
 
 	before := heapInUse()
-	c := NewBinaryCache(n, bound)
+	c := NewBinaryCache(n, bound, NewTables(0))
 	defer c.Close()
 	ids := map[uint64]bool{}
 	for _, p := range paths {

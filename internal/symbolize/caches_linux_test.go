@@ -18,7 +18,7 @@ func openSelf(t *testing.T) *Binary {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := OpenBinary(f)
+	b, err := OpenBinary(f, NewTables(0))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -131,7 +131,7 @@ func TestBinaryCacheEvictsAndStaysBounded(t *testing.T) {
 	for i, p := range paths {
 		openers[i] = &countingOpener{path: p}
 	}
-	c := NewBinaryCache(3, 0)
+	c := NewBinaryCache(3, 0, NewTables(0))
 	defer c.Close()
 	get := func(i int) {
 		t.Helper()

@@ -21,7 +21,7 @@ func debugLinkedCopy(t *testing.T, full, dir, debugFile string) (string, *Binary
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := OpenBinary(f)
+	b, err := OpenBinary(f, NewTables(0))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -96,7 +96,7 @@ func (s *Symbolizer) openDebug(key string, f *os.File, matches func(*Binary) boo
 		}
 		return nil
 	}
-	b, err := OpenBinary(f)
+	b, err := OpenBinary(f, s.cfg.Tables)
 	if err != nil {
 		return bad()
 	}

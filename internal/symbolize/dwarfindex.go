@@ -20,7 +20,7 @@ import (
 // mapped file when evicted.
 type dwarfIndex struct {
 	id     uint64
-	tables *tableCache
+	tables *Tables
 	data   []byte // the mapped file, nil if none
 	// spilled are the sections decompressed to disk, whose pages a parse
 	// read leave the RSS after it, like data's.

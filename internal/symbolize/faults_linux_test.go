@@ -159,7 +159,7 @@ func TestFetchFaults(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			bin, err := OpenBinary(f)
+			bin, err := OpenBinary(f, NewTables(0))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -276,7 +276,7 @@ func TestCorruptCachedDebugDemoted(t *testing.T) {
 	}
 	defer s.Close()
 	f, _ := os.Open(stripped)
-	bin, err := OpenBinary(f)
+	bin, err := OpenBinary(f, NewTables(0))
 	if err != nil {
 		t.Fatal(err)
 	}

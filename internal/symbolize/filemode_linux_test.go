@@ -24,7 +24,7 @@ func stripCopy(t *testing.T, bin, dst string) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := OpenBinary(f)
+	b, err := OpenBinary(f, NewTables(0))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -41,7 +41,7 @@ func gnuBuildID(t *testing.T, bin string) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := OpenBinary(f)
+	b, err := OpenBinary(f, NewTables(0))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -141,7 +141,7 @@ func TestFileModeThroughDebuginfod(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		bin, err := OpenBinary(f)
+		bin, err := OpenBinary(f, NewTables(0))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -211,7 +211,7 @@ func TestFileModeThroughDebuginfod(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		bin, err := OpenBinary(f)
+		bin, err := OpenBinary(f, NewTables(0))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -38,7 +38,7 @@ func FuzzOpenBinary(f *testing.F) {
 				t.Fatalf("%d parser panics recovered", n)
 			}
 		}()
-		b, err := OpenBinary(file)
+		b, err := OpenBinary(file, NewTables(0))
 		if err != nil {
 			return
 		}
@@ -80,7 +80,7 @@ func FuzzDWARF(f *testing.F) {
 		if err != nil {
 			return
 		}
-		tab := &dwarfIndex{tables: newTableCache(1 << 20), load: func() (dwarfSources, error) { return src, nil }}
+		tab := &dwarfIndex{tables: NewTables(1 << 20), load: func() (dwarfSources, error) { return src, nil }}
 		for _, a := range fuzzAddresses {
 			tab.lookup(a)
 		}

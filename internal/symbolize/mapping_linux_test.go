@@ -41,7 +41,7 @@ func checkNamedThroughMapping(t *testing.T, pid int, m *process.Mapping, truth s
 	if err != nil {
 		t.Fatalf("opening the mapping: %v", err)
 	}
-	bin, err := OpenBinary(f)
+	bin, err := OpenBinary(f, NewTables(0))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -18,7 +18,7 @@ func TestTruncatedBinaryFaultsAreRecovered(t *testing.T) {
 		t.Fatal(err)
 	}
 	p, f := openCopy(t, exe)
-	b, err := OpenBinary(f)
+	b, err := OpenBinary(f, NewTables(0))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -58,7 +58,7 @@ func TestTruncatedDWARFFaultsAreRecovered(t *testing.T) {
 	bin, addrs := compressedDWARFBinary(t)
 	useSpill(t, 64<<20)
 	p, f := openCopy(t, bin)
-	b, err := openBinaryWith(f, newTableCache(64<<20))
+	b, err := OpenBinary(f, NewTables(64<<20))
 	if err != nil {
 		t.Fatal(err)
 	}

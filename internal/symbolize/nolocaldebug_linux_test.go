@@ -28,7 +28,7 @@ func TestLocalDebugMissRemembered(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	bin, err := OpenBinary(f)
+	bin, err := OpenBinary(f, NewTables(0))
 	if err != nil {
 		t.Fatal(err)
 	}

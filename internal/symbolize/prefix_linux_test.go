@@ -63,7 +63,7 @@ func TestPrefixNamesLibcStartFromTheFront(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := openBinaryWith(f, newTableCache(64<<20))
+	b, err := OpenBinary(f, NewTables(64<<20))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -170,7 +170,7 @@ func TestPrefixCorruptStreamKeepsNothing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := openBinaryWith(f, newTableCache(64<<20))
+	b, err := OpenBinary(f, NewTables(64<<20))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -262,7 +262,7 @@ func TestPrefixUnlistedUnitReadWhole(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := openBinaryWith(f, newTableCache(64<<20))
+	b, err := OpenBinary(f, NewTables(64<<20))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -334,7 +334,7 @@ func FuzzDWARFPrefix(f *testing.F) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			b, err := openBinaryWith(fd, newTableCache(1<<20))
+			b, err := OpenBinary(fd, NewTables(1<<20))
 			if err != nil {
 				return
 			}

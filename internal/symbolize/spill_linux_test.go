@@ -69,7 +69,7 @@ func lookupAll(t *testing.T, path string, addrs []uint64) ([][]frame.Line, *Bina
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := openBinaryWith(f, newTableCache(64<<20))
+	b, err := OpenBinary(f, NewTables(64<<20))
 	if err != nil {
 		t.Fatal(err)
 	}

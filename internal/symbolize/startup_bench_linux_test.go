@@ -22,7 +22,7 @@ func libcDebugFile(tb testing.TB) (string, []elf.Symbol) {
 		tb.Fatalf("libc6 is needed: %v", err)
 	}
 	defer f.Close()
-	b, err := OpenBinary(f)
+	b, err := OpenBinary(f, NewTables(0))
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -78,7 +78,7 @@ func BenchmarkColdLibcDebug(b *testing.B) {
 			b.Fatal(err)
 		}
 		b.StartTimer()
-		bin, err := openBinaryWith(f, newTableCache(DefaultMaxTableBytes))
+		bin, err := OpenBinary(f, NewTables(DefaultMaxTableBytes))
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -175,7 +175,7 @@ func BenchmarkFirstLibcReport(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			bin, err := openBinaryWith(f, newTableCache(DefaultMaxTableBytes))
+			bin, err := OpenBinary(f, NewTables(DefaultMaxTableBytes))
 			if err != nil {
 				b.Fatal(err)
 			}

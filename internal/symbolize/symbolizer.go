@@ -81,9 +81,13 @@ type SymbolizerConfig struct {
 	// Debuginfod configures fetching. Zero fields come from the
 	// DEBUGINFOD_* environment.
 	Debuginfod debuginfod.Config
-	// MaxTableBytes bounds the parsed symbol tables kept in memory by the
-	// whole process (one cache, shared by every binary and debug file);
-	// default DefaultMaxTableBytes.
+	// Tables holds the parsed symbol tables of the debug files the
+	// Symbolizer opens: the receiver shares one with the BinaryCache of
+	// the binaries it names, under one bound. Nil gives the Symbolizer a
+	// cache of its own, of MaxTableBytes.
+	Tables *Tables
+	// MaxTableBytes bounds the Symbolizer's own table cache when Tables
+	// is nil; default DefaultMaxTableBytes.
 	MaxTableBytes int64
 	// NegativeTTL is how long failed fetches, bad debug files and
 	// binaries with nothing to symbolize are remembered; default 10 min.
@@ -141,7 +145,7 @@ type SymbolizerStats struct {
 	// Unmapped counts file offsets outside every executable segment.
 	Unmapped int64
 	// Tables counts the debug files held open; TableBytes is the heap
-	// held by the process's parsed symbol tables (TableStats).
+	// of the parsed symbol tables in SymbolizerConfig.Tables.
 	Tables, TableBytes int64
 }
 
@@ -239,8 +243,8 @@ func NewSymbolizer(cfg SymbolizerConfig) (*Symbolizer, error) {
 	if cfg.MaxTableBytes <= 0 {
 		cfg.MaxTableBytes = DefaultMaxTableBytes
 	}
-	if cfg.MaxTableBytes != sharedTables.max.Load() {
-		SetMaxTableBytes(cfg.MaxTableBytes)
+	if cfg.Tables == nil {
+		cfg.Tables = NewTables(cfg.MaxTableBytes)
 	}
 	if cfg.NegativeTTL <= 0 {
 		cfg.NegativeTTL = DefaultNegativeTTL
@@ -323,14 +327,14 @@ func (s *Symbolizer) Stats() SymbolizerStats {
 		Pending:       s.stats.pending.Load(),
 		Unmapped:      s.stats.unmapped.Load(),
 		Tables:        int64(tables.Len),
-		TableBytes:    TableStats().Cost,
+		TableBytes:    s.cfg.Tables.Stats().Cost,
 	}
 }
 
 // CacheStats returns the size, hits and evictions of the in-memory caches.
 func (s *Symbolizer) CacheStats() CacheStats {
 	return CacheStats{
-		Tables:             TableStats(),
+		Tables:             s.cfg.Tables.Stats(),
 		Classified:         s.classified.Stats(),
 		NothingToSymbolize: s.nothing.Stats(),
 		BadDebugFiles:      s.badDebug.Stats(),

@@ -112,13 +112,13 @@ func heapInUse() int64 {
 }
 
 // openWith opens path with its tables in tables.
-func openWith(tb testing.TB, path string, tables *tableCache) *Binary {
+func openWith(tb testing.TB, path string, tables *Tables) *Binary {
 	tb.Helper()
 	f, err := os.Open(path)
 	if err != nil {
 		tb.Fatal(err)
 	}
-	b, err := openBinaryWith(f, tables)
+	b, err := OpenBinary(f, tables)
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -144,7 +144,7 @@ func loadTableWorkload(tb testing.TB) tableWorkload {
 // symbolizeAll names every address of w through binaries whose tables are
 // in tables, calling check after each batch. It returns how many were
 // named.
-func (w tableWorkload) symbolizeAll(tb testing.TB, tables *tableCache, check func()) int {
+func (w tableWorkload) symbolizeAll(tb testing.TB, tables *Tables, check func()) int {
 	goBin, cppBin := openWith(tb, w.goBin, tables), openWith(tb, w.cppBin, tables)
 	named := 0
 	for i := range w.goAddrs {
@@ -176,10 +176,10 @@ func TestTableCacheAccountsForTheHeap(t *testing.T) {
 
 	// Unbounded: everything parsed stays; compare cost and heap growth.
 	before := heapInUse()
-	all := newTableCache(1 << 40)
+	all := NewTables(1 << 40)
 	named := w.symbolizeAll(t, all, func() {})
 	grown := heapInUse() - before
-	st := all.stats()
+	st := all.Stats()
 	t.Logf("unbounded: %d names, %d tables, cost %.1f MB, heap grew %.1f MB", named, st.Len, mib(st.Cost), mib(grown))
 	if named < len(w.goAddrs) {
 		t.Fatalf("only %d of %d lookups named: the tables were not read", named, 3*len(w.goAddrs))
@@ -188,18 +188,18 @@ func TestTableCacheAccountsForTheHeap(t *testing.T) {
 		t.Errorf("the cache reports %.1f MB for %.1f MB of heap: accounting off by more than 2x", mib(st.Cost), mib(grown))
 	}
 	runtime.KeepAlive(all)
-	all.setMax(1) // drop it before the bounded run
+	all.SetMax(1) // drop it before the bounded run
 
 	// Bounded small: the heap held stays within the bound plus slack.
 	const bound = 1 << 20
 	const slack = 6 << 20
 	before = heapInUse()
-	small := newTableCache(bound)
+	small := NewTables(bound)
 	var peak int64
 	named = w.symbolizeAll(t, small, func() {
 		peak = max(peak, heapInUse()-before)
 	})
-	st = small.stats()
+	st = small.Stats()
 	t.Logf("bound %.1f MB: %d names, %d tables held, cost %.1f MB, %d evictions, heap peak %.1f MB above the start", mib(bound), named, st.Len, mib(st.Cost), st.Evictions, mib(peak))
 	if st.Evictions == 0 {
 		t.Fatalf("no evictions under a %d-byte bound: the workload does not exercise it", bound)

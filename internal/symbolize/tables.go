@@ -46,8 +46,10 @@ type parsedTable struct {
 	cost  int64
 }
 
-// tableCache is the one byte-bounded cache of parsed symbol tables shared by
-// every Binary of the process. Tables are parsed again from the mapped file
+// Tables is a byte-bounded cache of parsed symbol tables, shared by the
+// Binaries opened with it: the receiver gives one to its BinaryCache and
+// its Symbolizer, the uprobe receiver one to the binaries it places probes
+// in. Tables are parsed again from the mapped file
 // when asked for after eviction, so the bound holds however many binaries
 // are open. A table larger than half the bound is still kept, counted as
 // half: parsing it again for every lookup would cost more than the memory,
@@ -55,21 +57,26 @@ type parsedTable struct {
 // (a binary's DWARF index and its units must fit together, or each would
 // evict the other). Such a table is the one way the heap held exceeds the
 // bound; Stats.Cost then reads low by what it holds beyond half.
-type tableCache struct {
+type Tables struct {
 	mu      sync.Mutex
 	lru     *lru.Cache[tableKey, *parsedTable]
 	parsing map[tableKey]chan struct{} // closed once the key's parse ended
 	max     atomic.Int64
 }
 
-func newTableCache(maxBytes int64) *tableCache {
-	c := &tableCache{parsing: map[tableKey]chan struct{}{}}
-	c.setMax(maxBytes)
+// NewTables returns a cache of parsed tables bounded by maxBytes of heap
+// (DefaultMaxTableBytes when 0 or less).
+func NewTables(maxBytes int64) *Tables {
+	if maxBytes <= 0 {
+		maxBytes = DefaultMaxTableBytes
+	}
+	c := &Tables{parsing: map[tableKey]chan struct{}{}}
+	c.SetMax(maxBytes)
 	return c
 }
 
-// setMax replaces the bound, dropping what was held.
-func (c *tableCache) setMax(maxBytes int64) {
+// SetMax replaces the bound, dropping what was held.
+func (c *Tables) SetMax(maxBytes int64) {
 	maxBytes = max(maxBytes, 1)
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -92,7 +99,7 @@ const tableMaxIdle = lru.ChurnIdle
 // Each key is parsed by one caller at a time, without holding the cache:
 // lookups of other tables go on meanwhile, and those of the same key wait
 // for its parse.
-func (c *tableCache) get(key tableKey, drop []byte, parse func() (any, int64)) any {
+func (c *Tables) get(key tableKey, drop []byte, parse func() (any, int64)) any {
 	c.mu.Lock()
 	for {
 		if t, ok := c.lru.Get(key); ok {
@@ -133,7 +140,7 @@ func (c *tableCache) get(key tableKey, drop []byte, parse func() (any, int64)) a
 }
 
 // add stores a table parsed elsewhere, unless one is held under key.
-func (c *tableCache) add(key tableKey, v any, cost int64) {
+func (c *Tables) add(key tableKey, v any, cost int64) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if _, ok := c.lru.Peek(key); !ok {
@@ -147,7 +154,7 @@ const minTableCost = 128
 
 // dropPrefix drops the tables of binary id read by prefix, once its whole
 // index answers instead.
-func (c *tableCache) dropPrefix(id uint64) {
+func (c *Tables) dropPrefix(id uint64) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.lru.RemoveFunc(func(k tableKey, _ *parsedTable) bool {
@@ -156,29 +163,19 @@ func (c *tableCache) dropPrefix(id uint64) {
 }
 
 // dropBinary removes every table of the binary numbered id.
-func (c *tableCache) dropBinary(id uint64) {
+func (c *Tables) dropBinary(id uint64) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.lru.RemoveFunc(func(k tableKey, _ *parsedTable) bool { return k.binary == id })
 }
 
-func (c *tableCache) stats() lru.Stats {
+// Stats returns the size, hits and evictions of the cache; its cost is in
+// bytes of heap.
+func (c *Tables) Stats() lru.Stats {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.lru.Stats()
 }
 
-// sharedTables holds the parsed tables of every Binary not given its own
-// cache.
-var sharedTables = newTableCache(DefaultMaxTableBytes)
-
 // binaryIDs numbers Binaries for table keys.
 var binaryIDs atomic.Uint64
-
-// SetMaxTableBytes bounds the parsed symbol tables held in memory by the
-// whole process (default DefaultMaxTableBytes). Tables held are dropped.
-func SetMaxTableBytes(n int64) { sharedTables.setMax(n) }
-
-// TableStats returns the size, hits and evictions of the process's cache of
-// parsed symbol tables; its cost is in bytes of heap.
-func TableStats() lru.Stats { return sharedTables.stats() }

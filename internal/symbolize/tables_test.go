@@ -10,7 +10,7 @@ import (
 // compile units that processes reached once (start-up code of processes
 // long exited) do not stay until the byte bound is reached.
 func TestTableCacheDropsIdleTables(t *testing.T) {
-	c := newTableCache(1 << 20)
+	c := NewTables(1 << 20)
 	now := time.Now()
 	c.lru.SetClock(func() time.Time { return now })
 	parses := 0
@@ -29,7 +29,7 @@ func TestTableCacheDropsIdleTables(t *testing.T) {
 	if _, ok := c.lru.Peek(used); !ok {
 		t.Error("the unit in use was dropped")
 	}
-	if s := c.stats(); s.Len != 2 || s.Expired != 1 || s.Evictions != 0 || parses != 3 {
+	if s := c.Stats(); s.Len != 2 || s.Expired != 1 || s.Evictions != 0 || parses != 3 {
 		t.Errorf("stats %+v after %d parses: want 2 tables, 1 expired, 3 parses", s, parses)
 	}
 }

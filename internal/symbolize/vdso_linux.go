@@ -13,6 +13,9 @@ import (
 // VDSOPath is the pseudo-path /proc/PID/maps gives the kernel's vDSO.
 const VDSOPath = process.VDSOPath
 
+// vdsoTableBytes bounds the parsed tables of the vDSO image.
+const vdsoTableBytes = 1 << 20
+
 var vdso struct {
 	once sync.Once
 	bin  *Binary
@@ -46,7 +49,9 @@ func openVDSO() (*Binary, uint64, error) {
 		f.Close()
 		return nil, 0, fmt.Errorf("reading the vDSO: %w", err)
 	}
-	bin, err := OpenBinary(f)
+	// Its .dynsym is a few dozen symbols: a cache of its own, never
+	// crowded out by the binaries the receiver names.
+	bin, err := OpenBinary(f, NewTables(vdsoTableBytes))
 	if err != nil {
 		return nil, 0, fmt.Errorf("reading the vDSO: %w", err)
 	}

@@ -18,7 +18,7 @@ func TestVersionedSymbolsNamedWithoutVersion(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	bin, err := OpenBinary(f)
+	bin, err := OpenBinary(f, NewTables(0))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -245,7 +245,7 @@ func openWorkload(tb testing.TB, path string) *Binary {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	b, err := OpenBinary(f)
+	b, err := OpenBinary(f, NewTables(0))
 	if err != nil {
 		tb.Fatal(err)
 	}

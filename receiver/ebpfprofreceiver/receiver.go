@@ -55,8 +55,8 @@ const (
 	batchQueueSize = 2
 	// maxBinaries and maxBinaryBytes bound the opened binaries kept for
 	// symbolization, by count (each holds a descriptor and a mapping) and
-	// by their own heap (their parsed tables are bounded apart, by
-	// symbolize.SymbolizerConfig.MaxTableBytes, 16 MiB by default). Copies of
+	// by their own heap (their parsed tables are bounded apart, with their
+	// debug files', by symbolize.DefaultMaxTableBytes, 16 MiB). Copies of
 	// one build are one binary.
 	maxBinaries    = 512
 	maxBinaryBytes = 4 << 20
@@ -258,9 +258,12 @@ func (r *profilesReceiver) start(_ context.Context, _ component.Host) error {
 	}
 	// From here on Shutdown owns what Start created.
 	r.sampler, r.kernelSyms = sampler, kernelSyms
-	r.binaries = symbolize.NewBinaryCache(maxBinaries, maxBinaryBytes)
 	scfg := r.cfg.Symbolizer.symbolizeConfig()
 	scfg.Logger = r.set.Logger
+	// One bound for the parsed tables of the binaries and of their debug
+	// files.
+	scfg.Tables = symbolize.NewTables(scfg.MaxTableBytes)
+	r.binaries = symbolize.NewBinaryCache(maxBinaries, maxBinaryBytes, scfg.Tables)
 	r.symbolizer, err = symbolize.NewSymbolizer(scfg)
 	if err == nil && scfg.CacheDir == "" && r.symbolizer.FetchingConfigured() {
 		// No cache_dir and no user cache directory to default to (a

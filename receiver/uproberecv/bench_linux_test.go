@@ -17,6 +17,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/bpfcol/bpfcol/internal/probesite"
+	"github.com/bpfcol/bpfcol/internal/symbolize"
 	"github.com/bpfcol/bpfcol/internal/testenv"
 	"github.com/bpfcol/bpfcol/internal/testworkload"
 	"github.com/bpfcol/bpfcol/receiver/uproberecv/internal/metadata"
@@ -417,7 +418,7 @@ func BenchmarkNodeLookupCPU(b *testing.B) {
 					if err != nil {
 						b.Fatal(err)
 					}
-					if bin, err = probesite.Open(f); err != nil {
+					if bin, err = probesite.Open(f, symbolize.NewTables(0)); err != nil {
 						b.Fatal(err)
 					}
 				}

@@ -292,7 +292,7 @@ func (t *tracker) plan(pid int, tg *target, probes []*compiledProbe) (_ []*planR
 	t.stats.evaluations.Add(1)
 	results := make([]*planResult, len(probes))
 	var bin *probesite.Binary
-	if fault := guardFaults(func() { bin, err = probesite.Open(f) }); fault != nil {
+	if fault := guardFaults(func() { bin, err = probesite.Open(f, t.tables) }); fault != nil {
 		f.Close()
 		t.logger.Info("binary not read", zap.String("path", tg.path), zap.Error(fault))
 		return nil, logPlacements, false

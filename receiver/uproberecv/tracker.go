@@ -12,6 +12,7 @@ import (
 	"github.com/bpfcol/bpfcol/internal/bpf/scopeprobe"
 	"github.com/bpfcol/bpfcol/internal/negcache"
 	"github.com/bpfcol/bpfcol/internal/process"
+	"github.com/bpfcol/bpfcol/internal/symbolize"
 )
 
 const (
@@ -24,6 +25,9 @@ const (
 	// binary:); beyond it new ones are refused (and logged) rather than
 	// growing kernel state without end.
 	maxBinaries = 1024
+	// maxTableBytes bounds the symbol tables parsed from the binaries
+	// being evaluated: a Go binary's take a few MB.
+	maxTableBytes = 4 << 20
 )
 
 // rescanDelays are when a dynamically linked process is scanned again
@@ -176,6 +180,9 @@ type tracker struct {
 	attacher attacher
 	opts     trackerOptions
 	negative *negcache.Files // nil: every binary is evaluated afresh
+	// tables holds the symbol tables parsed from the binaries evaluated;
+	// each binary's go when it is closed after its evaluation.
+	tables *symbolize.Tables
 	// quiet holds statically linked executables the negative cache
 	// answered: such a process maps no other file at exec, so the exec
 	// event's file identity settles it without reading /proc. Keyed by that
@@ -226,6 +233,7 @@ func newTracker(logger *zap.Logger, cfgs []ProbeConfig, a attacher, negative *ne
 		opts.now = time.Now
 	}
 	t := &tracker{
+		tables:      symbolize.NewTables(maxTableBytes),
 		logger:      logger,
 		attacher:    a,
 		opts:        opts,

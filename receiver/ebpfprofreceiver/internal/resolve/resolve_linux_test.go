@@ -65,7 +65,7 @@ func TestResolveOwnFrames(t *testing.T) {
 			Frames: []frame.Frame{inMapping(frame.AtPC(frame.Native, fn+1))}},
 	}}
 
-	cache := symbolize.NewBinaryCache(8, 0)
+	cache := symbolize.NewBinaryCache(8, 0, symbolize.NewTables(0))
 	defer cache.Close()
 	r := New(cache, nil)
 	procs := r.Resolve(batch)
@@ -153,7 +153,7 @@ func TestResolveKernelFrames(t *testing.T) {
 		frame.AtReturnAddress(frame.Kernel, start+1),
 		frame.AtReturnAddress(frame.Kernel, start),
 	}}}}
-	cache := symbolize.NewBinaryCache(8, 0)
+	cache := symbolize.NewBinaryCache(8, 0, symbolize.NewTables(0))
 	defer cache.Close()
 	r := New(cache, syms)
 	procs := r.Resolve(batch)
@@ -202,7 +202,7 @@ func TestNameCacheForgetsIdleNames(t *testing.T) {
 		}
 		return &aggregate.Batch{Stacks: []*aggregate.Stack{{Process: proc, PID: uint32(proc.PID), Count: 1, Frames: frames}}}
 	}
-	cache := symbolize.NewBinaryCache(8, 0)
+	cache := symbolize.NewBinaryCache(8, 0, symbolize.NewTables(0))
 	defer cache.Close()
 	r := New(cache, nil)
 	now := time.Now()
