@@ -188,7 +188,7 @@ func TestTableCacheAccountsForTheHeap(t *testing.T) {
 		t.Errorf("the cache reports %.1f MB for %.1f MB of heap: accounting off by more than 2x", mib(st.Cost), mib(grown))
 	}
 	runtime.KeepAlive(all)
-	all.SetMax(1) // drop it before the bounded run
+	all.setMax(1) // drop it before the bounded run
 
 	// Bounded small: the heap held stays within the bound plus slack.
 	const bound = 1 << 20

@@ -71,12 +71,12 @@ func NewTables(maxBytes int64) *Tables {
 		maxBytes = DefaultMaxTableBytes
 	}
 	c := &Tables{parsing: map[tableKey]chan struct{}{}}
-	c.SetMax(maxBytes)
+	c.setMax(maxBytes)
 	return c
 }
 
-// SetMax replaces the bound, dropping what was held.
-func (c *Tables) SetMax(maxBytes int64) {
+// setMax replaces the bound, dropping what was held.
+func (c *Tables) setMax(maxBytes int64) {
 	maxBytes = max(maxBytes, 1)
 	c.mu.Lock()
 	defer c.mu.Unlock()

@@ -181,7 +181,7 @@ type tracker struct {
 	opts     trackerOptions
 	negative *negcache.Files // nil: every binary is evaluated afresh
 	// tables holds the symbol tables parsed from the binaries evaluated;
-	// each binary's go when it is closed after its evaluation.
+	// a binary's go when it is closed after its evaluation.
 	tables *symbolize.Tables
 	// quiet holds statically linked executables the negative cache
 	// answered: such a process maps no other file at exec, so the exec
