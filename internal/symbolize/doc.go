@@ -6,8 +6,8 @@
 // sections), Go's .gopclntab (which survives -ldflags='-s -w'), demangled
 // C++ and Rust names, build ids, the one mapping between file offsets and
 // ELF virtual addresses (AddressMapper, both ways), a bounded cache of
-// opened binaries keyed by device and inode, and the kernel's
-// /proc/kallsyms.
+// opened binaries keyed by device and inode. Kernel addresses are
+// kernelsym's.
 //
 // Symbolizer classifies each mapping (skip, process mode, file mode) and, in
 // file mode, finds the separate debug file by GNU build-id: the system

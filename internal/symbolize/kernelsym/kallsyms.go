@@ -12,7 +12,6 @@ import (
 	"github.com/cilium/ebpf"
 
 	"github.com/bpfcol/bpfcol/internal/lru"
-	"github.com/bpfcol/bpfcol/internal/symbolize"
 )
 
 // maxUnresolved bounds the addresses remembered as unknown to the current
@@ -39,8 +38,8 @@ type kallsymsSource struct {
 	// test narrows to its own program.
 	changed func() (sig uint64, sawAllBPF bool)
 
-	syms       *symbolize.KernelSymbols
-	lastBPF    symbolize.KernelSymbol // highest [bpf] symbol: kallsyms has no end for it
+	syms       *kallsymsTable
+	lastBPF    kallsymsSymbol // highest [bpf] symbol: kallsyms has no end for it
 	signature  uint64
 	sawAllBPF  bool // the signature covered BPF programs
 	unresolved *lru.Cache[resultKey, struct{}]
@@ -138,7 +137,7 @@ func (k *kallsymsSource) read(sig uint64, sawAllBPF bool) error {
 	if err != nil {
 		return fmt.Errorf("reading kallsyms: %w", err)
 	}
-	syms, err := symbolize.LoadKallsyms(bytes.NewReader(text))
+	syms, err := loadKallsyms(bytes.NewReader(text))
 	if err != nil {
 		return fmt.Errorf("reading kallsyms: %w", err)
 	}
@@ -149,8 +148,8 @@ func (k *kallsymsSource) read(sig uint64, sawAllBPF bool) error {
 }
 
 // lastBPFSymbol returns the [bpf] line with the highest address, if any.
-func lastBPFSymbol(text []byte) symbolize.KernelSymbol {
-	var last symbolize.KernelSymbol
+func lastBPFSymbol(text []byte) kallsymsSymbol {
+	var last kallsymsSymbol
 	const suffix = "\t[bpf]"
 	for rest := text; ; {
 		i := bytes.Index(rest, []byte(suffix))
@@ -171,7 +170,7 @@ func lastBPFSymbol(text []byte) symbolize.KernelSymbol {
 		if err != nil || addr < last.Addr {
 			continue
 		}
-		last = symbolize.KernelSymbol{Addr: addr, Name: string(fields[2]), Module: "bpf"}
+		last = kallsymsSymbol{Addr: addr, Name: string(fields[2]), Module: "bpf"}
 	}
 }
 

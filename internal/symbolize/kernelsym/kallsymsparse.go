@@ -1,4 +1,4 @@
-package symbolize
+package kernelsym
 
 import (
 	"bufio"
@@ -11,12 +11,12 @@ import (
 	"strings"
 )
 
-// ErrKallsymsHidden is returned when /proc/kallsyms shows only zero
+// errKallsymsHidden is returned when /proc/kallsyms shows only zero
 // addresses (kptr_restrict, or a reader without CAP_SYSLOG).
-var ErrKallsymsHidden = errors.New("kallsyms addresses are hidden")
+var errKallsymsHidden = errors.New("kallsyms addresses are hidden")
 
-// KernelSymbol is one kernel text symbol.
-type KernelSymbol struct {
+// kallsymsSymbol is one kernel text symbol.
+type kallsymsSymbol struct {
 	Addr uint64
 	// Size is the distance to the next symbol of any type at a higher
 	// address in the same module (or in the core kernel); 0 when there is
@@ -28,9 +28,9 @@ type KernelSymbol struct {
 	Module string
 }
 
-// KernelSymbols resolves kernel addresses from a kallsyms snapshot.
-type KernelSymbols struct {
-	syms []KernelSymbol // text symbols sorted by address, one per address
+// kallsymsTable resolves kernel addresses from a kallsyms snapshot.
+type kallsymsTable struct {
+	syms []kallsymsSymbol // text symbols sorted by address, one per address
 }
 
 // kallsymsEntry is one parsed line, before filtering to text symbols.
@@ -41,11 +41,11 @@ type kallsymsEntry struct {
 	module string
 }
 
-// LoadKallsyms parses /proc/kallsyms content, keeping text symbols (types
+// loadKallsyms parses /proc/kallsyms content, keeping text symbols (types
 // t, T, w, W). Like the kernel, the first name listed for an address wins,
 // and a symbol's size is the distance to the next higher address, counting
 // data symbols too so a function never stretches over them.
-func LoadKallsyms(r io.Reader) (*KernelSymbols, error) {
+func loadKallsyms(r io.Reader) (*kallsymsTable, error) {
 	var entries []kallsymsEntry
 	sawNonZero := false
 	sc := bufio.NewScanner(r)
@@ -80,7 +80,7 @@ func LoadKallsyms(r io.Reader) (*KernelSymbols, error) {
 		return nil, fmt.Errorf("reading kallsyms: %w", err)
 	}
 	if len(entries) > 0 && !sawNonZero {
-		return nil, ErrKallsymsHidden
+		return nil, errKallsymsHidden
 	}
 	// Stable: among equal addresses the line order, and so the first name,
 	// is kept.
@@ -93,7 +93,7 @@ func LoadKallsyms(r io.Reader) (*KernelSymbols, error) {
 		}
 		return 0
 	})
-	k := &KernelSymbols{}
+	k := &kallsymsTable{}
 	for i := 0; i < len(entries); {
 		// The first text name at this address wins; skip the others.
 		j, first := i, -1
@@ -108,7 +108,7 @@ func LoadKallsyms(r io.Reader) (*KernelSymbols, error) {
 			if j < len(entries) && entries[j].module == e.module {
 				size = entries[j].addr - e.addr
 			}
-			k.syms = append(k.syms, KernelSymbol{Addr: e.addr, Size: size, Name: e.name, Module: e.module})
+			k.syms = append(k.syms, kallsymsSymbol{Addr: e.addr, Size: size, Name: e.name, Module: e.module})
 		}
 		i = j
 	}
@@ -117,21 +117,21 @@ func LoadKallsyms(r io.Reader) (*KernelSymbols, error) {
 }
 
 // Len returns the number of text symbols kept.
-func (k *KernelSymbols) Len() int { return len(k.syms) }
+func (k *kallsymsTable) Len() int { return len(k.syms) }
 
 // Lookup returns the text symbol covering addr and addr's offset in it.
-func (k *KernelSymbols) Lookup(addr uint64) (sym KernelSymbol, offset uint64, ok bool) {
-	i, found := slices.BinarySearchFunc(k.syms, addr, func(s KernelSymbol, a uint64) int { return cmp.Compare(s.Addr, a) })
+func (k *kallsymsTable) Lookup(addr uint64) (sym kallsymsSymbol, offset uint64, ok bool) {
+	i, found := slices.BinarySearchFunc(k.syms, addr, func(s kallsymsSymbol, a uint64) int { return cmp.Compare(s.Addr, a) })
 	if !found {
 		i--
 	}
 	if i < 0 {
-		return KernelSymbol{}, 0, false
+		return kallsymsSymbol{}, 0, false
 	}
 	s := k.syms[i]
 	off := addr - s.Addr
 	if off != 0 && off >= s.Size {
-		return KernelSymbol{}, 0, false
+		return kallsymsSymbol{}, 0, false
 	}
 	return s, off, true
 }

@@ -1,4 +1,4 @@
-package symbolize
+package kernelsym
 
 import (
 	"bufio"
@@ -24,7 +24,7 @@ ffffffffc0000000 t mod_fn	[mymod]
 ffffffffc0000100 t mod_last	[mymod]
 ffffffffc0001000 t bpf_prog_abc_f	[bpf]
 `
-	k, err := LoadKallsyms(strings.NewReader(input))
+	k, err := loadKallsyms(strings.NewReader(input))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -60,8 +60,8 @@ ffffffffc0001000 t bpf_prog_abc_f	[bpf]
 			t.Errorf("Lookup(%#x) = %+v+%#x, %v; want %s [%s]+%#x", c.addr, sym, off, ok, c.name, c.module, c.offset)
 		}
 	}
-	if _, err := LoadKallsyms(strings.NewReader("0000000000000000 T a\n0000000000000000 t b\n")); !errors.Is(err, ErrKallsymsHidden) {
-		t.Errorf("all-zero kallsyms: err = %v, want ErrKallsymsHidden", err)
+	if _, err := loadKallsyms(strings.NewReader("0000000000000000 T a\n0000000000000000 t b\n")); !errors.Is(err, errKallsymsHidden) {
+		t.Errorf("all-zero kallsyms: err = %v, want errKallsymsHidden", err)
 	}
 }
 
@@ -74,7 +74,7 @@ type kallsymsLine struct {
 
 func TestLoadKallsymsReal(t *testing.T) {
 	raw := testenv.Kallsyms(t) // addresses shown, or the test skips (fails in CI)
-	k, err := LoadKallsyms(bytes.NewReader(raw))
+	k, err := loadKallsyms(bytes.NewReader(raw))
 	if err != nil {
 		t.Fatal(err)
 	}
