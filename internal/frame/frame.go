@@ -105,9 +105,13 @@ type Frame struct {
 	// Address is the address to look up. For a return address it is
 	// already one byte lower, inside the call instruction (see
 	// AtReturnAddress). It is an address of the sampled process (or of the
-	// kernel) until the resolve stage, which turns a user frame's address
-	// into the ELF virtual address in Mapping's file.
+	// kernel), at every stage.
 	Address uint64
+	// VirtualAddress is Address as an ELF virtual address of Mapping's
+	// file, which the resolve stage sets for a frame in a file it could
+	// read; 0 for any other frame (kernel, JIT code, anonymous memory, an
+	// address outside the file's segments).
+	VirtualAddress uint64
 	// ReturnAddress is set when the stack held a return address rather
 	// than the interrupted instruction.
 	ReturnAddress bool
@@ -127,6 +131,16 @@ type Frame struct {
 	// Lines holds the inlined functions first and the function they were
 	// inlined into last. Empty when the frame has no name.
 	Lines []Line
+}
+
+// LocationAddress is the address a profile's location holds for the
+// frame: the ELF virtual address in its file when it has one, else its
+// address in the process (or the kernel).
+func (f *Frame) LocationAddress() uint64 {
+	if f.VirtualAddress != 0 {
+		return f.VirtualAddress
+	}
+	return f.Address
 }
 
 // AtPC returns the frame of the interrupted instruction at pc.

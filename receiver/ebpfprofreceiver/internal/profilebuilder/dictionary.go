@@ -176,7 +176,7 @@ func (t *dictionary) mapping(m *frame.Mapping) int32 {
 // location keys a frame by its mapping, address, type and names, so two
 // processes sharing a library share its locations.
 func (t *dictionary) location(f *frame.Frame) int32 {
-	ptrs := locationPointers{mapping: f.Mapping, address: f.Address, typ: f.Type, n: len(f.Lines)}
+	ptrs := locationPointers{mapping: f.Mapping, address: f.LocationAddress(), typ: f.Type, n: len(f.Lines)}
 	if len(f.Lines) > 0 {
 		ptrs.lines = &f.Lines[0]
 	}
@@ -194,7 +194,7 @@ func (t *dictionary) locationByValue(f *frame.Frame) int32 {
 	b.Reset()
 	b.WriteString(strconv.FormatInt(int64(mi), 36))
 	b.WriteByte(':')
-	b.WriteString(strconv.FormatUint(f.Address, 36))
+	b.WriteString(strconv.FormatUint(f.LocationAddress(), 36))
 	b.WriteByte(':')
 	b.WriteString(strconv.FormatUint(uint64(f.Type), 36))
 	for i := range f.Lines {
@@ -212,7 +212,7 @@ func (t *dictionary) locationByValue(f *frame.Frame) int32 {
 	idx := int32(t.d.LocationTable().Len())
 	loc := t.d.LocationTable().AppendEmpty()
 	loc.SetMappingIndex(mi)
-	loc.SetAddress(f.Address)
+	loc.SetAddress(f.LocationAddress())
 	loc.AttributeIndices().Append(t.attrStr(conventions.ProfileFrameType, f.Type.String()))
 	for i := range f.Lines {
 		l := loc.Lines().AppendEmpty()

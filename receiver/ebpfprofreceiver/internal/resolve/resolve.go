@@ -426,7 +426,7 @@ func (r *Resolver) userFrame(st *batchState, pid uint32, f frame.Frame) resolved
 		}
 	}
 	if n.outcome != userUnmapped {
-		f.Address, f.Lines = n.vaddr, n.lines
+		f.VirtualAddress, f.Lines = n.vaddr, n.lines
 	}
 	return resolvedFrame{f, n.outcome}
 }
@@ -448,7 +448,7 @@ func (r *Resolver) vdsoFrame(st *batchState, am *frame.Mapping, f frame.Frame) r
 	if !ok {
 		return resolvedFrame{f, userUnnamed}
 	}
-	f.Address, f.Lines = vaddr, frames
+	f.VirtualAddress, f.Lines = vaddr, frames
 	return resolvedFrame{f, userNamed}
 }
 

@@ -1,6 +1,7 @@
 package resolve
 
 import (
+	"debug/elf"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -91,8 +92,13 @@ func TestResolveOwnFrames(t *testing.T) {
 	if ret.Address != pc.Address-1 {
 		t.Fatalf("return address %#x, PC %#x: want PC-1", ret.Address, pc.Address)
 	}
+	// The process address stays; the ELF virtual address is beside it,
+	// as the executable's program headers place the file offset.
+	if pc.Address != fn+1 || pc.VirtualAddress != elfVirtualAddress(t, proc.ExePath, fn+1-m.Start+m.Offset) {
+		t.Fatalf("PC frame at %#x, virtual address %#x: want %#x and the file's", pc.Address, pc.VirtualAddress, fn+1)
+	}
 	// An unmapped return address keeps its lookup address.
-	if none.Mapping != nil || len(none.Lines) != 0 || none.Address != unmapped-1 || !none.ReturnAddress {
+	if none.Mapping != nil || len(none.Lines) != 0 || none.Address != unmapped-1 || !none.ReturnAddress || none.VirtualAddress != 0 {
 		t.Fatalf("unmapped frame %+v", none)
 	}
 	// Four user frames: three named, one unmapped.
@@ -227,4 +233,22 @@ func TestNameCacheForgetsIdleNames(t *testing.T) {
 		}
 		return false
 	})
+}
+
+// elfVirtualAddress is the virtual address of file offset off in the ELF
+// file at path, by its loadable segments.
+func elfVirtualAddress(t *testing.T, path string, off uint64) uint64 {
+	t.Helper()
+	f, err := elf.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	for _, p := range f.Progs {
+		if p.Type == elf.PT_LOAD && off >= p.Off && off < p.Off+p.Filesz {
+			return off - p.Off + p.Vaddr
+		}
+	}
+	t.Fatalf("no loadable segment of %s holds offset %#x", path, off)
+	return 0
 }
