@@ -86,6 +86,9 @@ func OpenBinary(f *os.File, tables *Tables) (*Binary, error) {
 		mapper: NewAddressMapper(ef.Progs),
 		ids:    readBuildIDs(ef, f),
 	}
+	if tables != nil {
+		b.spilled.spill = &tables.spill
+	}
 	b.isGo = b.ids.goID != "" || goPclntabSection(ef) != nil || ef.Section(".go.buildinfo") != nil
 	b.refs.Store(1)
 	return b, nil

@@ -67,7 +67,7 @@ func newDWARFPrefix(img elfImage) (_ *dwarfPrefix) {
 		}
 	}()
 	f := img.f
-	if f.Type == elf.ET_REL || img.data == nil || spill.Load() == nil || !readByPrefix.Load() {
+	if f.Type == elf.ET_REL || img.data == nil || img.spilled.to() == nil || !readByPrefix.Load() {
 		return nil
 	}
 	var sects [len(dwarfSectionNames)]*elf.Section

@@ -56,9 +56,9 @@ func TestTruncatedBinaryFaultsAreRecovered(t *testing.T) {
 // bytes), whose faults must fail the reading, not end the collector.
 func TestTruncatedDWARFFaultsAreRecovered(t *testing.T) {
 	bin, addrs := compressedDWARFBinary(t)
-	useSpill(t, 64<<20)
+	tables, _, _ := spillTables(t, 64<<20)
 	p, f := openCopy(t, bin)
-	b, err := OpenBinary(f, NewTables(64<<20))
+	b, err := OpenBinary(f, tables)
 	if err != nil {
 		t.Fatal(err)
 	}

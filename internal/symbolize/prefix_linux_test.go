@@ -54,16 +54,17 @@ func TestPrefixNamesLibcStartFromTheFront(t *testing.T) {
 	}
 	addrs = append([]uint64{first}, addrs...)
 
-	useSpill(t, 0)
-	want, hb := lookupAll(t, dbg, addrs)
+	want, hb := lookupAll(t, dbg, addrs, nil)
 	hb.Close()
 
-	_, dir := useSpill(t, 1<<30)
+	dir := filepath.Join(t.TempDir(), "cache")
+	tables := NewTables(64 << 20)
+	_, stop := spillTo(t, tables, dir, 1<<30)
 	f, err := os.Open(dbg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := OpenBinary(f, NewTables(64<<20))
+	b, err := OpenBinary(f, tables)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -74,7 +75,7 @@ func TestPrefixNamesLibcStartFromTheFront(t *testing.T) {
 	if !ok || frames[len(frames)-1].Name != start || !reflect.DeepEqual(frames, want[0]) {
 		t.Fatalf("%#x named %v, want %v", first, frames, want[0])
 	}
-	st := SectionSpillStats()
+	st := tables.spillStats()
 	if st.Inflated == 0 || st.Inflated > whole/4 {
 		t.Errorf("naming %s decompressed %d bytes of .debug_info, .debug_abbrev and .debug_line's %d: want the front only", start, st.Inflated, whole)
 	}
@@ -96,24 +97,21 @@ func TestPrefixNamesLibcStartFromTheFront(t *testing.T) {
 		t.Errorf("%d of %d addresses named by the prefix: want all", byPrefix, len(addrs))
 	}
 	b.Close()
-	if st := SectionSpillStats(); st.Bytes != 0 {
+	if st := tables.spillStats(); st.Bytes != 0 {
 		t.Errorf("%d spilled bytes left after the Binary closed", st.Bytes)
 	}
 
 	// Units all over libc were read: every section was decompressed
 	// whole and kept, and a restart maps them.
-	spill.Store(nil)
-	if err := setSectionSpill(dir, 1<<30); err != nil {
-		t.Fatal(err)
-	}
-	sp := spill.Load()
-	t.Cleanup(func() { sp.dir.Close() })
-	got, b2 := lookupAll(t, dbg, addrs)
+	stop()
+	restarted := NewTables(64 << 20)
+	spillTo(t, restarted, dir, 1<<30)
+	got, b2 := lookupAll(t, dbg, addrs, restarted)
 	b2.Close()
 	if !reflect.DeepEqual(got, want) {
 		t.Error("lookups after a restart differ from those through the heap")
 	}
-	if st := SectionSpillStats(); st.Reused == 0 || st.Reused != st.Sections || st.Inflated != 0 {
+	if st := restarted.spillStats(); st.Reused == 0 || st.Reused != st.Sections || st.Inflated != 0 {
 		t.Errorf("spill stats after a restart %+v: want every section reused, none decompressed", st)
 	}
 }
@@ -147,8 +145,7 @@ func TestPrefixCorruptStreamKeepsNothing(t *testing.T) {
 		}
 	}
 	// Through the intact file, both have lines.
-	useSpill(t, 0)
-	intact, ib := lookupAll(t, dbg, []uint64{first, last + 4})
+	intact, ib := lookupAll(t, dbg, []uint64{first, last + 4}, nil)
 	ib.Close()
 	for i, fr := range intact {
 		if len(fr) == 0 || fr[0].Line == 0 {
@@ -165,12 +162,12 @@ func TestPrefixCorruptStreamKeepsNothing(t *testing.T) {
 	if err := os.WriteFile(p, data, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	_, dir := useSpill(t, 1<<30)
+	tables, _, dir := spillTables(t, 1<<30)
 	f, err = os.Open(p)
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := OpenBinary(f, NewTables(64<<20))
+	b, err := OpenBinary(f, tables)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -248,8 +245,7 @@ func TestPrefixUnlistedUnitReadWhole(t *testing.T) {
 		t.Fatalf("%s: functions at %v", bin, at)
 	}
 
-	useSpill(t, 0)
-	want, hb := lookupAll(t, bin, addrs)
+	want, hb := lookupAll(t, bin, addrs, nil)
 	hb.Close()
 	for i, fr := range want {
 		if len(fr) == 0 || fr[0].Line == 0 {
@@ -257,12 +253,12 @@ func TestPrefixUnlistedUnitReadWhole(t *testing.T) {
 		}
 	}
 
-	useSpill(t, 64<<20)
+	tables, _, _ := spillTables(t, 64<<20)
 	f, err := os.Open(bin)
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := OpenBinary(f, NewTables(64<<20))
+	b, err := OpenBinary(f, tables)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -306,8 +302,7 @@ func FuzzDWARFPrefix(f *testing.F) {
 		f.Cleanup(func() { sp.dir.Close() })
 		spills[prefix] = sp
 	}
-	old := spill.Load()
-	f.Cleanup(func() { spill.Store(old); readByPrefix.Store(true) })
+	f.Cleanup(func() { readByPrefix.Store(true) })
 	path := filepath.Join(dir, "bin")
 	f.Fuzz(func(t *testing.T, data []byte) {
 		if len(data) > maxFuzzInput {
@@ -328,13 +323,14 @@ func FuzzDWARFPrefix(f *testing.F) {
 		}
 		names := map[bool][][]frame.Line{}
 		for _, prefix := range []bool{true, false} {
-			spill.Store(spills[prefix])
+			tables := NewTables(1 << 20)
+			tables.spill.Store(spills[prefix])
 			readByPrefix.Store(prefix)
 			fd, err := os.Open(path)
 			if err != nil {
 				t.Fatal(err)
 			}
-			b, err := OpenBinary(fd, NewTables(1<<20))
+			b, err := OpenBinary(fd, tables)
 			if err != nil {
 				return
 			}

@@ -48,7 +48,7 @@ type sectionSpill struct {
 	kept      map[string]keptFile // by file name
 	keptBytes int64
 
-	users int // Symbolizers holding the spill; guarded by spillUsers
+	users int // Symbolizers holding the spill; guarded by openSpills.mu
 }
 
 // keptFile is one decompressed section kept on disk.
@@ -90,9 +90,12 @@ const spillPrefix = ".section-"
 // the open binaries take.
 const DefaultMaxSpillBytes = 1 << 30
 
-// spill is where the process's Binaries spill their sections; nil keeps
-// them in the heap.
-var spill atomic.Pointer[sectionSpill]
+// openSpills are the section spills open, by directory: one per
+// directory, since a spill removes what it finds of another's there.
+var openSpills struct {
+	mu    sync.Mutex
+	byDir map[string]*sectionSpill
+}
 
 // openSectionSpill opens (creating it) the spill directory under
 // cacheDir, private to bpfcol, and removes what a crash left there.
@@ -289,9 +292,10 @@ type SpillStats struct {
 	Inflated int64
 }
 
-// SectionSpillStats returns the counts of the process's section spill.
-func SectionSpillStats() SpillStats {
-	sp := spill.Load()
+// spillStats returns the counts of the section spill of the Binaries
+// holding their tables in c.
+func (c *Tables) spillStats() SpillStats {
+	sp := c.spill.Load()
 	if sp == nil {
 		return SpillStats{}
 	}
@@ -406,6 +410,8 @@ func (sp *sectionSpill) decompress(elfFile *elf.File, s *elf.Section, raw []byte
 // Binary is closed: evicting the parsed DWARF from the table cache and
 // parsing it again reads them in place, with no new decompression.
 type spilledSections struct {
+	// spill is the Binary's Tables' slot of the spill to decompress to.
+	spill    *atomic.Pointer[sectionSpill]
 	mu       sync.Mutex
 	data     map[string][]byte
 	releases []func()
@@ -414,13 +420,21 @@ type spilledSections struct {
 	prefixes map[string]*prefixSection
 }
 
+// to returns the spill sections are decompressed to, nil for the heap.
+func (ss *spilledSections) to() *sectionSpill {
+	if ss == nil || ss.spill == nil {
+		return nil
+	}
+	return ss.spill.Load()
+}
+
 // get returns s's spilled content, spilling it on first use; raw is its
 // compressed bytes, nil when not at hand. ok is false when s is to be
 // decompressed into the heap. A section read by prefix so far is
 // decompressed on to its end.
 func (ss *spilledSections) get(f *elf.File, s *elf.Section, raw []byte) ([]byte, bool, error) {
-	sp := spill.Load()
-	if ss == nil || sp == nil {
+	sp := ss.to()
+	if sp == nil {
 		return nil, false, nil
 	}
 	ss.mu.Lock()
@@ -458,8 +472,8 @@ func (ss *spilledSections) keep(name string, d []byte, release func()) {
 // prefix returns s to be decompressed as far as reads need, or whole
 // when it already is; ok is false when s is to be read whole.
 func (ss *spilledSections) prefix(f *elf.File, s *elf.Section, raw []byte) (p *prefixSection, whole []byte, ok bool, err error) {
-	sp := spill.Load()
-	if ss == nil || sp == nil {
+	sp := ss.to()
+	if sp == nil {
 		return nil, nil, false, nil
 	}
 	ss.mu.Lock()
@@ -513,52 +527,41 @@ func (ss *spilledSections) close() {
 	ss.data, ss.releases, ss.prefixes = nil, nil, nil
 }
 
-// setSectionSpill has the process's Binaries spill their compressed
-// sections under cacheDir; "" keeps them in the heap.
-func setSectionSpill(cacheDir string, maxBytes int64) error {
-	if cacheDir == "" {
-		return nil
-	}
-	if old := spill.Load(); old != nil && old.dir.Name() == filepath.Clean(cacheDir) {
-		return nil
-	}
-	sp, err := openSectionSpill(filepath.Clean(cacheDir), maxBytes)
-	if err != nil {
-		return err
-	}
-	// A spill replaced stays open: Binaries may still map its files.
-	spill.Store(sp)
-	return nil
-}
-
-// spillUsers guards the counts of the Symbolizers holding each spill.
-var spillUsers sync.Mutex
-
-// acquireSectionSpill is setSectionSpill for a Symbolizer, which holds the
-// spill until it calls release: the spill's directory stays open only
-// while a Symbolizer uses it.
+// acquireSectionSpill returns the section spill under cacheDir, opened
+// (and what a crash left there removed) by its first user. Each user
+// gives it back with release: the directory stays open only while one
+// holds it.
 func acquireSectionSpill(cacheDir string, maxBytes int64) (*sectionSpill, error) {
-	spillUsers.Lock()
-	defer spillUsers.Unlock()
-	if err := setSectionSpill(cacheDir, maxBytes); err != nil {
-		return nil, err
+	dir := filepath.Clean(cacheDir)
+	openSpills.mu.Lock()
+	defer openSpills.mu.Unlock()
+	sp := openSpills.byDir[dir]
+	if sp == nil {
+		var err error
+		if sp, err = openSectionSpill(dir, maxBytes); err != nil {
+			return nil, err
+		}
+		if openSpills.byDir == nil {
+			openSpills.byDir = map[string]*sectionSpill{}
+		}
+		openSpills.byDir[dir] = sp
 	}
-	sp := spill.Load()
 	sp.users++
 	return sp, nil
 }
 
-// release lets go of a spill acquireSectionSpill returned. The last user
-// takes it away from the Binaries and closes its directory; sections
-// already mapped stay readable (a mapping needs no descriptor), and a
-// Binary still spilling at that moment gets an error from the closed
-// directory, never another file.
+// release gives back a spill acquireSectionSpill returned. The last user
+// closes its directory; sections already mapped stay readable (a mapping
+// needs no descriptor), and a Binary still spilling at that moment gets
+// an error from the closed directory, never another file.
 func (sp *sectionSpill) release() {
-	spillUsers.Lock()
-	defer spillUsers.Unlock()
+	openSpills.mu.Lock()
+	defer openSpills.mu.Unlock()
 	if sp.users--; sp.users > 0 {
 		return
 	}
-	spill.CompareAndSwap(sp, nil)
+	if openSpills.byDir[sp.dir.Name()] == sp {
+		delete(openSpills.byDir, sp.dir.Name())
+	}
 	_ = sp.dir.Close()
 }

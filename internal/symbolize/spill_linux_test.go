@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"sync"
 	"testing"
 
 	"github.com/bpfcol/bpfcol/internal/frame"
@@ -14,23 +15,34 @@ import (
 	"github.com/bpfcol/bpfcol/internal/testworkload"
 )
 
-// useSpill points the process's section spill at a new private directory
-// bounded by maxBytes (nil: none) until the test ends.
-func useSpill(t *testing.T, maxBytes int64) (*sectionSpill, string) {
+// spillTables returns Tables of 64 MiB whose Binaries spill to a new
+// private directory, bounded by maxBytes, until the test ends.
+func spillTables(t *testing.T, maxBytes int64) (*Tables, *sectionSpill, string) {
 	t.Helper()
-	old := spill.Load()
-	t.Cleanup(func() { spill.Store(old) })
-	if maxBytes == 0 {
-		spill.Store(nil)
-		return nil, ""
-	}
 	dir := filepath.Join(t.TempDir(), "cache")
-	if err := setSectionSpill(dir, maxBytes); err != nil {
-		t.Fatal(err)
+	tables := NewTables(64 << 20)
+	sp, _ := spillTo(t, tables, dir, maxBytes)
+	return tables, sp, dir
+}
+
+// spillTo has tables' Binaries spill under dir until the test ends, or
+// until stop (a restart's end) is called.
+func spillTo(tb testing.TB, tables *Tables, dir string, maxBytes int64) (_ *sectionSpill, stop func()) {
+	tb.Helper()
+	sp, err := acquireSectionSpill(dir, maxBytes)
+	if err != nil {
+		tb.Fatal(err)
 	}
-	sp := spill.Load()
-	t.Cleanup(func() { sp.dir.Close() })
-	return sp, dir
+	tables.spill.Store(sp)
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			tables.spill.CompareAndSwap(sp, nil)
+			sp.release()
+		})
+	}
+	tb.Cleanup(stop)
+	return sp, stop
 }
 
 // compressedDWARFBinary builds a C binary whose DWARF is stored
@@ -63,13 +75,18 @@ func compressedDWARFBinary(t *testing.T) (string, []uint64) {
 	return bin, addrs
 }
 
-func lookupAll(t *testing.T, path string, addrs []uint64) ([][]frame.Line, *Binary) {
+// lookupAll names addrs in the binary at path, its tables held in tables
+// (nil: its own, which spill nothing).
+func lookupAll(t *testing.T, path string, addrs []uint64, tables *Tables) ([][]frame.Line, *Binary) {
 	t.Helper()
 	f, err := os.Open(path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := OpenBinary(f, NewTables(64<<20))
+	if tables == nil {
+		tables = NewTables(64 << 20)
+	}
+	b, err := OpenBinary(f, tables)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -94,20 +111,19 @@ func lookupAll(t *testing.T, path string, addrs []uint64) ([][]frame.Line, *Bina
 func TestSectionSpillNamesAsTheHeap(t *testing.T) {
 	bin, addrs := compressedDWARFBinary(t)
 
-	useSpill(t, 0)
-	want, hb := lookupAll(t, bin, addrs)
+	want, hb := lookupAll(t, bin, addrs, nil)
 	heapSrc := hb.dwarf.sourcesForTest(t)
 	hb.Close()
 	if heapSrc.heapBytes == 0 {
 		t.Fatal("without a spill, the decompressed sections are not counted on the heap")
 	}
 
-	sp, dir := useSpill(t, 64<<20)
-	got, b := lookupAll(t, bin, addrs)
+	tables, sp, dir := spillTables(t, 64<<20)
+	got, b := lookupAll(t, bin, addrs, tables)
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("lookups through spilled sections differ from those through the heap")
 	}
-	st := SectionSpillStats()
+	st := tables.spillStats()
 	if st.Sections == 0 || st.Bytes == 0 || st.Refused != 0 {
 		t.Errorf("spill stats %+v: want sections spilled, none refused", st)
 	}
@@ -119,7 +135,7 @@ func TestSectionSpillNamesAsTheHeap(t *testing.T) {
 		t.Errorf("spill directory %s holds %v (%v): want the files unlinked", dir, names, err)
 	}
 	b.Close()
-	if st := SectionSpillStats(); st.Bytes != 0 {
+	if st := tables.spillStats(); st.Bytes != 0 {
 		t.Errorf("%d spilled bytes left after the Binary closed", st.Bytes)
 	}
 }
@@ -128,17 +144,16 @@ func TestSectionSpillNamesAsTheHeap(t *testing.T) {
 // are decompressed into the heap and still name every address.
 func TestSectionSpillBound(t *testing.T) {
 	bin, addrs := compressedDWARFBinary(t)
-	useSpill(t, 0)
-	want, hb := lookupAll(t, bin, addrs)
+	want, hb := lookupAll(t, bin, addrs, nil)
 	hb.Close()
 
-	useSpill(t, 1024) // smaller than any of the binary's sections
-	got, b := lookupAll(t, bin, addrs)
+	tables, _, _ := spillTables(t, 1024) // smaller than any of the binary's sections
+	got, b := lookupAll(t, bin, addrs, tables)
 	defer b.Close()
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("lookups with the sections refused by the spill differ")
 	}
-	st := SectionSpillStats()
+	st := tables.spillStats()
 	if st.Refused == 0 || st.Bytes > 1024 {
 		t.Errorf("spill stats %+v under a 1024-byte bound: want refusals counted, at most 1024 bytes", st)
 	}
@@ -150,7 +165,6 @@ func TestSectionSpillBound(t *testing.T) {
 // TestSectionSpillFollowsNoSymlink refuses a spill directory that is a
 // symlink, or under a cache directory that is one.
 func TestSectionSpillFollowsNoSymlink(t *testing.T) {
-	useSpill(t, 0)
 	base := t.TempDir()
 	elsewhere := filepath.Join(base, "elsewhere")
 	if err := os.Mkdir(elsewhere, 0o700); err != nil {
@@ -164,7 +178,7 @@ func TestSectionSpillFollowsNoSymlink(t *testing.T) {
 	if err := os.Symlink(elsewhere, filepath.Join(cache, spillSubdir)); err != nil {
 		t.Fatal(err)
 	}
-	if err := setSectionSpill(cache, 1<<20); !errors.Is(err, safefs.ErrSymlink) {
+	if _, err := acquireSectionSpill(cache, 1<<20); !errors.Is(err, safefs.ErrSymlink) {
 		t.Errorf("spill directory a symlink: got %v, want %v", err, safefs.ErrSymlink)
 	}
 
@@ -172,10 +186,13 @@ func TestSectionSpillFollowsNoSymlink(t *testing.T) {
 	if err := os.Symlink(elsewhere, link); err != nil {
 		t.Fatal(err)
 	}
-	if err := setSectionSpill(link, 1<<20); !errors.Is(err, safefs.ErrSymlink) {
+	if _, err := acquireSectionSpill(link, 1<<20); !errors.Is(err, safefs.ErrSymlink) {
 		t.Errorf("cache directory a symlink: got %v, want %v", err, safefs.ErrSymlink)
 	}
-	if spill.Load() != nil {
+	openSpills.mu.Lock()
+	opened := openSpills.byDir[cache] != nil || openSpills.byDir[link] != nil
+	openSpills.mu.Unlock()
+	if opened {
 		t.Errorf("a spill was set up through a symlink")
 	}
 	if names, _ := os.ReadDir(elsewhere); len(names) != 0 {
@@ -204,17 +221,18 @@ func (x *dwarfIndex) sourcesForTest(t *testing.T) *dwarfSources {
 // removed and never used.
 func TestSectionSpillKeptAcrossRestarts(t *testing.T) {
 	bin, addrs := compressedDWARFBinary(t)
-	useSpill(t, 0)
-	want, hb := lookupAll(t, bin, addrs)
+	want, hb := lookupAll(t, bin, addrs, nil)
 	hb.Close()
 
-	_, dir := useSpill(t, 64<<20)
-	got, b := lookupAll(t, bin, addrs)
+	dir := filepath.Join(t.TempDir(), "cache")
+	tables := NewTables(64 << 20)
+	_, stop := spillTo(t, tables, dir, 64<<20)
+	got, b := lookupAll(t, bin, addrs, tables)
 	b.Close()
 	if !reflect.DeepEqual(got, want) {
 		t.Fatal("lookups through spilled sections differ from those through the heap")
 	}
-	first := SectionSpillStats()
+	first := tables.spillStats()
 	if first.KeptBytes == 0 || first.Reused != 0 {
 		t.Fatalf("spill stats %+v: want sections kept, none reused", first)
 	}
@@ -223,20 +241,18 @@ func TestSectionSpillKeptAcrossRestarts(t *testing.T) {
 		t.Fatalf("kept sections: %v (%v)", kept, err)
 	}
 
+	// A restart: the spill closed, another opened on its directory.
 	restart := func() SpillStats {
 		t.Helper()
-		spill.Store(nil)
-		if err := setSectionSpill(dir, 64<<20); err != nil {
-			t.Fatal(err)
-		}
-		sp := spill.Load()
-		t.Cleanup(func() { sp.dir.Close() })
-		got, b := lookupAll(t, bin, addrs)
+		stop()
+		tables = NewTables(64 << 20)
+		_, stop = spillTo(t, tables, dir, 64<<20)
+		got, b := lookupAll(t, bin, addrs, tables)
 		b.Close()
 		if !reflect.DeepEqual(got, want) {
 			t.Errorf("lookups after a restart differ from those through the heap")
 		}
-		return SectionSpillStats()
+		return tables.spillStats()
 	}
 	if st := restart(); st.Reused == 0 || st.Reused != st.Sections {
 		t.Errorf("spill stats after a restart %+v: want every section reused", st)
@@ -277,9 +293,6 @@ func TestSectionSpillKeptAcrossRestarts(t *testing.T) {
 // its directory closed and the spill gone once the last one is closed, so
 // a receiver started and shut down leaves no descriptor behind.
 func TestSymbolizersCloseTheirSpill(t *testing.T) {
-	old := spill.Load()
-	t.Cleanup(func() { spill.Store(old) })
-	spill.Store(nil)
 	fds := func() int {
 		entries, err := os.ReadDir("/proc/self/fd")
 		if err != nil {
@@ -297,20 +310,24 @@ func TestSymbolizersCloseTheirSpill(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sp := spill.Load()
-	if sp == nil {
-		t.Fatal("no spill under the cache directory")
+	// Each has tables of its own, the spill of the directory they share.
+	sp := first.cfg.Tables.spill.Load()
+	if sp == nil || second.cfg.Tables.spill.Load() != sp {
+		t.Fatal("no spill under the cache directory, or one per Symbolizer")
 	}
 	if err := first.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if spill.Load() != sp {
-		t.Fatal("the spill went with the first Symbolizer while the second still uses it")
+	if first.cfg.Tables.spill.Load() != nil || second.cfg.Tables.spill.Load() != sp {
+		t.Fatal("the spill went with the first Symbolizer while the second still uses it, or stayed in the first's tables")
 	}
 	if err := second.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if spill.Load() != nil {
+	openSpills.mu.Lock()
+	open := openSpills.byDir[filepath.Clean(cfg.CacheDir)] != nil
+	openSpills.mu.Unlock()
+	if second.cfg.Tables.spill.Load() != nil || open {
 		t.Error("the spill stayed after its last Symbolizer was closed")
 	}
 	if after := fds(); after != before {

@@ -65,20 +65,15 @@ func BenchmarkColdLibcDebug(b *testing.B) {
 		b.Fatalf("%s: no %s", dbg, want)
 	}
 	name := func(b *testing.B, dir string) SpillStats {
-		old := spill.Load()
-		if err := setSectionSpill(dir, DefaultMaxSpillBytes); err != nil {
-			b.Fatal(err)
-		}
-		defer func() {
-			spill.Load().dir.Close()
-			spill.Store(old)
-		}()
+		tables := NewTables(DefaultMaxTableBytes)
+		_, stop := spillTo(b, tables, dir, DefaultMaxSpillBytes)
+		defer stop()
 		f, err := os.Open(dbg)
 		if err != nil {
 			b.Fatal(err)
 		}
 		b.StartTimer()
-		bin, err := OpenBinary(f, NewTables(DefaultMaxTableBytes))
+		bin, err := OpenBinary(f, tables)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -88,7 +83,7 @@ func BenchmarkColdLibcDebug(b *testing.B) {
 		}
 		bin.Close()
 		b.StopTimer()
-		return SectionSpillStats()
+		return tables.spillStats()
 	}
 	b.Run("cold", func(b *testing.B) {
 		b.StopTimer()
@@ -157,17 +152,14 @@ func BenchmarkFirstLibcReport(b *testing.B) {
 		// else with dir, which a run that read libc's DWARF whole left
 		// (a restart).
 		run := func(b *testing.B, prefix bool, dir string) (cpu time.Duration, alloc uint64, inflated int64) {
-			old := spill.Load()
-			defer spill.Store(old)
 			readByPrefix.Store(prefix)
 			defer readByPrefix.Store(true)
 			if dir == "" {
 				dir = filepath.Join(b.TempDir(), "cache")
 			}
-			if err := setSectionSpill(dir, DefaultMaxSpillBytes); err != nil {
-				b.Fatal(err)
-			}
-			defer spill.Load().dir.Close()
+			tables := NewTables(DefaultMaxTableBytes)
+			_, stop := spillTo(b, tables, dir, DefaultMaxSpillBytes)
+			defer stop()
 			var ms0, ms1 runtime.MemStats
 			runtime.ReadMemStats(&ms0)
 			cpu0 := processCPU(b)
@@ -175,7 +167,7 @@ func BenchmarkFirstLibcReport(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			bin, err := OpenBinary(f, NewTables(DefaultMaxTableBytes))
+			bin, err := OpenBinary(f, tables)
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -190,7 +182,7 @@ func BenchmarkFirstLibcReport(b *testing.B) {
 			bin.Close()
 			cpu = processCPU(b) - cpu0
 			runtime.ReadMemStats(&ms1)
-			st := SectionSpillStats()
+			st := tables.spillStats()
 			if st.Reused != 0 && st.Reused != st.Sections {
 				b.Fatalf("spill stats %+v: some sections kept, not all reused", st)
 			}

@@ -84,7 +84,10 @@ type SymbolizerConfig struct {
 	// Tables holds the parsed symbol tables of the debug files the
 	// Symbolizer opens: the receiver shares one with the BinaryCache of
 	// the binaries it names, under one bound. Nil gives the Symbolizer a
-	// cache of its own, of MaxTableBytes.
+	// cache of its own, of MaxTableBytes. With a CacheDir, every Binary
+	// holding its tables here decompresses its compressed sections to
+	// the Symbolizer's section spill under it, while the Symbolizer is
+	// open.
 	Tables *Tables
 	// MaxTableBytes bounds the Symbolizer's own table cache when Tables
 	// is nil; default DefaultMaxTableBytes.
@@ -279,6 +282,7 @@ func NewSymbolizer(cfg SymbolizerConfig) (*Symbolizer, error) {
 				s.cache.Close()
 				return nil, &CacheDirError{Err: err}
 			}
+			cfg.Tables.spill.Store(s.spill)
 		}
 	}
 	// Each copy of a binary is a new file: the classifications of files
@@ -306,6 +310,7 @@ func (s *Symbolizer) Close() error {
 	// through the spill's directory.
 	err := s.tables.closeAll()
 	if s.spill != nil {
+		s.cfg.Tables.spill.CompareAndSwap(s.spill, nil)
 		s.spill.release()
 	}
 	return err

@@ -62,6 +62,10 @@ type Tables struct {
 	lru     *lru.Cache[tableKey, *parsedTable]
 	parsing map[tableKey]chan struct{} // closed once the key's parse ended
 	max     atomic.Int64
+	// spill is where the Binaries whose tables are held here decompress
+	// their compressed sections: the section spill of the Symbolizer
+	// given these Tables, nil (the heap) without one.
+	spill atomic.Pointer[sectionSpill]
 }
 
 // NewTables returns a cache of parsed tables bounded by maxBytes of heap
