@@ -276,31 +276,54 @@ static __always_inline bool fill_sample(void *ctx, struct sample *s, u64 pid_tgi
 	return maps_stale;
 }
 
-// python_proc returns the CPython state of process tgid, when CPython
-// frames are wanted and the process runs CPython.
-static __always_inline struct py_proc *python_proc(u32 tgid)
-{
-	if (!python_frames)
-		return 0;
-	return bpf_map_lookup_elem(&py_procs, &tgid);
-}
+// The interpreter a process runs, and how its frames are walked, which
+// user space (internal/interp) writes when it learns of it and deletes at
+// the process's exit: one map for the three runtimes, so that a sample of
+// any process, most of which run none, pays one lookup, not three.
+enum interp_proc_kind {
+	INTERP_PROC_CPYTHON = 1,
+	INTERP_PROC_HOTSPOT = 2,
+	INTERP_PROC_V8 = 3,
+};
 
-// v8_proc returns the V8 layout of process tgid, when V8 frames are
-// wanted and the process runs V8.
-static __always_inline struct v8_proc *v8_proc(u32 tgid)
-{
-	if (!v8_frames)
-		return 0;
-	return bpf_map_lookup_elem(&v8_procs, &tgid);
-}
+struct interp_proc {
+	u32 kind; /* enum interp_proc_kind */
+	u32 pad;
+	union {
+		struct py_proc py;
+		struct hs_proc hs;
+		struct v8_proc v8;
+	};
+};
 
-// hotspot_proc returns the HotSpot state of process tgid, when HotSpot
-// frames are wanted and the process runs a JVM.
-static __always_inline struct hs_proc *hotspot_proc(u32 tgid)
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 2304); /* resized by the loader */
+	__type(key, u32);          /* tgid */
+	__type(value, struct interp_proc);
+} interp_procs SEC(".maps");
+
+const struct interp_proc *unused_interp_proc __attribute__((unused));
+const enum interp_proc_kind *unused_interp_proc_kind __attribute__((unused));
+
+// interp_proc_of finds the interpreter process tgid runs: at most one of
+// *py, *hs and *v8 is set, and only for a runtime whose frames are wanted.
+static __always_inline void interp_proc_of(u32 tgid, struct py_proc **py, struct hs_proc **hs, struct v8_proc **v8)
 {
-	if (!hotspot_frames)
-		return 0;
-	return bpf_map_lookup_elem(&hs_procs, &tgid);
+	*py = 0;
+	*hs = 0;
+	*v8 = 0;
+	if (!python_frames && !hotspot_frames && !v8_frames)
+		return;
+	struct interp_proc *p = bpf_map_lookup_elem(&interp_procs, &tgid);
+	if (!p)
+		return;
+	if (p->kind == INTERP_PROC_CPYTHON && python_frames)
+		*py = &p->py;
+	else if (p->kind == INTERP_PROC_HOTSPOT && hotspot_frames)
+		*hs = &p->hs;
+	else if (p->kind == INTERP_PROC_V8 && v8_frames)
+		*v8 = &p->v8;
 }
 
 // interp_begin empties r's interpreter tail before its native walk, which
@@ -644,9 +667,10 @@ static __always_inline int sample(void *ctx, bool compose_in_bpf)
 
 	bool maps_stale;
 	u64 ktime;
-	struct py_proc *py = python_proc(tgid);
-	struct hs_proc *hs = py ? 0 : hotspot_proc(tgid);
-	struct v8_proc *v8 = py || hs ? 0 : v8_proc(tgid);
+	struct py_proc *py;
+	struct hs_proc *hs;
+	struct v8_proc *v8;
+	interp_proc_of(tgid, &py, &hs, &v8);
 	if (py || hs || v8) {
 		maps_stale = sample_interp_stack(ctx, pid_tgid, py, hs, v8, &ktime);
 	} else {

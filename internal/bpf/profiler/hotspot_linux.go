@@ -3,18 +3,13 @@
 package profiler
 
 import (
-	"errors"
 	"fmt"
 
 	"github.com/cilium/ebpf"
 )
 
-// configureHotSpot turns the walk of HotSpot frames on, and bounds the
-// processes that have one.
+// configureHotSpot turns the walk of HotSpot frames on.
 func configureHotSpot(spec *ebpf.CollectionSpec, opts Options) error {
-	if opts.HotSpotProcesses > 0 {
-		spec.Maps[profilerMapHsProcs].MaxEntries = uint32(opts.HotSpotProcesses)
-	}
 	if !opts.HotSpot {
 		return nil
 	}
@@ -56,7 +51,7 @@ func (s *Sampler) SetHotSpotProc(pid uint32, p HotSpotProc) error {
 	for i, h := range p.Heaps {
 		v.Heaps[i] = profilerHsHeap{Low: h.Low, High: h.High, Segmap: h.Segmap}
 	}
-	if err := s.objs.HsProcs.Update(pid, &v, ebpf.UpdateAny); err != nil {
+	if err := setInterpProc(s, pid, profilerInterpProcKindINTERP_PROC_HOTSPOT, &v); err != nil {
 		return fmt.Errorf("setting HotSpot layout of pid %d: %w", pid, err)
 	}
 	return nil
@@ -65,7 +60,7 @@ func (s *Sampler) SetHotSpotProc(pid uint32, p HotSpotProc) error {
 // DeleteHotSpotProc stops walking process pid's Java frames. Deleting an
 // unknown process is not an error.
 func (s *Sampler) DeleteHotSpotProc(pid uint32) error {
-	if err := s.objs.HsProcs.Delete(pid); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+	if err := s.deleteInterpProc(pid, profilerInterpProcKindINTERP_PROC_HOTSPOT); err != nil {
 		return fmt.Errorf("deleting HotSpot layout of pid %d: %w", pid, err)
 	}
 	return nil

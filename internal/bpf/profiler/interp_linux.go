@@ -28,12 +28,8 @@ const (
 	interpRecordSize = int(unsafe.Sizeof(profilerSampleInterp{}))
 )
 
-// configurePython turns the walk of CPython frames on, and bounds the
-// processes that have one.
+// configurePython turns the walk of CPython frames on.
 func configurePython(spec *ebpf.CollectionSpec, opts Options) error {
-	if opts.PythonProcesses > 0 {
-		spec.Maps[profilerMapPyProcs].MaxEntries = uint32(opts.PythonProcesses)
-	}
 	if !opts.Python {
 		return nil
 	}
@@ -101,7 +97,7 @@ func (s *Sampler) SetPythonProc(pid uint32, p PythonProc) error {
 	if p.TSSInitialized {
 		v.TssInitialized = 1
 	}
-	if err := s.objs.PyProcs.Update(pid, &v, ebpf.UpdateAny); err != nil {
+	if err := setInterpProc(s, pid, profilerInterpProcKindINTERP_PROC_CPYTHON, &v); err != nil {
 		return fmt.Errorf("setting CPython layout of pid %d: %w", pid, err)
 	}
 	return nil
@@ -110,7 +106,7 @@ func (s *Sampler) SetPythonProc(pid uint32, p PythonProc) error {
 // DeletePythonProc stops walking process pid's CPython frames. Deleting
 // an unknown process is not an error.
 func (s *Sampler) DeletePythonProc(pid uint32) error {
-	if err := s.objs.PyProcs.Delete(pid); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+	if err := s.deleteInterpProc(pid, profilerInterpProcKindINTERP_PROC_CPYTHON); err != nil {
 		return fmt.Errorf("deleting CPython layout of pid %d: %w", pid, err)
 	}
 	return nil

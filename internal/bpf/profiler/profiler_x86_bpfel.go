@@ -131,6 +131,22 @@ const (
 	profilerInterpFrameKindINTERP_FRAME_V8        profilerInterpFrameKind = 4
 )
 
+type profilerInterpProc struct {
+	_    structs.HostLayout
+	Kind uint32
+	Pad  uint32
+	Py   profilerPyProc
+	_    [96]byte
+}
+
+type profilerInterpProcKind uint32
+
+const (
+	profilerInterpProcKindINTERP_PROC_CPYTHON profilerInterpProcKind = 1
+	profilerInterpProcKindINTERP_PROC_HOTSPOT profilerInterpProcKind = 2
+	profilerInterpProcKindINTERP_PROC_V8      profilerInterpProcKind = 3
+)
+
 type profilerInterpStop uint32
 
 const (
@@ -461,8 +477,8 @@ const (
 	profilerMapComposeWorks            = "compose_works"
 	profilerMapComposing               = "composing"
 	profilerMapCounters                = "counters"
-	profilerMapHsProcs                 = "hs_procs"
 	profilerMapHsScratch               = "hs_scratch"
+	profilerMapInterpProcs             = "interp_procs"
 	profilerMapInterpScratch           = "interp_scratch"
 	profilerMapNotices                 = "notices"
 	profilerMapOffCpuEmptyWork         = "off_cpu_empty_work"
@@ -472,14 +488,12 @@ const (
 	profilerMapOffCpuUnreportedTids    = "off_cpu_unreported_tids"
 	profilerMapOffCpuWorks             = "off_cpu_works"
 	profilerMapOpenScopes              = "open_scopes"
-	profilerMapPyProcs                 = "py_procs"
 	profilerMapRowMemo                 = "row_memo"
 	profilerMapSamples                 = "samples"
 	profilerMapStackWindow             = "stack_window"
 	profilerMapUnwindFiles             = "unwind_files"
 	profilerMapUnwindProcs             = "unwind_procs"
 	profilerMapUnwindRows              = "unwind_rows"
-	profilerMapV8Procs                 = "v8_procs"
 	profilerProgOffCpuExit             = "off_cpu_exit"
 	profilerProgOffCpuExitWalk         = "off_cpu_exit_walk"
 	profilerProgOffCpuSwitch           = "off_cpu_switch"
@@ -512,6 +526,8 @@ const (
 	profilerVarUnusedInterpFrame       = "unused_interp_frame"
 	profilerVarUnusedInterpFrameFlag   = "unused_interp_frame_flag"
 	profilerVarUnusedInterpFrameKind   = "unused_interp_frame_kind"
+	profilerVarUnusedInterpProc        = "unused_interp_proc"
+	profilerVarUnusedInterpProcKind    = "unused_interp_proc_kind"
 	profilerVarUnusedInterpStop        = "unused_interp_stop"
 	profilerVarUnusedJitFrameResult    = "unused_jit_frame_result"
 	profilerVarUnusedNotice            = "unused_notice"
@@ -597,8 +613,8 @@ type profilerMapSpecs struct {
 	ComposeWorks         *ebpf.MapSpec `ebpf:"compose_works"`
 	Composing            *ebpf.MapSpec `ebpf:"composing"`
 	Counters             *ebpf.MapSpec `ebpf:"counters"`
-	HsProcs              *ebpf.MapSpec `ebpf:"hs_procs"`
 	HsScratch            *ebpf.MapSpec `ebpf:"hs_scratch"`
+	InterpProcs          *ebpf.MapSpec `ebpf:"interp_procs"`
 	InterpScratch        *ebpf.MapSpec `ebpf:"interp_scratch"`
 	Notices              *ebpf.MapSpec `ebpf:"notices"`
 	OffCpuEmptyWork      *ebpf.MapSpec `ebpf:"off_cpu_empty_work"`
@@ -608,14 +624,12 @@ type profilerMapSpecs struct {
 	OffCpuUnreportedTids *ebpf.MapSpec `ebpf:"off_cpu_unreported_tids"`
 	OffCpuWorks          *ebpf.MapSpec `ebpf:"off_cpu_works"`
 	OpenScopes           *ebpf.MapSpec `ebpf:"open_scopes"`
-	PyProcs              *ebpf.MapSpec `ebpf:"py_procs"`
 	RowMemo              *ebpf.MapSpec `ebpf:"row_memo"`
 	Samples              *ebpf.MapSpec `ebpf:"samples"`
 	StackWindow          *ebpf.MapSpec `ebpf:"stack_window"`
 	UnwindFiles          *ebpf.MapSpec `ebpf:"unwind_files"`
 	UnwindProcs          *ebpf.MapSpec `ebpf:"unwind_procs"`
 	UnwindRows           *ebpf.MapSpec `ebpf:"unwind_rows"`
-	V8Procs              *ebpf.MapSpec `ebpf:"v8_procs"`
 }
 
 // profilerVariableSpecs contains global variables before they are loaded into the kernel.
@@ -647,6 +661,8 @@ type profilerVariableSpecs struct {
 	UnusedInterpFrame       *ebpf.VariableSpec `ebpf:"unused_interp_frame"`
 	UnusedInterpFrameFlag   *ebpf.VariableSpec `ebpf:"unused_interp_frame_flag"`
 	UnusedInterpFrameKind   *ebpf.VariableSpec `ebpf:"unused_interp_frame_kind"`
+	UnusedInterpProc        *ebpf.VariableSpec `ebpf:"unused_interp_proc"`
+	UnusedInterpProcKind    *ebpf.VariableSpec `ebpf:"unused_interp_proc_kind"`
 	UnusedInterpStop        *ebpf.VariableSpec `ebpf:"unused_interp_stop"`
 	UnusedJitFrameResult    *ebpf.VariableSpec `ebpf:"unused_jit_frame_result"`
 	UnusedNotice            *ebpf.VariableSpec `ebpf:"unused_notice"`
@@ -697,8 +713,8 @@ type profilerMaps struct {
 	ComposeWorks         *ebpf.Map `ebpf:"compose_works"`
 	Composing            *ebpf.Map `ebpf:"composing"`
 	Counters             *ebpf.Map `ebpf:"counters"`
-	HsProcs              *ebpf.Map `ebpf:"hs_procs"`
 	HsScratch            *ebpf.Map `ebpf:"hs_scratch"`
+	InterpProcs          *ebpf.Map `ebpf:"interp_procs"`
 	InterpScratch        *ebpf.Map `ebpf:"interp_scratch"`
 	Notices              *ebpf.Map `ebpf:"notices"`
 	OffCpuEmptyWork      *ebpf.Map `ebpf:"off_cpu_empty_work"`
@@ -708,14 +724,12 @@ type profilerMaps struct {
 	OffCpuUnreportedTids *ebpf.Map `ebpf:"off_cpu_unreported_tids"`
 	OffCpuWorks          *ebpf.Map `ebpf:"off_cpu_works"`
 	OpenScopes           *ebpf.Map `ebpf:"open_scopes"`
-	PyProcs              *ebpf.Map `ebpf:"py_procs"`
 	RowMemo              *ebpf.Map `ebpf:"row_memo"`
 	Samples              *ebpf.Map `ebpf:"samples"`
 	StackWindow          *ebpf.Map `ebpf:"stack_window"`
 	UnwindFiles          *ebpf.Map `ebpf:"unwind_files"`
 	UnwindProcs          *ebpf.Map `ebpf:"unwind_procs"`
 	UnwindRows           *ebpf.Map `ebpf:"unwind_rows"`
-	V8Procs              *ebpf.Map `ebpf:"v8_procs"`
 }
 
 func (m *profilerMaps) Close() error {
@@ -725,8 +739,8 @@ func (m *profilerMaps) Close() error {
 		m.ComposeWorks,
 		m.Composing,
 		m.Counters,
-		m.HsProcs,
 		m.HsScratch,
+		m.InterpProcs,
 		m.InterpScratch,
 		m.Notices,
 		m.OffCpuEmptyWork,
@@ -736,14 +750,12 @@ func (m *profilerMaps) Close() error {
 		m.OffCpuUnreportedTids,
 		m.OffCpuWorks,
 		m.OpenScopes,
-		m.PyProcs,
 		m.RowMemo,
 		m.Samples,
 		m.StackWindow,
 		m.UnwindFiles,
 		m.UnwindProcs,
 		m.UnwindRows,
-		m.V8Procs,
 	)
 }
 
@@ -776,6 +788,8 @@ type profilerVariables struct {
 	UnusedInterpFrame       *ebpf.Variable `ebpf:"unused_interp_frame"`
 	UnusedInterpFrameFlag   *ebpf.Variable `ebpf:"unused_interp_frame_flag"`
 	UnusedInterpFrameKind   *ebpf.Variable `ebpf:"unused_interp_frame_kind"`
+	UnusedInterpProc        *ebpf.Variable `ebpf:"unused_interp_proc"`
+	UnusedInterpProcKind    *ebpf.Variable `ebpf:"unused_interp_proc_kind"`
 	UnusedInterpStop        *ebpf.Variable `ebpf:"unused_interp_stop"`
 	UnusedJitFrameResult    *ebpf.Variable `ebpf:"unused_jit_frame_result"`
 	UnusedNotice            *ebpf.Variable `ebpf:"unused_notice"`

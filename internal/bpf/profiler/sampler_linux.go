@@ -48,6 +48,8 @@ type Sampler struct {
 	// composeErr says why user space reads processes' mappings (nil:
 	// BPF does).
 	composeErr error
+	// interp bounds each runtime's entries in interp_procs.
+	interp *interpProcs
 }
 
 // New checks that the kernel and the process's capabilities allow sampling,
@@ -83,6 +85,7 @@ func New(opts Options) (_ *Sampler, err error) {
 	if err := spec.Variables[profilerVarComposeInTaskWork].Set(composeErr == nil); err != nil {
 		return nil, fmt.Errorf("setting where mappings are read: %w", err)
 	}
+	interp := configureInterpProcs(spec, opts)
 	if err := configurePython(spec, opts); err != nil {
 		return nil, err
 	}
@@ -102,7 +105,7 @@ func New(opts Options) (_ *Sampler, err error) {
 	}
 	loadOpts.Cache = support.KernelTypes()
 
-	s := &Sampler{ncpu: len(cpus), rows: unwindRows(opts), composeErr: composeErr}
+	s := &Sampler{ncpu: len(cpus), rows: unwindRows(opts), composeErr: composeErr, interp: interp}
 	defer func() {
 		if err != nil {
 			s.Close()

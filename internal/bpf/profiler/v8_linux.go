@@ -3,18 +3,13 @@
 package profiler
 
 import (
-	"errors"
 	"fmt"
 
 	"github.com/cilium/ebpf"
 )
 
-// configureV8 turns the reading of V8 frames on, and bounds the processes
-// that have them.
+// configureV8 turns the reading of V8 frames on.
 func configureV8(spec *ebpf.CollectionSpec, opts Options) error {
-	if opts.V8Processes > 0 {
-		spec.Maps[profilerMapV8Procs].MaxEntries = uint32(opts.V8Processes)
-	}
 	if !opts.V8 {
 		return nil
 	}
@@ -37,7 +32,7 @@ func (s *Sampler) SetV8Proc(pid uint32, p V8Proc) error {
 		FunctionShared:     p.FunctionShared,
 		SharedFunctionData: p.SharedFunctionData,
 	}
-	if err := s.objs.V8Procs.Update(pid, &v, ebpf.UpdateAny); err != nil {
+	if err := setInterpProc(s, pid, profilerInterpProcKindINTERP_PROC_V8, &v); err != nil {
 		return fmt.Errorf("setting V8 layout of pid %d: %w", pid, err)
 	}
 	return nil
@@ -46,7 +41,7 @@ func (s *Sampler) SetV8Proc(pid uint32, p V8Proc) error {
 // DeleteV8Proc stops reading process pid's V8 frames. Deleting an unknown
 // process is not an error.
 func (s *Sampler) DeleteV8Proc(pid uint32) error {
-	if err := s.objs.V8Procs.Delete(pid); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+	if err := s.deleteInterpProc(pid, profilerInterpProcKindINTERP_PROC_V8); err != nil {
 		return fmt.Errorf("deleting V8 layout of pid %d: %w", pid, err)
 	}
 	return nil

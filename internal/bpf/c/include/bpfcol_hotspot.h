@@ -87,15 +87,8 @@ struct hs_proc {
 	u8 segment_shift;    /* log2 of the code heaps' segment size */
 };
 
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, 256); /* resized by the loader */
-	__type(key, u32);         /* tgid */
-	__type(value, struct hs_proc);
-} hs_procs SEC(".maps");
-
 /* Set by the loader when HotSpot frames are wanted: otherwise no sample
- * pays the lookup in hs_procs. */
+ * pays the lookup in interp_procs. */
 const volatile bool hotspot_frames = false;
 
 /* A code block's bytes, read per CPU (too large for the BPF stack). */

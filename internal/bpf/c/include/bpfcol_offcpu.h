@@ -370,9 +370,10 @@ static int off_cpu_walk(struct bpf_map *map, void *key, void *value)
 	// An interpreter's process has its frames walked too: its record is
 	// reserved whole (off-CPU events are rarer than samples).
 	u64 pid_tgid = bpf_get_current_pid_tgid();
-	struct py_proc *py = python_proc(pid_tgid >> 32);
-	struct hs_proc *hs = py ? 0 : hotspot_proc(pid_tgid >> 32);
-	struct v8_proc *v8 = py || hs ? 0 : v8_proc(pid_tgid >> 32);
+	struct py_proc *py;
+	struct hs_proc *hs;
+	struct v8_proc *v8;
+	interp_proc_of(pid_tgid >> 32, &py, &hs, &v8);
 	// Few values live across the walk: each costs stack under the
 	// HotSpot frame step's (see struct walk).
 	bool interp = py || hs || v8;

@@ -86,15 +86,8 @@ struct py_proc {
 	u8 pad;
 };
 
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, 1024); /* resized by the loader */
-	__type(key, u32);          /* tgid */
-	__type(value, struct py_proc);
-} py_procs SEC(".maps");
-
 /* Set by the loader when CPython frames are wanted: otherwise no sample
- * pays the lookup in py_procs. */
+ * pays the lookup in interp_procs. */
 const volatile bool python_frames = false;
 
 const struct py_proc *unused_py_proc __attribute__((unused));

@@ -39,15 +39,8 @@ struct v8_proc {
 	u8 pad[2];
 };
 
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, 1024); /* resized by the loader */
-	__type(key, u32);          /* tgid */
-	__type(value, struct v8_proc);
-} v8_procs SEC(".maps");
-
 /* Set by the loader when V8 frames are wanted: otherwise no sample pays
- * the lookup in v8_procs. */
+ * the lookup in interp_procs. */
 const volatile bool v8_frames = false;
 
 const struct v8_proc *unused_v8_proc __attribute__((unused));
