@@ -24,7 +24,9 @@ func TestInterpProcsBoundEachRuntime(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	py := func(pid uint32) error { return setInterpProc(s, pid, profilerInterpProcKindINTERP_PROC_CPYTHON, &profilerPyProc{FrameBytes: 64}) }
+	py := func(pid uint32) error {
+		return setInterpProc(s, pid, profilerInterpProcKindINTERP_PROC_CPYTHON, &profilerPyProc{FrameBytes: 64})
+	}
 	v8 := profilerV8Proc{FpContext: 1, FpFunction: 2, FpBytecodeArray: 3, FpBytecodeOffset: 4, FunctionShared: 5, SharedFunctionData: 6}
 	for _, pid := range []uint32{10, 11, 11} {
 		if err := py(pid); err != nil {
