@@ -57,6 +57,11 @@ enum sample_flag {
 	SAMPLE_OFF_CPU = 1U << 7,         // an off-CPU event: stacks at switch-out, weighted by off_cpu_ns
 	SAMPLE_PREEMPTED = 1U << 12,      // off-CPU while still runnable (preempted or yielded), not blocked
 	SAMPLE_SCOPE = 1U << 13,          // link holds the probe scope open on the thread or goroutine
+	// The record is packed: the fields before kernel[], then the
+	// kernel_bytes of kernel[] and the user_bytes of user[], then the
+	// interpreter tail (struct sample_interp's from interp_frames on),
+	// its interp_frames frames only.
+	SAMPLE_PACKED = 1U << 14,
 };
 // Where a sample's flags and frames hold more than bits, generated for Go
 // by bpf2go (-type sample_layout).
@@ -361,13 +366,46 @@ struct {
 	__type(value, struct sample_interp);
 } interp_scratch SEC(".maps");
 
-// interp_record_bytes is the length of r up to its last interpreter frame.
-static __always_inline u64 interp_record_bytes(struct sample_interp *r)
+// stack_bytes is how much of a stack array of a record to send: its
+// filled bytes, none for an error.
+static __always_inline u32 stack_bytes(s32 filled)
 {
-	u64 n = r->interp_frames;
+	if (filled <= 0)
+		return 0;
+	if (filled > MAX_STACK_DEPTH * 8)
+		return MAX_STACK_DEPTH * 8;
+	return filled & ~7;
+}
+
+// emit_packed sends r, an interpreter process's sample, packed
+// (SAMPLE_PACKED): its stacks and interpreter frames take only the bytes
+// they fill, a few hundred instead of the 2 KiB of its arrays, copied
+// into a ringbuf's cold pages at every sample.
+static __always_inline long emit_packed(struct sample_interp *r, u64 flags)
+{
+	u32 head = __builtin_offsetof(struct sample, kernel);
+	u32 kb = stack_bytes(r->s.kernel_bytes);
+	u32 ub = stack_bytes(r->s.user_bytes);
+	u32 n = r->interp_frames;
 	if (n > INTERP_MAX_FRAMES + 1)
 		n = INTERP_MAX_FRAMES + 1;
-	return __builtin_offsetof(struct sample_interp, frames) + n * sizeof(struct interp_frame);
+	u64 tail = (u64)n * sizeof(struct interp_frame);
+	// An add, not the or clang would make of it (the low bits are zero):
+	// the verifier bounds an or by its bits, past the record.
+	asm volatile("" : "+r"(tail));
+	tail += 8;
+	struct bpf_dynptr rec;
+	if (bpf_ringbuf_reserve_dynptr(&samples, head + kb + ub + tail, 0, &rec)) {
+		bpf_ringbuf_discard_dynptr(&rec, 0);
+		return -1;
+	}
+	r->s.flags |= SAMPLE_PACKED;
+	bpf_dynptr_write(&rec, 0, &r->s, head, 0);
+	bpf_dynptr_write(&rec, head, r->s.kernel, kb, 0);
+	bpf_dynptr_write(&rec, head + kb, r->s.user, ub, 0);
+	bpf_dynptr_write(&rec, head + kb + ub, &r->interp_frames, tail, 0);
+	bpf_ringbuf_submit_dynptr(&rec, flags);
+	return 0;
 }
 
 // Set until a sampler's first sample: that one wakes the reader, which
@@ -629,7 +667,7 @@ static __always_inline bool sample_interp_stack(void *ctx, u64 pid_tgid, struct 
 		first_sample_pending = 0;
 		flags = BPF_RB_FORCE_WAKEUP;
 	}
-	if (bpf_ringbuf_output(&samples, r, interp_record_bytes(r), flags))
+	if (emit_packed(r, flags))
 		count(COUNTER_DROPPED_RINGBUF);
 	else
 		count(COUNTER_SAMPLES);

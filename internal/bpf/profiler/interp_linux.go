@@ -39,19 +39,20 @@ func configurePython(spec *ebpf.CollectionSpec, opts Options) error {
 	return nil
 }
 
-// decodeInterp appends the interpreter frames of a record's tail, raw
-// being the whole record, to dst. A record without a tail has none.
-func decodeInterp(raw []byte, dst []InterpFrame) ([]InterpFrame, InterpStop) {
-	if len(raw) < interpFramesAt {
+// decodeInterp appends the interpreter frames of a record's tail (its
+// bytes from interp_frames on; nil for a record without one) to dst.
+func decodeInterp(tail []byte, dst []InterpFrame) ([]InterpFrame, InterpStop) {
+	const framesAt = interpFramesAt - interpTail
+	if len(tail) < framesAt {
 		return dst, InterpStopEnd
 	}
-	n := int(binary.LittleEndian.Uint32(raw[interpTail:]))
-	stop := InterpStop(binary.LittleEndian.Uint32(raw[interpTail+4:]))
+	n := int(binary.LittleEndian.Uint32(tail))
+	stop := InterpStop(binary.LittleEndian.Uint32(tail[4:]))
 	// The kernel sends at most the frames it wrote: a count beyond the
 	// record is never trusted.
-	n = min(n, MaxInterpFrames+1, (len(raw)-interpFramesAt)/interpFrameBytes)
+	n = min(n, MaxInterpFrames+1, (len(tail)-framesAt)/interpFrameBytes)
 	for i := range n {
-		b := raw[interpFramesAt+i*interpFrameBytes:]
+		b := tail[framesAt+i*interpFrameBytes:]
 		dst = append(dst, InterpFrame{
 			Object:   binary.LittleEndian.Uint64(b),
 			Offset:   binary.LittleEndian.Uint32(b[8:]),

@@ -338,6 +338,7 @@ const (
 	profilerSampleFlagSAMPLE_OFF_CPU         profilerSampleFlag = 128
 	profilerSampleFlagSAMPLE_PREEMPTED       profilerSampleFlag = 4096
 	profilerSampleFlagSAMPLE_SCOPE           profilerSampleFlag = 8192
+	profilerSampleFlagSAMPLE_PACKED          profilerSampleFlag = 16384
 )
 
 type profilerSampleInterp struct {

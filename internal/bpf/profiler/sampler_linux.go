@@ -50,6 +50,8 @@ type Sampler struct {
 	composeErr error
 	// interp bounds each runtime's entries in interp_procs.
 	interp *interpProcs
+	// unpack holds a packed record unpacked.
+	unpack unpacker
 }
 
 // New checks that the kernel and the process's capabilities allow sampling,
@@ -362,15 +364,29 @@ func (s *Sampler) SetDeadline(t time.Time) { s.reader.SetDeadline(t) }
 // returns ErrDeadline when the deadline passed with nothing left to read,
 // ErrFlushed once after Flush, and ErrClosed once the Sampler is closed. dst's slices are reused.
 func (s *Sampler) Read(dst *Sample) error {
-	rec, err := s.reader.Read()
+	raw, err := s.reader.ReadRaw()
 	if err != nil {
 		return err
 	}
-	decode(rec, s.reader.Raw(), dst)
+	if packed(raw) {
+		rec, tail := s.unpack.of(raw)
+		decode(rec, tail, dst)
+		return nil
+	}
+	rec, err := s.reader.Decode()
+	if err != nil {
+		return err
+	}
+	var tail []byte
+	if len(raw) > interpTail {
+		tail = raw[interpTail:]
+	}
+	decode(rec, tail, dst)
 	return nil
 }
 
-func decode(rec *profilerSample, raw []byte, dst *Sample) {
+// decode fills dst from a record and its interpreter tail (nil: none).
+func decode(rec *profilerSample, tail []byte, dst *Sample) {
 	dst.KtimeNs = rec.KtimeNs
 	dst.PID, dst.TID, dst.CPU = rec.Pid, rec.Tid, rec.Cpu
 	dst.Comm = ringrec.Comm(&rec.Comm, dst.Comm)
@@ -404,7 +420,7 @@ func decode(rec *profilerSample, raw []byte, dst *Sample) {
 	if dst.InScope {
 		dst.Scope = scopes.Link{TraceID: rec.Link.TraceId, SpanID: rec.Link.SpanId, ProbeID: rec.Link.ProbeId}
 	}
-	dst.Interp, dst.InterpStop = decodeInterp(raw, dst.Interp[:0])
+	dst.Interp, dst.InterpStop = decodeInterp(tail, dst.Interp[:0])
 }
 
 func appendFrames(dst, frames []uint64, nbytes int32) []uint64 {

@@ -111,6 +111,16 @@ func NewVarReader[T any](m *ebpf.Map, what string) (*Reader[T], error) {
 // the ringbuf's readers: for a record submitted without
 // BPF_RB_NO_WAKEUP into an empty ringbuf, or with BPF_RB_FORCE_WAKEUP.
 func (r *Reader[T]) Read() (*T, error) {
+	if _, err := r.ReadRaw(); err != nil {
+		return nil, err
+	}
+	return r.decode()
+}
+
+// ReadRaw is Read without the decoding: it returns the record's bytes,
+// valid until the next read, for a reader whose records have more than
+// one layout; Decode then reads one of T's layout.
+func (r *Reader[T]) ReadRaw() ([]byte, error) {
 	for {
 		err := os.ErrDeadlineExceeded
 		if !r.empty() {
@@ -118,7 +128,7 @@ func (r *Reader[T]) Read() (*T, error) {
 		}
 		switch {
 		case err == nil:
-			return r.decode()
+			return r.record.RawSample, nil
 		case errors.Is(err, ringbuf.ErrClosed):
 			return nil, ErrClosed
 		case errors.Is(err, ringbuf.ErrFlushed):
@@ -138,6 +148,9 @@ func (r *Reader[T]) Read() (*T, error) {
 		}
 	}
 }
+
+// Decode returns the record ReadRaw returned last as a T.
+func (r *Reader[T]) Decode() (*T, error) { return r.decode() }
 
 // Pending reports, without a system call, whether records wait in the
 // ringbuf: records submitted without a wakeup wait there until one comes.

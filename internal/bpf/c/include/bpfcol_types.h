@@ -132,4 +132,10 @@ struct bpf_task_work {
 	__u64 __opaque;
 } __attribute__((aligned(8)));
 
+/* UAPI: a dynamic pointer, here to a ringbuf record of a size known only
+ * at run time (bpf_ringbuf_reserve_dynptr, 5.19). */
+struct bpf_dynptr {
+	__u64 __opaque[2];
+} __attribute__((aligned(8)));
+
 #endif /* BPFCOL_TYPES_H */
