@@ -84,15 +84,7 @@ func loadKallsyms(r io.Reader) (*kallsymsTable, error) {
 	}
 	// Stable: among equal addresses the line order, and so the first name,
 	// is kept.
-	slices.SortStableFunc(entries, func(a, b kallsymsEntry) int {
-		switch {
-		case a.addr < b.addr:
-			return -1
-		case a.addr > b.addr:
-			return 1
-		}
-		return 0
-	})
+	slices.SortStableFunc(entries, func(a, b kallsymsEntry) int { return cmp.Compare(a.addr, b.addr) })
 	k := &kallsymsTable{}
 	for i := 0; i < len(entries); {
 		// The first text name at this address wins; skip the others.
