@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"unsafe"
 
+	"github.com/bpfcol/bpfcol/internal/elfbin"
 	"github.com/bpfcol/bpfcol/internal/frame"
 )
 
@@ -34,7 +35,7 @@ type Binary struct {
 	tables *Tables // holds the parsed symbol tables
 	elf    *elf.File
 	mapper *AddressMapper
-	ids    buildIDs
+	ids    elfbin.BuildIDs
 	isGo   bool
 
 	refs      atomic.Int64
@@ -84,12 +85,12 @@ func OpenBinary(f *os.File, tables *Tables) (*Binary, error) {
 		tables: tables,
 		elf:    ef,
 		mapper: NewAddressMapper(ef.Progs),
-		ids:    readBuildIDs(ef, f),
+		ids:    elfbin.ReadBuildIDs(ef, f),
 	}
 	if tables != nil {
 		b.spilled.spill = &tables.spill
 	}
-	b.isGo = b.ids.goID != "" || goPclntabSection(ef) != nil || ef.Section(".go.buildinfo") != nil
+	b.isGo = elfbin.IsGo(ef, b.ids)
 	b.refs.Store(1)
 	return b, nil
 }
@@ -124,10 +125,10 @@ func (b *Binary) release() error {
 }
 
 // BuildIDGNU returns the NT_GNU_BUILD_ID note in lowercase hex, "" if none.
-func (b *Binary) BuildIDGNU() string { return b.ids.gnu }
+func (b *Binary) BuildIDGNU() string { return b.ids.GNU }
 
 // BuildIDGo returns the Go build id from the Go note, "" if none.
-func (b *Binary) BuildIDGo() string { return b.ids.goID }
+func (b *Binary) BuildIDGo() string { return b.ids.Go }
 
 // IsGo reports whether the binary was built by the Go toolchain.
 func (b *Binary) IsGo() bool { return b.isGo }
@@ -314,7 +315,7 @@ func (b *Binary) HasSymtab() bool {
 }
 
 // HasGopclntab reports whether the file has Go's pc/line table.
-func (b *Binary) HasGopclntab() bool { return goPclntabSection(b.elf) != nil }
+func (b *Binary) HasGopclntab() bool { return elfbin.PclntabSection(b.elf) != nil }
 
 // DWARFErr parses the DWARF sections if not done yet and reports why none
 // is usable, nil if it is.

@@ -48,9 +48,9 @@ type contentKey struct {
 }
 
 func contentOf(key process.FileKey, b *Binary) contentKey {
-	id := b.ids.gnu
+	id := b.ids.GNU
 	if id == "" {
-		id = b.ids.goID
+		id = b.ids.Go
 	}
 	if id == "" {
 		return contentKey{file: key}

@@ -106,3 +106,5 @@ func (b *Binary) DebugLink() (name string, crc uint32, ok bool) {
 	}
 	return name, b.elf.ByteOrder.Uint32(data[off:]), true
 }
+
+func alignUp(v, a uint64) uint64 { return (v + a - 1) &^ (a - 1) }

@@ -11,6 +11,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/bpfcol/bpfcol/internal/elfbin"
 	"github.com/bpfcol/bpfcol/internal/symbolize/debuginfod"
 )
 
@@ -138,7 +139,7 @@ func validateDebugFile(buildID string) debuginfod.Validator {
 		if err != nil {
 			return fmt.Errorf("parsing ELF: %w", err)
 		}
-		if got := readBuildIDs(ef, f).gnu; got != buildID {
+		if got := elfbin.ReadBuildIDs(ef, f).GNU; got != buildID {
 			return fmt.Errorf("build-id is %q, want %q", got, buildID)
 		}
 		if ef.Section(".debug_info") == nil && ef.Section(".zdebug_info") == nil && ef.Section(".symtab") == nil {

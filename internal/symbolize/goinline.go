@@ -4,6 +4,7 @@ import (
 	"debug/elf"
 	"io"
 
+	"github.com/bpfcol/bpfcol/internal/elfbin"
 	"github.com/bpfcol/bpfcol/internal/frame"
 )
 
@@ -135,7 +136,7 @@ func goFuncBase(img elfImage, mem io.ReaderAt) uint64 {
 		}
 	}
 	f := img.f
-	pcln := goPclntabSection(f)
+	pcln := elfbin.PclntabSection(f)
 	if pcln == nil || f.Class != elf.ELFCLASS64 {
 		return 0
 	}

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"sort"
 
+	"github.com/bpfcol/bpfcol/internal/elfbin"
 	"github.com/bpfcol/bpfcol/internal/frame"
 )
 
@@ -21,25 +22,13 @@ type goSymbolTable struct {
 	inline *goInlineTree
 }
 
-// goPclntabSection returns the section holding the Go pc/line table. PIE
-// binaries linked externally keep it in .data.rel.ro.gopclntab.
-func goPclntabSection(f *elf.File) *elf.Section {
-	if s := f.Section(".gopclntab"); s != nil && s.Type != elf.SHT_NOBITS {
-		return s
-	}
-	if s := f.Section(".data.rel.ro.gopclntab"); s != nil && s.Type != elf.SHT_NOBITS {
-		return s
-	}
-	return nil
-}
-
 // maxPclntabSize bounds how much of a (possibly hostile) file is read into
 // memory for one binary.
 const maxPclntabSize = 512 << 20
 
 // newGoSymbolTable reads the .gopclntab of img.
 func newGoSymbolTable(img elfImage) (t *goSymbolTable, err error) {
-	sect := goPclntabSection(img.f)
+	sect := elfbin.PclntabSection(img.f)
 	if sect == nil {
 		return nil, errors.New("no .gopclntab section")
 	}
@@ -182,7 +171,7 @@ func goTextStartFromRelocations(img elfImage, pclntab []byte) (uint64, bool) {
 	if img.f.Class != elf.ELFCLASS64 || len(pclntab) < 8 || pclntab[7] != 8 {
 		return 0, false
 	}
-	sect := goPclntabSection(img.f)
+	sect := elfbin.PclntabSection(img.f)
 	if sect == nil {
 		return 0, false
 	}

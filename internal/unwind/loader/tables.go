@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/bpfcol/bpfcol/internal/bpf/profiler"
+	"github.com/bpfcol/bpfcol/internal/elfbin"
 	"github.com/bpfcol/bpfcol/internal/ktime"
 	"github.com/bpfcol/bpfcol/internal/process"
 	"github.com/bpfcol/bpfcol/internal/unwind/cfi"
@@ -163,7 +164,7 @@ func inspect(fe *fileEntry, f *os.File) {
 	}
 	// Go keeps frame pointers everywhere, and its CFI says nothing about
 	// RBP: frame pointers are exact there.
-	goBinary := ef.Section(".gopclntab") != nil || ef.Section(".go.buildinfo") != nil
+	goBinary := elfbin.IsGo(ef, elfbin.ReadBuildIDs(ef, f))
 	fe.segs = execSegments(ef)
 	ef.Close()
 	if goBinary || len(fe.segs) == 0 {

@@ -1,4 +1,8 @@
-package symbolize
+// Package elfbin holds what bpfcol reads from an ELF binary's headers the
+// same way everywhere: its build ids, and whether the Go toolchain built
+// it. Files come from processes other users control: every read is
+// bounded, and a malformed file gives nothing, never a panic.
+package elfbin
 
 import (
 	"bytes"
@@ -15,24 +19,24 @@ const (
 	maxNotesSize = 64 << 10
 )
 
-// buildIDs holds the build ids found in a binary's notes.
-type buildIDs struct {
-	gnu  string // lowercase hex
-	goID string
+// BuildIDs holds the build ids found in a binary's notes.
+type BuildIDs struct {
+	GNU string // lowercase hex
+	Go  string
 }
 
-// readBuildIDs scans the PT_NOTE segments of f, falling back to SHT_NOTE
+// ReadBuildIDs scans the PT_NOTE segments of f, falling back to SHT_NOTE
 // sections when the segments do not carry both notes (Go's note is not
 // always covered by a PT_NOTE when linked externally).
-func readBuildIDs(f *elf.File, r io.ReaderAt) buildIDs {
-	var ids buildIDs
+func ReadBuildIDs(f *elf.File, r io.ReaderAt) BuildIDs {
+	var ids BuildIDs
 	for _, p := range f.Progs {
 		if p.Type != elf.PT_NOTE {
 			continue
 		}
 		parseNotes(readBounded(r, p.Off, p.Filesz), p.Align, f.ByteOrder, &ids)
 	}
-	if ids.gnu != "" && ids.goID != "" {
+	if ids.GNU != "" && ids.Go != "" {
 		return ids
 	}
 	for _, s := range f.Sections {
@@ -56,7 +60,7 @@ func readBounded(r io.ReaderAt, off, size uint64) []byte {
 // parseNotes walks ELF notes in data, filling in ids that are still empty.
 // Descriptors are padded to the note alignment, which is 8 for some notes
 // (e.g. .note.gnu.property) and 4 otherwise.
-func parseNotes(data []byte, align uint64, order binary.ByteOrder, ids *buildIDs) {
+func parseNotes(data []byte, align uint64, order binary.ByteOrder, ids *BuildIDs) {
 	descAlign := uint64(4)
 	if align == 8 {
 		descAlign = 8
@@ -77,10 +81,10 @@ func parseNotes(data []byte, align uint64, order binary.ByteOrder, ids *buildIDs
 		}
 		desc := rest[:descsz]
 		switch {
-		case typ == noteTypeGNUBuildID && string(name) == "GNU" && ids.gnu == "":
-			ids.gnu = hex.EncodeToString(desc)
-		case typ == noteTypeGoBuildID && string(name) == "Go" && ids.goID == "":
-			ids.goID = string(bytes.TrimRight(desc, "\x00"))
+		case typ == noteTypeGNUBuildID && string(name) == "GNU" && ids.GNU == "":
+			ids.GNU = hex.EncodeToString(desc)
+		case typ == noteTypeGoBuildID && string(name) == "Go" && ids.Go == "":
+			ids.Go = string(bytes.TrimRight(desc, "\x00"))
 		}
 		next := alignUp(descsz, descAlign)
 		if next > uint64(len(rest)) {
