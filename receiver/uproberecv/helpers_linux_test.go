@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -273,14 +274,35 @@ func linksOf(t testing.TB, ids []ebpf.ProgramID) int {
 	return n
 }
 
-// openFDs counts this process's open file descriptors.
-func openFDs(t testing.TB) int {
+// openFDs lists this process's open file descriptors, each with what it
+// opens.
+func openFDs(t testing.TB) map[string]string {
 	t.Helper()
 	entries, err := os.ReadDir("/proc/self/fd")
 	if err != nil {
 		t.Fatal(err)
 	}
-	return len(entries)
+	fds := map[string]string{}
+	for _, e := range entries {
+		// One closed since the listing reads as an empty target.
+		fds[e.Name()], _ = os.Readlink("/proc/self/fd/" + e.Name())
+	}
+	return fds
+}
+
+// leakedFDs are the descriptors open in after that were not, to the same
+// file, in before. One that another goroutine of the test binary closed
+// meanwhile (a workload's pidfd or pipe, released late) is not a leak,
+// and hides none.
+func leakedFDs(before, after map[string]string) []string {
+	var leaked []string
+	for fd, target := range after {
+		if was, ok := before[fd]; !ok || was != target {
+			leaked = append(leaked, fd+" -> "+target)
+		}
+	}
+	slices.Sort(leaked)
+	return leaked
 }
 
 // discoveryState describes what the tracker did about lib, and the

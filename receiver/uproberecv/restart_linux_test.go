@@ -114,8 +114,8 @@ func TestReceiverRestartedMidCall(t *testing.T) {
 		runs = append(runs, run{starting: starting, on: on, off: off, stopped: stopped,
 			sink: recordsByPID(flatten(sink), "call")[int64(pid)], exitsWithoutEntry: c.ExitWithoutEntry})
 	}
-	if n := openFDs(t); n != fds {
-		t.Errorf("%d open descriptors before the receivers, %d after", fds, n)
+	if leaked := leakedFDs(fds, openFDs(t)); len(leaked) != 0 {
+		t.Errorf("descriptors left open after the receivers: %v", leaked)
 	}
 	touch(t, stop)
 	calls := readRestartCalls(t, out)

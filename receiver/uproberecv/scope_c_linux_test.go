@@ -232,8 +232,8 @@ func TestCWorkloadScopes(t *testing.T) {
 	if n := linksOf(t, progIDs); n != 0 {
 		t.Errorf("%d BPF links of our programs remain after shutdown", n)
 	}
-	if after := openFDs(t); after != before {
-		t.Errorf("%d open descriptors before start, %d after shutdown", before, after)
+	if leaked := leakedFDs(before, openFDs(t)); len(leaked) != 0 {
+		t.Errorf("descriptors left open after shutdown: %v", leaked)
 	}
 }
 
