@@ -470,7 +470,11 @@ func installTypeScript(t *testing.T, dir string) string {
 // them, and the share of samples whose innermost JavaScript frame is
 // TypeScript's is within 10 points of V8's (whose profile puts the time
 // of builtins and of the runtime's C++ in the JavaScript function that
-// called them, as the innermost JavaScript frame of a stack is).
+// called them, as the innermost JavaScript frame of a stack is). That
+// share is of the samples whose innermost JavaScript frame is named: one
+// read after tsc exited cannot be (7-8% of them here), and counting it
+// as not TypeScript's put the share 5 points low, past 10 in one run of
+// five.
 func TestNodeRealProgram(t *testing.T) {
 	dir := t.TempDir()
 	tsc := installTypeScript(t, dir)
@@ -493,12 +497,18 @@ func TestNodeRealProgram(t *testing.T) {
 		return strings.HasPrefix(file, lib+"/") || strings.HasPrefix(file, "file://"+lib+"/")
 	}
 	pid := cmd.Process.Pid
-	var total, withJS, named, innermostTS int64
+	// undetermined counts the samples whose innermost JavaScript frame is
+	// unnamed: read after tsc exited, whether it was TypeScript's cannot
+	// be known, so the share leaves them out.
+	var total, withJS, named, innermostTS, undetermined int64
 	for _, s := range run.threadSamples(pid, pid) {
 		total += s.Count
 		js := jsFrames(s)
 		if len(js) == 0 {
 			continue
+		}
+		if js[0].name == "[unknown]" {
+			undetermined += s.Count
 		}
 		var alive int64
 		for _, ts := range s.Timestamps {
@@ -521,11 +531,12 @@ func TestNodeRealProgram(t *testing.T) {
 			v8Leaf += n.HitCount
 		}
 	}
-	ours, theirs := float64(innermostTS)/float64(max(total, 1)), float64(v8Leaf)/float64(max(len(p.Samples), 1))
-	t.Logf("tsc: %d main thread samples; of those read while it ran, %d with JavaScript frames, %d all named; %d with the innermost in TypeScript: %.3f; V8's profiler's leaves: %.3f of %d",
-		total, withJS, named, innermostTS, ours, theirs, len(p.Samples))
-	if total < 100 {
-		t.Fatalf("%d samples, too few", total)
+	determined := total - undetermined
+	ours, theirs := float64(innermostTS)/float64(max(determined, 1)), float64(v8Leaf)/float64(max(len(p.Samples), 1))
+	t.Logf("tsc: %d main thread samples, %d of them with an unnamed innermost JavaScript frame; of those read while it ran, %d with JavaScript frames, %d all named; %d with the innermost in TypeScript: %.3f of the named; V8's profiler's leaves: %.3f of %d",
+		total, undetermined, withJS, named, innermostTS, ours, theirs, len(p.Samples))
+	if determined < 100 {
+		t.Fatalf("%d samples whose innermost JavaScript frame is known, too few", determined)
 	}
 	if float64(named) < 0.95*float64(withJS) || float64(innermostTS) < 0.5*float64(total) {
 		t.Errorf("want >= 95%% of samples with JavaScript frames all named, >= 50%% with the innermost in TypeScript")
