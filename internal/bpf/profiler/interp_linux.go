@@ -23,9 +23,8 @@ const (
 	interpFrameBytes = 16
 	// interpTail is where a record's interpreter tail starts: its frame
 	// count and stop reason, then the frames.
-	interpTail       = int(unsafe.Offsetof(profilerSampleInterp{}.InterpFrames))
-	interpFramesAt   = int(unsafe.Offsetof(profilerSampleInterp{}.Frames))
-	interpRecordSize = int(unsafe.Sizeof(profilerSampleInterp{}))
+	interpTail     = int(unsafe.Offsetof(profilerSampleInterp{}.InterpFrames))
+	interpFramesAt = int(unsafe.Offsetof(profilerSampleInterp{}.Frames))
 )
 
 // configurePython turns the walk of CPython frames on.

@@ -57,7 +57,7 @@ func configureInterpProcs(spec *ebpf.CollectionSpec, opts Options) *interpProcs 
 	return p
 }
 
-// set writes process pid's entry: kind, then the runtime's layout v (a
+// setInterpProc writes process pid's entry: kind, then the runtime's layout v (a
 // generated struct), in the union that follows.
 func setInterpProc[T any](s *Sampler, pid uint32, kind profilerInterpProcKind, v *T) error {
 	var e profilerInterpProc

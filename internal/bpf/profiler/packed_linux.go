@@ -7,12 +7,11 @@ import (
 	"unsafe"
 )
 
-// The fields of a record before its kernel stack: a packed record's head.
+// A packed record's layout: its head is the fields before the kernel
+// stack, its flags among them.
 var (
 	packedHead = int(unsafe.Offsetof(profilerSample{}.Kernel))
 	flagsAt    = int(unsafe.Offsetof(profilerSample{}.Flags))
-	kernelAt   = int(unsafe.Offsetof(profilerSample{}.KernelBytes))
-	userAt     = int(unsafe.Offsetof(profilerSample{}.UserBytes))
 	stackWords = len(profilerSample{}.Kernel)
 	packedFlag = uint32(profilerSampleFlagSAMPLE_PACKED)
 )

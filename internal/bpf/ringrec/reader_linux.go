@@ -226,10 +226,6 @@ func (r *Reader[T]) decode() (*T, error) {
 	return &r.value, nil
 }
 
-// Raw returns the whole record Read returned last, which may be longer
-// than T: a record with a variable tail. Valid until the next Read.
-func (r *Reader[T]) Raw() []byte { return r.record.RawSample }
-
 // SetDeadline makes Read return ErrDeadline once t has passed and every
 // record already in the ringbuf was read; the zero time waits forever.
 // Call it from the goroutine that reads.
