@@ -86,6 +86,28 @@ func execMappings(t *testing.T, pid int) []process.Mapping {
 	return out
 }
 
+// waitLoaded waits for pid to run the executable whose path ends in exe,
+// with libc mapped by ld.so, and returns its executable mappings then. A
+// sampler started after reads them whole at its first sample, as
+// /proc/PID/maps shows them after; one started before may sample ld.so at
+// work, and then read fewer.
+func waitLoaded(t *testing.T, pid int, exe string) []process.Mapping {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		ms := execMappings(t, pid)
+		for _, m := range ms {
+			if strings.HasSuffix(ms[0].Path, exe) && strings.HasPrefix(filepath.Base(m.Path), "libc.so") {
+				return ms
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("pid %d does not run %s with libc mapped: %+v", pid, exe, ms)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
 // sameMappings fails unless got, read by the sampler, are want, read from
 // /proc: range, file offset, file and kind, the vDSO told apart.
 func sameMappings(t *testing.T, got []UnwindMapping, want []process.Mapping) {
@@ -125,13 +147,14 @@ func TestSamplerReadsMappingsAtFirstSample(t *testing.T) {
 	testenv.RequireBPF(t)
 	testenv.Kernel(t, testenv.TaskWork, CheckCompose())
 	bin := testworkload.BuildC(t, "cpuhog.c", testworkload.CPUHogFlags()...)
+	cmd := testworkload.Start(t, bin, "30")
+	pid := cmd.Process.Pid
+	waitLoaded(t, pid, "/cpuhog")
 	s, err := New(Options{Frequency: 99})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	cmd := testworkload.Start(t, bin, "30")
-	pid := cmd.Process.Pid
 	ns := noticesOf(t, s, pid)
 
 	n := waitNotice(t, s, ns, NoticeProcess, "notice of the mappings read")
@@ -242,20 +265,18 @@ func TestSamplerNamesOverlayFilesAsProc(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "lower", "cpuhog"), data, 0o755); err != nil {
 		t.Fatal(err)
 	}
+	script := fmt.Sprintf("mount -t overlay overlay -o lowerdir=%[1]s/lower,upperdir=%[1]s/upper,workdir=%[1]s/work %[1]s/merged && exec %[1]s/merged/cpuhog 30", dir)
+	cmd := testworkload.Start(t, unshare, "--mount", "--propagation", "private", "sh", "-c", script)
+	pid := cmd.Process.Pid
+	// The pid runs unshare and sh before cpuhog.
+	want := waitLoaded(t, pid, "/merged/cpuhog")
 	s, err := New(Options{Frequency: 99})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	script := fmt.Sprintf("mount -t overlay overlay -o lowerdir=%[1]s/lower,upperdir=%[1]s/upper,workdir=%[1]s/work %[1]s/merged && exec %[1]s/merged/cpuhog 30", dir)
-	cmd := testworkload.Start(t, unshare, "--mount", "--propagation", "private", "sh", "-c", script)
-	pid := cmd.Process.Pid
 	ns := noticesOf(t, s, pid)
 	n := waitNotice(t, s, ns, NoticeProcess, "notice of the mappings read")
-	want := execMappings(t, pid)
-	if !strings.HasSuffix(want[0].Path, "/merged/cpuhog") {
-		t.Fatalf("the workload does not run from the overlay: %+v", want[0])
-	}
 	lower, err := os.Stat(filepath.Join(dir, "lower", "cpuhog"))
 	if err != nil {
 		t.Fatal(err)
