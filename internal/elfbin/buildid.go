@@ -1,7 +1,3 @@
-// Package elfbin holds what bpfcol reads from an ELF binary's headers the
-// same way everywhere: its build ids, and whether the Go toolchain built
-// it. Files come from processes other users control: every read is
-// bounded, and a malformed file gives nothing, never a panic.
 package elfbin
 
 import (
@@ -27,14 +23,19 @@ type BuildIDs struct {
 
 // ReadBuildIDs scans the PT_NOTE segments of f, falling back to SHT_NOTE
 // sections when the segments do not carry both notes (Go's note is not
-// always covered by a PT_NOTE when linked externally).
+// always covered by a PT_NOTE when linked externally). r reads the file;
+// nil reads through f's segments and sections.
 func ReadBuildIDs(f *elf.File, r io.ReaderAt) BuildIDs {
 	var ids BuildIDs
 	for _, p := range f.Progs {
 		if p.Type != elf.PT_NOTE {
 			continue
 		}
-		parseNotes(readBounded(r, p.Off, p.Filesz), p.Align, f.ByteOrder, &ids)
+		if r == nil {
+			parseNotes(readBounded(p, 0, p.Filesz), p.Align, f.ByteOrder, &ids)
+		} else {
+			parseNotes(readBounded(r, p.Off, p.Filesz), p.Align, f.ByteOrder, &ids)
+		}
 	}
 	if ids.GNU != "" && ids.Go != "" {
 		return ids
@@ -43,10 +44,18 @@ func ReadBuildIDs(f *elf.File, r io.ReaderAt) BuildIDs {
 		if s.Type != elf.SHT_NOTE {
 			continue
 		}
-		parseNotes(readBounded(r, s.Offset, s.FileSize), s.Addralign, f.ByteOrder, &ids)
+		if r == nil {
+			parseNotes(readBounded(s, 0, s.FileSize), s.Addralign, f.ByteOrder, &ids)
+		} else {
+			parseNotes(readBounded(r, s.Offset, s.FileSize), s.Addralign, f.ByteOrder, &ids)
+		}
 	}
 	return ids
 }
+
+// GNUBuildID returns f's NT_GNU_BUILD_ID in lowercase hex, "" if none,
+// read through f's own segments and sections.
+func GNUBuildID(f *elf.File) string { return ReadBuildIDs(f, nil).GNU }
 
 // readBounded reads up to maxNotesSize bytes at off; a short read yields
 // what was read.
@@ -55,6 +64,15 @@ func readBounded(r io.ReaderAt, off, size uint64) []byte {
 	buf := make([]byte, size)
 	n, _ := r.ReadAt(buf, int64(off))
 	return buf[:n]
+}
+
+// NoteBuildIDs returns the build ids in data, the content of a note
+// segment or section of alignment align, in order's byte order: for a
+// file's notes read as they stream in.
+func NoteBuildIDs(data []byte, align uint64, order binary.ByteOrder) BuildIDs {
+	var ids BuildIDs
+	parseNotes(data, align, order, &ids)
+	return ids
 }
 
 // parseNotes walks ELF notes in data, filling in ids that are still empty.

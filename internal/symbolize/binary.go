@@ -1,13 +1,10 @@
 package symbolize
 
 import (
-	"bytes"
 	"debug/elf"
 	"errors"
 	"fmt"
-	"io"
 	"os"
-	"runtime/debug"
 	"sync"
 	"sync/atomic"
 	"unsafe"
@@ -28,15 +25,9 @@ const maxReadCode = 1 << 20
 // give theirs up with Release. The file is closed when the last reference is
 // gone.
 type Binary struct {
-	file *os.File
-	// data is the file mapped read-only; nil when it could not be mapped.
-	data   []byte
-	id     uint64  // names the Binary's entries in tables
-	tables *Tables // holds the parsed symbol tables
-	elf    *elf.File
-	mapper *AddressMapper
-	ids    elfbin.BuildIDs
-	isGo   bool
+	f      *elfbin.File // the file, mapped when it could be
+	id     uint64       // names the Binary's entries in tables
+	tables *Tables      // holds the parsed symbol tables
 
 	refs      atomic.Int64
 	closeOnce sync.Once
@@ -63,34 +54,14 @@ type Binary struct {
 // then held in tables. It takes ownership of f: f is closed on error, and
 // by Close otherwise.
 func OpenBinary(f *os.File, tables *Tables) (*Binary, error) {
-	data, err := mapFile(f)
+	ef, err := elfbin.Open(f)
 	if err != nil {
-		f.Close()
 		return nil, err
 	}
-	var ra io.ReaderAt = f
-	if data != nil {
-		ra = bytes.NewReader(data)
-	}
-	ef, err := elf.NewFile(ra)
-	if err != nil {
-		unmapFile(data)
-		f.Close()
-		return nil, fmt.Errorf("parsing ELF headers of %s: %w", f.Name(), err)
-	}
-	b := &Binary{
-		file:   f,
-		data:   data,
-		id:     binaryIDs.Add(1),
-		tables: tables,
-		elf:    ef,
-		mapper: NewAddressMapper(ef.Progs),
-		ids:    elfbin.ReadBuildIDs(ef, f),
-	}
+	b := &Binary{f: ef, id: binaryIDs.Add(1), tables: tables}
 	if tables != nil {
 		b.spilled.spill = &tables.spill
 	}
-	b.isGo = elfbin.IsGo(ef, b.ids)
 	b.refs.Store(1)
 	return b, nil
 }
@@ -117,7 +88,7 @@ func (b *Binary) release() error {
 	case n == 0:
 		b.tables.dropBinary(b.id)
 		b.spilled.close()
-		return errors.Join(unmapFile(b.data), b.file.Close())
+		return b.f.Close()
 	case n < 0:
 		return errors.New("releasing binary: more releases than references")
 	}
@@ -125,28 +96,28 @@ func (b *Binary) release() error {
 }
 
 // BuildIDGNU returns the NT_GNU_BUILD_ID note in lowercase hex, "" if none.
-func (b *Binary) BuildIDGNU() string { return b.ids.GNU }
+func (b *Binary) BuildIDGNU() string { return b.f.IDs.GNU }
 
 // BuildIDGo returns the Go build id from the Go note, "" if none.
-func (b *Binary) BuildIDGo() string { return b.ids.Go }
+func (b *Binary) BuildIDGo() string { return b.f.IDs.Go }
 
 // IsGo reports whether the binary was built by the Go toolchain.
-func (b *Binary) IsGo() bool { return b.isGo }
+func (b *Binary) IsGo() bool { return b.f.IsGo }
 
 // Mapper returns the file offset to virtual address mapper of the binary.
-func (b *Binary) Mapper() *AddressMapper { return b.mapper }
+func (b *Binary) Mapper() *elfbin.AddressMapper { return b.f.Addrs }
 
 // image is the file's headers and mapping.
-func (b *Binary) image() elfImage { return elfImage{f: b.elf, data: b.data, spilled: &b.spilled} }
+func (b *Binary) image() elfImage { return elfImage{f: b.f.ELF, data: b.f.Data, spilled: &b.spilled} }
 
 // loadSymbols finds the usable symbol tables once. .gopclntab is read in
 // place; .symtab (else .dynsym) is indexed in the table cache.
 func (b *Binary) loadSymbols() {
 	b.symbolsOnce.Do(func() {
-		defer guardFaults()()
+		defer elfbin.GuardFaults()()
 		img := b.image()
 		var goErr error
-		if b.isGo {
+		if b.f.IsGo {
 			b.goSyms, goErr = newGoSymbolTable(img)
 		}
 		var symErr error
@@ -215,14 +186,14 @@ func (h *elfSymbols) lookup(addr uint64) (elfFunc, bool) {
 // lookup.
 func (b *Binary) loadDWARF() {
 	b.dwarfOnce.Do(func() {
-		defer guardFaults()()
+		defer elfbin.GuardFaults()()
 		if !b.HasDWARF() {
 			b.dwarfErr = errors.New("no DWARF sections")
 			return
 		}
 		img := b.image()
-		x := &dwarfIndex{id: b.id, tables: b.tables, data: b.data, spilled: &b.spilled, load: func() (dwarfSources, error) {
-			defer guardFaults()()
+		x := &dwarfIndex{id: b.id, tables: b.tables, data: b.f.Data, spilled: &b.spilled, load: func() (dwarfSources, error) {
+			defer elfbin.GuardFaults()()
 			return loadDWARFImage(img)
 		}}
 		if p := newDWARFPrefix(img); p != nil {
@@ -239,14 +210,6 @@ func (b *Binary) loadDWARF() {
 	})
 }
 
-// guardFaults turns a fault reading the mapped file (truncated under us:
-// SIGBUS) into a panic the lookups recover from, until the returned
-// function runs.
-func guardFaults() func() {
-	old := debug.SetPanicOnFault(true)
-	return func() { debug.SetPanicOnFault(old) }
-}
-
 // Symbolize names the ELF virtual address vaddr. Go binaries are resolved
 // through .gopclntab (which survives -ldflags='-s -w'); everything else, and
 // addresses outside Go code such as cgo's C functions, through DWARF
@@ -254,10 +217,10 @@ func guardFaults() func() {
 // .dynsym. C++ and Rust names are demangled. Frames are leaf first, the
 // physical function last. ok is false when nothing covers vaddr.
 func (b *Binary) Symbolize(vaddr uint64) (frames []frame.Line, ok bool) {
-	defer guardFaults()()
+	defer elfbin.GuardFaults()()
 	defer func() {
 		if r := recover(); r != nil {
-			_ = recovered(r, "symbolizing")
+			_ = elfbin.Recovered(r, "symbolizing")
 			frames, ok = nil, false
 		}
 	}()
@@ -294,14 +257,14 @@ func (b *Binary) Symbolize(vaddr uint64) (frames []frame.Line, ok bool) {
 // the few they read. Callers that looked up many addresses at once call
 // it after.
 func (b *Binary) DropPages() {
-	dropPages(b.data)
+	elfbin.DropPages(b.f.Data)
 	b.spilled.dropPages()
 }
 
 // HasDWARF reports whether the file carries DWARF debug info.
 func (b *Binary) HasDWARF() bool {
 	for _, name := range [...]string{".debug_info", ".zdebug_info"} {
-		if s := b.elf.Section(name); s != nil && s.Type != elf.SHT_NOBITS && s.Size > 0 {
+		if s := b.f.ELF.Section(name); s != nil && s.Type != elf.SHT_NOBITS && s.Size > 0 {
 			return true
 		}
 	}
@@ -310,12 +273,12 @@ func (b *Binary) HasDWARF() bool {
 
 // HasSymtab reports whether the file has a non-empty .symtab.
 func (b *Binary) HasSymtab() bool {
-	s := b.elf.Section(".symtab")
+	s := b.f.ELF.Section(".symtab")
 	return s != nil && s.Type == elf.SHT_SYMTAB && s.Size > s.Entsize
 }
 
 // HasGopclntab reports whether the file has Go's pc/line table.
-func (b *Binary) HasGopclntab() bool { return elfbin.PclntabSection(b.elf) != nil }
+func (b *Binary) HasGopclntab() bool { return elfbin.PclntabSection(b.f.ELF) != nil }
 
 // DWARFErr parses the DWARF sections if not done yet and reports why none
 // is usable, nil if it is.
@@ -328,16 +291,16 @@ func (b *Binary) DWARFErr() error {
 // the open file, and the name index of LookupFunction once built. The
 // symbol tables are held in the Tables it was opened with.
 func (b *Binary) MemSize() int64 {
-	return 4<<10 + int64(len(b.elf.Sections))*int64(unsafe.Sizeof(elf.Section{})) + b.parsedSize.Load()
+	return 4<<10 + int64(len(b.f.ELF.Sections))*int64(unsafe.Sizeof(elf.Section{})) + b.parsedSize.Load()
 }
 
 // FunctionStart returns the start (ELF virtual address) and end of the
 // function containing vaddr.
 func (b *Binary) FunctionStart(vaddr uint64) (start, end uint64, ok bool) {
-	defer guardFaults()()
+	defer elfbin.GuardFaults()()
 	defer func() {
 		if r := recover(); r != nil {
-			_ = recovered(r, "finding a function's start")
+			_ = elfbin.Recovered(r, "finding a function's start")
 			start, end, ok = 0, 0, false
 		}
 	}()
@@ -366,13 +329,13 @@ func (b *Binary) ReadCode(vaddr uint64, n int) ([]byte, error) {
 	if n < 0 || n > maxReadCode {
 		return nil, fmt.Errorf("reading code at %#x: length %d outside [0, %d]", vaddr, n, maxReadCode)
 	}
-	off, avail, ok := b.mapper.VirtualAddressToFileOffset(vaddr)
+	off, avail, ok := b.f.Addrs.VirtualAddressToFileOffset(vaddr)
 	if !ok {
 		return nil, fmt.Errorf("reading code at %#x: %w", vaddr, ErrNotMapped)
 	}
 	n = int(min(uint64(n), avail))
 	buf := make([]byte, n)
-	read, err := b.file.ReadAt(buf, int64(off))
+	read, err := b.f.OS.ReadAt(buf, int64(off))
 	if read < n {
 		return nil, fmt.Errorf("reading code at %#x: %w", vaddr, err)
 	}

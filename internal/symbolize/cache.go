@@ -48,17 +48,17 @@ type contentKey struct {
 }
 
 func contentOf(key process.FileKey, b *Binary) contentKey {
-	id := b.ids.GNU
+	id := b.f.IDs.GNU
 	if id == "" {
-		id = b.ids.Go
+		id = b.f.IDs.Go
 	}
 	if id == "" {
 		return contentKey{file: key}
 	}
 	// The size comes from the mapping, or the file when it is not mapped.
-	size := int64(len(b.data))
-	if b.data == nil {
-		fi, err := b.file.Stat()
+	size := int64(len(b.f.Data))
+	if b.f.Data == nil {
+		fi, err := b.f.OS.Stat()
 		if err != nil {
 			return contentKey{file: key}
 		}

@@ -93,7 +93,7 @@ func TestBinaryCacheEvictionWaitsForReaders(t *testing.T) {
 		t.Fatalf("Len() = %d after exceeding the bound of 1", c.Len())
 	}
 	// Evicted but held: the file must still be readable.
-	entry := held.elf.Entry
+	entry := held.f.ELF.Entry
 	if _, err := held.ReadCode(entry, 16); err != nil {
 		t.Fatalf("ReadCode on an evicted but held Binary: %v", err)
 	}
@@ -137,7 +137,7 @@ func TestBinaryCacheErrorsAndClose(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Closing the cache leaves a held Binary usable until its Release.
-	if frames, ok := b.Symbolize(b.elf.Entry); !ok || len(frames) == 0 {
+	if frames, ok := b.Symbolize(b.f.ELF.Entry); !ok || len(frames) == 0 {
 		t.Error("Symbolize on a held Binary after cache Close failed")
 	}
 	b.Release()

@@ -56,11 +56,11 @@ func TestDebugTablesEvictAndStayBounded(t *testing.T) {
 		dbg.Release()
 	}
 	for _, i := range []int{1, 2, 3, 4, 5} {
-		if _, err := bins[i].file.Stat(); err == nil {
+		if _, err := bins[i].f.OS.Stat(); err == nil {
 			t.Errorf("evicted table t%d still has its file open", i)
 		}
 	}
-	if _, err := bins[7].file.Stat(); err != nil {
+	if _, err := bins[7].f.OS.Stat(); err != nil {
 		t.Errorf("held table t7 lost its file: %v", err)
 	}
 

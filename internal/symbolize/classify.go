@@ -57,7 +57,7 @@ func (s *Symbolizer) classify(ref MappingRef, bin *Binary) *classification {
 }
 
 func (s *Symbolizer) evaluate(ref MappingRef, bin *Binary) *classification {
-	file, fileErr := process.StatFile(bin.file)
+	file, fileErr := process.StatFile(bin.f.OS)
 	haveFile := fileErr == nil
 	if haveFile && s.nothing.Contains(file) {
 		s.stats.negativeHits.Add(1)

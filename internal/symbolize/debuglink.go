@@ -84,7 +84,7 @@ func crcMatches(f *os.File, crc uint32) bool {
 
 // DebugLink returns the file name and CRC32 of the .gnu_debuglink section.
 func (b *Binary) DebugLink() (name string, crc uint32, ok bool) {
-	sect := b.elf.Section(".gnu_debuglink")
+	sect := b.f.ELF.Section(".gnu_debuglink")
 	if sect == nil || sect.Size > 4096 {
 		return "", 0, false
 	}
@@ -104,7 +104,7 @@ func (b *Binary) DebugLink() (name string, crc uint32, ok bool) {
 	if off+4 > uint64(len(data)) {
 		return "", 0, false
 	}
-	return name, b.elf.ByteOrder.Uint32(data[off:]), true
+	return name, b.f.ELF.ByteOrder.Uint32(data[off:]), true
 }
 
 func alignUp(v, a uint64) uint64 { return (v + a - 1) &^ (a - 1) }

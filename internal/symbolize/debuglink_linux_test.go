@@ -64,7 +64,7 @@ func TestDebugLinkThroughProcessRoot(t *testing.T) {
 		t.Run(where, func(t *testing.T) {
 			dir := t.TempDir()
 			prog, bin := debugLinkedCopy(t, full, dir, filepath.Join(dir, where))
-			fi, _ := bin.file.Stat()
+			fi, _ := bin.f.OS.Stat()
 			key, _ := fileKeyOf(fi)
 			ref := MappingRef{PID: os.Getpid(), Path: prog, Key: key}
 			s := newSymbolizer()
@@ -96,7 +96,7 @@ func TestDebugLinkThroughProcessRoot(t *testing.T) {
 		}
 		f.Write([]byte{0})
 		f.Close()
-		fi, _ := bin.file.Stat()
+		fi, _ := bin.f.OS.Stat()
 		key, _ := fileKeyOf(fi)
 		s := newSymbolizer()
 		if m := s.Classify(MappingRef{PID: os.Getpid(), Path: prog, Key: key}, bin); m != ModeFile {

@@ -4,10 +4,10 @@
 // Sources: ELF symbol tables (.symtab, falling back to .dynsym), DWARF 4
 // and 5 (function, file:line and the inline chain; zlib, zstd and .zdebug
 // sections), Go's .gopclntab (which survives -ldflags='-s -w'), demangled
-// C++ and Rust names, build ids, the one mapping between file offsets and
-// ELF virtual addresses (AddressMapper, both ways), a bounded cache of
-// opened binaries keyed by device and inode. Kernel addresses are
-// kernelsym's.
+// C++ and Rust names, a bounded cache of opened binaries keyed by device
+// and inode. The file itself (mapped, its build ids, its address mapper,
+// its compressed sections) is read through internal/elfbin. Kernel
+// addresses are kernelsym's.
 //
 // Symbolizer classifies each mapping (skip, process mode, file mode) and, in
 // file mode, finds the separate debug file by GNU build-id: the system

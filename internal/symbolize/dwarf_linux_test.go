@@ -171,7 +171,7 @@ func accuracy(tb testing.TB, b *Binary, truth string, addrs []uint64) (compared,
 		}
 		compared++
 		if !framesEqual(got, want[i]) {
-			misses = append(misses, fmt.Sprintf("%s %#x: %s", filepath.Base(b.file.Name()), a, framesDiff(got, want[i])))
+			misses = append(misses, fmt.Sprintf("%s %#x: %s", filepath.Base(b.f.OS.Name()), a, framesDiff(got, want[i])))
 		}
 	}
 	return compared, stretched, gaps, misses

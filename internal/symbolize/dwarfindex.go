@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"unsafe"
 
+	"github.com/bpfcol/bpfcol/internal/elfbin"
 	"github.com/bpfcol/bpfcol/internal/frame"
 )
 
@@ -72,7 +73,7 @@ func newDWARFUnits(src dwarfSources) (_ *dwarfUnits, err error) {
 		// debug/dwarf reports most corruption as errors, but a hostile
 		// file must never take the profiler down.
 		if r := recover(); r != nil {
-			err = recovered(r, "decoding DWARF")
+			err = elfbin.Recovered(r, "decoding DWARF")
 		}
 	}()
 	units := unitDIEOffsets(src.info, src.order)
@@ -438,7 +439,7 @@ func (x *dwarfIndex) lookup(pc uint64) (frames []frame.Line, ok bool) {
 		// debug/dwarf reports most corruption as errors, but a hostile
 		// file must never take the profiler down.
 		if r := recover(); r != nil {
-			_ = recovered(r, "looking up DWARF")
+			_ = elfbin.Recovered(r, "looking up DWARF")
 			frames, ok = nil, false
 		}
 	}()

@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"unsafe"
 
+	"github.com/bpfcol/bpfcol/internal/elfbin"
 	"github.com/bpfcol/bpfcol/internal/frame"
 )
 
@@ -63,7 +64,7 @@ func newDWARFPrefix(img elfImage) (_ *dwarfPrefix) {
 		// A file truncated under its mapping faults: the whole index
 		// reads it and says why. Any other panic is counted.
 		if r := recover(); r != nil {
-			_ = recovered(r, "reading the DWARF prefix")
+			_ = elfbin.Recovered(r, "reading the DWARF prefix")
 		}
 	}()
 	f := img.f
@@ -343,7 +344,7 @@ func (x *dwarfIndex) prefixLookup(p *dwarfPrefix, pc uint64) (frames []frame.Lin
 	defer func() {
 		// A hostile file: the whole index decides.
 		if r := recover(); r != nil {
-			_ = recovered(r, "looking up the DWARF prefix")
+			_ = elfbin.Recovered(r, "looking up the DWARF prefix")
 			frames, ok, decided = nil, false, false
 		}
 	}()

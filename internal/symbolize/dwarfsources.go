@@ -11,6 +11,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"unsafe"
+
+	"github.com/bpfcol/bpfcol/internal/elfbin"
 )
 
 // dwarfSources is what newDWARFTable reads: the parsed DWARF and the raw
@@ -96,10 +98,10 @@ func loadDWARFImage(img elfImage) (dwarfSources, error) {
 		wg.Go(func() {
 			// A fault guard is per goroutine: a file truncated under
 			// its mapping must fail this read, not end the process.
-			defer guardFaults()()
+			defer elfbin.GuardFaults()()
 			defer func() {
 				if r := recover(); r != nil {
-					errs[i] = recovered(r, "reading "+s.Name)
+					errs[i] = elfbin.Recovered(r, "reading "+s.Name)
 				}
 			}()
 			b, heap, err := img.section(s)

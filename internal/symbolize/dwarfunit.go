@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"math"
+
+	"github.com/bpfcol/bpfcol/internal/elfbin"
 )
 
 // unitTables is what one compile unit contributes to a dwarfTable, with
@@ -95,7 +97,7 @@ func rangeList(b []byte, base uint64, addrSize int, order binary.ByteOrder) [][2
 func (w *unitReader) read(start unitStart) (u unitTables) {
 	defer func() {
 		if r := recover(); r != nil {
-			u = unitTables{err: recovered(r, fmt.Sprintf("decoding DWARF unit at 0x%x", start.off))}
+			u = unitTables{err: elfbin.Recovered(r, fmt.Sprintf("decoding DWARF unit at 0x%x", start.off))}
 		}
 	}()
 	w.r.Seek(start.off)

@@ -6,6 +6,8 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+
+	"github.com/bpfcol/bpfcol/internal/elfbin"
 )
 
 // fuzzAddresses are looked up in every fuzzed input: low addresses, typical
@@ -32,9 +34,9 @@ func FuzzOpenBinary(f *testing.F) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		before := ParserPanics()
+		before := elfbin.ParserPanics()
 		defer func() {
-			if n := ParserPanics() - before; n != 0 {
+			if n := elfbin.ParserPanics() - before; n != 0 {
 				t.Fatalf("%d parser panics recovered", n)
 			}
 		}()
@@ -66,9 +68,9 @@ func FuzzDWARF(f *testing.F) {
 		if err != nil {
 			return
 		}
-		before := ParserPanics()
+		before := elfbin.ParserPanics()
 		defer func() {
-			if n := ParserPanics() - before; n != 0 {
+			if n := elfbin.ParserPanics() - before; n != 0 {
 				t.Fatalf("%d parser panics recovered", n)
 			}
 		}()
@@ -97,9 +99,9 @@ func FuzzGopclntab(f *testing.F) {
 		if len(data) > maxFuzzInput {
 			return
 		}
-		before := ParserPanics()
+		before := elfbin.ParserPanics()
 		defer func() {
-			if n := ParserPanics() - before; n != 0 {
+			if n := elfbin.ParserPanics() - before; n != 0 {
 				t.Fatalf("%d parser panics recovered", n)
 			}
 		}()

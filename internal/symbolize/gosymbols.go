@@ -65,7 +65,7 @@ func parseGoPclntab(data []byte, textStart uint64) (t *goSymbolTable, err error)
 	// table must not take the profiler down.
 	defer func() {
 		if r := recover(); r != nil {
-			t, err = nil, recovered(r, "decoding .gopclntab")
+			t, err = nil, elfbin.Recovered(r, "decoding .gopclntab")
 		}
 	}()
 	table, err := gosym.NewTable(nil, gosym.NewLineTable(data, textStart))
@@ -183,7 +183,7 @@ func goTextStartFromRelocations(img elfImage, pclntab []byte) (uint64, bool) {
 func (t *goSymbolTable) lookup(pc uint64) (frames []frame.Line, ok bool) {
 	defer func() {
 		if r := recover(); r != nil {
-			_ = recovered(r, "looking up .gopclntab")
+			_ = elfbin.Recovered(r, "looking up .gopclntab")
 			frames, ok = nil, false
 		}
 	}()
@@ -213,7 +213,7 @@ func (t *goSymbolTable) lookup(pc uint64) (frames []frame.Line, ok bool) {
 func (t *goSymbolTable) functionRange(pc uint64) (start, end uint64, ok bool) {
 	defer func() {
 		if r := recover(); r != nil {
-			_ = recovered(r, "looking up .gopclntab")
+			_ = elfbin.Recovered(r, "looking up .gopclntab")
 			start, end, ok = 0, 0, false
 		}
 	}()

@@ -3,6 +3,8 @@ package symbolize
 import (
 	"debug/elf"
 	"strings"
+
+	"github.com/bpfcol/bpfcol/internal/elfbin"
 )
 
 // elfImage is an ELF file's headers and, when it could be mapped, its
@@ -38,7 +40,7 @@ func (img elfImage) section(s *elf.Section) (data []byte, heap bool, err error) 
 			return d, false, nil
 		}
 	}
-	b, err := sectionData(img.f, s, raw)
+	b, err := elfbin.SectionData(img.f, s, raw)
 	return b, true, err
 }
 

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/bpfcol/bpfcol/internal/elfbin"
 	"github.com/ianlancetaylor/demangle"
 )
 
@@ -45,7 +46,7 @@ type nameIndex struct {
 
 // ELF returns the parsed headers, for callers that read sections or code
 // themselves. The Binary owns the underlying file.
-func (b *Binary) ELF() *elf.File { return b.elf }
+func (b *Binary) ELF() *elf.File { return b.f.ELF }
 
 // LookupFunction finds the function called name. Go binaries are searched
 // through .gopclntab first (stripped ones included) unless a version is
@@ -55,17 +56,17 @@ func (b *Binary) ELF() *elf.File { return b.elf }
 // matches, the default version beats hidden ones, then global beats weak
 // beats local; several addresses at the best rank are an error.
 func (b *Binary) LookupFunction(name, version string) (fs FunctionSymbol, err error) {
-	defer guardFaults()()
+	defer elfbin.GuardFaults()()
 	defer func() {
 		// A fault reading the mapped file (truncated meanwhile).
 		if r := recover(); r != nil {
-			fs, err = FunctionSymbol{}, recovered(r, fmt.Sprintf("looking up %s: reading %s", name, b.file.Name()))
+			fs, err = FunctionSymbol{}, elfbin.Recovered(r, fmt.Sprintf("looking up %s: reading %s", name, b.f.OS.Name()))
 		}
 	}()
 	if name == "" {
 		return FunctionSymbol{}, errors.New("looking up a function: empty name")
 	}
-	if b.isGo {
+	if b.f.IsGo {
 		b.loadSymbols()
 		if version == "" && b.goSyms != nil {
 			// go tool nm shows assembly and cgo wrappers with their ABI
@@ -78,7 +79,7 @@ func (b *Binary) LookupFunction(name, version string) (fs FunctionSymbol, err er
 		}
 	}
 	syms, err := b.namedSymbols()
-	if err != nil && (!b.isGo || b.goSyms == nil) {
+	if err != nil && (!b.f.IsGo || b.goSyms == nil) {
 		// A stripped binary simply lacks the function.
 		return FunctionSymbol{}, fmt.Errorf("looking up %s: %w: %w", name, ErrNoFunction, err)
 	}
@@ -181,7 +182,7 @@ func (b *Binary) namedSymbols() ([]namedSymbol, error) {
 	idx := &b.byName
 	idx.once.Do(func() {
 		var errs []error
-		for _, read := range []func() ([]elf.Symbol, error){b.elf.Symbols, b.elf.DynamicSymbols} {
+		for _, read := range []func() ([]elf.Symbol, error){b.f.ELF.Symbols, b.f.ELF.DynamicSymbols} {
 			syms, err := read()
 			if err != nil && !errors.Is(err, elf.ErrNoSymbols) {
 				errs = append(errs, err)

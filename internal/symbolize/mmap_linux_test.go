@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"reflect"
 	"testing"
+
+	"github.com/bpfcol/bpfcol/internal/elfbin"
 )
 
 // TestTruncatedBinaryFaultsAreRecovered truncates a mapped binary under
@@ -23,7 +25,7 @@ func TestTruncatedBinaryFaultsAreRecovered(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer b.Close()
-	if b.data == nil {
+	if b.f.Data == nil {
 		t.Fatal("the binary was not mapped")
 	}
 	// The test binary is not PIE: function values are its ELF addresses.
@@ -34,7 +36,7 @@ func TestTruncatedBinaryFaultsAreRecovered(t *testing.T) {
 	if err := os.Truncate(p, 4096); err != nil {
 		t.Fatal(err)
 	}
-	panics := ParserPanics()
+	panics := elfbin.ParserPanics()
 	after := uint64(reflect.ValueOf(mib).Pointer())
 	if fr, ok := b.Symbolize(after); ok {
 		t.Errorf("Symbolize(%#x) = %v after the file was truncated", after, fr)
@@ -45,7 +47,7 @@ func TestTruncatedBinaryFaultsAreRecovered(t *testing.T) {
 	if _, err := b.LookupFunction("github.com/bpfcol/bpfcol/internal/symbolize.mib", ""); err == nil {
 		t.Error("LookupFunction found a function after the file was truncated")
 	}
-	if n := ParserPanics() - panics; n != 0 {
+	if n := elfbin.ParserPanics() - panics; n != 0 {
 		t.Errorf("%d faults counted as parser panics", n)
 	}
 }
@@ -63,13 +65,13 @@ func TestTruncatedDWARFFaultsAreRecovered(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer b.Close()
-	if b.data == nil {
+	if b.f.Data == nil {
 		t.Fatal("the binary was not mapped")
 	}
 	if err := os.Truncate(p, 4096); err != nil {
 		t.Fatal(err)
 	}
-	panics := ParserPanics()
+	panics := elfbin.ParserPanics()
 	b.loadDWARF()
 	if b.dwarfErr == nil {
 		t.Fatal("the DWARF of a truncated file was read without an error")
@@ -80,7 +82,7 @@ func TestTruncatedDWARFFaultsAreRecovered(t *testing.T) {
 			t.Errorf("Symbolize(%#x) = %v: a line from a truncated file", a, fr)
 		}
 	}
-	if n := ParserPanics() - panics; n != 0 {
+	if n := elfbin.ParserPanics() - panics; n != 0 {
 		t.Errorf("%d faults counted as parser panics", n)
 	}
 }

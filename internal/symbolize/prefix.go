@@ -11,6 +11,8 @@ import (
 	"os"
 	"sync"
 	"sync/atomic"
+
+	"github.com/bpfcol/bpfcol/internal/elfbin"
 )
 
 // prefixSection is a compressed section decompressed to disk only as far
@@ -49,10 +51,10 @@ const prefixStep = 64 << 10
 // no room, its compressed bytes not at hand) or is kept whole from an
 // earlier run, which maps it at no cost: the caller reads it whole.
 func (sp *sectionSpill) prefix(elfFile *elf.File, s *elf.Section, raw []byte) (_ *prefixSection, ok bool, err error) {
-	if s.Flags&elf.SHF_COMPRESSED == 0 || raw == nil || s.Size == 0 || s.Size > maxMappedFile-keptHeaderSize {
+	if s.Flags&elf.SHF_COMPRESSED == 0 || raw == nil || s.Size == 0 || s.Size > elfbin.MaxMappedFile-keptHeaderSize {
 		return nil, false, nil
 	}
-	if typ, _, err := compressionHeader(elfFile, raw); err != nil || typ != elf.COMPRESS_ZLIB {
+	if typ, _, err := elfbin.CompressionHeader(elfFile, raw); err != nil || typ != elf.COMPRESS_ZLIB {
 		return nil, false, nil
 	}
 	// What reads the mapped file, which a truncation under us turns into
@@ -61,7 +63,7 @@ func (sp *sectionSpill) prefix(elfFile *elf.File, s *elf.Section, raw []byte) (_
 	if sp.isKept(key) {
 		return nil, false, nil
 	}
-	zr := sectionReader(elfFile, s, raw)
+	zr := elfbin.SectionReader(elfFile, s, raw)
 	size := int64(s.Size)
 	if sp.used.Add(size) > sp.max {
 		sp.used.Add(-size)
@@ -85,7 +87,7 @@ func (sp *sectionSpill) prefix(elfFile *elf.File, s *elf.Section, raw []byte) (_
 	if _, err := f.Seek(keptHeaderSize, io.SeekStart); err != nil {
 		return fail(err)
 	}
-	if p.m, err = mapFileShared(f, keptHeaderSize+size); err != nil {
+	if p.m, err = elfbin.MapShared(f, keptHeaderSize+size); err != nil {
 		return fail(err)
 	}
 	p.zr = zr
@@ -120,7 +122,7 @@ func (p *prefixSection) ensure(n int64) (err error) {
 		// The compressed bytes are the mapped file, which a truncation
 		// under us turns into a fault: the section fails for good.
 		if r := recover(); r != nil {
-			p.err = recovered(r, "decompressing "+p.name)
+			p.err = elfbin.Recovered(r, "decompressing "+p.name)
 			p.closeFile()
 			err = p.err
 		}
@@ -156,7 +158,7 @@ func (p *prefixSection) ensure(n int64) (err error) {
 // file, whole, for later runs.
 func (p *prefixSection) finishLocked() error {
 	// Read on to the end of the stream, where its checksum is checked.
-	if err := atEOF(p.zr); err != nil {
+	if err := elfbin.AtEOF(p.zr); err != nil {
 		return err
 	}
 	if _, err := p.f.WriteAt(keptHeader(p.key, p.size, p.crc.Sum32()), 0); err != nil {
@@ -200,7 +202,7 @@ func (p *prefixSection) close() {
 			p.err = errors.New("section closed")
 		}
 		p.mu.Unlock()
-		unmapFile(p.m)
+		elfbin.Unmap(p.m)
 		p.sp.used.Add(-p.size)
 	})
 }

@@ -17,6 +17,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/bpfcol/bpfcol/internal/elfbin"
 	"github.com/bpfcol/bpfcol/internal/safefs"
 )
 
@@ -231,9 +232,9 @@ func (sp *sectionSpill) reuse(key [sha256.Size]byte, size int64) (mapping []byte
 	if n, err := io.Copy(h, io.NewSectionReader(f, keptHeaderSize, size)); err != nil || n != size || h.Sum32() != crc {
 		return bad()
 	}
-	m, err := mapFile(f)
+	m, err := elfbin.Map(f)
 	if err != nil || int64(len(m)) != keptHeaderSize+size {
-		unmapFile(m)
+		elfbin.Unmap(m)
 		return bad()
 	}
 	_ = safefs.Touch(f)
@@ -313,7 +314,7 @@ func (c *Tables) spillStats() SpillStats {
 // spilled (no room, a .zdebug section whose size is not known up front):
 // the caller decompresses into the heap.
 func (sp *sectionSpill) decompress(elfFile *elf.File, s *elf.Section, raw []byte) (data []byte, release func(), ok bool, err error) {
-	if s.Flags&elf.SHF_COMPRESSED == 0 || s.Size == 0 || s.Size > maxMappedFile-keptHeaderSize {
+	if s.Flags&elf.SHF_COMPRESSED == 0 || s.Size == 0 || s.Size > elfbin.MaxMappedFile-keptHeaderSize {
 		return nil, nil, false, nil
 	}
 	size := int64(s.Size)
@@ -334,7 +335,7 @@ func (sp *sectionSpill) decompress(elfFile *elf.File, s *elf.Section, raw []byte
 		var once sync.Once
 		return m[keptHeaderSize:], func() {
 			once.Do(func() {
-				unmapFile(m)
+				elfbin.Unmap(m)
 				unreserve()
 			})
 		}, true, nil
@@ -382,7 +383,7 @@ func (sp *sectionSpill) decompress(elfFile *elf.File, s *elf.Section, raw []byte
 	if _, err := f.Seek(keptHeaderSize, io.SeekStart); err != nil {
 		return fail(err)
 	}
-	n, err := io.Copy(io.MultiWriter(f, h), io.LimitReader(sectionReader(elfFile, s, raw), size+1))
+	n, err := io.Copy(io.MultiWriter(f, h), io.LimitReader(elfbin.SectionReader(elfFile, s, raw), size+1))
 	sp.inflated.Add(n)
 	if err == nil && n != size {
 		err = fmt.Errorf("decompressed to %d bytes, header says %d", n, size)
@@ -393,9 +394,9 @@ func (sp *sectionSpill) decompress(elfFile *elf.File, s *elf.Section, raw []byte
 	if _, err := f.WriteAt(keptHeader(key, size, h.Sum32()), 0); err != nil {
 		return fail(err)
 	}
-	m, err := mapFile(f)
+	m, err := elfbin.Map(f)
 	if err != nil || int64(len(m)) != keptHeaderSize+size {
-		unmapFile(m)
+		elfbin.Unmap(m)
 		return fail(errors.Join(errors.New("mapping it"), err))
 	}
 	if raw != nil && !sp.keep(rel, key, keptHeaderSize+size) {
@@ -503,10 +504,10 @@ func (ss *spilledSections) dropPages() {
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
 	for _, d := range ss.data {
-		dropPages(d)
+		elfbin.DropPages(d)
 	}
 	for _, p := range ss.prefixes {
-		dropPages(p.data()[:p.length()])
+		elfbin.DropPages(p.data()[:p.length()])
 	}
 }
 

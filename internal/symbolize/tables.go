@@ -4,6 +4,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/bpfcol/bpfcol/internal/elfbin"
 	"github.com/bpfcol/bpfcol/internal/lru"
 )
 
@@ -135,7 +136,7 @@ func (c *Tables) get(key tableKey, drop []byte, parse func() (any, int64)) any {
 	if drop != nil {
 		// Parsing read much of the file: what lookups read again is a
 		// few pages.
-		dropPages(drop)
+		elfbin.DropPages(drop)
 	}
 	c.mu.Lock()
 	c.lru.Add(key, &parsedTable{value: v, cost: max(cost, minTableCost)})

@@ -8,8 +8,8 @@ import (
 	"go.opentelemetry.io/otel/metric"
 
 	"github.com/bpfcol/bpfcol/internal/bpf/profiler"
+	"github.com/bpfcol/bpfcol/internal/elfbin"
 	"github.com/bpfcol/bpfcol/internal/lru"
-	"github.com/bpfcol/bpfcol/internal/symbolize"
 	"github.com/bpfcol/bpfcol/receiver/ebpfprofreceiver/internal/metadata"
 )
 
@@ -156,7 +156,7 @@ func (r *profilesReceiver) registerTelemetry() error {
 			return nil
 		}),
 		tb.RegisterEbpfprofParserPanicsCallback(func(_ context.Context, o metric.Int64Observer) error {
-			o.Observe(symbolize.ParserPanics())
+			o.Observe(elfbin.ParserPanics())
 			return nil
 		}),
 		tb.RegisterEbpfprofDebuginfodBytesCallback(func(_ context.Context, o metric.Int64Observer) error {

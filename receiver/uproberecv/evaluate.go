@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
-	"runtime/debug"
 	"slices"
 	"strconv"
 	"sync"
@@ -15,6 +14,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/bpfcol/bpfcol/internal/bpf/scopeprobe"
+	"github.com/bpfcol/bpfcol/internal/elfbin"
 	"github.com/bpfcol/bpfcol/internal/ktime"
 	"github.com/bpfcol/bpfcol/internal/lru"
 	"github.com/bpfcol/bpfcol/internal/probesite"
@@ -292,7 +292,7 @@ func (t *tracker) plan(pid int, tg *target, probes []*compiledProbe) (_ []*planR
 	t.stats.evaluations.Add(1)
 	results := make([]*planResult, len(probes))
 	var bin *probesite.Binary
-	if fault := guardFaults(func() { bin, err = probesite.Open(f, t.tables) }); fault != nil {
+	if fault := elfbin.Guard("reading "+tg.path, func() { bin, err = probesite.Open(f, t.tables) }); fault != nil {
 		f.Close()
 		t.logger.Info("binary not read", zap.String("path", tg.path), zap.Error(fault))
 		return nil, logPlacements, false
@@ -308,7 +308,9 @@ func (t *tracker) plan(pid int, tg *target, probes []*compiledProbe) (_ []*planR
 	for i, p := range probes {
 		var plan probesite.Plan
 		var fault error
-		cpu := threadCPU(func() { fault = guardFaults(func() { plan, err = bin.PlanProbe(p.id, p.cfg.Entry, p.cfg.exit()) }) })
+		cpu := threadCPU(func() {
+			fault = elfbin.Guard("placing "+p.cfg.ID+" in "+tg.path, func() { plan, err = bin.PlanProbe(p.id, p.cfg.Entry, p.cfg.exit()) })
+		})
 		t.stats.lookupCPUNanos.Add(int64(cpu))
 		if fault != nil {
 			// Its identity changed with its size: nothing is kept for it.
@@ -331,28 +333,6 @@ func (t *tracker) plan(pid int, tg *target, probes []*compiledProbe) (_ []*planR
 			zap.Strings("choices", plan.Notes), zap.Bool("go", bin.IsGo()), zap.Duration("lookup_cpu", cpu)})
 	}
 	return results, logPlacements, true
-}
-
-// errFileShrank says a binary was truncated while it was read.
-var errFileShrank = errors.New("the file shrank while it was read")
-
-// guardFaults runs fn, turning a fault reading the mapped binary (one
-// truncated meanwhile, as whoever can write it can do: a file in a watched
-// directory is read while its writer may still hold it) into errFileShrank
-// instead of a crash.
-func guardFaults(fn func()) (err error) {
-	old := debug.SetPanicOnFault(true)
-	defer func() {
-		debug.SetPanicOnFault(old)
-		if r := recover(); r != nil {
-			if _, fault := r.(interface{ Addr() uintptr }); !fault {
-				panic(r)
-			}
-			err = errFileShrank
-		}
-	}()
-	fn()
-	return nil
 }
 
 // threadCPU runs fn on one OS thread and returns the CPU time that thread

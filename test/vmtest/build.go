@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/bpfcol/bpfcol/internal/elfbin"
 	"github.com/bpfcol/bpfcol/internal/testworkload"
 )
 
@@ -156,42 +157,15 @@ func (g *guestFiles) addDebugFile(bin string) {
 	if err != nil {
 		return
 	}
-	id := buildID(f)
+	id := elfbin.GNUBuildID(f)
 	f.Close()
-	if len(id) < 2 {
+	if len(id) < 4 {
 		return
 	}
-	p := fmt.Sprintf("/usr/lib/debug/.build-id/%x/%x.debug", id[:1], id[1:])
+	p := fmt.Sprintf("/usr/lib/debug/.build-id/%s/%s.debug", id[:2], id[2:])
 	if real, err := filepath.EvalSymlinks(p); err == nil {
 		g.files[p] = real
 	}
-}
-
-// buildID is the GNU build id of f, from its notes.
-func buildID(f *elf.File) []byte {
-	for _, s := range f.Sections {
-		if s.Type != elf.SHT_NOTE {
-			continue
-		}
-		data, err := s.Data()
-		if err != nil {
-			continue
-		}
-		for len(data) >= 12 {
-			order := f.ByteOrder
-			nameSize, descSize, typ := order.Uint32(data), order.Uint32(data[4:]), order.Uint32(data[8:])
-			nameEnd := 12 + (int(nameSize)+3)&^3
-			descEnd := nameEnd + (int(descSize)+3)&^3
-			if descEnd > len(data) || nameEnd < 12 {
-				break
-			}
-			if typ == 3 && nameSize == 4 && string(data[12:15]) == "GNU" {
-				return data[nameEnd : nameEnd+int(descSize)]
-			}
-			data = data[descEnd:]
-		}
-	}
-	return nil
 }
 
 func interpreter(f *elf.File) string {

@@ -5,6 +5,8 @@ import (
 	"encoding/binary"
 	"fmt"
 	"io"
+
+	"github.com/bpfcol/bpfcol/internal/elfbin"
 )
 
 // maxStrtabBytes bounds a string table read with a symbol table (node's
@@ -19,7 +21,7 @@ func OpenSymbols(r io.ReaderAt, match func(name []byte) bool) (img *Image, err e
 	defer func() {
 		// debug/elf panics on some malformed inputs.
 		if p := recover(); p != nil {
-			img, err = nil, fmt.Errorf("reading ELF file: malformed (%v)", p)
+			img, err = nil, elfbin.Recovered(p, "reading ELF file")
 		}
 	}()
 	f, err := elf.NewFile(r)

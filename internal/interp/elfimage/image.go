@@ -18,6 +18,7 @@ import (
 
 	"golang.org/x/arch/x86/x86asm"
 
+	"github.com/bpfcol/bpfcol/internal/elfbin"
 	"github.com/bpfcol/bpfcol/internal/interp/x86sym"
 )
 
@@ -67,7 +68,7 @@ func Open(r io.ReaderAt) (img *Image, err error) {
 	defer func() {
 		// debug/elf panics on some malformed inputs.
 		if p := recover(); p != nil {
-			img, err = nil, fmt.Errorf("reading ELF file: malformed (%v)", p)
+			img, err = nil, elfbin.Recovered(p, "reading ELF file")
 		}
 	}()
 	f, err := elf.NewFile(r)
@@ -373,34 +374,9 @@ func (img *Image) Dependencies() ([]string, error) {
 	return libs, nil
 }
 
-// Segment is a loadable segment: its file offset, virtual address and
-// size in the file.
-type Segment struct {
-	Off, Vaddr, Filesz uint64
-}
-
-// ExecSegments returns the executable loadable segments.
-func (img *Image) ExecSegments() []Segment {
-	var out []Segment
-	for _, p := range img.loads {
-		if p.Flags&elf.PF_X != 0 {
-			out = append(out, Segment{Off: p.Off, Vaddr: p.Vaddr, Filesz: p.Filesz})
-		}
-	}
-	return out
-}
-
-// LoadBias returns the difference between runtime and virtual addresses
-// of the executable segment, of segs, mapped at start from file offset
-// off.
-func LoadBias(segs []Segment, start, off uint64) (uint64, bool) {
-	for _, p := range segs {
-		if off >= p.Off&^0xfff && off < p.Off+p.Filesz {
-			return start - off - (p.Vaddr - p.Off), true
-		}
-	}
-	return 0, false
-}
+// Addresses returns the mapper between the file's offsets and its ELF
+// virtual addresses: a mapping's load bias, or where code lies in the file.
+func (img *Image) Addresses() *elfbin.AddressMapper { return elfbin.NewAddressMapper(img.f.Progs) }
 
 // TLS returns the PT_TLS segment's virtual address, memory size and
 // alignment, if the file has thread-locals.

@@ -15,6 +15,7 @@ import (
 	"sync/atomic"
 
 	"github.com/bpfcol/bpfcol/internal/bpf/profiler"
+	"github.com/bpfcol/bpfcol/internal/elfbin"
 	"github.com/bpfcol/bpfcol/internal/frame"
 	"github.com/bpfcol/bpfcol/internal/interp"
 	"github.com/bpfcol/bpfcol/internal/interp/elfimage"
@@ -72,11 +73,11 @@ type remoteKey struct {
 
 // fileFacts is what one libjvm build tells.
 type fileFacts struct {
-	err     error              // why the file cannot be followed
-	symbols map[string]uint64  // the introspection symbols, file addresses
-	segs    []elfimage.Segment // its executable segments, to find the load bias
-	layout  *layout            // read from the first process, for all
-	lerr    error              // why the layout could not be used
+	err     error                 // why the file cannot be followed
+	symbols map[string]uint64     // the introspection symbols, file addresses
+	addrs   *elfbin.AddressMapper // its segments, to find the load bias
+	layout  *layout               // read from the first process, for all
+	lerr    error                 // why the layout could not be used
 }
 
 // New returns the client.
@@ -138,7 +139,7 @@ func (c *Client) Attach(pid int, maps []process.Mapping) (interp.Instance, error
 	if facts.err != nil {
 		return nil, fmt.Errorf("%s: %w", jvm.Path, facts.err)
 	}
-	bias, ok := elfimage.LoadBias(facts.segs, jvm.Start, jvm.Offset)
+	bias, ok := facts.addrs.LoadBias(jvm.Start, jvm.Offset)
 	if !ok {
 		return nil, fmt.Errorf("%s: mapping at %#x is not an executable segment", jvm.Path, jvm.Start)
 	}
@@ -231,7 +232,7 @@ func (c *Client) facts(pid int, m *process.Mapping) *fileFacts {
 		}
 		f.symbols[name] = s.Value
 	}
-	f.segs = img.ExecSegments()
+	f.addrs = img.Addresses()
 	c.files.Add(key, f)
 	return f
 }

@@ -9,6 +9,7 @@ import (
 
 	"golang.org/x/arch/x86/x86asm"
 
+	"github.com/bpfcol/bpfcol/internal/elfbin"
 	"github.com/bpfcol/bpfcol/internal/interp/elfimage"
 	"github.com/bpfcol/bpfcol/internal/interp/x86sym"
 	"github.com/bpfcol/bpfcol/internal/unwind/cfi"
@@ -53,14 +54,14 @@ type binaryInfo struct {
 	// strType and bytesType are PyUnicode_Type's and PyBytes_Type's
 	// virtual addresses.
 	strType, bytesType uint64
-	// segments are the executable segments, to find a mapping's bias.
-	segments []elfimage.Segment
+	// addrs are the file's segments, to find a mapping's bias.
+	addrs *elfbin.AddressMapper
 }
 
 // loadBias is the difference between the runtime and virtual addresses
 // of the file mapped at start from offset off.
 func (b *binaryInfo) loadBias(start, off uint64) (uint64, bool) {
-	return elfimage.LoadBias(b.segments, start, off)
+	return b.addrs.LoadBias(start, off)
 }
 
 // analyze reads img, the file at path p.
@@ -87,7 +88,7 @@ func analyze(img *elfimage.Image, p string) (*binaryInfo, error) {
 	strType, _ := img.Symbol("PyUnicode_Type")
 	bytesType, _ := img.Symbol("PyBytes_Type")
 	info.codeType, info.strType, info.bytesType = codeType.Value, strType.Value, bytesType.Value
-	info.segments = img.ExecSegments()
+	info.addrs = img.Addresses()
 	if info.loops, err = loopRanges(img, loop); err != nil {
 		return info, err
 	}

@@ -8,6 +8,7 @@ import (
 	"path"
 	"regexp"
 
+	"github.com/bpfcol/bpfcol/internal/elfbin"
 	"github.com/bpfcol/bpfcol/internal/interp/elfimage"
 )
 
@@ -42,8 +43,8 @@ type binaryInfo struct {
 	// blob is the virtual address range of the embedded builtins, empty
 	// when the binary does not say (no symbol table).
 	blob Range
-	// segments are the executable segments, to find a mapping's bias.
-	segments []elfimage.Segment
+	// addrs are the file's segments, to find a mapping's bias.
+	addrs *elfbin.AddressMapper
 }
 
 // Range is a range [Start, End) of addresses.
@@ -81,7 +82,7 @@ func analyze(img *elfimage.Image) (*binaryInfo, error) {
 		return nil, err
 	}
 	l.bytecodeSizes = bytecodeSizes(img)
-	info := &binaryInfo{layout: l, segments: img.ExecSegments()}
+	info := &binaryInfo{layout: l, addrs: img.Addresses()}
 	if code, ok := img.Symbol(blobCode); ok {
 		if size, ok := img.Symbol(blobCodeSize); ok {
 			if n, err := img.Uint32(size.Value); err == nil && n > 0 {
@@ -141,7 +142,7 @@ func bytecodeSizes(img *elfimage.Image) [3][]byte {
 // loadBias is the difference between the runtime and virtual addresses
 // of the file mapped at start from offset off.
 func (b *binaryInfo) loadBias(start, off uint64) (uint64, bool) {
-	return elfimage.LoadBias(b.segments, start, off)
+	return b.addrs.LoadBias(start, off)
 }
 
 func le32(b []byte, off uint64) uint32 {

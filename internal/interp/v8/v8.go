@@ -171,10 +171,8 @@ func (b *binaryInfo) blobOffsets() Range {
 	if b.blob.End == 0 {
 		return Range{0, ^uint64(0)}
 	}
-	for _, s := range b.segments {
-		if b.blob.Start >= s.Vaddr && b.blob.End <= s.Vaddr+s.Filesz {
-			return Range{b.blob.Start - s.Vaddr + s.Off, b.blob.End - s.Vaddr + s.Off}
-		}
+	if off, avail, ok := b.addrs.VirtualAddressToFileOffset(b.blob.Start); ok && b.blob.End-b.blob.Start <= avail {
+		return Range{off, off + b.blob.End - b.blob.Start}
 	}
 	return Range{0, ^uint64(0)}
 }

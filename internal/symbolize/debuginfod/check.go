@@ -7,6 +7,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+
+	"github.com/bpfcol/bpfcol/internal/elfbin"
 )
 
 // ErrInvalid means a server sent something other than the requested debug
@@ -363,27 +365,16 @@ func (c *StreamCheck) readNotes() error {
 	return nil
 }
 
-func alignTo(n, a int64) int64 { return (n + a - 1) &^ (a - 1) }
-
-// scanNotes looks for the NT_GNU_BUILD_ID note (name "GNU") in b.
+// scanNotes looks for the NT_GNU_BUILD_ID note in b, notes aligned to
+// align, and checks it is the one asked for.
 func (c *StreamCheck) scanNotes(b []byte, align int64) error {
-	o := c.order
-	for len(b) >= 12 {
-		namesz, descsz, typ := int64(o.Uint32(b)), int64(o.Uint32(b[4:])), o.Uint32(b[8:])
-		nameEnd := 12 + alignTo(namesz, align)
-		descEnd := nameEnd + alignTo(descsz, align)
-		if namesz > int64(len(b)) || descsz > int64(len(b)) || descEnd > int64(len(b)) {
-			return nil
-		}
-		if typ == 3 && namesz == 4 && string(b[12:16]) == "GNU\x00" {
-			got := b[nameEnd : nameEnd+descsz]
-			if !bytes.Equal(got, c.want) {
-				return invalid("build-id is %x, want %x", got, c.want)
-			}
-			c.found = true
-			return nil
-		}
-		b = b[descEnd:]
+	id := elfbin.NoteBuildIDs(b, uint64(align), c.order).GNU
+	if id == "" {
+		return nil
 	}
+	if id != hex.EncodeToString(c.want) {
+		return invalid("build-id is %s, want %x", id, c.want)
+	}
+	c.found = true
 	return nil
 }

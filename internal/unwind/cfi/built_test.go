@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/bpfcol/bpfcol/internal/elfbin"
 	"github.com/stretchr/testify/require"
 )
 
@@ -167,8 +168,8 @@ func TestNoSectionHeaders(t *testing.T) {
 	orig, err := elf.Open(bin)
 	require.NoError(t, err)
 	defer orig.Close()
-	require.NotEmpty(t, BuildID(f))
-	require.Equal(t, BuildID(orig), BuildID(f), "build ID from PT_NOTE")
+	require.NotEmpty(t, elfbin.GNUBuildID(f))
+	require.Equal(t, elfbin.GNUBuildID(orig), elfbin.GNUBuildID(f), "build ID from PT_NOTE")
 }
 
 // TestBuiltGo covers Go's CFI: a compressed .debug_frame only.

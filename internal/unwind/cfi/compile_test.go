@@ -80,7 +80,7 @@ func TestCompileMatchesReference(t *testing.T) {
 			defer f.Close()
 			s := f.Section(".eh_frame")
 			require.NotNil(t, s)
-			data, err := sectionData(s)
+			data, err := sectionData(f, s)
 			require.NoError(t, err)
 			b := &bases{section: s.Addr}
 			if got := f.Section(".got"); got != nil {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/bpfcol/bpfcol/internal/elfbin"
 	"github.com/bpfcol/bpfcol/internal/symbolize"
 	"github.com/bpfcol/bpfcol/internal/symbolize/debuginfod"
 	"github.com/bpfcol/bpfcol/internal/testdebuginfod"
@@ -32,7 +33,7 @@ func TestStoreDebuginfod(t *testing.T) {
 		out, err := exec.Command("objcopy", args...).CombinedOutput()
 		require.NoError(t, err, "objcopy %v: %s", args, out)
 	}
-	id := BuildID(mustOpenELF(t, stripped))
+	id := elfbin.GNUBuildID(mustOpenELF(t, stripped))
 	require.NotEmpty(t, id)
 
 	url := testdebuginfod.Start(t, srv, id)

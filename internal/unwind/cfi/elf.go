@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"io"
 	"slices"
+
+	"github.com/bpfcol/bpfcol/internal/elfbin"
 )
 
 // ErrNoCFI is returned when a file has no CFI section of the kind asked
@@ -103,7 +105,7 @@ func ehFrameData(f *elf.File) ([]byte, *bases, error) {
 	var data []byte
 	if s := f.Section(".eh_frame"); s != nil && s.Type != elf.SHT_NOBITS {
 		var err error
-		if data, err = sectionData(s); err != nil {
+		if data, err = sectionData(f, s); err != nil {
 			return nil, nil, fmt.Errorf("reading .eh_frame: %w", err)
 		}
 		b.section = s.Addr
@@ -130,7 +132,7 @@ func DebugFrame(f *elf.File) (*Table, error) {
 	if s == nil || s.Type == elf.SHT_NOBITS {
 		return nil, fmt.Errorf("reading .debug_frame: %w", ErrNoCFI)
 	}
-	data, err := sectionData(s)
+	data, err := sectionData(f, s)
 	if err != nil {
 		return nil, fmt.Errorf("reading .debug_frame: %w", err)
 	}
@@ -211,12 +213,12 @@ func ExecRanges(f *elf.File) []Range {
 	return out
 }
 
-// sectionData reads a section (decompressed), bounded.
-func sectionData(s *elf.Section) ([]byte, error) {
+// sectionData reads a section of f (decompressed), bounded.
+func sectionData(f *elf.File, s *elf.Section) ([]byte, error) {
 	if s.Size > maxSectionBytes {
 		return nil, fmt.Errorf("section of %d bytes exceeds the %d byte bound", s.Size, maxSectionBytes)
 	}
-	return s.Data()
+	return elfbin.SectionData(f, s, nil)
 }
 
 // ehFrameFromHeader returns the address of .eh_frame read from the

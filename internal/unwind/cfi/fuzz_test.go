@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"testing"
 
+	"github.com/bpfcol/bpfcol/internal/elfbin"
 	"github.com/stretchr/testify/require"
 )
 
@@ -206,7 +207,7 @@ func minimalELF() []byte {
 func TestMinimalELF(t *testing.T) {
 	f, err := elf.NewFile(bytes.NewReader(minimalELF()))
 	require.NoError(t, err)
-	require.Equal(t, "0102030405060708090a0b0c0d0e0f1011121314", BuildID(f))
+	require.Equal(t, "0102030405060708090a0b0c0d0e0f1011121314", elfbin.GNUBuildID(f))
 	tbl, err := FromELF(f)
 	require.NoError(t, err)
 	require.Equal(t, []Row{
@@ -239,7 +240,7 @@ func FuzzCFI(f *testing.F) {
 			if err != nil {
 				return
 			}
-			BuildID(ef)
+			elfbin.GNUBuildID(ef)
 			if tbl, err := FromELF(ef); err == nil {
 				checkSorted(t, tbl)
 				NeedsDebugFrame(ef, tbl)

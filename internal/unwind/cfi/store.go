@@ -4,12 +4,12 @@ import (
 	"debug/elf"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"sync"
 	"time"
 	"unsafe"
 
+	"github.com/bpfcol/bpfcol/internal/elfbin"
 	"github.com/bpfcol/bpfcol/internal/lru"
 )
 
@@ -280,7 +280,7 @@ func (s *Store[K]) build(open func() (*os.File, error)) (*Table, error) {
 	if s.cfg.DebugFile == nil || (t != nil && !NeedsDebugFrame(ef, t)) {
 		return t, err
 	}
-	id := BuildID(ef)
+	id := elfbin.GNUBuildID(ef)
 	if id == "" {
 		return t, err
 	}
@@ -308,7 +308,7 @@ func (s *Store[K]) debugFrame(buildID string) (*Table, error) {
 	if err != nil {
 		return nil, fmt.Errorf("reading debug file: %w", err)
 	}
-	if BuildID(ef) != buildID {
+	if elfbin.GNUBuildID(ef) != buildID {
 		return nil, errors.New("reading debug file: build ID mismatch")
 	}
 	return DebugFrame(ef)
@@ -317,45 +317,4 @@ func (s *Store[K]) debugFrame(buildID string) (*Table, error) {
 // Size returns the bytes the table holds in memory.
 func (t *Table) Size() int64 {
 	return int64(unsafe.Sizeof(*t)) + int64(cap(t.Rows))*int64(unsafe.Sizeof(Row{}))
-}
-
-// maxNoteBytes bounds a note section read for the build ID.
-const maxNoteBytes = 64 << 10
-
-// BuildID returns f's GNU build ID in hex, or "" when it has none.
-func BuildID(f *elf.File) string {
-	read := func(r io.ReaderAt, size uint64) string {
-		b := make([]byte, min(size, maxNoteBytes))
-		if _, err := r.ReadAt(b, 0); err != nil {
-			return ""
-		}
-		nr := &reader{b: b}
-		for nr.left() >= 12 && nr.err == nil {
-			namesz, descsz, typ := nr.u32(), nr.u32(), nr.u32()
-			name := nr.bytes(int((namesz + 3) &^ 3))
-			desc := nr.bytes(int((descsz + 3) &^ 3))
-			if nr.err != nil || namesz > uint32(len(name)) || descsz > uint32(len(desc)) {
-				return ""
-			}
-			if typ == 3 && string(name[:namesz]) == "GNU\x00" && descsz > 0 {
-				return fmt.Sprintf("%x", desc[:descsz])
-			}
-		}
-		return ""
-	}
-	for _, s := range f.Sections {
-		if s.Type == elf.SHT_NOTE {
-			if id := read(s, s.Size); id != "" {
-				return id
-			}
-		}
-	}
-	for _, p := range f.Progs {
-		if p.Type == elf.PT_NOTE {
-			if id := read(p, p.Filesz); id != "" {
-				return id
-			}
-		}
-	}
-	return ""
 }

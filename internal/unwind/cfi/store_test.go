@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/bpfcol/bpfcol/internal/elfbin"
 	"github.com/stretchr/testify/require"
 )
 
@@ -147,7 +148,7 @@ func TestStoreDebugFile(t *testing.T) {
 	}
 	ef, err := elf.Open(stripped)
 	require.NoError(t, err)
-	id := BuildID(ef)
+	id := elfbin.GNUBuildID(ef)
 	require.NotEmpty(t, id)
 	require.Nil(t, ef.Section(".debug_frame"), "stripped")
 	ef.Close()

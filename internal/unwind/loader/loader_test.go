@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/bpfcol/bpfcol/internal/elfbin"
 	"github.com/bpfcol/bpfcol/internal/unwind/cfi"
 )
 
@@ -14,7 +15,10 @@ import (
 // segment ends inside the page where the code segment starts, at another
 // delta, which must not matter.
 func TestFileOffsetRowsOneDelta(t *testing.T) {
-	segs := []elf.ProgHeader{{Type: elf.PT_LOAD, Flags: elf.PF_R | elf.PF_X, Off: 0x12840, Vaddr: 0x13840, Filesz: 0x3e000, Memsz: 0x3e000}}
+	segs := elfbin.NewAddressMapper([]*elf.Prog{
+		{ProgHeader: elf.ProgHeader{Type: elf.PT_LOAD, Flags: elf.PF_R, Off: 0, Vaddr: 0, Filesz: 0x12840, Memsz: 0x12840}},
+		{ProgHeader: elf.ProgHeader{Type: elf.PT_LOAD, Flags: elf.PF_R | elf.PF_X, Off: 0x12840, Vaddr: 0x13840, Filesz: 0x3e000, Memsz: 0x3e000}},
+	})
 	rows := []cfi.Row{{PC: 0x13900, CFA: cfi.CFARSP, CFAOffset: 8}, {PC: 0x13a00, CFA: cfi.CFANone}}
 	got, base, ok := fileOffsetRows(rows, segs)
 	if !ok || &got[0] != &rows[0] || base != 0x12900 {
@@ -26,10 +30,10 @@ func TestFileOffsetRowsOneDelta(t *testing.T) {
 // move each row by its own, in file order; rows in no executable segment
 // go.
 func TestFileOffsetRowsTwoDeltas(t *testing.T) {
-	segs := []elf.ProgHeader{
-		{Type: elf.PT_LOAD, Flags: elf.PF_R | elf.PF_X, Off: 0x1000, Vaddr: 0x401000, Memsz: 0x1000},
-		{Type: elf.PT_LOAD, Flags: elf.PF_R | elf.PF_X, Off: 0x3000, Vaddr: 0x900000, Memsz: 0x1000},
-	}
+	segs := elfbin.NewAddressMapper([]*elf.Prog{
+		{ProgHeader: elf.ProgHeader{Type: elf.PT_LOAD, Flags: elf.PF_R | elf.PF_X, Off: 0x1000, Vaddr: 0x401000, Memsz: 0x1000}},
+		{ProgHeader: elf.ProgHeader{Type: elf.PT_LOAD, Flags: elf.PF_R | elf.PF_X, Off: 0x3000, Vaddr: 0x900000, Memsz: 0x1000}},
+	})
 	rows := []cfi.Row{
 		{PC: 0x401010, CFA: cfi.CFARSP, CFAOffset: 8},
 		{PC: 0x402000, CFA: cfi.CFANone}, // the first segment's end

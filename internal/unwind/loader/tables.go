@@ -46,8 +46,8 @@ type fileEntry struct {
 	table profiler.UnwindTable
 	// rowBase is the file offset the rows' PCs are relative to.
 	rowBase uint64
-	// segs are the file's executable segments, which place its rows.
-	segs []elf.ProgHeader
+	// addrs places the file's rows, at ELF virtual addresses, at offsets.
+	addrs *elfbin.AddressMapper
 	// held is the file, open while its table may be built (again): the
 	// process it was opened through may exit before the build runs.
 	held *os.File
@@ -165,9 +165,9 @@ func inspect(fe *fileEntry, f *os.File) {
 	// Go keeps frame pointers everywhere, and its CFI says nothing about
 	// RBP: frame pointers are exact there.
 	goBinary := elfbin.IsGo(ef, elfbin.ReadBuildIDs(ef, f))
-	fe.segs = execSegments(ef)
+	fe.addrs = elfbin.NewAddressMapper(ef.Progs)
 	ef.Close()
-	if goBinary || len(fe.segs) == 0 {
+	if goBinary || !fe.addrs.HasExec() {
 		f.Close()
 		return
 	}
@@ -211,7 +211,7 @@ func (t *tableSet) materialize(fe *fileEntry) {
 		t.setFramePointers(fe)
 		return
 	}
-	rows, base, ok := fileOffsetRows(e.Table.Rows, fe.segs)
+	rows, base, ok := fileOffsetRows(e.Table.Rows, fe.addrs)
 	if !ok || rows[len(rows)-1].PC-rows[0].PC > math.MaxUint32 {
 		t.tableErr.Add(1)
 		t.setFramePointers(fe)
@@ -466,7 +466,7 @@ func (t *tableSet) compact() bool {
 			t.evict(fe) // built again by a sweep
 			continue
 		}
-		rows, _, ok := fileOffsetRows(e.Table.Rows, fe.segs)
+		rows, _, ok := fileOffsetRows(e.Table.Rows, fe.addrs)
 		if !ok || uint32(len(rows)) != fe.count {
 			t.evict(fe)
 			continue

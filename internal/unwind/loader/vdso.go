@@ -5,6 +5,7 @@ import (
 	"debug/elf"
 	"fmt"
 
+	"github.com/bpfcol/bpfcol/internal/elfbin"
 	"github.com/bpfcol/bpfcol/internal/process"
 	"github.com/bpfcol/bpfcol/internal/unwind/cfi"
 )
@@ -42,14 +43,8 @@ func vdsoRows(image []byte) ([]cfi.Row, error) {
 	if err != nil {
 		return nil, fmt.Errorf("reading the vDSO's ELF: %w", err)
 	}
-	var seg *elf.Prog
-	for _, p := range f.Progs {
-		if p.Type == elf.PT_LOAD && p.Flags&elf.PF_X != 0 {
-			seg = p
-			break
-		}
-	}
-	if seg == nil {
+	addrs := elfbin.NewAddressMapper(f.Progs)
+	if !addrs.HasExec() {
 		return nil, fmt.Errorf("reading the vDSO's ELF: no executable segment")
 	}
 	t, err := cfi.FromELF(f)
@@ -59,10 +54,15 @@ func vdsoRows(image []byte) ([]cfi.Row, error) {
 	if len(t.Rows) == 0 {
 		return nil, fmt.Errorf("compiling the vDSO's CFI: %w", cfi.ErrNoCFI)
 	}
-	rows := make([]cfi.Row, len(t.Rows))
-	for i, r := range t.Rows {
-		r.PC = r.PC - seg.Vaddr + seg.Off
-		rows[i] = r
+	rows := make([]cfi.Row, 0, len(t.Rows))
+	for _, r := range t.Rows {
+		if off, ok := addrs.CodeOffset(r.PC); ok {
+			r.PC = off
+			rows = append(rows, r)
+		}
+	}
+	if len(rows) == 0 {
+		return nil, fmt.Errorf("compiling the vDSO's CFI: no row in its executable segment")
 	}
 	return rows, nil
 }

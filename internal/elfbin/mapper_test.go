@@ -1,4 +1,4 @@
-package symbolize
+package elfbin
 
 import (
 	"debug/elf"

@@ -1,4 +1,4 @@
-package symbolize
+package elfbin
 
 import (
 	"bytes"
@@ -10,18 +10,18 @@ import (
 	"github.com/klauspost/compress/zlib"
 )
 
-// sectionReader returns a reader of s's content, decompressed. raw is s's
+// SectionReader returns a reader of s's content, decompressed. raw is s's
 // bytes in f, nil when not at hand. A zlib section (ELFCOMPRESS_ZLIB:
 // libc6-dbg's, Go's DWARF) whose bytes are at hand is inflated by
 // klauspost/compress, which takes a quarter less CPU than compress/flate
 // (libc6-dbg's libc: 42 ms against 55): a first start decompresses
 // libc's DWARF to name its frames. Other sections are read through
 // debug/elf.
-func sectionReader(f *elf.File, s *elf.Section, raw []byte) io.Reader {
+func SectionReader(f *elf.File, s *elf.Section, raw []byte) io.Reader {
 	if s.Flags&elf.SHF_COMPRESSED == 0 || raw == nil {
 		return s.Open()
 	}
-	typ, body, err := compressionHeader(f, raw)
+	typ, body, err := CompressionHeader(f, raw)
 	if err != nil {
 		return errReader{fmt.Errorf("reading %s: %w", s.Name, err)}
 	}
@@ -35,9 +35,9 @@ func sectionReader(f *elf.File, s *elf.Section, raw []byte) io.Reader {
 	return zr
 }
 
-// compressionHeader returns the compression type of a SHF_COMPRESSED
+// CompressionHeader returns the compression type of a SHF_COMPRESSED
 // section's bytes, raw, and the compressed stream after the header.
-func compressionHeader(f *elf.File, raw []byte) (elf.CompressionType, []byte, error) {
+func CompressionHeader(f *elf.File, raw []byte) (elf.CompressionType, []byte, error) {
 	switch f.Class {
 	case elf.ELFCLASS64:
 		// Elf64_Chdr: type, reserved, size, alignment.
@@ -55,13 +55,13 @@ func compressionHeader(f *elf.File, raw []byte) (elf.CompressionType, []byte, er
 	return 0, nil, fmt.Errorf("unknown ELF class %v", f.Class)
 }
 
-// sectionData returns s's content, decompressed, in the heap, as
+// SectionData returns s's content, decompressed, in the heap, as
 // (*elf.Section).Data does.
-func sectionData(f *elf.File, s *elf.Section, raw []byte) ([]byte, error) {
+func SectionData(f *elf.File, s *elf.Section, raw []byte) ([]byte, error) {
 	if s.Flags&elf.SHF_COMPRESSED == 0 || raw == nil {
 		return s.Data()
 	}
-	r := sectionReader(f, s, raw)
+	r := SectionReader(f, s, raw)
 	var b []byte
 	var err error
 	if s.Size <= maxSectionPrealloc {
@@ -81,14 +81,15 @@ func sectionData(f *elf.File, s *elf.Section, raw []byte) ([]byte, error) {
 		return b, fmt.Errorf("decompressing %s: %w", s.Name, err)
 	}
 	// Read on to the end of the stream, where its checksum is checked.
-	if err := atEOF(r); err != nil {
+	if err := AtEOF(r); err != nil {
 		return b, fmt.Errorf("decompressing %s: %w", s.Name, err)
 	}
 	return b, nil
 }
 
-// atEOF reads on from r, which must be at its end.
-func atEOF(r io.Reader) error {
+// AtEOF reads on from r, which must be at its end: a stream checks its
+// checksum there.
+func AtEOF(r io.Reader) error {
 	var one [1]byte
 	for range 100 {
 		n, err := r.Read(one[:])

@@ -1,4 +1,4 @@
-package symbolize
+package elfbin
 
 import (
 	"debug/elf"
@@ -7,8 +7,8 @@ import (
 
 // loadSegment is the raw geometry of one PT_LOAD segment.
 type loadSegment struct {
-	offset, vaddr, filesz uint64
-	exec                  bool
+	offset, vaddr, filesz, memsz uint64
+	exec                         bool
 }
 
 // contains reports whether vaddr falls in the segment's file content.
@@ -38,7 +38,7 @@ func NewAddressMapper(progs []*elf.Prog) *AddressMapper {
 		if p == nil || p.Type != elf.PT_LOAD {
 			continue
 		}
-		m.segments = append(m.segments, loadSegment{offset: p.Off, vaddr: p.Vaddr, filesz: p.Filesz, exec: p.Flags&elf.PF_X != 0})
+		m.segments = append(m.segments, loadSegment{offset: p.Off, vaddr: p.Vaddr, filesz: p.Filesz, memsz: p.Memsz, exec: p.Flags&elf.PF_X != 0})
 	}
 	return m
 }
@@ -95,4 +95,54 @@ func (m *AddressMapper) toFileOffset(vaddr uint64, execOnly bool) (off, avail ui
 		}
 	}
 	return 0, 0, false
+}
+
+// LoadBias returns the difference between runtime and ELF virtual
+// addresses in a mapping at start of the file from offset off (as
+// /proc/PID/maps shows it), or false when no executable segment maps off.
+func (m *AddressMapper) LoadBias(start, off uint64) (uint64, bool) {
+	vaddr, ok := m.FileOffsetToVirtualAddress(off)
+	if !ok {
+		return 0, false
+	}
+	return start - vaddr, true
+}
+
+// HasExec reports whether the binary has an executable segment.
+func (m *AddressMapper) HasExec() bool {
+	for _, s := range m.segments {
+		if s.exec {
+			return true
+		}
+	}
+	return false
+}
+
+// ExecDelta returns the one difference between ELF virtual addresses and
+// file offsets of every executable segment, when they share one (as
+// linkers lay them out but for a few).
+func (m *AddressMapper) ExecDelta() (delta uint64, ok bool) {
+	for _, s := range m.segments {
+		if !s.exec {
+			continue
+		}
+		if d := s.vaddr - s.offset; !ok {
+			delta, ok = d, true
+		} else if d != delta {
+			return 0, false
+		}
+	}
+	return delta, ok
+}
+
+// CodeOffset returns the file offset that the code address vaddr, in an
+// executable segment's memory image or at its end (where a CFI row ends
+// the segment's last function), is at.
+func (m *AddressMapper) CodeOffset(vaddr uint64) (uint64, bool) {
+	for _, s := range m.segments {
+		if s.exec && vaddr >= s.vaddr && vaddr-s.vaddr <= s.memsz {
+			return vaddr - (s.vaddr - s.offset), true
+		}
+	}
+	return 0, false
 }

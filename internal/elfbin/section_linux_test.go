@@ -1,4 +1,4 @@
-package symbolize
+package elfbin
 
 import (
 	"bytes"
@@ -49,20 +49,20 @@ func TestSectionInflateMatchesDebugELF(t *testing.T) {
 	for _, path := range []string{cBin, goBin} {
 		f, sects, raws := compressedSections(t, path)
 		for i, s := range sects {
-			if typ, _, err := compressionHeader(f, raws[i]); err != nil || typ != elf.COMPRESS_ZLIB {
+			if typ, _, err := CompressionHeader(f, raws[i]); err != nil || typ != elf.COMPRESS_ZLIB {
 				t.Fatalf("%s %s: compression %v, %v; want zlib", path, s.Name, typ, err)
 			}
 			want, err := s.Data()
 			if err != nil {
 				t.Fatalf("%s %s: debug/elf: %v", path, s.Name, err)
 			}
-			got, err := sectionData(f, s, raws[i])
+			got, err := SectionData(f, s, raws[i])
 			if err != nil || !bytes.Equal(got, want) {
-				t.Fatalf("%s %s: sectionData gave %d bytes (%v), debug/elf %d; equal: %v", path, s.Name, len(got), err, len(want), bytes.Equal(got, want))
+				t.Fatalf("%s %s: SectionData gave %d bytes (%v), debug/elf %d; equal: %v", path, s.Name, len(got), err, len(want), bytes.Equal(got, want))
 			}
-			streamed, err := io.ReadAll(sectionReader(f, s, raws[i]))
+			streamed, err := io.ReadAll(SectionReader(f, s, raws[i]))
 			if err != nil || !bytes.Equal(streamed, want) {
-				t.Fatalf("%s %s: sectionReader gave %d bytes (%v), debug/elf %d", path, s.Name, len(streamed), err, len(want))
+				t.Fatalf("%s %s: SectionReader gave %d bytes (%v), debug/elf %d", path, s.Name, len(streamed), err, len(want))
 			}
 		}
 	}
@@ -90,11 +90,11 @@ func TestSectionInflateCorrupt(t *testing.T) {
 	}
 	check := func(what string, bad []byte) {
 		t.Helper()
-		got, err := sectionData(f, s, bad)
+		got, err := SectionData(f, s, bad)
 		if err == nil {
-			t.Errorf("%s: sectionData gave %d bytes and no error (equal to the section's: %v)", what, len(got), bytes.Equal(got, want))
+			t.Errorf("%s: SectionData gave %d bytes and no error (equal to the section's: %v)", what, len(got), bytes.Equal(got, want))
 		}
-		streamed, err := io.ReadAll(io.LimitReader(sectionReader(f, s, bad), int64(s.Size)+1))
+		streamed, err := io.ReadAll(io.LimitReader(SectionReader(f, s, bad), int64(s.Size)+1))
 		if err == nil && bytes.Equal(streamed, want) {
 			t.Errorf("%s: the stream gave the section's bytes and no error", what)
 		}
