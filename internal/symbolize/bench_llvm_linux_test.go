@@ -27,7 +27,7 @@ func dwarfBatch(b *Binary, addrs []uint64, out [][]frame.Line) {
 	for i, a := range addrs {
 		frames, ok := b.dwarf.lookup(a)
 		if f, has := b.elfSyms.lookup(a); has && ok {
-			frames[len(frames)-1].Name = f.name
+			frames[len(frames)-1].Name = f.Name
 		}
 		out[i] = frames
 	}

@@ -11,6 +11,9 @@ import (
 
 	"github.com/bpfcol/bpfcol/internal/elfbin"
 	"github.com/bpfcol/bpfcol/internal/frame"
+	"github.com/bpfcol/bpfcol/internal/symbolize/elfsym"
+	"github.com/bpfcol/bpfcol/internal/symbolize/gotable"
+	"github.com/bpfcol/bpfcol/internal/symbolize/sections"
 )
 
 // maxReadCode bounds one ReadCode call.
@@ -33,7 +36,7 @@ type Binary struct {
 	closeOnce sync.Once
 
 	symbolsOnce sync.Once
-	goSyms      *goSymbolTable // nil when not Go or .gopclntab is unusable
+	goSyms      *gotable.Table // nil when not Go or .gopclntab is unusable
 	elfSyms     *elfSymbols    // nil when there is no usable symbol table
 	symbolsErr  error
 
@@ -108,7 +111,9 @@ func (b *Binary) IsGo() bool { return b.f.IsGo }
 func (b *Binary) Mapper() *elfbin.AddressMapper { return b.f.Addrs }
 
 // image is the file's headers and mapping.
-func (b *Binary) image() elfImage { return elfImage{f: b.f.ELF, data: b.f.Data, spilled: &b.spilled} }
+func (b *Binary) image() elfImage {
+	return newELFImage(sections.Image{F: b.f.ELF, Data: b.f.Data}, &b.spilled)
+}
 
 // loadSymbols finds the usable symbol tables once. .gopclntab is read in
 // place; .symtab (else .dynsym) is indexed in the table cache.
@@ -118,12 +123,12 @@ func (b *Binary) loadSymbols() {
 		img := b.image()
 		var goErr error
 		if b.f.IsGo {
-			b.goSyms, goErr = newGoSymbolTable(img)
+			b.goSyms, goErr = gotable.New(img.Image)
 		}
 		var symErr error
 		for _, typ := range [...]elf.SectionType{elf.SHT_SYMTAB, elf.SHT_DYNSYM} {
-			r, _, ok := img.symbols(typ)
-			if !ok || r.count() <= 1 {
+			r, _, ok := elfsym.Symbols(img.Image, typ)
+			if !ok || r.Count() <= 1 {
 				continue
 			}
 			// A .symtab without functions leaves .dynsym untried.
@@ -134,7 +139,7 @@ func (b *Binary) loadSymbols() {
 				// when a lookup falls outside it (cgo, assembly), and an
 				// empty one answers no lookup, as none would.
 				b.elfSyms = h
-			case func() bool { t := h.table(); return t == nil || len(t.funcs) == 0 }():
+			case func() bool { t := h.table(); return t == nil || t.Len() == 0 }():
 				symErr = fmt.Errorf("no function symbols in %s", typ)
 			default:
 				b.elfSyms = h
@@ -159,27 +164,27 @@ type elfSymbols struct {
 	img    elfImage
 }
 
-func (h *elfSymbols) table() *elfSymbolTable {
-	return h.tables.get(tableKey{binary: h.id, kind: kindSymtab}, h.img.data, func() (any, int64) {
-		r, strtab, ok := h.img.symbols(h.typ)
+func (h *elfSymbols) table() *elfsym.Table {
+	return h.tables.get(tableKey{binary: h.id, kind: kindSymtab}, h.img.Data, func() (any, int64) {
+		r, strtab, ok := elfsym.Symbols(h.img.Image, h.typ)
 		if !ok {
-			return (*elfSymbolTable)(nil), 64
+			return (*elfsym.Table)(nil), 64
 		}
-		t := buildELFSymbolTable(r, strtab)
-		cost := t.cost()
-		if h.img.data == nil {
+		t := elfsym.Build(r, strtab)
+		cost := t.Cost()
+		if h.img.Data == nil {
 			cost += int64(cap(strtab)) // a heap copy, not the mapping
 		}
 		return t, cost
-	}).(*elfSymbolTable)
+	}).(*elfsym.Table)
 }
 
 // lookup returns the function covering addr.
-func (h *elfSymbols) lookup(addr uint64) (elfFunc, bool) {
+func (h *elfSymbols) lookup(addr uint64) (elfsym.Func, bool) {
 	if h == nil {
-		return elfFunc{}, false
+		return elfsym.Func{}, false
 	}
-	return h.table().lookup(addr)
+	return h.table().Lookup(addr)
 }
 
 // loadDWARF checks the DWARF sections once; compile units are parsed on
@@ -226,7 +231,7 @@ func (b *Binary) Symbolize(vaddr uint64) (frames []frame.Line, ok bool) {
 	}()
 	b.loadSymbols()
 	if b.goSyms != nil {
-		if frames, ok := b.goSyms.lookup(vaddr); ok {
+		if frames, ok := b.goSyms.Lookup(vaddr); ok {
 			return frames, true
 		}
 	}
@@ -239,14 +244,14 @@ func (b *Binary) Symbolize(vaddr uint64) (frames []frame.Line, ok bool) {
 			// out-of-line template instances exactly, as llvm-symbolizer
 			// does.
 			if last := &frames[len(frames)-1]; hasSym {
-				last.Name, last.SystemName = sourceAndSystemName(sym.name)
+				last.Name, last.SystemName = sourceAndSystemName(sym.Name)
 			}
 			return frames, true
 		}
 	}
 	if hasSym {
-		fr := frame.Line{File: sym.file}
-		fr.Name, fr.SystemName = sourceAndSystemName(sym.name)
+		fr := frame.Line{File: sym.File}
+		fr.Name, fr.SystemName = sourceAndSystemName(sym.Name)
 		return []frame.Line{fr}, true
 	}
 	return nil, false
@@ -306,12 +311,12 @@ func (b *Binary) FunctionStart(vaddr uint64) (start, end uint64, ok bool) {
 	}()
 	b.loadSymbols()
 	if b.goSyms != nil {
-		if start, end, ok := b.goSyms.functionRange(vaddr); ok {
+		if start, end, ok := b.goSyms.FunctionRange(vaddr); ok {
 			return start, end, true
 		}
 	}
 	if f, ok := b.elfSyms.lookup(vaddr); ok {
-		return f.start, f.start + max(f.size, 1), true
+		return f.Start, f.Start + max(f.Size, 1), true
 	}
 	return 0, 0, false
 }

@@ -67,8 +67,8 @@ func newDWARFPrefix(img elfImage) (_ *dwarfPrefix) {
 			_ = elfbin.Recovered(r, "reading the DWARF prefix")
 		}
 	}()
-	f := img.f
-	if f.Type == elf.ET_REL || img.data == nil || img.spilled.to() == nil || !readByPrefix.Load() {
+	f := img.F
+	if f.Type == elf.ET_REL || img.Data == nil || img.spilled.to() == nil || !readByPrefix.Load() {
 		return nil
 	}
 	var sects [len(dwarfSectionNames)]*elf.Section
@@ -87,8 +87,8 @@ func newDWARFPrefix(img elfImage) (_ *dwarfPrefix) {
 		return nil
 	}
 	raw := func(s *elf.Section) []byte {
-		if s.Offset <= uint64(len(img.data)) && s.FileSize <= uint64(len(img.data))-s.Offset {
-			return img.data[s.Offset : s.Offset+s.FileSize]
+		if s.Offset <= uint64(len(img.Data)) && s.FileSize <= uint64(len(img.Data))-s.Offset {
+			return img.Data[s.Offset : s.Offset+s.FileSize]
 		}
 		return nil
 	}
@@ -118,7 +118,7 @@ func newDWARFPrefix(img elfImage) (_ *dwarfPrefix) {
 				continue
 			}
 		}
-		b, heap, err := img.section(s)
+		b, heap, err := img.Section(s)
 		if err != nil || heap {
 			// The heap would hold what no cache counts: read whole.
 			return nil

@@ -13,6 +13,7 @@ import (
 	"unsafe"
 
 	"github.com/bpfcol/bpfcol/internal/elfbin"
+	"github.com/bpfcol/bpfcol/internal/symbolize/sections"
 )
 
 // dwarfSources is what newDWARFTable reads: the parsed DWARF and the raw
@@ -46,13 +47,13 @@ const arangesSection = len(dwarfSectionNames) - 1
 
 // loadDWARFSources reads the sections lookups need from f.
 func loadDWARFSources(f *elf.File) (dwarfSources, error) {
-	return loadDWARFImage(elfImage{f: f})
+	return loadDWARFImage(newELFImage(sections.Image{F: f}, nil))
 }
 
 // loadDWARFImage takes the sections lookups need from the mapped file, and
 // decompresses (zlib, zstd, .zdebug) those stored compressed, in parallel.
 func loadDWARFImage(img elfImage) (dwarfSources, error) {
-	f := img.f
+	f := img.F
 	if f.Type == elf.ET_REL {
 		// Object files need relocations applied; debug/elf does that.
 		d, err := f.DWARF()
@@ -104,7 +105,7 @@ func loadDWARFImage(img elfImage) (dwarfSources, error) {
 					errs[i] = elfbin.Recovered(r, "reading "+s.Name)
 				}
 			}()
-			b, heap, err := img.section(s)
+			b, heap, err := img.Section(s)
 			if err != nil && uint64(len(b)) < s.Size {
 				errs[i] = fmt.Errorf("reading %s: %w", s.Name, err)
 			}

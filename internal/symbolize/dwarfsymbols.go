@@ -10,6 +10,7 @@ import (
 	"unsafe"
 
 	"github.com/bpfcol/bpfcol/internal/frame"
+	"github.com/bpfcol/bpfcol/internal/symbolize/elfsym"
 )
 
 // dwarfTable answers lookups from DWARF: the function, file:line and the
@@ -404,7 +405,7 @@ func findRange(rs []scopeRange, pc uint64) (int32, bool) {
 	}
 	i := lo - 1
 	// Ranges rarely overlap; look back a few so an enclosing one is found.
-	for j := i; j >= 0 && j > i-maxNestedLookback; j-- {
+	for j := i; j >= 0 && j > i-elfsym.MaxNestedLookback; j-- {
 		if pc < rs[j].hi() {
 			return rs[j].scope, true
 		}
@@ -431,7 +432,7 @@ func findChild(rs []childRange, rel uint64, in bool) (int32, bool) {
 	}
 	i := lo - 1
 	// As findRange: a few back so an enclosing range is found.
-	for j := i; j >= 0 && j > i-maxNestedLookback; j-- {
+	for j := i; j >= 0 && j > i-elfsym.MaxNestedLookback; j-- {
 		if uint64(pc) < uint64(rs[j].lo)+uint64(rs[j].size) {
 			return rs[j].scope, true
 		}

@@ -44,7 +44,7 @@ func TestGoInlineTreeAgainstDWARF(t *testing.T) {
 			t.Fatalf("%s is not stripped", p.stripped)
 		}
 		s.loadSymbols()
-		if s.goSyms == nil || s.goSyms.inline == nil {
+		if s.goSyms == nil || !s.goSyms.HasInline() {
 			t.Fatalf("%s: no Go inline tree: %v", p.stripped, s.symbolsErr)
 		}
 		full.loadSymbols()
@@ -55,7 +55,7 @@ func TestGoInlineTreeAgainstDWARF(t *testing.T) {
 		n, m, notGo, pad := 0, 0, 0, 0
 		addrs := textAddresses(t, p.full, 20000)
 		for _, a := range addrs {
-			got, ok := s.goSyms.lookup(a)
+			got, ok := s.goSyms.Lookup(a)
 			want, _ := full.dwarf.lookup(a)
 			// Left out only where the twin's DWARF agrees: an address
 			// in Go source that our lookup misses, or that it calls

@@ -72,7 +72,7 @@ func (b *Binary) LookupFunction(name, version string) (fs FunctionSymbol, err er
 			// go tool nm shows assembly and cgo wrappers with their ABI
 			// suffix, which .gopclntab does not carry.
 			for _, n := range []string{name, strings.TrimSuffix(name, ".abi0")} {
-				if start, end, ok := b.goSyms.lookupFunc(n); ok {
+				if start, end, ok := b.goSyms.LookupFunc(n); ok {
 					return FunctionSymbol{Name: n, Start: start, End: end, Go: true}, nil
 				}
 			}
@@ -168,7 +168,7 @@ func (b *Binary) pickFunction(name, version string, cands []namedSymbol) (Functi
 	// Go functions also have .symtab entries (and cgo binaries C ones):
 	// .gopclntab says which code is Go, and its extent.
 	if b.goSyms != nil {
-		if start, end, ok := b.goSyms.functionRange(s.start); ok && start == s.start {
+		if start, end, ok := b.goSyms.FunctionRange(s.start); ok && start == s.start {
 			fn.Go, fn.End = true, end
 		}
 	}

@@ -433,6 +433,13 @@ func (ss *spilledSections) to() *sectionSpill {
 // compressed bytes, nil when not at hand. ok is false when s is to be
 // decompressed into the heap. A section read by prefix so far is
 // decompressed on to its end.
+// Inflated is get for sections.Image: a section that cannot be spilled is
+// decompressed into the heap instead.
+func (ss *spilledSections) Inflated(f *elf.File, s *elf.Section, raw []byte) ([]byte, bool) {
+	d, ok, _ := ss.get(f, s, raw)
+	return d, ok
+}
+
 func (ss *spilledSections) get(f *elf.File, s *elf.Section, raw []byte) ([]byte, bool, error) {
 	sp := ss.to()
 	if sp == nil {

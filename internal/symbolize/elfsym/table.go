@@ -1,4 +1,6 @@
-package symbolize
+// Package elfsym indexes an ELF file's function symbols (.symtab or
+// .dynsym) for lookups by address, names left in the mapped string table.
+package elfsym
 
 import (
 	"bytes"
@@ -8,14 +10,14 @@ import (
 	"sort"
 )
 
-// elfFunc is one function symbol from .symtab or .dynsym, with its name
+// Func is one function symbol from .symtab or .dynsym, with its name
 // decoded.
-type elfFunc struct {
-	start, size uint64
-	name        string
-	// file is the STT_FILE symbol preceding a local symbol: the source file
+type Func struct {
+	Start, Size uint64
+	Name        string
+	// File is the STT_FILE symbol preceding a local symbol: the source file
 	// the symbol came from, known even without DWARF.
-	file string
+	File string
 }
 
 // elfSym is a function symbol as the index keeps it: names stay in the
@@ -40,9 +42,9 @@ func (f *elfSym) covers(addr uint64) bool {
 	return addr >= f.start && addr-f.start < f.size
 }
 
-// elfSymbolTable holds function symbols sorted by start address, one per
+// Table holds function symbols sorted by start address, one per
 // address, and the string table their names are in.
-type elfSymbolTable struct {
+type Table struct {
 	funcs  []elfSym
 	strtab []byte
 }
@@ -63,64 +65,13 @@ func bindingRank(b elf.SymBind) int {
 	}
 }
 
-// rawSym is one symbol table entry, read in place.
-type rawSym struct {
-	name        uint32
-	info        byte
-	shndx       uint16
-	value, size uint64
-}
-
-// symbolReader walks a .symtab or .dynsym section without copying it.
-type symbolReader struct {
-	data  []byte
-	order binary.ByteOrder
-	is64  bool
-}
-
-func (r symbolReader) entSize() int {
-	if r.is64 {
-		return 24
-	}
-	return 16
-}
-
-func (r symbolReader) count() int { return len(r.data) / r.entSize() }
-
-func (r symbolReader) at(i int) rawSym {
-	b := r.data[i*r.entSize():]
-	if r.is64 {
-		return rawSym{
-			name: r.order.Uint32(b), info: b[4], shndx: r.order.Uint16(b[6:]),
-			value: r.order.Uint64(b[8:]), size: r.order.Uint64(b[16:]),
-		}
-	}
-	return rawSym{
-		name: r.order.Uint32(b), value: uint64(r.order.Uint32(b[4:])), size: uint64(r.order.Uint32(b[8:])),
-		info: b[12], shndx: r.order.Uint16(b[14:]),
-	}
-}
-
-// cstring returns the NUL-terminated string at off of tab, nil when off is
-// outside it.
-func cstring(tab []byte, off uint32) []byte {
-	if off == noName || uint64(off) >= uint64(len(tab)) {
-		return nil
-	}
-	s := tab[off:]
-	if i := bytes.IndexByte(s, 0); i >= 0 {
-		return s[:i]
-	}
-	return s
-}
-
-// buildELFSymbolTable indexes the defined STT_FUNC and STT_GNU_IFUNC
+// Build indexes the defined STT_FUNC and STT_GNU_IFUNC
 // symbols of r, whose names are in strtab. Several symbols at one address
 // are aliases of the same code: the entry takes its name from the best
 // binding (then the larger size, then the lexically smallest name, so the
 // choice does not depend on symbol table order) and its size from the
 // largest alias. The first entry (index 0) is the null symbol.
-func buildELFSymbolTable(r symbolReader, strtab []byte) *elfSymbolTable {
+func Build(r Reader, strtab []byte) *Table {
 	type candidate struct {
 		elfSym
 		rank int8
@@ -128,14 +79,14 @@ func buildELFSymbolTable(r symbolReader, strtab []byte) *elfSymbolTable {
 	// Counted first, so the candidates take one allocation of their size:
 	// growing the slice cost more than the second pass over the table.
 	n := 0
-	for i := 1; i < r.count(); i++ {
+	for i := 1; i < r.Count(); i++ {
 		if s := r.at(i); indexedFunc(s, strtab) {
 			n++
 		}
 	}
 	cands := make([]candidate, 0, n)
 	file := noName
-	for i := 1; i < r.count(); i++ {
+	for i := 1; i < r.Count(); i++ {
 		s := r.at(i)
 		if elf.ST_TYPE(s.info) == elf.STT_FILE {
 			file = s.name
@@ -168,9 +119,9 @@ func buildELFSymbolTable(r symbolReader, strtab []byte) *elfSymbolTable {
 			}
 			return 1
 		}
-		return bytes.Compare(cstring(strtab, a.name), cstring(strtab, b.name))
+		return bytes.Compare(CString(strtab, a.name), CString(strtab, b.name))
 	})
-	t := &elfSymbolTable{strtab: strtab}
+	t := &Table{strtab: strtab}
 	n = 0
 	for i := range cands {
 		if i == 0 || cands[i].start != cands[i-1].start {
@@ -203,9 +154,9 @@ func indexedFunc(s rawSym, strtab []byte) bool {
 	return strtab[s.name] != 0
 }
 
-// newELFSymbolTable indexes parsed symbols, copying their names into a
+// FromSymbols indexes parsed symbols, copying their names into a
 // string table of its own.
-func newELFSymbolTable(syms []elf.Symbol) *elfSymbolTable {
+func FromSymbols(syms []elf.Symbol) *Table {
 	var strtab []byte
 	raw := make([]byte, 24*(len(syms)+1))
 	for i, s := range syms {
@@ -217,31 +168,35 @@ func newELFSymbolTable(syms []elf.Symbol) *elfSymbolTable {
 		binary.LittleEndian.PutUint64(b[8:], s.Value)
 		binary.LittleEndian.PutUint64(b[16:], s.Size)
 	}
-	return buildELFSymbolTable(symbolReader{data: raw, order: binary.LittleEndian, is64: true}, strtab)
+	return Build(Reader{data: raw, order: binary.LittleEndian, is64: true}, strtab)
 }
 
-// cost is the heap the index holds; the string table is the mapped file,
-// or counted by whoever copied it.
-func (t *elfSymbolTable) cost() int64 { return int64(cap(t.funcs))*elfSymSize + 64 }
+// Len returns the number of functions indexed.
+func (t *Table) Len() int { return len(t.funcs) }
 
-// lookup returns the function covering addr.
-func (t *elfSymbolTable) lookup(addr uint64) (elfFunc, bool) {
+// Cost is the heap the index holds; the string table is the mapped file,
+// or counted by whoever copied it.
+func (t *Table) Cost() int64 { return int64(cap(t.funcs))*elfSymSize + 64 }
+
+// Lookup returns the function covering addr.
+func (t *Table) Lookup(addr uint64) (Func, bool) {
 	if t == nil {
-		return elfFunc{}, false
+		return Func{}, false
 	}
 	// Index of the last symbol starting at or below addr.
 	i := sort.Search(len(t.funcs), func(i int) bool { return t.funcs[i].start > addr }) - 1
 	// Hand-written assembly sometimes nests a small function inside a larger
 	// one; look back a few entries so the enclosing one still covers
 	// addresses past the inner one's end. The innermost covering symbol wins.
-	for j := i; j >= 0 && j > i-maxNestedLookback; j-- {
+	for j := i; j >= 0 && j > i-MaxNestedLookback; j-- {
 		if f := &t.funcs[j]; f.covers(addr) {
-			return elfFunc{start: f.start, size: f.size, name: string(cstring(t.strtab, f.name)), file: string(cstring(t.strtab, f.file))}, true
+			return Func{Start: f.start, Size: f.size, Name: string(CString(t.strtab, f.name)), File: string(CString(t.strtab, f.file))}, true
 		}
 	}
-	return elfFunc{}, false
+	return Func{}, false
 }
 
-// maxNestedLookback bounds the backward scan of lookup so a miss stays
-// O(log n).
-const maxNestedLookback = 8
+// MaxNestedLookback bounds the backward scan of a lookup by address for
+// a function nesting the one found (hand-written assembly), so a miss
+// stays O(log n); DWARF lookups scan as far.
+const MaxNestedLookback = 8

@@ -1,4 +1,4 @@
-package symbolize
+package elfsym
 
 import (
 	"debug/elf"
@@ -24,7 +24,7 @@ func TestELFSymbolTableRules(t *testing.T) {
 		funcSym("outer", elf.STB_GLOBAL, 0x3000, 0x100),
 		funcSym("inner", elf.STB_LOCAL, 0x3040, 0x10),
 	}
-	tab := newELFSymbolTable(syms)
+	tab := FromSymbols(syms)
 	cases := []struct {
 		addr uint64
 		name string // "" for no symbol
@@ -45,14 +45,14 @@ func TestELFSymbolTableRules(t *testing.T) {
 		{0x3100, ""},
 	}
 	for _, c := range cases {
-		f, ok := tab.lookup(c.addr)
+		f, ok := tab.Lookup(c.addr)
 		if c.name == "" {
 			if ok {
-				t.Errorf("lookup(%#x) = %q, want nothing", c.addr, f.name)
+				t.Errorf("lookup(%#x) = %q, want nothing", c.addr, f.Name)
 			}
 			continue
 		}
-		if !ok || f.name != c.name {
+		if !ok || f.Name != c.name {
 			t.Errorf("lookup(%#x) = %v, %v; want %q", c.addr, f, ok, c.name)
 		}
 	}
@@ -60,11 +60,11 @@ func TestELFSymbolTableRules(t *testing.T) {
 	for i, j := 0, len(syms)-1; i < j; i, j = i+1, j-1 {
 		syms[i], syms[j] = syms[j], syms[i]
 	}
-	if f, ok := newELFSymbolTable(syms).lookup(0x1000); !ok || f.name != "global_zero" {
+	if f, ok := FromSymbols(syms).Lookup(0x1000); !ok || f.Name != "global_zero" {
 		t.Errorf("reversed table: lookup(0x1000) = %v, %v; want global_zero", f, ok)
 	}
-	var empty *elfSymbolTable
-	if _, ok := empty.lookup(0x1000); ok {
+	var empty *Table
+	if _, ok := empty.Lookup(0x1000); ok {
 		t.Error("nil table resolved an address")
 	}
 }

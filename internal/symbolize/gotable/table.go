@@ -1,4 +1,7 @@
-package symbolize
+// Package gotable names addresses of Go binaries from their .gopclntab,
+// which -ldflags='-s -w' keeps, with inlined calls from the inline tree
+// the runtime keeps beside it (go:func.*).
+package gotable
 
 import (
 	"debug/elf"
@@ -10,37 +13,43 @@ import (
 
 	"github.com/bpfcol/bpfcol/internal/elfbin"
 	"github.com/bpfcol/bpfcol/internal/frame"
+	"github.com/bpfcol/bpfcol/internal/symbolize/elfsym"
+	"github.com/bpfcol/bpfcol/internal/symbolize/sections"
 )
 
-// goSymbolTable answers lookups from a Go binary's .gopclntab. Tables of Go
+// Table answers lookups from a Go binary's .gopclntab. Tables of Go
 // 1.18 and later are read in place (pcln); older ones through debug/gosym,
 // which materializes every function.
-type goSymbolTable struct {
+type Table struct {
 	pcln  *goPclntab
 	table *gosym.Table
 	// inline expands inlined calls; nil when the tree cannot be read.
 	inline *goInlineTree
 }
 
+// HasInline reports whether the inline tree was read: lookups then expand
+// inlined calls.
+func (t *Table) HasInline() bool { return t.inline != nil }
+
 // maxPclntabSize bounds how much of a (possibly hostile) file is read into
 // memory for one binary.
 const maxPclntabSize = 512 << 20
 
-// newGoSymbolTable reads the .gopclntab of img.
-func newGoSymbolTable(img elfImage) (t *goSymbolTable, err error) {
-	sect := elfbin.PclntabSection(img.f)
+// New reads the .gopclntab of img.
+func New(img sections.Image) (t *Table, err error) {
+	sect := elfbin.PclntabSection(img.F)
 	if sect == nil {
 		return nil, errors.New("no .gopclntab section")
 	}
 	if sect.Size > maxPclntabSize {
 		return nil, fmt.Errorf(".gopclntab is %d bytes, more than the %d limit", sect.Size, maxPclntabSize)
 	}
-	data, _, err := img.section(sect)
+	data, _, err := img.Section(sect)
 	if err != nil {
 		return nil, fmt.Errorf("reading .gopclntab: %w", err)
 	}
 	text := goTextStart(img, data)
-	t, err = parseGoPclntab(data, text)
+	t, err = Parse(data, text)
 	if err != nil {
 		return nil, err
 	}
@@ -49,9 +58,9 @@ func newGoSymbolTable(img elfImage) (t *goSymbolTable, err error) {
 	return t, nil
 }
 
-// parseGoPclntab decodes a .gopclntab whose functions are relative to
+// Parse decodes a .gopclntab whose functions are relative to
 // textStart.
-func parseGoPclntab(data []byte, textStart uint64) (t *goSymbolTable, err error) {
+func Parse(data []byte, textStart uint64) (t *Table, err error) {
 	if err := checkPclntabHeader(data); err != nil {
 		return nil, err
 	}
@@ -59,7 +68,7 @@ func parseGoPclntab(data []byte, textStart uint64) (t *goSymbolTable, err error)
 		if p.nfunc == 0 {
 			return nil, errors.New("decoding .gopclntab: no functions")
 		}
-		return &goSymbolTable{pcln: p}, nil
+		return &Table{pcln: p}, nil
 	}
 	// debug/gosym indexes slices with values read from the file; a corrupt
 	// table must not take the profiler down.
@@ -75,7 +84,7 @@ func parseGoPclntab(data []byte, textStart uint64) (t *goSymbolTable, err error)
 	if len(table.Funcs) == 0 {
 		return nil, errors.New("decoding .gopclntab: no functions")
 	}
-	return &goSymbolTable{table: table}, nil
+	return &Table{table: table}, nil
 }
 
 // minPclntabBytesPerFunc is a floor on the table bytes each function
@@ -122,11 +131,11 @@ func checkPclntabHeader(data []byte) error {
 // goTextStart finds the value of runtime.text, the base that .gopclntab's
 // function offsets are relative to. It can differ from the .text section
 // start when cgo puts C code first.
-func goTextStart(img elfImage, pclntab []byte) uint64 {
-	if v, ok := img.symbolValue("runtime.text"); ok {
+func goTextStart(img sections.Image, pclntab []byte) uint64 {
+	if v, ok := elfsym.Value(img, "runtime.text"); ok {
 		return v
 	}
-	f := img.f
+	f := img.F
 	text := f.Section(".text")
 	// Stripped binary: since Go 1.18 the pcHeader stores runtime.text after
 	// magic, padding, quantum, ptrSize, nfunc and nfiles. In PIE files the
@@ -167,20 +176,20 @@ const moduledataTextWord = 1 + 3*6 + 1 + 2
 // R_*_RELATIVE relocation whose addend is the .gopclntab address fills
 // moduledata.pcHeader, and the one moduledataTextWord words later fills
 // moduledata.text.
-func goTextStartFromRelocations(img elfImage, pclntab []byte) (uint64, bool) {
-	if img.f.Class != elf.ELFCLASS64 || len(pclntab) < 8 || pclntab[7] != 8 {
+func goTextStartFromRelocations(img sections.Image, pclntab []byte) (uint64, bool) {
+	if img.F.Class != elf.ELFCLASS64 || len(pclntab) < 8 || pclntab[7] != 8 {
 		return 0, false
 	}
-	sect := elfbin.PclntabSection(img.f)
+	sect := elfbin.PclntabSection(img.F)
 	if sect == nil {
 		return 0, false
 	}
 	return goModuledataWordFromRelocations(img, sect.Addr, moduledataTextWord)
 }
 
-// lookup returns the frames for pc, leaf first: each inlined call, with
+// Lookup returns the frames for pc, leaf first: each inlined call, with
 // the position inside it, then the physical function.
-func (t *goSymbolTable) lookup(pc uint64) (frames []frame.Line, ok bool) {
+func (t *Table) Lookup(pc uint64) (frames []frame.Line, ok bool) {
 	defer func() {
 		if r := recover(); r != nil {
 			_ = elfbin.Recovered(r, "looking up .gopclntab")
@@ -209,8 +218,8 @@ func (t *goSymbolTable) lookup(pc uint64) (frames []frame.Line, ok bool) {
 	return []frame.Line{{Name: fn.Name, File: file, Line: int64(max(line, 0))}}, true
 }
 
-// functionRange returns the entry and end of the function containing pc.
-func (t *goSymbolTable) functionRange(pc uint64) (start, end uint64, ok bool) {
+// FunctionRange returns the entry and end of the function containing pc.
+func (t *Table) FunctionRange(pc uint64) (start, end uint64, ok bool) {
 	defer func() {
 		if r := recover(); r != nil {
 			_ = elfbin.Recovered(r, "looking up .gopclntab")
@@ -231,8 +240,8 @@ func (t *goSymbolTable) functionRange(pc uint64) (start, end uint64, ok bool) {
 	return fn.Entry, fn.End, true
 }
 
-// lookupFunc returns the entry and end of the function called name.
-func (t *goSymbolTable) lookupFunc(name string) (start, end uint64, ok bool) {
+// LookupFunc returns the entry and end of the function called name.
+func (t *Table) LookupFunc(name string) (start, end uint64, ok bool) {
 	if t.pcln != nil {
 		return t.pcln.lookupName(name)
 	}
@@ -379,7 +388,7 @@ func (p *goPclntab) nameAt(off int32) []byte {
 	if off < 0 {
 		return nil
 	}
-	return cstring(p.funcnametab, uint32(off))
+	return elfsym.CString(p.funcnametab, uint32(off))
 }
 
 // position returns the file and line at pc in fn; line is -1 when unknown.
@@ -405,7 +414,7 @@ func (p *goPclntab) fileAt(fn goFunc, pc uint64) string {
 	if off == ^uint32(0) {
 		return ""
 	}
-	return string(cstring(p.filetab, off))
+	return string(elfsym.CString(p.filetab, off))
 }
 
 // pcValue decodes the pc-value table at off for the function at entry and

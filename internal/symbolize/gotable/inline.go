@@ -1,4 +1,4 @@
-package symbolize
+package gotable
 
 import (
 	"debug/elf"
@@ -6,6 +6,8 @@ import (
 
 	"github.com/bpfcol/bpfcol/internal/elfbin"
 	"github.com/bpfcol/bpfcol/internal/frame"
+	"github.com/bpfcol/bpfcol/internal/symbolize/elfsym"
+	"github.com/bpfcol/bpfcol/internal/symbolize/sections"
 )
 
 // goInlineTree expands a Go frame into its inlined calls through the
@@ -99,13 +101,13 @@ func (t *goInlineTree) expand(fn goFunc, pc uint64, leaf frame.Line) ([]frame.Li
 // elfMemory reads an ELF file's allocated sections at their virtual
 // addresses.
 type elfMemory struct {
-	img   elfImage
+	img   sections.Image
 	sects []*elf.Section
 }
 
-func newELFMemory(img elfImage) *elfMemory {
+func newELFMemory(img sections.Image) *elfMemory {
 	m := &elfMemory{img: img}
-	for _, s := range img.f.Sections {
+	for _, s := range img.F.Sections {
 		if s.Flags&elf.SHF_ALLOC != 0 && s.Type != elf.SHT_NOBITS && s.Flags&elf.SHF_COMPRESSED == 0 {
 			m.sects = append(m.sects, s)
 		}
@@ -117,7 +119,7 @@ func (m *elfMemory) ReadAt(p []byte, addr int64) (int, error) {
 	a := uint64(addr)
 	for _, s := range m.sects {
 		if a >= s.Addr && a-s.Addr < s.Size && uint64(len(p)) <= s.Size-(a-s.Addr) {
-			if d := m.img.data; d != nil && s.Offset <= uint64(len(d)) && s.Offset+a-s.Addr+uint64(len(p)) <= uint64(len(d)) {
+			if d := m.img.Data; d != nil && s.Offset <= uint64(len(d)) && s.Offset+a-s.Addr+uint64(len(p)) <= uint64(len(d)) {
 				return copy(p, d[s.Offset+a-s.Addr:]), nil
 			}
 			return s.ReadAt(p, int64(a-s.Addr))
@@ -129,13 +131,13 @@ func (m *elfMemory) ReadAt(p []byte, addr int64) (int, error) {
 // goFuncBase finds go:func.*, the base of funcdata offsets: from the symbol
 // table when there is one, else from runtime.firstmoduledata, found as the
 // word pointing at .gopclntab (through a relocation in PIE files).
-func goFuncBase(img elfImage, mem io.ReaderAt) uint64 {
+func goFuncBase(img sections.Image, mem io.ReaderAt) uint64 {
 	for _, name := range [...]string{"go:func.*", "go.func.*"} {
-		if v, ok := img.symbolValue(name); ok {
+		if v, ok := elfsym.Value(img, name); ok {
 			return v
 		}
 	}
-	f := img.f
+	f := img.F
 	pcln := elfbin.PclntabSection(f)
 	if pcln == nil || f.Class != elf.ELFCLASS64 {
 		return 0
@@ -151,7 +153,7 @@ func goFuncBase(img elfImage, mem io.ReaderAt) uint64 {
 		if s == nil || s.Type == elf.SHT_NOBITS || s.Size > 64<<20 {
 			continue
 		}
-		data, _, err := img.section(s)
+		data, _, err := img.Section(s)
 		if err != nil {
 			continue
 		}
@@ -173,8 +175,8 @@ func goFuncBase(img elfImage, mem io.ReaderAt) uint64 {
 // goModuledataWordFromRelocations returns, in a PIE Go binary, the value
 // the dynamic linker stores in word index of runtime.firstmoduledata: the
 // addend of the R_*_RELATIVE relocation there.
-func goModuledataWordFromRelocations(img elfImage, pclntabAddr uint64, index uint64) (uint64, bool) {
-	f := img.f
+func goModuledataWordFromRelocations(img sections.Image, pclntabAddr uint64, index uint64) (uint64, bool) {
+	f := img.F
 	var relative uint32
 	switch f.Machine {
 	case elf.EM_X86_64:
@@ -189,7 +191,7 @@ func goModuledataWordFromRelocations(img elfImage, pclntabAddr uint64, index uin
 		if rs.Type != elf.SHT_RELA || rs.Entsize != 24 || rs.Size > 256<<20 {
 			continue
 		}
-		if data, _, err := img.section(rs); err == nil {
+		if data, _, err := img.Section(rs); err == nil {
 			relas = append(relas, data)
 		}
 	}
