@@ -25,7 +25,7 @@ func dwarfBatch(b *Binary, addrs []uint64, out [][]frame.Line) {
 	b.loadSymbols()
 	b.loadDWARF()
 	for i, a := range addrs {
-		frames, ok := b.dwarf.lookup(a)
+		frames, ok := b.dwarf.Lookup(a)
 		if f, has := b.elfSyms.lookup(a); has && ok {
 			frames[len(frames)-1].Name = f.Name
 		}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/bpfcol/bpfcol/internal/elfbin"
 	"github.com/bpfcol/bpfcol/internal/frame"
+	"github.com/bpfcol/bpfcol/internal/symbolize/dwarfsym"
 	"github.com/bpfcol/bpfcol/internal/symbolize/elfsym"
 	"github.com/bpfcol/bpfcol/internal/symbolize/gotable"
 	"github.com/bpfcol/bpfcol/internal/symbolize/sections"
@@ -41,7 +42,7 @@ type Binary struct {
 	symbolsErr  error
 
 	dwarfOnce sync.Once
-	dwarf     *dwarfIndex // nil when there is no usable DWARF
+	dwarf     *dwarfsym.Index // nil when there is no usable DWARF
 	dwarfErr  error
 
 	// spilled are the compressed sections decompressed to disk, mapped
@@ -187,31 +188,15 @@ func (h *elfSymbols) lookup(addr uint64) (elfsym.Func, bool) {
 	return h.table().Lookup(addr)
 }
 
-// loadDWARF checks the DWARF sections once; compile units are parsed on
-// lookup.
+// loadDWARF indexes the DWARF once; compile units are parsed on lookup.
 func (b *Binary) loadDWARF() {
 	b.dwarfOnce.Do(func() {
 		defer elfbin.GuardFaults()()
-		if !b.HasDWARF() {
-			b.dwarfErr = errors.New("no DWARF sections")
-			return
+		var spill dwarfsym.Spill
+		if b.spilled.to() != nil {
+			spill = &b.spilled
 		}
-		img := b.image()
-		x := &dwarfIndex{id: b.id, tables: b.tables, data: b.f.Data, spilled: &b.spilled, load: func() (dwarfSources, error) {
-			defer elfbin.GuardFaults()()
-			return loadDWARFImage(img)
-		}}
-		if p := newDWARFPrefix(img); p != nil {
-			// The whole index waits for a lookup the prefix cannot answer.
-			x.prefix.Store(p)
-			b.dwarf = x
-			return
-		}
-		if _, err := x.units(); err != nil {
-			b.dwarfErr = fmt.Errorf("reading DWARF: %w", err)
-			return
-		}
-		b.dwarf = x
+		b.dwarf, b.dwarfErr = dwarfsym.Open(b.image().Image, binaryTables{t: b.tables, id: b.id}, spill)
 	})
 }
 
@@ -238,20 +223,20 @@ func (b *Binary) Symbolize(vaddr uint64) (frames []frame.Line, ok bool) {
 	b.loadDWARF()
 	sym, hasSym := b.elfSyms.lookup(vaddr)
 	if b.dwarf != nil {
-		if frames, ok := b.dwarf.lookup(vaddr); ok {
+		if frames, ok := b.dwarf.Lookup(vaddr); ok {
 			// The physical function takes its name from the symbol table
 			// when it has one: that names clones (.constprop, .cold) and
 			// out-of-line template instances exactly, as llvm-symbolizer
 			// does.
 			if last := &frames[len(frames)-1]; hasSym {
-				last.Name, last.SystemName = sourceAndSystemName(sym.Name)
+				last.Name, last.SystemName = elfsym.Names(sym.Name)
 			}
 			return frames, true
 		}
 	}
 	if hasSym {
 		fr := frame.Line{File: sym.File}
-		fr.Name, fr.SystemName = sourceAndSystemName(sym.Name)
+		fr.Name, fr.SystemName = elfsym.Names(sym.Name)
 		return []frame.Line{fr}, true
 	}
 	return nil, false
@@ -263,18 +248,11 @@ func (b *Binary) Symbolize(vaddr uint64) (frames []frame.Line, ok bool) {
 // it after.
 func (b *Binary) DropPages() {
 	elfbin.DropPages(b.f.Data)
-	b.spilled.dropPages()
+	b.spilled.DropPages()
 }
 
 // HasDWARF reports whether the file carries DWARF debug info.
-func (b *Binary) HasDWARF() bool {
-	for _, name := range [...]string{".debug_info", ".zdebug_info"} {
-		if s := b.f.ELF.Section(name); s != nil && s.Type != elf.SHT_NOBITS && s.Size > 0 {
-			return true
-		}
-	}
-	return false
-}
+func (b *Binary) HasDWARF() bool { return dwarfsym.Has(b.f.ELF) }
 
 // HasSymtab reports whether the file has a non-empty .symtab.
 func (b *Binary) HasSymtab() bool {

@@ -4,6 +4,8 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+
+	"github.com/bpfcol/bpfcol/internal/symbolize/internal/symtest"
 )
 
 // debugLinkedCopy writes a --strip-all copy of full to dir/prog whose
@@ -41,9 +43,9 @@ func debugLinkedCopy(t *testing.T, full, dir, debugFile string) (string, *Binary
 // longer matches is refused, and the binary falls back to its build-id.
 func TestDebugLinkThroughProcessRoot(t *testing.T) {
 	var full string
-	for _, w := range builtDWARFWorkloads(t) {
-		if w.name == "c-dwarf5" {
-			full = w.path
+	for _, w := range symtest.DWARFWorkloads(t, workloadDir) {
+		if w.Name == "c-dwarf5" {
+			full = w.Path
 		}
 	}
 	if full == "" {

@@ -7,69 +7,15 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/bpfcol/bpfcol/internal/frame"
+	"github.com/bpfcol/bpfcol/internal/symbolize/elfsym"
+	"github.com/bpfcol/bpfcol/internal/symbolize/internal/symtest"
 	"github.com/bpfcol/bpfcol/internal/testenv"
 )
-
-// dwarfWorkload is one binary with DWARF for the accuracy tests.
-type dwarfWorkload struct {
-	name string
-	path string
-	// truth is the binary llvm-symbolizer reads: LLVM 14 cannot decompress
-	// zstd sections, so the zstd copy is checked against its uncompressed
-	// original, which has the same layout.
-	truth string
-}
-
-var (
-	dwarfOnce      sync.Once
-	dwarfWorkloads []dwarfWorkload
-	dwarfErr       error
-)
-
-// builtDWARFWorkloads builds the inlining C and C++ workloads in DWARF 4
-// and 5, with zlib and zstd compressed sections, once per test process.
-func builtDWARFWorkloads(tb testing.TB) []dwarfWorkload {
-	tb.Helper()
-	requireTools(tb, "gcc", "g++", "objcopy")
-	dwarfOnce.Do(func() {
-		csrc, _ := filepath.Abs("testdata/cinline/main.c")
-		cppsrc, _ := filepath.Abs("testdata/cppworkload/main.cpp")
-		builds := [][]string{
-			{"c-dwarf5", "gcc", "-O2", "-g", "-gdwarf-5", "-o", "c-dwarf5", csrc},
-			{"c-dwarf4", "gcc", "-O2", "-g", "-gdwarf-4", "-no-pie", "-o", "c-dwarf4", csrc},
-			{"c-zlib", "gcc", "-O2", "-g", "-gz=zlib", "-o", "c-zlib", csrc},
-			{"c-zstd", "objcopy", "--compress-debug-sections=zstd", "c-dwarf5", "c-zstd"},
-			{"c-zdebug", "objcopy", "--compress-debug-sections=zlib-gnu", "c-dwarf4", "c-zdebug"},
-			{"cpp-dwarf5", "g++", "-O2", "-g", "-o", "cpp-dwarf5", cppsrc},
-			{"cpp-dwarf4", "g++", "-O2", "-g", "-gdwarf-4", "-o", "cpp-dwarf4", cppsrc},
-		}
-		for _, b := range builds {
-			cmd := exec.Command(b[1], b[2:]...)
-			cmd.Dir = workloadDir
-			if out, err := cmd.CombinedOutput(); err != nil {
-				dwarfErr = fmt.Errorf("building %s: %v\n%s", b[0], err, out)
-				return
-			}
-			w := dwarfWorkload{name: b[0], path: filepath.Join(workloadDir, b[0])}
-			w.truth = w.path
-			if b[0] == "c-zstd" {
-				w.truth = filepath.Join(workloadDir, "c-dwarf5")
-			}
-			dwarfWorkloads = append(dwarfWorkloads, w)
-		}
-	})
-	if dwarfErr != nil {
-		tb.Fatal(dwarfErr)
-	}
-	return dwarfWorkloads
-}
 
 // llvmSymbolizer finds llvm-symbolizer, skipping the test without it.
 func llvmSymbolizer(tb testing.TB) string {
@@ -188,12 +134,12 @@ func framesEqual(a, b []frame.Line) bool {
 		x, y := a[i], b[i]
 		// Our raw name must be the one Function was demangled from;
 		// llvm-symbolizer prints only the demangled form.
-		if x.SystemName != "" && demangleName(x.SystemName) != x.Name {
+		if x.SystemName != "" && elfsym.Demangle(x.SystemName) != x.Name {
 			return false
 		}
 		x.SystemName = ""
 		// LLVM 14 leaves some names it cannot demangle mangled.
-		if strings.HasPrefix(y.Name, "_Z") && demangleName(y.Name) == x.Name {
+		if strings.HasPrefix(y.Name, "_Z") && elfsym.Demangle(y.Name) == x.Name {
 			y.Name = x.Name
 		}
 		x.Name, y.Name = closeTemplates(x.Name), closeTemplates(y.Name)
@@ -215,25 +161,25 @@ func TestDWARFAgainstLLVMSymbolizer(t *testing.T) {
 	var total int
 	var misses []string
 	sawInline := false
-	for _, w := range builtDWARFWorkloads(t) {
-		b := openWorkload(t, w.path)
+	for _, w := range symtest.DWARFWorkloads(t, workloadDir) {
+		b := openWorkload(t, w.Path)
 		if err := b.DWARFErr(); err != nil {
-			t.Fatalf("%s: %v", w.name, err)
+			t.Fatalf("%s: %v", w.Name, err)
 		}
-		addrs := textAddresses(t, w.path, 40000)
-		n, stretched, gaps, m := accuracy(t, b, w.truth, addrs)
+		addrs := textAddresses(t, w.Path, 40000)
+		n, stretched, gaps, m := accuracy(t, b, w.Truth, addrs)
 		total += n
 		misses = append(misses, m...)
 		t.Logf("%s: %d of %d addresses (%.1f%%) left out where llvm-symbolizer stretches a zero-size symbol; %d (%.1f%%) lie outside every sized function",
-			w.name, stretched, len(addrs), 100*float64(stretched)/float64(len(addrs)), gaps, 100*float64(gaps)/float64(len(addrs)))
-		requireAccuracy(t, w.name, n, len(m))
+			w.Name, stretched, len(addrs), 100*float64(stretched)/float64(len(addrs)), gaps, 100*float64(gaps)/float64(len(addrs)))
+		requireAccuracy(t, w.Name, n, len(m))
 		for _, a := range addrs {
 			if fr, _ := b.Symbolize(a); len(fr) >= 3 {
 				sawInline = true
 				break
 			}
 		}
-		t.Logf("%s: %d addresses, %d misses", w.name, n, len(m))
+		t.Logf("%s: %d addresses, %d misses", w.Name, n, len(m))
 	}
 	if !sawInline {
 		t.Error("no address has an inline chain of depth 3: the workloads no longer inline")
@@ -257,7 +203,7 @@ func TestDWARFAgainstLLVMSymbolizer(t *testing.T) {
 	want := llvmFramesNamed(t, self, goAddrs, "short")
 	goMisses := 0
 	for i, a := range goAddrs {
-		got, _ := big.dwarf.lookup(a)
+		got, _ := big.dwarf.Lookup(a)
 		if !framesEqual(got, want[i]) {
 			goMisses++
 			misses = append(misses, fmt.Sprintf("ebpfprofreceiver.test %#x: %s", a, framesDiff(got, want[i])))

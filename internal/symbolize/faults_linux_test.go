@@ -19,6 +19,7 @@ import (
 	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/bpfcol/bpfcol/internal/symbolize/debuginfod"
+	"github.com/bpfcol/bpfcol/internal/symbolize/internal/symtest"
 )
 
 // TestFetchFailureWarningsSpaced points the Symbolizer at a port nothing
@@ -76,11 +77,11 @@ func TestFetchFailureWarningsSpaced(t *testing.T) {
 // not ask the server again while the failure is cached; every failure but
 // the server not having the file is logged as a warning naming the server.
 func TestFetchFaults(t *testing.T) {
-	ws := builtDWARFWorkloads(t)
-	full := ws[0].path
+	ws := symtest.DWARFWorkloads(t, workloadDir)
+	full := ws[0].Path
 	stripped := filepath.Join(t.TempDir(), "stripped")
 	id := stripCopy(t, full, stripped)
-	otherELF, err := os.ReadFile(ws[len(ws)-1].path) // valid ELF, another build-id
+	otherELF, err := os.ReadFile(ws[len(ws)-1].Path) // valid ELF, another build-id
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -238,8 +239,8 @@ func TestFetchFaults(t *testing.T) {
 // lookup: the configured directory comes first, so the corrupt file is
 // placed there, and the good sibling in the cache must still answer.
 func TestCorruptCachedDebugDemoted(t *testing.T) {
-	ws := builtDWARFWorkloads(t)
-	full := ws[0].path
+	ws := symtest.DWARFWorkloads(t, workloadDir)
+	full := ws[0].Path
 	stripped := filepath.Join(t.TempDir(), "stripped")
 	id := stripCopy(t, full, stripped)
 	data, err := os.ReadFile(full)

@@ -12,6 +12,7 @@ import (
 
 	"github.com/bpfcol/bpfcol/internal/process"
 	"github.com/bpfcol/bpfcol/internal/symbolize/debuginfod"
+	"github.com/bpfcol/bpfcol/internal/symbolize/internal/symtest"
 	"github.com/bpfcol/bpfcol/internal/testdebuginfod"
 )
 
@@ -77,21 +78,21 @@ func execSegment(t *testing.T, bin string) *elf.Prog {
 // named; a second Symbolizer over the same cache finds the files on disk
 // without fetching.
 func TestFileModeThroughDebuginfod(t *testing.T) {
-	ws := builtDWARFWorkloads(t)
+	ws := symtest.DWARFWorkloads(t, workloadDir)
 	srv := t.TempDir()
 	runDir := t.TempDir()
 	var ids []string
 	type target struct{ full, stripped, id string }
 	var targets []target
 	for _, name := range []string{"c-dwarf5", "cpp-dwarf5"} {
-		var w dwarfWorkload
+		var w symtest.DWARFWorkload
 		for _, x := range ws {
-			if x.name == name {
+			if x.Name == name {
 				w = x
 			}
 		}
 		full := filepath.Join(srv, name)
-		run(t, "", "cp", w.path, full)
+		run(t, "", "cp", w.Path, full)
 		stripped := filepath.Join(runDir, name)
 		id := stripCopy(t, full, stripped)
 		if id != gnuBuildID(t, full) {

@@ -1,8 +1,6 @@
 package symbolize
 
 import (
-	"bytes"
-	"debug/elf"
 	"os"
 	"path/filepath"
 	"testing"
@@ -54,40 +52,6 @@ func FuzzOpenBinary(f *testing.F) {
 			b.FunctionStart(a)
 			b.ReadCode(a, 16)
 			b.Mapper().FileOffsetToVirtualAddress(a)
-		}
-	})
-}
-
-// FuzzDWARF feeds corrupt DWARF through the table builder and lookups.
-func FuzzDWARF(f *testing.F) {
-	f.Fuzz(func(t *testing.T, data []byte) {
-		if len(data) > maxFuzzInput {
-			return
-		}
-		ef, err := elf.NewFile(bytes.NewReader(data))
-		if err != nil {
-			return
-		}
-		before := elfbin.ParserPanics()
-		defer func() {
-			if n := elfbin.ParserPanics() - before; n != 0 {
-				t.Fatalf("%d parser panics recovered", n)
-			}
-		}()
-		src, err := loadDWARFSources(ef)
-		if err != nil {
-			return
-		}
-		units, err := newDWARFUnits(src)
-		if err != nil {
-			return
-		}
-		tab := &dwarfIndex{tables: NewTables(1 << 20), load: func() (dwarfSources, error) { return src, nil }}
-		for _, a := range fuzzAddresses {
-			tab.lookup(a)
-		}
-		for _, r := range units.ranges[:min(len(units.ranges), 64)] {
-			tab.lookup(r.lo)
 		}
 	})
 }

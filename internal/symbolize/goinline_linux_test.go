@@ -56,7 +56,7 @@ func TestGoInlineTreeAgainstDWARF(t *testing.T) {
 		addrs := textAddresses(t, p.full, 20000)
 		for _, a := range addrs {
 			got, ok := s.goSyms.Lookup(a)
-			want, _ := full.dwarf.lookup(a)
+			want, _ := full.dwarf.Lookup(a)
 			// Left out only where the twin's DWARF agrees: an address
 			// in Go source that our lookup misses, or that it calls
 			// padding while DWARF has a range there, is compared (and

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/bpfcol/bpfcol/internal/symbolize/internal/symtest"
 	"github.com/bpfcol/bpfcol/internal/testenv"
 )
 
@@ -193,9 +194,9 @@ func TestLookupFunctionVersioned(t *testing.T) {
 func TestLookupFunctionDemangled(t *testing.T) {
 	requireTools(t, "c++filt")
 	var bin string
-	for _, w := range builtDWARFWorkloads(t) {
-		if w.name == "cpp-dwarf5" {
-			bin = w.path
+	for _, w := range symtest.DWARFWorkloads(t, workloadDir) {
+		if w.Name == "cpp-dwarf5" {
+			bin = w.Path
 		}
 	}
 	b := openWorkload(t, bin)

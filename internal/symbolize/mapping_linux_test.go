@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/bpfcol/bpfcol/internal/process"
+	"github.com/bpfcol/bpfcol/internal/symbolize/internal/symtest"
 	"github.com/bpfcol/bpfcol/internal/testenv"
 )
 
@@ -80,9 +81,9 @@ func checkNamedThroughMapping(t *testing.T, pid int, m *process.Mapping, truth s
 func TestDeletedBinaryStillNamed(t *testing.T) {
 	testenv.RequireRoot(t) // map_files of another process
 	var src string
-	for _, w := range builtDWARFWorkloads(t) {
-		if w.name == "c-dwarf5" {
-			src = w.path
+	for _, w := range symtest.DWARFWorkloads(t, workloadDir) {
+		if w.Name == "c-dwarf5" {
+			src = w.Path
 		}
 	}
 	bin := filepath.Join(t.TempDir(), "doomed")
@@ -111,9 +112,9 @@ func TestOtherMountNamespaceNamed(t *testing.T) {
 	testenv.RequireRoot(t)
 	requireTools(t, "unshare", "mount")
 	var src string
-	for _, w := range builtDWARFWorkloads(t) {
-		if w.name == "c-dwarf5" {
-			src = w.path
+	for _, w := range symtest.DWARFWorkloads(t, workloadDir) {
+		if w.Name == "c-dwarf5" {
+			src = w.Path
 		}
 	}
 	dir := t.TempDir()

@@ -103,15 +103,18 @@ func (sp *sectionSpill) isKept(key [sha256.Size]byte) bool {
 	return ok
 }
 
-// data returns the section's content, of which only the first length(),
-// as far as ensure went, may be read.
-func (p *prefixSection) data() []byte { return p.m[keptHeaderSize:] }
+// Data returns the section's content, of which only the first Length(),
+// as far as Ensure went, may be read.
+func (p *prefixSection) Data() []byte { return p.m[keptHeaderSize:] }
 
-// length is how far the content is decompressed.
-func (p *prefixSection) length() int64 { return p.done.Load() }
+// Length is how far the content is decompressed.
+func (p *prefixSection) Length() int64 { return p.done.Load() }
 
-// ensure decompresses the content up to n bytes (at most the whole).
-func (p *prefixSection) ensure(n int64) (err error) {
+// Size is the section's decompressed size.
+func (p *prefixSection) Size() int64 { return p.size }
+
+// Ensure decompresses the content up to n bytes (at most the whole).
+func (p *prefixSection) Ensure(n int64) (err error) {
 	n = min(n, p.size)
 	if p.done.Load() >= n {
 		return nil
@@ -173,10 +176,10 @@ func (p *prefixSection) finishLocked() error {
 
 // whole decompresses the rest and returns the content.
 func (p *prefixSection) whole() ([]byte, error) {
-	if err := p.ensure(p.size); err != nil {
+	if err := p.Ensure(p.size); err != nil {
 		return nil, err
 	}
-	return p.data(), nil
+	return p.Data(), nil
 }
 
 // closeFile closes the file, removing it unless kept; the mapping stays.

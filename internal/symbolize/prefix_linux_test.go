@@ -13,6 +13,8 @@ import (
 	"testing"
 
 	"github.com/bpfcol/bpfcol/internal/frame"
+	"github.com/bpfcol/bpfcol/internal/symbolize/dwarfsym"
+	"github.com/bpfcol/bpfcol/internal/symbolize/internal/symtest"
 	"github.com/bpfcol/bpfcol/internal/testworkload"
 )
 
@@ -23,7 +25,7 @@ import (
 // heap, all answered by the prefix, and a restart maps the sections kept
 // whole, decompressing nothing.
 func TestPrefixNamesLibcStartFromTheFront(t *testing.T) {
-	dbg, syms := libcDebugFile(t)
+	dbg, syms := symtest.LibcDebugFile(t)
 	ef, err := elf.Open(dbg)
 	if err != nil {
 		t.Fatal(err)
@@ -69,7 +71,7 @@ func TestPrefixNamesLibcStartFromTheFront(t *testing.T) {
 		t.Fatal(err)
 	}
 	frames, ok := b.Symbolize(first)
-	if b.dwarf == nil || b.dwarf.prefix.Load() == nil {
+	if b.dwarf == nil || !b.dwarf.ByPrefix() {
 		t.Fatal("libc6-dbg's DWARF is not read by prefix")
 	}
 	if !ok || frames[len(frames)-1].Name != start || !reflect.DeepEqual(frames, want[0]) {
@@ -82,9 +84,9 @@ func TestPrefixNamesLibcStartFromTheFront(t *testing.T) {
 	t.Logf("naming %s decompressed %d of %d bytes", start, st.Inflated, whole)
 	byPrefix := 0
 	for i, a := range addrs {
-		on := b.dwarf.prefix.Load() != nil
+		on := b.dwarf.ByPrefix()
 		got, _ := b.Symbolize(a)
-		if on && b.dwarf.prefix.Load() != nil {
+		if on && b.dwarf.ByPrefix() {
 			byPrefix++
 		}
 		if !reflect.DeepEqual(got, want[i]) {
@@ -122,7 +124,7 @@ func TestPrefixNamesLibcStartFromTheFront(t *testing.T) {
 // index fails as without prefixes), nothing panics, and the section is
 // not kept for a restart.
 func TestPrefixCorruptStreamKeepsNothing(t *testing.T) {
-	dbg, syms := libcDebugFile(t)
+	dbg, syms := symtest.LibcDebugFile(t)
 	ef, err := elf.Open(dbg)
 	if err != nil {
 		t.Fatal(err)
@@ -175,7 +177,7 @@ func TestPrefixCorruptStreamKeepsNothing(t *testing.T) {
 	if _, ok := b.Symbolize(first); !ok {
 		t.Errorf("%#x not named", first)
 	}
-	if b.dwarf == nil || b.dwarf.prefix.Load() == nil {
+	if b.dwarf == nil || !b.dwarf.ByPrefix() {
 		t.Fatal("the copy's DWARF is not read by prefix")
 	}
 	if fr, _ := b.Symbolize(last + 4); len(fr) > 0 && fr[0].Line > 0 {
@@ -268,7 +270,7 @@ func TestPrefixUnlistedUnitReadWhole(t *testing.T) {
 		if !reflect.DeepEqual(got, want[i]) {
 			t.Errorf("%#x: named %v by prefix, %v through the heap", a, got, want[i])
 		}
-		if prefix := b.dwarf.prefix.Load() != nil; prefix != (i < 2) {
+		if prefix := b.dwarf.ByPrefix(); prefix != (i < 2) {
 			t.Errorf("after naming %#x, reading by prefix: %v; want it up to the unlisted unit's address", a, prefix)
 		}
 	}
@@ -302,7 +304,7 @@ func FuzzDWARFPrefix(f *testing.F) {
 		f.Cleanup(func() { sp.dir.Close() })
 		spills[prefix] = sp
 	}
-	f.Cleanup(func() { readByPrefix.Store(true) })
+	f.Cleanup(func() { dwarfsym.ReadByPrefix.Store(true) })
 	path := filepath.Join(dir, "bin")
 	f.Fuzz(func(t *testing.T, data []byte) {
 		if len(data) > maxFuzzInput {
@@ -325,7 +327,7 @@ func FuzzDWARFPrefix(f *testing.F) {
 		for _, prefix := range []bool{true, false} {
 			tables := NewTables(1 << 20)
 			tables.spill.Store(spills[prefix])
-			readByPrefix.Store(prefix)
+			dwarfsym.ReadByPrefix.Store(prefix)
 			fd, err := os.Open(path)
 			if err != nil {
 				t.Fatal(err)

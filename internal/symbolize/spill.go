@@ -19,6 +19,7 @@ import (
 
 	"github.com/bpfcol/bpfcol/internal/elfbin"
 	"github.com/bpfcol/bpfcol/internal/safefs"
+	"github.com/bpfcol/bpfcol/internal/symbolize/dwarfsym"
 )
 
 // sectionSpill decompresses compressed debug sections (libc6-dbg's, Go's
@@ -477,9 +478,18 @@ func (ss *spilledSections) keep(name string, d []byte, release func()) {
 	ss.releases = append(ss.releases, release)
 }
 
-// prefix returns s to be decompressed as far as reads need, or whole
+// Prefix is prefixOf for dwarfsym.
+func (ss *spilledSections) Prefix(f *elf.File, s *elf.Section, raw []byte) (dwarfsym.Prefix, []byte, bool) {
+	p, whole, ok, _ := ss.prefixOf(f, s, raw)
+	if p == nil {
+		return nil, whole, ok // no typed nil in the interface
+	}
+	return p, whole, ok
+}
+
+// prefixOf returns s to be decompressed as far as reads need, or whole
 // when it already is; ok is false when s is to be read whole.
-func (ss *spilledSections) prefix(f *elf.File, s *elf.Section, raw []byte) (p *prefixSection, whole []byte, ok bool, err error) {
+func (ss *spilledSections) prefixOf(f *elf.File, s *elf.Section, raw []byte) (p *prefixSection, whole []byte, ok bool, err error) {
 	sp := ss.to()
 	if sp == nil {
 		return nil, nil, false, nil
@@ -503,8 +513,8 @@ func (ss *spilledSections) prefix(f *elf.File, s *elf.Section, raw []byte) (p *p
 	return p, nil, true, nil
 }
 
-// dropPages takes the spilled pages read so far out of the RSS.
-func (ss *spilledSections) dropPages() {
+// DropPages takes the spilled pages read so far out of the RSS.
+func (ss *spilledSections) DropPages() {
 	if ss == nil {
 		return
 	}
@@ -514,7 +524,7 @@ func (ss *spilledSections) dropPages() {
 		elfbin.DropPages(d)
 	}
 	for _, p := range ss.prefixes {
-		elfbin.DropPages(p.data()[:p.length()])
+		elfbin.DropPages(p.Data()[:p.Length()])
 	}
 }
 

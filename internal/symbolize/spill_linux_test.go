@@ -112,9 +112,9 @@ func TestSectionSpillNamesAsTheHeap(t *testing.T) {
 	bin, addrs := compressedDWARFBinary(t)
 
 	want, hb := lookupAll(t, bin, addrs, nil)
-	heapSrc := hb.dwarf.sourcesForTest(t)
+	heapBytes := sectionsHeap(t, hb)
 	hb.Close()
-	if heapSrc.heapBytes == 0 {
+	if heapBytes == 0 {
 		t.Fatal("without a spill, the decompressed sections are not counted on the heap")
 	}
 
@@ -127,8 +127,8 @@ func TestSectionSpillNamesAsTheHeap(t *testing.T) {
 	if st.Sections == 0 || st.Bytes == 0 || st.Refused != 0 {
 		t.Errorf("spill stats %+v: want sections spilled, none refused", st)
 	}
-	if src := b.dwarf.sourcesForTest(t); src.heapBytes != 0 {
-		t.Errorf("%d bytes of sections counted on the heap with the spill", src.heapBytes)
+	if n := sectionsHeap(t, b); n != 0 {
+		t.Errorf("%d bytes of sections counted on the heap with the spill", n)
 	}
 	names, err := sp.dir.ReadDir(spillSubdir)
 	if err != nil || len(names) != 0 {
@@ -157,7 +157,7 @@ func TestSectionSpillBound(t *testing.T) {
 	if st.Refused == 0 || st.Bytes > 1024 {
 		t.Errorf("spill stats %+v under a 1024-byte bound: want refusals counted, at most 1024 bytes", st)
 	}
-	if src := b.dwarf.sourcesForTest(t); src.heapBytes == 0 {
+	if sectionsHeap(t, b) == 0 {
 		t.Errorf("refused sections not counted on the heap")
 	}
 }
@@ -200,18 +200,14 @@ func TestSectionSpillFollowsNoSymlink(t *testing.T) {
 	}
 }
 
-// sourcesForTest returns the index's DWARF sections.
-func (x *dwarfIndex) sourcesForTest(t *testing.T) *dwarfSources {
+// sectionsHeap returns the heap the index's DWARF sections take.
+func sectionsHeap(t *testing.T, b *Binary) int64 {
 	t.Helper()
-	u, err := x.units()
+	n, err := b.dwarf.SectionsHeap()
 	if err != nil {
 		t.Fatal(err)
 	}
-	src := x.sources(u)
-	if src == nil {
-		t.Fatal("no DWARF sections")
-	}
-	return src
+	return n
 }
 
 // TestSectionSpillKeptAcrossRestarts keeps the decompressed sections of a

@@ -10,39 +10,10 @@ import (
 	"syscall"
 	"testing"
 	"time"
-)
 
-// libcDebugFile returns the path of the installed libc's separate debug
-// file (libc6-dbg), its symbol table and the libc itself.
-func libcDebugFile(tb testing.TB) (string, []elf.Symbol) {
-	tb.Helper()
-	libc := "/lib/x86_64-linux-gnu/libc.so.6"
-	f, err := os.Open(libc)
-	if err != nil {
-		tb.Fatalf("libc6 is needed: %v", err)
-	}
-	defer f.Close()
-	b, err := OpenBinary(f, NewTables(0))
-	if err != nil {
-		tb.Fatal(err)
-	}
-	id := b.BuildIDGNU()
-	b.Close()
-	if len(id) < 3 {
-		tb.Fatalf("%s has no build id", libc)
-	}
-	dbg := filepath.Join("/usr/lib/debug/.build-id", id[:2], id[2:]+".debug")
-	ef, err := elf.Open(dbg)
-	if err != nil {
-		tb.Fatalf("libc6-dbg is needed (scripts/install-deps.sh installs it): %v", err)
-	}
-	defer ef.Close()
-	syms, err := ef.Symbols()
-	if err != nil {
-		tb.Fatal(err)
-	}
-	return dbg, syms
-}
+	"github.com/bpfcol/bpfcol/internal/symbolize/dwarfsym"
+	"github.com/bpfcol/bpfcol/internal/symbolize/internal/symtest"
+)
 
 // BenchmarkColdLibcDebug measures what naming the first address of a
 // process in libc costs a collector that just started: libc6-dbg's debug
@@ -53,7 +24,7 @@ func libcDebugFile(tb testing.TB) (string, []elf.Symbol) {
 // host does, and fails unless the sections were reused from it.
 // The name must match the symbol table's.
 func BenchmarkColdLibcDebug(b *testing.B) {
-	dbg, syms := libcDebugFile(b)
+	dbg, syms := symtest.LibcDebugFile(b)
 	var addr uint64
 	const want = "__libc_start_call_main"
 	for _, s := range syms {
@@ -98,9 +69,9 @@ func BenchmarkColdLibcDebug(b *testing.B) {
 		b.StopTimer()
 		// A start that read libc's DWARF whole (its lookups went past
 		// what a prefix answers) left every section kept.
-		readByPrefix.Store(false)
+		dwarfsym.ReadByPrefix.Store(false)
 		name(b, dir)
-		readByPrefix.Store(true)
+		dwarfsym.ReadByPrefix.Store(true)
 		for range b.N {
 			if st := name(b, dir); st.Reused == 0 || st.Reused != st.Sections {
 				b.Fatalf("spill stats %+v: want every section reused", st)
@@ -120,7 +91,7 @@ func BenchmarkColdLibcDebug(b *testing.B) {
 // symbol table's, a restart must decompress nothing; the ratio is prefix
 // over whole.
 func BenchmarkFirstLibcReport(b *testing.B) {
-	dbg, syms := libcDebugFile(b)
+	dbg, syms := symtest.LibcDebugFile(b)
 	sets := map[string][]string{
 		"start":    {"__libc_start_call_main", "__libc_start_main_impl"},
 		"syscalls": {"__libc_start_call_main", "__libc_start_main_impl", "__clock_nanosleep", "__libc_read", "__libc_write", "__poll"},
@@ -152,8 +123,8 @@ func BenchmarkFirstLibcReport(b *testing.B) {
 		// else with dir, which a run that read libc's DWARF whole left
 		// (a restart).
 		run := func(b *testing.B, prefix bool, dir string) (cpu time.Duration, alloc uint64, inflated int64) {
-			readByPrefix.Store(prefix)
-			defer readByPrefix.Store(true)
+			dwarfsym.ReadByPrefix.Store(prefix)
+			defer dwarfsym.ReadByPrefix.Store(true)
 			if dir == "" {
 				dir = filepath.Join(b.TempDir(), "cache")
 			}

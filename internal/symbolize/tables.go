@@ -6,6 +6,7 @@ import (
 
 	"github.com/bpfcol/bpfcol/internal/elfbin"
 	"github.com/bpfcol/bpfcol/internal/lru"
+	"github.com/bpfcol/bpfcol/internal/symbolize/dwarfsym"
 )
 
 // tableKind says which parsed table of a binary an entry of the table
@@ -15,22 +16,30 @@ type tableKind uint8
 const (
 	// kindSymtab: the sorted index of .symtab (or .dynsym) functions.
 	kindSymtab tableKind = iota
-	// kindDWARF: the index of compile units by address.
+	// kindDWARF: the first kind of the DWARF tables, dwarfsym.Kind
+	// numbering those after it (dwarfKind).
 	kindDWARF
-	// kindSections: the DWARF sections, decompressed when stored
-	// compressed.
-	kindSections
-	// kindUnit: the line table and function tree of one compile unit.
-	kindUnit
-	// kindFull: debug/dwarf's reader of the whole DWARF, for units that
-	// refer to others (Go, LTO).
-	kindFull
-	// kindPrefixIndex: the index of compile units by address of DWARF
-	// read by prefix (dwarfPrefix), from .debug_aranges.
-	kindPrefixIndex
-	// kindPrefixUnit: one compile unit parsed by dwarfPrefix, by index.
-	kindPrefixUnit
 )
+
+// dwarfKind is the kind of the DWARF table of kind k.
+func dwarfKind(k dwarfsym.Kind) tableKind { return kindDWARF + tableKind(k) }
+
+// binaryTables is one binary's entries of Tables, as dwarfsym asks for
+// them.
+type binaryTables struct {
+	t  *Tables
+	id uint64
+}
+
+func (b binaryTables) Get(k dwarfsym.Kind, unit int32, drop []byte, parse func() (any, int64)) any {
+	return b.t.get(tableKey{binary: b.id, kind: dwarfKind(k), unit: unit}, drop, parse)
+}
+
+func (b binaryTables) Add(k dwarfsym.Kind, v any, cost int64) {
+	b.t.add(tableKey{binary: b.id, kind: dwarfKind(k)}, v, cost)
+}
+
+func (b binaryTables) DropPrefix() { b.t.dropPrefix(b.id) }
 
 // tableKey names one parsed table: the binary (by a number unique in the
 // process, since a Binary's file can be replaced), what table, and for a
@@ -163,7 +172,7 @@ func (c *Tables) dropPrefix(id uint64) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.lru.RemoveFunc(func(k tableKey, _ *parsedTable) bool {
-		return k.binary == id && (k.kind == kindPrefixIndex || k.kind == kindPrefixUnit)
+		return k.binary == id && (k.kind == dwarfKind(dwarfsym.KindPrefixIndex) || k.kind == dwarfKind(dwarfsym.KindPrefixUnit))
 	})
 }
 

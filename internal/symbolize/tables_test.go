@@ -3,6 +3,8 @@ package symbolize
 import (
 	"testing"
 	"time"
+
+	"github.com/bpfcol/bpfcol/internal/symbolize/dwarfsym"
 )
 
 // TestTableCacheDropsIdleTables parses two tables, uses one of them for
@@ -15,7 +17,7 @@ func TestTableCacheDropsIdleTables(t *testing.T) {
 	c.lru.SetClock(func() time.Time { return now })
 	parses := 0
 	parse := func() (any, int64) { parses++; return parses, 1000 }
-	used, idle := tableKey{binary: 1, kind: kindUnit, unit: 1}, tableKey{binary: 1, kind: kindUnit, unit: 2}
+	used, idle := tableKey{binary: 1, kind: dwarfKind(dwarfsym.KindUnit), unit: 1}, tableKey{binary: 1, kind: dwarfKind(dwarfsym.KindUnit), unit: 2}
 	c.get(used, nil, parse)
 	c.get(idle, nil, parse)
 	for range 3 {

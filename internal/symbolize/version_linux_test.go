@@ -5,6 +5,8 @@ import (
 	"os"
 	"strings"
 	"testing"
+
+	"github.com/bpfcol/bpfcol/internal/symbolize/internal/symtest"
 )
 
 // TestVersionedSymbolsNamedWithoutVersion names the functions libc6-dbg's
@@ -13,7 +15,7 @@ import (
 // the function's name: flame graphs show clock_nanosleep, and the symbol
 // as spelled stays the frame's system name.
 func TestVersionedSymbolsNamedWithoutVersion(t *testing.T) {
-	dbg, syms := libcDebugFile(t)
+	dbg, syms := symtest.LibcDebugFile(t)
 	f, err := os.Open(dbg)
 	if err != nil {
 		t.Fatal(err)

@@ -1,4 +1,4 @@
-package symbolize
+package dwarfsym
 
 import (
 	"cmp"
@@ -12,6 +12,7 @@ import (
 
 	"github.com/bpfcol/bpfcol/internal/elfbin"
 	"github.com/bpfcol/bpfcol/internal/frame"
+	"github.com/bpfcol/bpfcol/internal/symbolize/sections"
 )
 
 // dwarfPrefix names addresses from compressed DWARF decompressed only as
@@ -29,7 +30,7 @@ import (
 // the lookup goes to the whole index, which decompresses the rest.
 type dwarfPrefix struct {
 	src                dwarfSources // info, abbrev and line are whole-size mappings, read only as far as ensured
-	info, abbrev, line *prefixSection
+	info, abbrev, line Prefix
 
 	mu sync.Mutex
 	// scanned are the units of .debug_info's front read so far, in
@@ -40,9 +41,9 @@ type dwarfPrefix struct {
 	unlisted bool
 }
 
-// readByPrefix is whether compressed DWARF is read by prefix; a benchmark
+// ReadByPrefix is whether compressed DWARF is read by prefix; a benchmark
 // compares with reading it whole.
-var readByPrefix = func() *atomic.Bool { var b atomic.Bool; b.Store(true); return &b }()
+var ReadByPrefix = func() *atomic.Bool { var b atomic.Bool; b.Store(true); return &b }()
 
 // prefixIndex is the address index of the listed units, an entry of the
 // table cache, read again from .debug_aranges when evicted.
@@ -59,7 +60,7 @@ type prefixIndex struct {
 // is to be read whole: not compressed with .debug_aranges, or no spill. A
 // section kept whole on disk by an earlier run is mapped whole, and its
 // units still indexed only as lookups need them.
-func newDWARFPrefix(img elfImage) (_ *dwarfPrefix) {
+func newDWARFPrefix(img sections.Image, spill Spill) (_ *dwarfPrefix) {
 	defer func() {
 		// A file truncated under its mapping faults: the whole index
 		// reads it and says why. Any other panic is counted.
@@ -68,7 +69,7 @@ func newDWARFPrefix(img elfImage) (_ *dwarfPrefix) {
 		}
 	}()
 	f := img.F
-	if f.Type == elf.ET_REL || img.Data == nil || img.spilled.to() == nil || !readByPrefix.Load() {
+	if f.Type == elf.ET_REL || img.Data == nil || spill == nil || !ReadByPrefix.Load() {
 		return nil
 	}
 	var sects [len(dwarfSectionNames)]*elf.Section
@@ -100,9 +101,9 @@ func newDWARFPrefix(img elfImage) (_ *dwarfPrefix) {
 		if i == infoSect || i == abbrevSect || i == lineSect {
 			// One kept whole from an earlier run is mapped whole below,
 			// and units are still indexed as lookups need them.
-			ps, whole, ok, _ := img.spilled.prefix(f, s, raw(s))
+			ps, whole, ok := spill.Prefix(f, s, raw(s))
 			if ok && whole == nil {
-				p.src.sects[i] = ps.data()
+				p.src.sects[i] = ps.Data()
 				switch i {
 				case infoSect:
 					p.info = ps
@@ -195,12 +196,12 @@ func (p *dwarfPrefix) index() *prefixIndex {
 func (p *dwarfPrefix) unitAt(hdr uint64) (_ unitStart, i int, ok bool) {
 	// .debug_info is read whole when kept so from an earlier run.
 	size := uint64(len(p.src.info))
-	ensure := func(n uint64) bool { return p.info == nil || p.info.ensure(int64(n)) == nil }
+	ensure := func(n uint64) bool { return p.info == nil || p.info.Ensure(int64(n)) == nil }
 	have := func() []byte {
 		if p.info == nil {
 			return p.src.info
 		}
-		return p.src.info[:p.info.length()]
+		return p.src.info[:p.info.Length()]
 	}
 	if hdr >= size {
 		return unitStart{}, 0, false
@@ -288,12 +289,12 @@ func (p *dwarfPrefix) ensureAbbrev(off uint64) bool {
 	if a == nil {
 		return true
 	}
-	for n := int64(min(off, uint64(a.size))) + 4096; ; n *= 2 {
-		if a.ensure(n) != nil {
+	for n := int64(min(off, uint64(a.Size()))) + 4096; ; n *= 2 {
+		if a.Ensure(n) != nil {
 			return false
 		}
-		have := a.length()
-		if have >= a.size || !refersToOtherUnits(p.src.abbrev[:have], off) {
+		have := a.Length()
+		if have >= a.Size() || !refersToOtherUnits(p.src.abbrev[:have], off) {
 			return true
 		}
 	}
@@ -313,34 +314,34 @@ func (p *dwarfPrefix) ensureLines(d *dwarf.Data, start unitStart) bool {
 		return true // the unit's parse fails the same way
 	}
 	off, ok := cu.Val(dwarf.AttrStmtList).(int64)
-	if !ok || off < 0 || off >= l.size {
+	if !ok || off < 0 || off >= l.Size() {
 		return true
 	}
-	if l.ensure(off+12) != nil {
+	if l.Ensure(off+12) != nil {
 		return false
 	}
-	b := p.src.sects[3][:l.length()]
+	b := p.src.sects[3][:l.Length()]
 	if int64(len(b))-off < 4 {
-		return l.ensure(l.size) == nil
+		return l.Ensure(l.Size()) == nil
 	}
 	n, word := int64(p.src.order.Uint32(b[off:])), int64(4)
 	if n == 0xffffffff {
 		if int64(len(b))-off < 12 {
-			return l.ensure(l.size) == nil
+			return l.Ensure(l.Size()) == nil
 		}
 		u := p.src.order.Uint64(b[off+4:])
-		if u > uint64(l.size) {
-			return l.ensure(l.size) == nil
+		if u > uint64(l.Size()) {
+			return l.Ensure(l.Size()) == nil
 		}
 		n, word = int64(u), 12
 	}
-	return l.ensure(min(l.size, off+word+n)) == nil
+	return l.Ensure(min(l.Size(), off+word+n)) == nil
 }
 
 // prefixLookup returns the frames at pc when the prefix read so far, and
 // the units it decompresses, give the whole index's answer; decided says
 // they do, named or not.
-func (x *dwarfIndex) prefixLookup(p *dwarfPrefix, pc uint64) (frames []frame.Line, ok, decided bool) {
+func (x *Index) prefixLookup(p *dwarfPrefix, pc uint64) (frames []frame.Line, ok, decided bool) {
 	defer func() {
 		// A hostile file: the whole index decides.
 		if r := recover(); r != nil {
@@ -348,7 +349,7 @@ func (x *dwarfIndex) prefixLookup(p *dwarfPrefix, pc uint64) (frames []frame.Lin
 			frames, ok, decided = nil, false, false
 		}
 	}()
-	xi := x.tables.get(tableKey{binary: x.id, kind: kindPrefixIndex}, x.data, func() (any, int64) {
+	xi := x.cache.Get(KindPrefixIndex, 0, x.data, func() (any, int64) {
 		pi := p.index()
 		return pi, pi.cost
 	}).(*prefixIndex)
@@ -358,11 +359,11 @@ func (x *dwarfIndex) prefixLookup(p *dwarfPrefix, pc uint64) (frames []frame.Lin
 		if !found || start.addrSize != xi.addrSize[c] || !p.listedBefore(xi, i) {
 			return nil, false, false
 		}
-		t := x.tables.get(tableKey{binary: x.id, kind: kindPrefixUnit, unit: int32(i)}, x.data, func() (any, int64) {
+		t := x.cache.Get(KindPrefixUnit, int32(i), x.data, func() (any, int64) {
 			t := p.table(start)
-			x.spilled.dropPages()
+			x.dropPages()
 			if t == nil {
-				return t, minTableCost
+				return t, 0
 			}
 			return t, t.size
 		}).(*dwarfTable)
@@ -384,7 +385,7 @@ func (x *dwarfIndex) prefixLookup(p *dwarfPrefix, pc uint64) (frames []frame.Lin
 // decompressing .debug_info whole to read their headers.
 func (p *dwarfPrefix) allListed(x *prefixIndex) bool {
 	size := uint64(len(p.src.info))
-	if p.info != nil && p.info.ensure(int64(size)) != nil {
+	if p.info != nil && p.info.Ensure(int64(size)) != nil {
 		return false
 	}
 	p.mu.Lock()
@@ -394,7 +395,7 @@ func (p *dwarfPrefix) allListed(x *prefixIndex) bool {
 	return n > 0 && p.listedBefore(x, n-1)
 }
 
-// table parses the unit at start read alone, as dwarfIndex.unit does; nil
+// table parses the unit at start read alone, as Index.unit does; nil
 // when it cannot be.
 func (p *dwarfPrefix) table(start unitStart) *dwarfTable {
 	if !p.ensureAbbrev(start.abbrevOff) || !p.src.readsAlone(start) {

@@ -1,4 +1,4 @@
-package symbolize
+package elfsym
 
 import (
 	"strings"
@@ -6,10 +6,10 @@ import (
 	"github.com/ianlancetaylor/demangle"
 )
 
-// demangleName turns C++ (Itanium) and Rust symbol names into source form,
+// Demangle turns C++ (Itanium) and Rust symbol names into source form,
 // with parameter types, as llvm-symbolizer and addr2line -C print them.
 // Anything else, or a name that fails to demangle, comes back unchanged.
-func demangleName(name string) string {
+func Demangle(name string) string {
 	if !strings.HasPrefix(name, "_Z") && !strings.HasPrefix(name, "_R") {
 		return name
 	}
@@ -29,16 +29,16 @@ func demangleName(name string) string {
 	return d
 }
 
-// sourceAndSystemName returns a symbol's name in source form and, when that
+// Names returns a symbol's name in source form and, when that
 // differs, its raw name (pprofile's system_name). The source form has no
 // symbol version: a symbol table spells versioned definitions
 // "clock_nanosleep@@GLIBC_2.17", the function is clock_nanosleep.
-func sourceAndSystemName(raw string) (name, system string) {
+func Names(raw string) (name, system string) {
 	name = raw
 	if i := strings.IndexByte(raw, '@'); i > 0 {
 		name = raw[:i]
 	}
-	name = demangleName(name)
+	name = Demangle(name)
 	if name == raw {
 		return raw, ""
 	}

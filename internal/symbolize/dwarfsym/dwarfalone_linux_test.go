@@ -1,4 +1,4 @@
-package symbolize
+package dwarfsym
 
 import (
 	"debug/elf"

@@ -1,4 +1,4 @@
-package symbolize
+package dwarfsym
 
 import (
 	"cmp"
@@ -467,7 +467,7 @@ func (t *dwarfTable) lookup(pc uint64) ([]frame.Line, bool) {
 		s := &t.scopes[scopes[len(scopes)-1-i]]
 		// A copy: a substring would keep the unit's whole name string
 		// alive in the caches of named frames after the unit's eviction.
-		frames[i].Name, frames[i].SystemName = sourceAndSystemName(strings.Clone(t.nameOf(s)))
+		frames[i].Name, frames[i].SystemName = elfsym.Names(strings.Clone(t.nameOf(s)))
 		if i == 0 {
 			frames[i].File, frames[i].Line = file, int64(line)
 		} else {

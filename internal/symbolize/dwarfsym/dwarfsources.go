@@ -1,4 +1,4 @@
-package symbolize
+package dwarfsym
 
 import (
 	"debug/dwarf"
@@ -47,12 +47,12 @@ const arangesSection = len(dwarfSectionNames) - 1
 
 // loadDWARFSources reads the sections lookups need from f.
 func loadDWARFSources(f *elf.File) (dwarfSources, error) {
-	return loadDWARFImage(newELFImage(sections.Image{F: f}, nil))
+	return loadDWARFImage(sections.Image{F: f})
 }
 
 // loadDWARFImage takes the sections lookups need from the mapped file, and
 // decompresses (zlib, zstd, .zdebug) those stored compressed, in parallel.
-func loadDWARFImage(img elfImage) (dwarfSources, error) {
+func loadDWARFImage(img sections.Image) (dwarfSources, error) {
 	f := img.F
 	if f.Type == elf.ET_REL {
 		// Object files need relocations applied; debug/elf does that.
@@ -376,3 +376,12 @@ func unitDIEOffsets(info []byte, order binary.ByteOrder) []unitStart {
 	}
 	return offs
 }
+
+// dwarfUnitOverhead is what debug/dwarf holds per unit beyond its
+// abbreviations: the unit record and the map of its abbreviation table.
+const dwarfUnitOverhead = 512
+
+// abbrevHeapFactor is the heap debug/dwarf takes per byte of
+// .debug_abbrev: an attribute spec of two or three bytes becomes a 32-byte
+// record, an abbreviation of a few bytes a map entry with a slice header.
+const abbrevHeapFactor = 16

@@ -1,8 +1,9 @@
-package symbolize
+package dwarfsym
 
 import (
 	"cmp"
 	"debug/dwarf"
+	"debug/elf"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -12,30 +13,88 @@ import (
 
 	"github.com/bpfcol/bpfcol/internal/elfbin"
 	"github.com/bpfcol/bpfcol/internal/frame"
+	"github.com/bpfcol/bpfcol/internal/symbolize/sections"
 )
 
-// dwarfIndex answers lookups from a binary's DWARF one compile unit at a
+// Index answers lookups from a binary's DWARF one compile unit at a
 // time: the units are indexed by address range, and only the unit an
 // address falls in is parsed. The sections with that index, and each
-// parsed unit, are entries of the table cache, parsed again from the
+// parsed unit, are entries of the binary's Cache, parsed again from the
 // mapped file when evicted.
-type dwarfIndex struct {
-	id     uint64
-	tables *Tables
-	data   []byte // the mapped file, nil if none
-	// spilled are the sections decompressed to disk, whose pages a parse
-	// read leave the RSS after it, like data's.
-	spilled *spilledSections
-	load    func() (dwarfSources, error)
+type Index struct {
+	cache Cache
+	data  []byte // the mapped file, nil if none
+	// spill holds the sections decompressed to disk, whose pages a parse
+	// read leave the RSS after it, like data's; nil when none is.
+	spill Spill
+	load  func() (dwarfSources, error)
 	// prefix reads compressed DWARF only as far as lookups need, until
 	// the whole index is built; nil when there is none.
 	prefix atomic.Pointer[dwarfPrefix]
 }
 
+// Open indexes the DWARF of img, whose tables cache holds and whose
+// compressed sections spill decompresses (nil: into the heap). Compressed
+// DWARF that can be read by prefix is indexed as lookups need it; other
+// DWARF has its units indexed now.
+func Open(img sections.Image, cache Cache, spill Spill) (*Index, error) {
+	if !Has(img.F) {
+		return nil, errors.New("no DWARF sections")
+	}
+	x := &Index{cache: cache, data: img.Data, spill: spill, load: func() (dwarfSources, error) {
+		defer elfbin.GuardFaults()()
+		return loadDWARFImage(img)
+	}}
+	if p := newDWARFPrefix(img, spill); p != nil {
+		// The whole index waits for a lookup the prefix cannot answer.
+		x.prefix.Store(p)
+		return x, nil
+	}
+	if _, err := x.units(); err != nil {
+		return nil, fmt.Errorf("reading DWARF: %w", err)
+	}
+	return x, nil
+}
+
+// Has reports whether f carries DWARF debug info.
+func Has(f *elf.File) bool {
+	for _, name := range [...]string{".debug_info", ".zdebug_info"} {
+		if s := f.Section(name); s != nil && s.Type != elf.SHT_NOBITS && s.Size > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// ByPrefix reports whether lookups are answered by prefix still.
+func (x *Index) ByPrefix() bool { return x.prefix.Load() != nil }
+
+// SectionsHeap returns the heap the index's DWARF sections take:
+// nothing when they are read in place or spilled.
+func (x *Index) SectionsHeap() (int64, error) {
+	u, err := x.units()
+	if err != nil {
+		return 0, err
+	}
+	src := x.sources(u)
+	if src == nil {
+		return 0, errors.New("the DWARF sections cannot be read")
+	}
+	return src.heapBytes, nil
+}
+
+// dropPages takes the pages of the mapped file and of the spilled
+// sections read so far out of the RSS.
+func (x *Index) dropPages() {
+	if x.spill != nil {
+		x.spill.DropPages()
+	}
+}
+
 // dwarfUnits is the DWARF of a binary with its units indexed by address.
 type dwarfUnits struct {
 	// src is the sections the index was built from, handed to the table
-	// cache as an entry of their own (kindSections) after: decompressed
+	// cache as an entry of their own (KindSections) after: decompressed
 	// sections can be evicted and decompressed again while the index
 	// stays.
 	src    atomic.Pointer[dwarfSources]
@@ -47,7 +106,7 @@ type dwarfUnits struct {
 	reach []uint64
 	// alone[i] says unit i is read by a reader of its own (unitData);
 	// the others need the reader of the whole DWARF, which then holds
-	// the sections (kindFull instead of kindSections).
+	// the sections (KindFull instead of KindSections).
 	alone     []bool
 	needsFull bool
 	cost      int64
@@ -253,15 +312,6 @@ func unitRanges(d *dwarf.Data, src *dwarfSources, start unitStart) ([][2]uint64,
 	return t.extent(), nil
 }
 
-// dwarfUnitOverhead is what debug/dwarf holds per unit beyond its
-// abbreviations: the unit record and the map of its abbreviation table.
-const dwarfUnitOverhead = 512
-
-// abbrevHeapFactor is the heap debug/dwarf takes per byte of
-// .debug_abbrev: an attribute spec of two or three bytes becomes a 32-byte
-// record, an abbreviation of a few bytes a map entry with a slice header.
-const abbrevHeapFactor = 16
-
 // covering returns the units whose ranges cover pc, in unit order.
 func (u *dwarfUnits) covering(pc uint64, into []int32) []int32 {
 	lo, hi := 0, len(u.ranges)
@@ -326,20 +376,20 @@ func (t *dwarfTable) extent() [][2]uint64 {
 
 // units returns the indexed units, parsing them on first use or after
 // eviction.
-func (x *dwarfIndex) units() (*dwarfUnits, error) {
+func (x *Index) units() (*dwarfUnits, error) {
 	type result struct {
 		u   *dwarfUnits
 		err error
 	}
-	v := x.tables.get(tableKey{binary: x.id, kind: kindDWARF}, x.data, func() (any, int64) {
+	v := x.cache.Get(KindIndex, 0, x.data, func() (any, int64) {
 		src, err := x.load()
 		if err != nil {
-			return result{err: err}, minTableCost
+			return result{err: err}, 0
 		}
 		u, err := newDWARFUnits(src)
-		x.spilled.dropPages()
+		x.dropPages()
 		if err != nil {
-			return result{err: err}, minTableCost
+			return result{err: err}, 0
 		}
 		return result{u: u}, u.cost
 	}).(result)
@@ -347,9 +397,9 @@ func (x *dwarfIndex) units() (*dwarfUnits, error) {
 		if src := v.u.src.Swap(nil); src != nil {
 			if full := v.u.full.Swap(nil); full != nil {
 				f := &fullDWARF{data: full, src: src}
-				x.tables.add(tableKey{binary: x.id, kind: kindFull}, f, f.cost(len(v.u.units)))
+				x.cache.Add(KindFull, f, f.cost(len(v.u.units)))
 			} else if !v.u.needsFull {
-				x.tables.add(tableKey{binary: x.id, kind: kindSections}, src, src.cost(len(v.u.units)))
+				x.cache.Add(KindSections, src, src.cost(len(v.u.units)))
 			}
 		}
 	}
@@ -366,15 +416,15 @@ func (f *fullDWARF) cost(units int) int64 { return f.src.cost(units) + f.src.ful
 
 // full returns the whole-DWARF reader and its sections, building them
 // again after eviction; nil when they cannot be read.
-func (x *dwarfIndex) full(u *dwarfUnits) *fullDWARF {
-	return x.tables.get(tableKey{binary: x.id, kind: kindFull}, x.data, func() (any, int64) {
+func (x *Index) full(u *dwarfUnits) *fullDWARF {
+	return x.cache.Get(KindFull, 0, x.data, func() (any, int64) {
 		src, err := x.load()
 		if err != nil {
-			return (*fullDWARF)(nil), minTableCost
+			return (*fullDWARF)(nil), 0
 		}
 		d, err := src.fullData(u.units)
 		if err != nil {
-			return (*fullDWARF)(nil), minTableCost
+			return (*fullDWARF)(nil), 0
 		}
 		f := &fullDWARF{data: d, src: &src}
 		return f, f.cost(len(u.units))
@@ -383,24 +433,24 @@ func (x *dwarfIndex) full(u *dwarfUnits) *fullDWARF {
 
 // sources returns the DWARF sections, loading (decompressing) them again
 // after eviction; nil when they cannot be read.
-func (x *dwarfIndex) sources(u *dwarfUnits) *dwarfSources {
+func (x *Index) sources(u *dwarfUnits) *dwarfSources {
 	if u.needsFull {
 		if f := x.full(u); f != nil {
 			return f.src
 		}
 		return nil
 	}
-	return x.tables.get(tableKey{binary: x.id, kind: kindSections}, x.data, func() (any, int64) {
+	return x.cache.Get(KindSections, 0, x.data, func() (any, int64) {
 		src, err := x.load()
 		if err != nil {
-			return (*dwarfSources)(nil), minTableCost
+			return (*dwarfSources)(nil), 0
 		}
 		return &src, src.cost(len(u.units))
 	}).(*dwarfSources)
 }
 
 // unit returns the parsed table of unit i.
-func (x *dwarfIndex) unit(u *dwarfUnits, i int32) *dwarfTable {
+func (x *Index) unit(u *dwarfUnits, i int32) *dwarfTable {
 	src := x.sources(u)
 	if src == nil {
 		return nil
@@ -413,28 +463,28 @@ func (x *dwarfIndex) unit(u *dwarfUnits, i int32) *dwarfTable {
 			return nil
 		}
 	}
-	v := x.tables.get(tableKey{binary: x.id, kind: kindUnit, unit: i}, x.data, func() (any, int64) {
+	v := x.cache.Get(KindUnit, i, x.data, func() (any, int64) {
 		d, release := full, func() {}
 		if d == nil {
 			var ok bool
 			if d, release, ok = src.unitData(u.units[i]); !ok {
-				return (*dwarfTable)(nil), minTableCost
+				return (*dwarfTable)(nil), 0
 			}
 		}
 		defer release()
 		t, err := newUnitReader(d, src).table(u.units[i])
-		x.spilled.dropPages()
+		x.dropPages()
 		if err != nil {
-			return (*dwarfTable)(nil), minTableCost
+			return (*dwarfTable)(nil), 0
 		}
 		return t, t.size
 	})
 	return v.(*dwarfTable)
 }
 
-// lookup returns the frames at pc from the first unit covering it that
+// Lookup returns the frames at pc from the first unit covering it that
 // names it.
-func (x *dwarfIndex) lookup(pc uint64) (frames []frame.Line, ok bool) {
+func (x *Index) Lookup(pc uint64) (frames []frame.Line, ok bool) {
 	defer func() {
 		// debug/dwarf reports most corruption as errors, but a hostile
 		// file must never take the profiler down.
@@ -453,7 +503,7 @@ func (x *dwarfIndex) lookup(pc uint64) (frames []frame.Line, ok bool) {
 		return nil, false
 	}
 	if x.prefix.Load() != nil && x.prefix.Swap(nil) != nil {
-		x.tables.dropPrefix(x.id)
+		x.cache.DropPrefix()
 	}
 	var buf [4]int32
 	for _, i := range u.covering(pc, buf[:0]) {

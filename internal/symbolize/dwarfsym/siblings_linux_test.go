@@ -1,9 +1,11 @@
-package symbolize
+package dwarfsym
 
 import (
 	"debug/elf"
 	"reflect"
 	"testing"
+
+	"github.com/bpfcol/bpfcol/internal/symbolize/internal/symtest"
 )
 
 // TestSkipBySiblingSameTables parses every unit of the C and C++ DWARF
@@ -12,13 +14,13 @@ import (
 // must be the same, and the siblings must have been followed.
 func TestSkipBySiblingSameTables(t *testing.T) {
 	var paths []string
-	for _, w := range builtDWARFWorkloads(t) {
-		switch w.name {
+	for _, w := range symtest.DWARFWorkloads(t, workloadDir) {
+		switch w.Name {
 		case "c-dwarf5", "c-dwarf4", "cpp-dwarf5", "cpp-dwarf4":
-			paths = append(paths, w.path)
+			paths = append(paths, w.Path)
 		}
 	}
-	libc, _ := libcDebugFile(t)
+	libc, _ := symtest.LibcDebugFile(t)
 	paths = append(paths, libc)
 	for _, p := range paths {
 		f, err := elf.Open(p)

@@ -1,6 +1,6 @@
 //go:build !unix
 
-package symbolize
+package dwarfsym
 
 import "errors"
 
