@@ -82,8 +82,8 @@ test: deps check-generate build ## Install missing tools, check generated code, 
 # failure ("context deadline exceeded", go.dev/issue/75804, fixed in 1.27).
 # Each count took 2-14 s on the CI machine.
 FUZZ_TARGETS := FuzzOpenBinary:./internal/symbolize:15000 \
-	FuzzDWARF:./internal/symbolize:100000 \
-	FuzzGopclntab:./internal/symbolize:150000 \
+	FuzzDWARF:./internal/symbolize/dwarfsym:100000 \
+	FuzzGopclntab:./internal/symbolize/gotable:150000 \
 	FuzzCFI:./internal/unwind/cfi:100000 \
 	FuzzStreamCheck:./internal/symbolize/debuginfod:150000 \
 	FuzzPerfMap:./internal/perfmap:300000 \
