@@ -11,6 +11,7 @@ import (
 
 	"github.com/bpfcol/bpfcol/internal/elfbin"
 	"github.com/bpfcol/bpfcol/internal/frame"
+	"github.com/bpfcol/bpfcol/internal/symbolize/debugfiles"
 	"github.com/bpfcol/bpfcol/internal/symbolize/dwarfsym"
 	"github.com/bpfcol/bpfcol/internal/symbolize/elfsym"
 	"github.com/bpfcol/bpfcol/internal/symbolize/gotable"
@@ -323,6 +324,11 @@ func (b *Binary) ReadCode(vaddr uint64, n int) ([]byte, error) {
 		return nil, fmt.Errorf("reading code at %#x: %w", vaddr, err)
 	}
 	return buf, nil
+}
+
+// DebugLink returns the file name and CRC32 of the .gnu_debuglink section.
+func (b *Binary) DebugLink() (name string, crc uint32, ok bool) {
+	return debugfiles.ReadDebugLink(b.f.ELF)
 }
 
 // ErrNotMapped reports a virtual address outside every executable PT_LOAD

@@ -1,18 +1,15 @@
 package symbolize
 
 import (
-	"errors"
 	"fmt"
-	"iter"
 	"os"
 
-	"github.com/bpfcol/bpfcol/internal/symbolize/buildid"
-	"github.com/bpfcol/bpfcol/internal/symbolize/debuginfod"
+	"github.com/bpfcol/bpfcol/internal/symbolize/debugfiles"
 )
 
 // ErrNoDebugFile means no debug file of a build ID is on disk and none is
 // being fetched.
-var ErrNoDebugFile = errors.New("no debug file")
+var ErrNoDebugFile = debugfiles.ErrNoDebugFile
 
 // OpenDebugFile opens the separate debug file of the binary with GNU build
 // ID buildID, found where symbolization finds it: SystemDebugDir, the
@@ -22,13 +19,7 @@ var ErrNoDebugFile = errors.New("no debug file")
 // files other than the symbolizer, such as unwind tables built from
 // .debug_frame. The caller checks the file's build ID and closes it.
 func (s *Symbolizer) OpenDebugFile(buildID string) (f *os.File, pending bool, err error) {
-	if f, err := s.openLocalDebugFile(buildID); f != nil || err != nil {
-		return f, false, err
-	}
-	if s.startFetch(buildID) {
-		return nil, true, nil
-	}
-	return nil, false, fmt.Errorf("opening debug file of %s: %w", buildID, ErrNoDebugFile)
+	return s.files.Open(buildID)
 }
 
 // OpenLocalDebugFile is OpenDebugFile without starting a download: it
@@ -37,40 +28,19 @@ func (s *Symbolizer) OpenDebugFile(buildID string) (f *os.File, pending bool, er
 // the symbolizer names the binary's frames: readers that only want a debug
 // file if symbolization needs it anyway (unwind tables) ask again then.
 func (s *Symbolizer) OpenLocalDebugFile(buildID string) (f *os.File, mayArrive bool, err error) {
-	if f, err := s.openLocalDebugFile(buildID); f != nil || err != nil {
+	if f, err := s.files.OpenLocal(buildID); f != nil || err != nil {
 		return f, false, err
 	}
-	return nil, s.cache != nil && s.client.Enabled(), fmt.Errorf("opening debug file of %s: %w", buildID, ErrNoDebugFile)
+	return nil, s.files.MayArrive(), fmt.Errorf("opening debug file of %s: %w", buildID, ErrNoDebugFile)
 }
 
-// openLocalDebugFile returns the first regular debug file of buildID on
-// disk, nil (and no error) when there is none.
-func (s *Symbolizer) openLocalDebugFile(buildID string) (*os.File, error) {
-	if !buildid.Valid(buildID) {
-		return nil, fmt.Errorf("opening debug file of %q: %w", buildID, debuginfod.ErrInvalidBuildID)
-	}
-	for f := range s.localDebugFiles(buildID) {
-		return f, nil
-	}
-	return nil, nil
-}
+// FetchingConfigured reports whether debuginfod servers are configured,
+// from the config or the environment, whether or not a cache directory
+// lets them be used.
+func (s *Symbolizer) FetchingConfigured() bool { return s.files.FetchingConfigured() }
 
-// localDebugFiles yields the regular files of buildID's local candidates,
-// opened, in order. The loop's body owns each file it is given.
-func (s *Symbolizer) localDebugFiles(buildID string) iter.Seq[*os.File] {
-	return func(yield func(*os.File) bool) {
-		for _, p := range s.localCandidates(buildID) {
-			f, err := s.openLocal(p)
-			if err != nil {
-				continue
-			}
-			if fi, err := f.Stat(); err != nil || !fi.Mode().IsRegular() {
-				f.Close()
-				continue
-			}
-			if !yield(f) {
-				return
-			}
-		}
-	}
-}
+// FetchFailed reports whether buildID is in the failed-fetch negative cache.
+func (s *Symbolizer) FetchFailed(buildID string) bool { return s.files.FetchFailed(buildID) }
+
+// FetchPending reports whether buildID is being fetched.
+func (s *Symbolizer) FetchPending(buildID string) bool { return s.files.FetchPending(buildID) }

@@ -3,8 +3,6 @@ package symbolize
 import (
 	"errors"
 	"os"
-	"path/filepath"
-	"strings"
 	"sync"
 
 	"github.com/bpfcol/bpfcol/internal/lru"
@@ -91,9 +89,7 @@ func (s *Symbolizer) openDebug(key string, f *os.File, matches func(*Binary) boo
 		if haveID {
 			s.badDebug.Add(id)
 		}
-		if s.cache != nil && strings.HasPrefix(path, s.cache.Dir()+string(filepath.Separator)) {
-			s.cache.Remove(key)
-		}
+		s.files.Discard(path, key)
 		return nil
 	}
 	b, err := OpenBinary(f, s.cfg.Tables)
@@ -115,4 +111,45 @@ func (s *Symbolizer) openDebug(key string, f *os.File, matches func(*Binary) boo
 	b.loadSymbols()
 	s.stats.localHits.Add(1)
 	return s.tables.add(key, b)
+}
+
+// debugFile returns the parsed debug file of buildID, looking on disk in
+// order (system dir, configured dirs, the cache) and otherwise starting a
+// background fetch, in which case pending is true.
+func (s *Symbolizer) debugFile(buildID string) (dbg *Binary, pending bool) {
+	if dbg := s.tables.get(buildID); dbg != nil {
+		return dbg, false
+	}
+	for f := range s.files.Local(buildID) {
+		if dbg := s.openDebug(buildID, f, func(b *Binary) bool { return b.BuildIDGNU() == buildID }); dbg != nil {
+			return dbg, false
+		}
+	}
+	s.files.NoneLocal(buildID)
+	return nil, s.files.Fetch(buildID)
+}
+
+// resolveDebugLink follows bin's .gnu_debuglink where debugfiles looks
+// for it; the target's CRC32 must match. It returns the key the debug
+// file is held under.
+func (s *Symbolizer) resolveDebugLink(ref MappingRef, bin *Binary) (string, bool) {
+	name, crc, ok := bin.DebugLink()
+	if !ok {
+		return "", false
+	}
+	for _, c := range s.files.LinkCandidates(ref.Path, ref.PID, name) {
+		if dbg := s.tables.get(c.Key); dbg != nil {
+			dbg.Release()
+			return c.Key, true
+		}
+		f, ok := s.files.OpenLink(c, crc)
+		if !ok {
+			continue
+		}
+		if dbg := s.openDebug(c.Key, f, func(*Binary) bool { return true }); dbg != nil {
+			dbg.Release()
+			return c.Key, true
+		}
+	}
+	return "", false
 }

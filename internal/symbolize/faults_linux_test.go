@@ -4,7 +4,6 @@ package symbolize
 
 import (
 	"fmt"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -21,55 +20,6 @@ import (
 	"github.com/bpfcol/bpfcol/internal/symbolize/debuginfod"
 	"github.com/bpfcol/bpfcol/internal/symbolize/internal/symtest"
 )
-
-// TestFetchFailureWarningsSpaced points the Symbolizer at a port nothing
-// listens on: the first failed fetch is logged, naming the server; the
-// next ones, within fetchFailureLogInterval, are counted and not logged.
-func TestFetchFailureWarningsSpaced(t *testing.T) {
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	url := "http://" + lis.Addr().String()
-	lis.Close()
-	core, logs := observer.New(zapcore.WarnLevel)
-	s, err := NewSymbolizer(SymbolizerConfig{
-		SystemDebugDir: t.TempDir(),
-		CacheDir:       t.TempDir(),
-		Debuginfod:     debuginfod.Config{URLs: []string{url}, Timeout: time.Second, Retries: -1},
-		Getenv:         func(string) string { return "" },
-		Logger:         zap.New(core),
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	ids := []string{strings.Repeat("ab", 20), strings.Repeat("cd", 20), strings.Repeat("ef", 20)}
-	for _, id := range ids {
-		if !s.startFetch(id) {
-			t.Fatalf("fetch of %s not started", id)
-		}
-		for s.FetchPending(id) {
-			time.Sleep(10 * time.Millisecond)
-		}
-	}
-	if st := s.Stats(); st.FetchFailures != int64(len(ids)) {
-		t.Fatalf("stats %+v: want %d fetch failures", st, len(ids))
-	}
-	warnings := logs.All()
-	for _, e := range warnings {
-		t.Logf("warning: %s %v", e.Message, e.ContextMap())
-	}
-	if len(warnings) != 1 {
-		t.Fatalf("%d warnings for %d failed fetches within %v, want 1", len(warnings), len(ids), fetchFailureLogInterval)
-	}
-	if m := warnings[0].ContextMap(); m["build_id"] != ids[0] || !strings.Contains(fmt.Sprint(m["error"]), url) {
-		t.Errorf("warning %v does not name build-id %s and server %s", m, ids[0], url)
-	}
-	if s.fetchUnlogged != len(ids)-1 {
-		t.Errorf("%d failures counted as not logged, want %d", s.fetchUnlogged, len(ids)-1)
-	}
-}
 
 // TestFetchFaults points the Symbolizer at servers that misbehave (a fake
 // server is the only way to make a real one fail on cue). Each case must
@@ -299,9 +249,7 @@ func TestCorruptCachedDebugDemoted(t *testing.T) {
 		t.Fatalf("named %d; stats %+v: want the corrupt copy demoted once and the cached sibling used", named, st)
 	}
 	// The corrupt copy is remembered: a new lookup path does not parse it again.
-	s.mu.Lock()
 	s.tables.closeAll()
-	s.mu.Unlock()
 	s.Symbolize(MappingRef{Path: stripped, Key: key}, bin, addrs[0]-seg.Vaddr+seg.Off)
 	if st2 := s.Stats(); st2.ParseFailures != 1 || st2.NegativeHits == 0 {
 		t.Errorf("stats %+v: the bad copy was parsed again", st2)

@@ -13,7 +13,7 @@ import (
 // directory holds is not searched for again at its next lookup (every new
 // address of a stripped binary asks), so a file installed meanwhile is
 // found only once the miss is forgotten: at once when a fetch brings it,
-// else after localDebugRecheck.
+// else after the recheck (30 s).
 func TestLocalDebugMissRemembered(t *testing.T) {
 	// A program with DWARF stands for its own debug file.
 	dir := t.TempDir()
@@ -64,7 +64,7 @@ func TestLocalDebugMissRemembered(t *testing.T) {
 		t.Fatal("the directory was searched again right after a miss")
 	}
 	// Forgotten (as a fetch's success or the recheck does): found.
-	s.noLocalDebug.Remove(id)
+	s.files.Recheck(id)
 	dbg, _ := s.debugFile(id)
 	if dbg == nil {
 		t.Fatal("the installed debug file was not found once the miss was forgotten")

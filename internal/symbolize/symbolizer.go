@@ -1,9 +1,7 @@
 package symbolize
 
 import (
-	"context"
 	"fmt"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -14,6 +12,7 @@ import (
 	"github.com/bpfcol/bpfcol/internal/negcache"
 	"github.com/bpfcol/bpfcol/internal/process"
 	"github.com/bpfcol/bpfcol/internal/symbolize/debugcache"
+	"github.com/bpfcol/bpfcol/internal/symbolize/debugfiles"
 	"github.com/bpfcol/bpfcol/internal/symbolize/debuginfod"
 )
 
@@ -99,8 +98,8 @@ type SymbolizerConfig struct {
 	Getenv func(string) string
 	// Logger gets a warning when a fetch fails for another reason than
 	// every server not having the file (unreachable, timed out, a body
-	// that is not the file, too large), at most one per
-	// fetchFailureLogInterval; default none.
+	// that is not the file, too large), at most one per ten
+	// minutes; default none.
 	Logger *zap.Logger
 }
 
@@ -111,21 +110,12 @@ const (
 	DefaultNegativeTTL   = 10 * time.Minute
 	// maxNegativeEntries bounds each negative cache.
 	maxNegativeEntries = 4096
-	// localDebugRecheck is how soon the local directories are searched
-	// again for a debug file they did not have: one installed meanwhile
-	// (a -dbg package) is found that much later. A fetched one is found
-	// at once.
-	localDebugRecheck = 30 * time.Second
 	// maxDebugFileBytes bounds the debug files held open by their own
 	// heap (headers, Binary.MemSize), a few hundred files; their parsed
 	// tables are in the table cache.
 	maxDebugFileBytes = 2 << 20
 	// maxClassified bounds the per-binary classification memo.
 	maxClassified = 4096
-	// fetchFailureLogInterval spaces the warnings about failed fetches:
-	// a misconfigured server fails every fetch, and the metrics count
-	// them all.
-	fetchFailureLogInterval = 10 * time.Minute
 )
 
 // SymbolizerStats counts outcomes since the Symbolizer was created.
@@ -191,37 +181,20 @@ type Lookup struct {
 // (process mode) or in a separate debug file found by build-id (file mode).
 // Safe for concurrent use.
 type Symbolizer struct {
-	cfg    SymbolizerConfig
-	client *debuginfod.Client
-	cache  *debugcache.Cache
-	spill  *sectionSpill // held until Close; nil without a cache dir
-	ctx    context.Context
-	cancel context.CancelFunc
-	wg     sync.WaitGroup
+	cfg   SymbolizerConfig
+	files *debugfiles.Finder
+	spill *sectionSpill // held until Close; nil without a cache dir
 
-	classified  *lru.Cache[process.FileKey, *classification]
-	nothing     *negcache.Files                 // binaries with nothing to symbolize
-	badDebug    *negcache.Files                 // debug files that failed to parse
-	failedFetch *negcache.Cache[string, string] // build-ids whose fetch failed
-	// noLocalDebug holds the build-ids no local directory had a debug
-	// file for a moment ago: each new address of a stripped binary would
-	// look for it again, a few opens each.
-	noLocalDebug *negcache.Cache[string, string]
-	tables       *debugTables
-
-	mu      sync.Mutex
-	pending map[string]bool // build-ids being fetched
-	closed  bool
-	// fetchLoggedAt is when a failed fetch was last logged; fetchUnlogged
-	// counts the failures since that were not.
-	fetchLoggedAt time.Time
-	fetchUnlogged int
+	classified *lru.Cache[process.FileKey, *classification]
+	nothing    *negcache.Files // binaries with nothing to symbolize
+	badDebug   *negcache.Files // debug files that failed to parse
+	tables     *debugTables
+	closed     atomic.Bool
 
 	stats struct {
-		modeSkip, modeProcess, modeFile              atomic.Int64
-		localHits, fetches, fetchFailures, fetchByte atomic.Int64
-		parseFailures, negativeHits, pending         atomic.Int64
-		unmapped                                     atomic.Int64
+		modeSkip, modeProcess, modeFile        atomic.Int64
+		localHits, parseFailures, negativeHits atomic.Int64
+		pending, unmapped                      atomic.Int64
 	}
 }
 
@@ -260,18 +233,15 @@ func NewSymbolizer(cfg SymbolizerConfig) (*Symbolizer, error) {
 		return nil, fmt.Errorf("configuring debuginfod: %w", err)
 	}
 	s := &Symbolizer{
-		cfg:          cfg,
-		client:       debuginfod.New(dcfg),
-		classified:   lru.New[process.FileKey, *classification](maxClassified, nil),
-		nothing:      negcache.NewFiles(cfg.NegativeTTL, maxNegativeEntries),
-		badDebug:     negcache.NewFiles(cfg.NegativeTTL, maxNegativeEntries),
-		failedFetch:  negcache.NewKeys[string](cfg.NegativeTTL, maxNegativeEntries),
-		noLocalDebug: negcache.NewKeys[string](localDebugRecheck, maxNegativeEntries),
-		tables:       newDebugTables(maxDebugFileBytes),
-		pending:      map[string]bool{},
+		cfg:        cfg,
+		classified: lru.New[process.FileKey, *classification](maxClassified, nil),
+		nothing:    negcache.NewFiles(cfg.NegativeTTL, maxNegativeEntries),
+		badDebug:   negcache.NewFiles(cfg.NegativeTTL, maxNegativeEntries),
+		tables:     newDebugTables(maxDebugFileBytes),
 	}
+	var cache *debugcache.Cache
 	if cfg.CacheDir != "" {
-		if s.cache, err = debugcache.Open(cfg.CacheDir, cfg.CacheMaxSize); err != nil {
+		if cache, err = debugcache.Open(cfg.CacheDir, cfg.CacheMaxSize); err != nil {
 			return nil, &CacheDirError{Err: err}
 		}
 		if cfg.MaxSpillBytes == 0 {
@@ -279,33 +249,31 @@ func NewSymbolizer(cfg SymbolizerConfig) (*Symbolizer, error) {
 		}
 		if cfg.MaxSpillBytes > 0 {
 			if s.spill, err = acquireSectionSpill(cfg.CacheDir, cfg.MaxSpillBytes); err != nil {
-				s.cache.Close()
+				cache.Close()
 				return nil, &CacheDirError{Err: err}
 			}
 			cfg.Tables.spill.Store(s.spill)
 		}
 	}
+	s.files = debugfiles.New(debugfiles.Config{
+		SystemDebugDir:   cfg.SystemDebugDir,
+		DebugDirectories: cfg.DebugDirectories,
+		NegativeTTL:      cfg.NegativeTTL,
+		Logger:           cfg.Logger,
+	}, debuginfod.New(dcfg), cache)
 	// Each copy of a binary is a new file: the classifications of files
 	// no process maps any more go after a while, not at 4096 entries.
 	s.classified.SetMaxIdle(binaryMaxIdle)
-	s.ctx, s.cancel = context.WithCancel(context.Background())
 	return s, nil
 }
 
 // Close stops the fetches in flight and closes the debug files held.
+// Calling it more than once is harmless.
 func (s *Symbolizer) Close() error {
-	s.mu.Lock()
-	if s.closed {
-		s.mu.Unlock()
+	if !s.closed.CompareAndSwap(false, true) {
 		return nil
 	}
-	s.closed = true
-	s.mu.Unlock()
-	s.cancel()
-	s.wg.Wait()
-	if s.cache != nil {
-		s.cache.Close()
-	}
+	s.files.Close()
 	// The debug files close first: their spilled sections are removed
 	// through the spill's directory.
 	err := s.tables.closeAll()
@@ -318,17 +286,18 @@ func (s *Symbolizer) Close() error {
 
 // Stats returns a snapshot of the counters.
 func (s *Symbolizer) Stats() SymbolizerStats {
+	fs := s.files.Stats()
 	tables := s.tables.stats()
 	return SymbolizerStats{
 		ModeSkip:      s.stats.modeSkip.Load(),
 		ModeProcess:   s.stats.modeProcess.Load(),
 		ModeFile:      s.stats.modeFile.Load(),
 		LocalHits:     s.stats.localHits.Load(),
-		Fetches:       s.stats.fetches.Load(),
-		FetchFailures: s.stats.fetchFailures.Load(),
-		FetchBytes:    s.stats.fetchByte.Load(),
-		ParseFailures: s.stats.parseFailures.Load() + s.cacheCorrupt(),
-		NegativeHits:  s.stats.negativeHits.Load(),
+		Fetches:       fs.Fetches,
+		FetchFailures: fs.FetchFailures,
+		FetchBytes:    fs.FetchBytes,
+		ParseFailures: s.stats.parseFailures.Load() + fs.InvalidDownloads + s.files.CacheCorrupt(),
+		NegativeHits:  s.stats.negativeHits.Load() + fs.NegativeHits,
 		Pending:       s.stats.pending.Load(),
 		Unmapped:      s.stats.unmapped.Load(),
 		Tables:        int64(tables.Len),
@@ -343,7 +312,7 @@ func (s *Symbolizer) CacheStats() CacheStats {
 		Classified:         s.classified.Stats(),
 		NothingToSymbolize: s.nothing.Stats(),
 		BadDebugFiles:      s.badDebug.Stats(),
-		FailedFetches:      s.failedFetch.Stats(),
+		FailedFetches:      s.files.FailedFetches(),
 	}
 }
 

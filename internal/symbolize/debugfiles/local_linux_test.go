@@ -1,4 +1,4 @@
-package symbolize
+package debugfiles
 
 import (
 	"errors"
@@ -8,6 +8,8 @@ import (
 	"testing"
 
 	"github.com/bpfcol/bpfcol/internal/safefs"
+	"github.com/bpfcol/bpfcol/internal/symbolize/debugcache"
+	"github.com/bpfcol/bpfcol/internal/symbolize/debuginfod"
 )
 
 // TestLocalDebugFilesStayInTheirDirectory: in /usr/lib/debug and the
@@ -41,13 +43,11 @@ func TestLocalDebugFilesStayInTheirDirectory(t *testing.T) {
 	link("../../../../../../../../../.."+canary, filepath.Join(extra, ".build-id", "ab", "up00.debug"))
 	link(canary, filepath.Join(cache, ".build-id", "ab", "cach.debug"))
 
-	s, err := NewSymbolizer(SymbolizerConfig{
-		SystemDebugDir: system, DebugDirectories: []string{extra}, CacheDir: cache,
-		Getenv: func(string) string { return "" },
-	})
+	c, err := debugcache.Open(cache, 1<<20)
 	if err != nil {
 		t.Fatal(err)
 	}
+	s := New(Config{SystemDebugDir: system, DebugDirectories: []string{extra}}, debuginfod.New(debuginfod.Config{}), c)
 	defer s.Close()
 	f, err := s.openLocal(filepath.Join(system, ".build-id", "ab", "cdef.debug"))
 	if err != nil {
@@ -73,7 +73,7 @@ func TestLocalDebugFilesStayInTheirDirectory(t *testing.T) {
 	if _, err := os.Lstat(filepath.Join(cache, ".build-id", "ab", "cach.debug")); !os.IsNotExist(err) {
 		t.Errorf("planted link still in the cache: %v", err)
 	}
-	if st := s.Stats(); st.ParseFailures != 1 {
-		t.Errorf("parse failures %d, want the removed link counted", st.ParseFailures)
+	if n := s.CacheCorrupt(); n != 1 {
+		t.Errorf("%d corrupt cache entries, want the removed link counted", n)
 	}
 }

@@ -1,4 +1,4 @@
-package symbolize
+package debugfiles
 
 import (
 	"os"
@@ -21,13 +21,13 @@ var procRootPath = regexp.MustCompile(`^(/proc/[0-9]+/root)/(.+)$`)
 //     root, as for the process, and never leave it.
 //
 // Only regular files are opened.
-func (s *Symbolizer) openLocal(path string) (*os.File, error) {
-	if s.cache != nil {
-		if id, ok := s.cache.BuildID(path); ok {
-			return s.cache.Open(id)
+func (f *Finder) openLocal(path string) (*os.File, error) {
+	if f.cache != nil {
+		if id, ok := f.cache.BuildID(path); ok {
+			return f.cache.Open(id)
 		}
 	}
-	for _, d := range append([]string{s.cfg.SystemDebugDir}, s.cfg.DebugDirectories...) {
+	for _, d := range append([]string{f.cfg.SystemDebugDir}, f.cfg.DebugDirectories...) {
 		if rel, ok := strings.CutPrefix(path, filepath.Clean(d)+string(filepath.Separator)); ok {
 			return openBeneath(safefs.OpenTree, d, rel)
 		}
@@ -48,10 +48,18 @@ func openBeneath(open func(string) (*safefs.Dir, error), dir, rel string) (*os.F
 	return d.Open(filepath.Clean(rel))
 }
 
-// cacheCorrupt counts the links and foreign files removed from the cache.
-func (s *Symbolizer) cacheCorrupt() int64 {
-	if s.cache == nil {
+// CacheCorrupt counts the links and foreign files removed from the cache.
+func (f *Finder) CacheCorrupt() int64 {
+	if f.cache == nil {
 		return 0
 	}
-	return s.cache.Corrupt()
+	return f.cache.Corrupt()
+}
+
+// Discard drops the debug file at path, found unusable, from the cache
+// when it is the cache's: a fetch may get a good one.
+func (f *Finder) Discard(path, buildID string) {
+	if f.cache != nil && strings.HasPrefix(path, f.cache.Dir()+string(filepath.Separator)) {
+		f.cache.Remove(buildID)
+	}
 }
