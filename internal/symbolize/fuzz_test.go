@@ -6,14 +6,8 @@ import (
 	"testing"
 
 	"github.com/bpfcol/bpfcol/internal/elfbin"
+	"github.com/bpfcol/bpfcol/internal/symbolize/internal/symtest"
 )
-
-// fuzzAddresses are looked up in every fuzzed input: low addresses, typical
-// non-PIE and PIE text addresses, and the extremes.
-var fuzzAddresses = []uint64{0, 1, 0x1000, 0x1139, 0x401000, 0x401139, 1<<63 - 1, ^uint64(0)}
-
-// maxFuzzInput keeps inputs ELF-sized: larger ones only slow the fuzzer.
-const maxFuzzInput = 1 << 20
 
 // FuzzOpenBinary feeds corrupt ELF files through OpenBinary and every
 // lookup a profile can trigger. Nothing may panic or hang, nor
@@ -21,7 +15,7 @@ const maxFuzzInput = 1 << 20
 func FuzzOpenBinary(f *testing.F) {
 	dir := f.TempDir()
 	f.Fuzz(func(t *testing.T, data []byte) {
-		if len(data) > maxFuzzInput {
+		if len(data) > symtest.MaxFuzzInput {
 			return
 		}
 		p := filepath.Join(dir, "bin")
@@ -47,7 +41,7 @@ func FuzzOpenBinary(f *testing.F) {
 		b.DebugLink()
 		b.HasDWARF()
 		b.HasSymtab()
-		for _, a := range fuzzAddresses {
+		for _, a := range symtest.FuzzAddresses {
 			b.Symbolize(a)
 			b.FunctionStart(a)
 			b.ReadCode(a, 16)

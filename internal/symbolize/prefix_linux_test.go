@@ -307,7 +307,7 @@ func FuzzDWARFPrefix(f *testing.F) {
 	f.Cleanup(func() { dwarfsym.ReadByPrefix.Store(true) })
 	path := filepath.Join(dir, "bin")
 	f.Fuzz(func(t *testing.T, data []byte) {
-		if len(data) > maxFuzzInput {
+		if len(data) > symtest.MaxFuzzInput {
 			return
 		}
 		if err := os.WriteFile(path, data, 0o600); err != nil {
@@ -317,7 +317,7 @@ func FuzzDWARFPrefix(f *testing.F) {
 		if err != nil {
 			return
 		}
-		addrs := slices.Clone(fuzzAddresses)
+		addrs := slices.Clone(symtest.FuzzAddresses)
 		if syms, err := ef.Symbols(); err == nil {
 			for _, s := range syms[:min(len(syms), 64)] {
 				addrs = append(addrs, s.Value, s.Value+s.Size/2)

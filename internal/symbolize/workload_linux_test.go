@@ -15,23 +15,14 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/bpfcol/bpfcol/internal/symbolize/internal/symtest"
 	"github.com/bpfcol/bpfcol/internal/testenv"
 )
 
 // workloadDir holds the binaries built once per test process.
 var workloadDir string
 
-func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "symbolize-test-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "creating workload dir:", err)
-		os.Exit(1)
-	}
-	workloadDir = dir
-	code := m.Run()
-	os.RemoveAll(dir)
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { os.Exit(symtest.Main(m, "symbolize-test-", &workloadDir)) }
 
 // workload is one built binary.
 type workload struct {

@@ -6,14 +6,8 @@ import (
 	"testing"
 
 	"github.com/bpfcol/bpfcol/internal/elfbin"
+	"github.com/bpfcol/bpfcol/internal/symbolize/internal/symtest"
 )
-
-// fuzzAddresses are looked up in every fuzzed input: low addresses, typical
-// non-PIE and PIE text addresses, and the extremes.
-var fuzzAddresses = []uint64{0, 1, 0x1000, 0x1139, 0x401000, 0x401139, 1<<63 - 1, ^uint64(0)}
-
-// maxFuzzInput keeps inputs ELF-sized: larger ones only slow the fuzzer.
-const maxFuzzInput = 1 << 20
 
 // mapCache is a Cache that keeps everything: enough for inputs of the
 // fuzzer's size.
@@ -48,7 +42,7 @@ func (c mapCache) DropPrefix() {
 // FuzzDWARF feeds corrupt DWARF through the table builder and lookups.
 func FuzzDWARF(f *testing.F) {
 	f.Fuzz(func(t *testing.T, data []byte) {
-		if len(data) > maxFuzzInput {
+		if len(data) > symtest.MaxFuzzInput {
 			return
 		}
 		ef, err := elf.NewFile(bytes.NewReader(data))
@@ -70,7 +64,7 @@ func FuzzDWARF(f *testing.F) {
 			return
 		}
 		tab := &Index{cache: newMapCache(), load: func() (dwarfSources, error) { return src, nil }}
-		for _, a := range fuzzAddresses {
+		for _, a := range symtest.FuzzAddresses {
 			tab.Lookup(a)
 		}
 		for _, r := range units.ranges[:min(len(units.ranges), 64)] {

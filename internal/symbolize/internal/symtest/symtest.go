@@ -109,3 +109,23 @@ func LibcDebugFile(tb testing.TB) (string, []elf.Symbol) {
 	}
 	return dbg, syms
 }
+
+// FuzzAddresses are looked up in every fuzzed input: low addresses,
+// typical non-PIE and PIE text addresses, and the extremes.
+var FuzzAddresses = []uint64{0, 1, 0x1000, 0x1139, 0x401000, 0x401139, 1<<63 - 1, ^uint64(0)}
+
+// MaxFuzzInput keeps inputs ELF-sized: larger ones only slow the fuzzer.
+const MaxFuzzInput = 1 << 20
+
+// Main runs the tests of m with *dir a directory of their own for the
+// workloads they build, removed after, and returns their exit code.
+func Main(m *testing.M, prefix string, dir *string) int {
+	d, err := os.MkdirTemp("", prefix)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "creating workload dir:", err)
+		return 1
+	}
+	*dir = d
+	defer os.RemoveAll(d)
+	return m.Run()
+}
