@@ -28,29 +28,28 @@ type BuildIDs struct {
 func ReadBuildIDs(f *elf.File, r io.ReaderAt) BuildIDs {
 	var ids BuildIDs
 	for _, p := range f.Progs {
-		if p.Type != elf.PT_NOTE {
-			continue
-		}
-		if r == nil {
-			parseNotes(readBounded(p, 0, p.Filesz), p.Align, f.ByteOrder, &ids)
-		} else {
-			parseNotes(readBounded(r, p.Off, p.Filesz), p.Align, f.ByteOrder, &ids)
+		if p.Type == elf.PT_NOTE {
+			parseNotes(noteBytes(r, p, p.Off, p.Filesz), p.Align, f.ByteOrder, &ids)
 		}
 	}
 	if ids.GNU != "" && ids.Go != "" {
 		return ids
 	}
 	for _, s := range f.Sections {
-		if s.Type != elf.SHT_NOTE {
-			continue
-		}
-		if r == nil {
-			parseNotes(readBounded(s, 0, s.FileSize), s.Addralign, f.ByteOrder, &ids)
-		} else {
-			parseNotes(readBounded(r, s.Offset, s.FileSize), s.Addralign, f.ByteOrder, &ids)
+		if s.Type == elf.SHT_NOTE {
+			parseNotes(noteBytes(r, s, s.Offset, s.FileSize), s.Addralign, f.ByteOrder, &ids)
 		}
 	}
 	return ids
+}
+
+// noteBytes reads a note segment or section of size bytes at off of the
+// file r, or through its own reader when r is nil.
+func noteBytes(r, own io.ReaderAt, off, size uint64) []byte {
+	if r == nil {
+		return readBounded(own, 0, size)
+	}
+	return readBounded(r, off, size)
 }
 
 // GNUBuildID returns f's NT_GNU_BUILD_ID in lowercase hex, "" if none,
