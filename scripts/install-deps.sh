@@ -71,6 +71,7 @@ if $vm; then
 		"qemu-system-aarch64 qemu-system-arm"     # the arm64 target of make vmtest
 		"aarch64-linux-gnu-gcc gcc-aarch64-linux-gnu" # its C workloads
 		"aarch64-linux-gnu-g++ g++-aarch64-linux-gnu"
+		"/usr/include/aarch64-linux-gnu/sys/sdt.h systemtap-sdt-dev:arm64" # USDT workloads
 	)
 fi
 optional=() # failing to install these is a warning, not an error

@@ -28,7 +28,7 @@ type guestFiles struct {
 
 // buildFor builds the test binaries and workloads for t's architecture
 // into dir.
-func buildFor(repo, dir string, t target, suites []suite, workloads []testworkload.Workload) (*guestFiles, error) {
+func buildFor(repo, dir string, t target, deb debian, suites []suite, workloads []testworkload.Workload) (*guestFiles, error) {
 	if err := os.RemoveAll(dir); err != nil {
 		return nil, err
 	}
@@ -80,6 +80,22 @@ func buildFor(repo, dir string, t target, suites []suite, workloads []testworklo
 		}
 		g.files[path.Join("/usr/bin", tool)] = host
 		elfs = append(elfs, host)
+	}
+	for _, tool := range t.debTools {
+		unpacked, _, err := deb.unpacked(tool.pkg, t.debArch)
+		if err != nil {
+			return nil, err
+		}
+		bin := filepath.Join(unpacked, tool.path)
+		g.files[path.Join("/usr/bin", path.Base(tool.path))] = bin
+		elfs = append(elfs, bin)
+	}
+	for _, pkg := range t.libPackages {
+		unpacked, _, err := deb.unpacked(pkg, t.debArch)
+		if err != nil {
+			return nil, err
+		}
+		t.libDirs = append(t.libDirs, filepath.Join(unpacked, "lib", triplet(t)), filepath.Join(unpacked, "usr", "lib", triplet(t)))
 	}
 	if err := g.addLibraries(t, elfs); err != nil {
 		return nil, err

@@ -14,6 +14,8 @@ import (
 type suite struct {
 	pkg   string // relative to the repository, e.g. internal/bpf/profiler
 	tests []string
+	// goarch is the one architecture the tests run on; "" for every one.
+	goarch string
 }
 
 // readLines returns the fields of each line of path that is neither blank
@@ -78,7 +80,8 @@ func splitFields(line string) ([]string, error) {
 }
 
 // readSuites reads tests.txt: a package, then test names; a package may
-// take several lines.
+// take several lines. A line that starts with "GOARCH:" (amd64:) lists
+// tests that run on that architecture only.
 func readSuites(path string) ([]suite, error) {
 	lines, err := readLines(path)
 	if err != nil {
@@ -86,20 +89,27 @@ func readSuites(path string) ([]suite, error) {
 	}
 	var suites []suite
 	for _, f := range lines {
+		goarch := ""
+		if arch, ok := strings.CutSuffix(f[0], ":"); ok {
+			if !slices.ContainsFunc(targets, func(t target) bool { return t.goarch == arch }) {
+				return nil, fmt.Errorf("%s: %q is no target's architecture", path, arch)
+			}
+			goarch, f = arch, f[1:]
+		}
 		if len(f) < 2 {
-			return nil, fmt.Errorf("%s: %q names no test", path, f[0])
+			return nil, fmt.Errorf("%s: %q names no test", path, f)
 		}
 		pkg := strings.TrimPrefix(strings.TrimSuffix(f[0], "/"), "./")
-		i := slices.IndexFunc(suites, func(s suite) bool { return s.pkg == pkg })
+		i := slices.IndexFunc(suites, func(s suite) bool { return s.pkg == pkg && s.goarch == goarch })
 		if i < 0 {
-			suites = append(suites, suite{pkg: pkg})
+			suites = append(suites, suite{pkg: pkg, goarch: goarch})
 			i = len(suites) - 1
 		}
 		for _, name := range f[1:] {
 			if !strings.HasPrefix(name, "Test") || strings.ContainsAny(name, "/^$|()*.") {
 				return nil, fmt.Errorf("%s: %q is not the name of a top-level test", path, name)
 			}
-			if slices.Contains(suites[i].tests, name) {
+			if slices.ContainsFunc(suites, func(s suite) bool { return s.pkg == pkg && slices.Contains(s.tests, name) }) {
 				return nil, fmt.Errorf("%s: %s %s is listed twice", path, pkg, name)
 			}
 			suites[i].tests = append(suites[i].tests, name)
@@ -109,6 +119,23 @@ func readSuites(path string) ([]suite, error) {
 		return nil, fmt.Errorf("%s lists no test", path)
 	}
 	return suites, nil
+}
+
+// suitesFor returns the suites that run on t, one per package.
+func suitesFor(t target, suites []suite) []suite {
+	var out []suite
+	for _, s := range suites {
+		if s.goarch != "" && s.goarch != t.goarch {
+			continue
+		}
+		i := slices.IndexFunc(out, func(o suite) bool { return o.pkg == s.pkg })
+		if i < 0 {
+			out = append(out, suite{pkg: s.pkg})
+			i = len(out) - 1
+		}
+		out[i].tests = append(out[i].tests, s.tests...)
+	}
+	return out
 }
 
 // runPattern is the -test.run pattern of exactly s's tests.

@@ -92,6 +92,7 @@ func run(selected []target, cache, testList string, timeout, testTimeout time.Du
 	failed := false
 	for _, t := range selected {
 		start := time.Now()
+		suites := suitesFor(t, suites)
 		k, err := deb.kernel(t)
 		if err != nil {
 			return err
@@ -102,7 +103,7 @@ func run(selected []target, cache, testList string, timeout, testTimeout time.Du
 		}
 		g := built[t.goarch]
 		if g == nil {
-			if g, err = buildFor(repo, filepath.Join(cache, "build", t.goarch), t, suites, workloads); err != nil {
+			if g, err = buildFor(repo, filepath.Join(cache, "build", t.goarch), t, deb, suites, workloads); err != nil {
 				return err
 			}
 			built[t.goarch] = g

@@ -130,7 +130,27 @@ func TestReadSuites(t *testing.T) {
 	if len(suites) != 2 || suites[0].pkg != "a/b" || strings.Join(suites[0].tests, ",") != "TestX,TestY,TestW" || suites[0].runPattern() != "^(TestX|TestY|TestW)$" {
 		t.Errorf("suites %+v", suites)
 	}
-	for _, bad := range []string{"a\n", "a TestX/sub\n", "a Test.*\n", "a TestX TestX\n", "a Benchmark\n", "# nothing\n"} {
+	// A line for one architecture: its tests run on its targets only.
+	suites, err = readSuites(write("a/b TestX\namd64: a/b TestY\namd64: c TestZ\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tg := range targets {
+		got := suitesFor(tg, suites)
+		want := "a/b:TestX"
+		if tg.goarch == "amd64" {
+			want = "a/b:TestX,TestY c:TestZ"
+		}
+		var parts []string
+		for _, s := range got {
+			parts = append(parts, s.pkg+":"+strings.Join(s.tests, ","))
+		}
+		if strings.Join(parts, " ") != want {
+			t.Errorf("%s runs %v, want %s", tg.name, parts, want)
+		}
+	}
+	for _, bad := range []string{"a\n", "a TestX/sub\n", "a Test.*\n", "a TestX TestX\n", "a Benchmark\n", "# nothing\n",
+		"amd64: a TestX\na TestX\n", "sparc: a TestX\n", "amd64: a\n"} {
 		if _, err := readSuites(write(bad)); err == nil {
 			t.Errorf("%q accepted", bad)
 		}

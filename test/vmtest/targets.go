@@ -27,6 +27,17 @@ type target struct {
 	// in with their libraries: only where the host's architecture is the
 	// guest's.
 	hostTools []string
+	// debTools are such programs taken from Debian's packages of the
+	// guest's architecture, unpacked, never installed; libPackages hold
+	// the shared libraries they need beyond libDirs'.
+	debTools    []debTool
+	libPackages []string
+}
+
+// debTool is a program in a Debian package: its path there and in the
+// guest.
+type debTool struct {
+	pkg, path string
 }
 
 var x86Tools = []string{"capsh", "objdump", "readelf"}
@@ -70,5 +81,6 @@ var targets = []target{
 		kernelPackage: "linux-image-cloud-arm64",
 		qemu:          "qemu-system-aarch64", machine: arm64Machine, console: "ttyAMA0",
 		toolchain: arm64Toolchain, libDirs: []string{"/usr/aarch64-linux-gnu/lib"},
+		debTools:  []debTool{{pkg: "libcap2-bin", path: "sbin/capsh"}}, libPackages: []string{"libcap2"},
 	},
 }
