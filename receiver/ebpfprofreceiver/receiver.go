@@ -217,6 +217,11 @@ func (r *profilesReceiver) start(_ context.Context, _ component.Host) error {
 	// The sampler and the kernel symbolizer share one parse of the
 	// kernel's BTF, dropped once both are loaded.
 	defer support.ReleaseKernelTypes()
+	// Its BPF loads on arm64; the walk's registers, frames and CFI rules
+	// are x86-64's.
+	if err := support.Check(support.Architecture("the stack walk (frame records, CFI rules, a frameless leaf's caller)", "amd64")); err != nil {
+		return fmt.Errorf("starting ebpfprof receiver: %w", err)
+	}
 	r.stopMemoryLimit = startGoMemoryLimit(r.cfg.GoMemoryLimit)
 	// Samples are linked to open probe scopes only when a uprobe receiver
 	// runs in this collector: alone, the sampler pays no lookup.

@@ -92,3 +92,30 @@ int format_addrs(struct ksym_args *args)
 		return 0;
 	return bpf_loop(n, format_one, NULL, 0);
 }
+
+// The core kernel text's bounds, which user space caches answers within;
+// zero where kallsyms hides them. text_bounds writes them.
+struct ksym_bounds {
+	u64 stext;
+	u64 etext;
+};
+
+struct ksym_bounds bounds;
+
+static const char name_stext[] = "_stext";
+static const char name_etext[] = "_etext";
+
+// Looks _stext and _etext up (bpf_kallsyms_lookup_name, kernel 5.16): on
+// arm64 KASLR places the kernel image anywhere in the vmalloc area, with
+// modules and BPF images around it. Returns 0, or the lookup's errno.
+SEC("syscall")
+int text_bounds(void *ctx)
+{
+	u64 lo = 0, hi = 0;
+	long err = bpf_kallsyms_lookup_name(name_stext, sizeof(name_stext), 0, &lo);
+	if (!err)
+		err = bpf_kallsyms_lookup_name(name_etext, sizeof(name_etext), 0, &hi);
+	bounds.stext = lo;
+	bounds.etext = hi;
+	return err;
+}

@@ -128,8 +128,6 @@ struct task_struct___procevents {
 	int tgid;
 } __attribute__((preserve_access_index));
 
-#define NR_MMAP 9 // x86-64
-
 struct linux_binprm {
 	struct file *file;
 	const char *interp;
@@ -277,18 +275,18 @@ int on_mmap_file_fentry(u64 *ctx)
 }
 
 // sys_exit(struct pt_regs *regs, long ret): the registers saved at syscall
-// entry still hold mmap's arguments (prot in dx, fd in r8).
+// entry still hold mmap's arguments (prot the third, fd the fifth).
 SEC("raw_tracepoint/sys_exit")
 int on_sys_exit(struct bpf_raw_tracepoint_args *ctx)
 {
 	struct pt_regs *regs = (struct pt_regs *)ctx->args[0];
-	if (BPF_CORE_READ(regs, orig_ax) != NR_MMAP)
+	if (REGS_SYSCALL_NR(regs) != NR_MMAP)
 		return 0;
 	long ret = ctx->args[1];
-	unsigned long prot = BPF_CORE_READ(regs, dx);
+	unsigned long prot = REGS_SYSCALL_ARG3(regs);
 	if (!(prot & PROT_EXEC) || (ret < 0 && ret > -4096))
 		return 0;
-	int fd = BPF_CORE_READ(regs, r8);
+	int fd = REGS_SYSCALL_ARG5(regs);
 	if (fd < 0)
 		return 0;
 	struct task_struct___procevents *task = (void *)bpf_get_current_task();

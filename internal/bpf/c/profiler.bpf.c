@@ -153,7 +153,8 @@ static __always_inline void submit(struct sample *s)
 }
 
 // link_scope links s to the probe scope open on its thread, or else on the
-// goroutine running on it: Go code keeps the g pointer in R14, the key the
+// goroutine running on it: Go code keeps the g pointer in a register (R14,
+// R28 on arm64), the key the
 // scope programs use for Go scopes.
 static __always_inline void link_scope(struct sample *s, struct pt_regs *regs)
 {
@@ -161,7 +162,7 @@ static __always_inline void link_scope(struct sample *s, struct pt_regs *regs)
 	struct scope_link *l = bpf_map_lookup_elem(&open_scopes, &k);
 	if (!l) {
 		k.kind = SCOPE_KIND_GOROUTINE;
-		k.id = regs->r14;
+		k.id = REGS_GO_G(regs);
 		l = bpf_map_lookup_elem(&open_scopes, &k);
 		if (!l)
 			return;
@@ -176,7 +177,7 @@ static __always_inline void link_scope(struct sample *s, struct pt_regs *regs)
 // per-CPU callchain buffer, a few cache misses at each such sample.
 static __always_inline s32 kernel_stack(void *ctx, u64 kernel[MAX_STACK_DEPTH])
 {
-	if (((struct pt_regs *)ctx)->cs & 3)
+	if (REGS_USER_MODE((struct pt_regs *)ctx))
 		return 0;
 	s32 n = bpf_get_stack(ctx, kernel, MAX_STACK_DEPTH * sizeof(u64), 0);
 	// EFAULT: no kernel stack, not an error.
@@ -224,9 +225,9 @@ static __always_inline bool fill_sample(void *ctx, struct sample *s, u64 pid_tgi
 		s->user_bytes = 0;
 	} else {
 		struct pt_regs *regs = (struct pt_regs *)bpf_task_pt_regs(task);
-		s->user_ip = regs->ip;
-		s->user_sp = regs->sp;
-		s->user_bp = regs->bp;
+		s->user_ip = REGS_PC(regs);
+		s->user_sp = REGS_SP(regs);
+		s->user_bp = REGS_FP(regs);
 		// Off-CPU events link here too: the scope the thread blocked in.
 		if (scope_links)
 			link_scope(s, regs);
@@ -255,7 +256,7 @@ static __always_inline bool fill_sample(void *ctx, struct sample *s, u64 pid_tgi
 		// with the same pid, are none.
 		if (proc && (proc->count == 0 || !same_image(proc, task)))
 			proc = 0;
-		if (!proc || !unwind_cfi(s, proc, tramp, hs, regs->r13, v8, in_sampler, &maps_stale)) {
+		if (!proc || !unwind_cfi(s, proc, tramp, hs, REGS_HOTSPOT_BCP(regs), v8, in_sampler, &maps_stale)) {
 			if (!proc) {
 				s->flags |= SAMPLE_NO_TABLE;
 				count(COUNTER_UNWIND_STOP + UNWIND_STOP_NO_TABLE);

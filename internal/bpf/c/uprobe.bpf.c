@@ -4,7 +4,7 @@
 // uprobes. The attach cookie carries the probe id (low 32 bits) and flags
 // (high 32 bits). A scope is keyed by (process, probe, thread), or by
 // (process, probe, goroutine) for Go code, where the g pointer lives in R14
-// and goroutines move between threads. A depth counter absorbs nested and
+// (R28 on arm64) and goroutines move between threads. A depth counter absorbs nested and
 // recursive calls: the start time is taken at depth 0->1 and one record is
 // emitted at 1->0 when the scope lasted at least the probe's min duration.
 //
@@ -315,7 +315,7 @@ static __always_inline void key_of(struct scope_key *key, u64 cookie, u64 pid_tg
 	key->pid = pid_tgid >> 32;
 	key->probe_id = (u32)cookie;
 	if (cookie & COOKIE_SCOPE_BY_G)
-		key->scope = ctx->r14;
+		key->scope = REGS_GO_G(ctx);
 	else
 		key->scope = (u32)pid_tgid;
 }
@@ -510,7 +510,7 @@ int scope_exit(struct pt_regs *ctx)
 		return 0;
 	if (cs.linked) {
 		bool by_g = cookie & COOKIE_SCOPE_BY_G;
-		link_close(pid_tgid, by_g, by_g ? ctx->r14 : (u32)pid_tgid);
+		link_close(pid_tgid, by_g, by_g ? REGS_GO_G(ctx) : (u32)pid_tgid);
 	}
 	u64 start = cs.start_ns;
 

@@ -1,4 +1,4 @@
-//go:build linux && amd64
+//go:build linux && (amd64 || arm64)
 
 package ksymprog
 
@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"syscall"
 	"unsafe"
 
 	"github.com/cilium/ebpf"
@@ -121,6 +122,23 @@ func (f *Formatter) formatBatch(base int, addrs []uint64, isReturn []bool, visit
 		visit(base+i, f.slot[textOffset:textOffset+tl], truncated)
 	}
 	return nil
+}
+
+// TextBounds returns the core kernel text's bounds, _stext and _etext,
+// as kallsyms knows them: both zero where it hides addresses.
+func (f *Formatter) TextBounds() (stext, etext uint64, err error) {
+	ret, err := f.objs.TextBounds.Run(&ebpf.RunOptions{})
+	if err != nil {
+		return 0, 0, fmt.Errorf("looking up the kernel text's bounds: %w", err)
+	}
+	if ret != 0 {
+		return 0, 0, fmt.Errorf("looking up the kernel text's bounds: %w", syscall.Errno(-int32(ret)))
+	}
+	var b ksymKsymBounds
+	if err := f.objs.Bounds.Get(&b); err != nil {
+		return 0, 0, fmt.Errorf("reading the kernel text's bounds: %w", err)
+	}
+	return b.Stext, b.Etext, nil
 }
 
 // Close unloads the program and unmaps the arrays. The mappings go away

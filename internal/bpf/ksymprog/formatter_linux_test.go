@@ -1,4 +1,4 @@
-//go:build linux && amd64
+//go:build linux && (amd64 || arm64)
 
 package ksymprog
 
@@ -14,12 +14,16 @@ import (
 
 // kallsymsAddr returns the address /proc/kallsyms lists for a core kernel
 // text symbol; the test's ground truth, never the formatter's input source.
-func kallsymsAddr(t *testing.T, name string) uint64 {
+func kallsymsAddr(t *testing.T, name string) uint64 { return kallsymsAddrOf(t, name, "tT") }
+
+// kallsymsAddrOf is kallsymsAddr for a symbol of one of types (arm64's
+// _etext is not a text symbol).
+func kallsymsAddrOf(t *testing.T, name, types string) uint64 {
 	t.Helper()
 	sc := bufio.NewScanner(bytes.NewReader(testenv.Kallsyms(t)))
 	for sc.Scan() {
 		fs := strings.Fields(sc.Text())
-		if len(fs) == 3 && fs[2] == name && strings.ContainsAny(fs[1], "tT") {
+		if len(fs) == 3 && fs[2] == name && strings.ContainsAny(fs[1], types) {
 			a, err := strconv.ParseUint(fs[0], 16, 64)
 			if err != nil {
 				t.Fatal(err)
@@ -100,5 +104,24 @@ func TestFormatSplitsBatches(t *testing.T) {
 	}
 	if seen != n {
 		t.Fatalf("visited %d results, want %d", seen, n)
+	}
+}
+
+// TestTextBounds looks the core kernel text's bounds up in BPF: they are
+// _stext and _etext as /proc/kallsyms lists them.
+func TestTextBounds(t *testing.T) {
+	testenv.RequireBPF(t)
+	f, err := Load()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	lo, hi, err := f.TextBounds()
+	if err != nil {
+		t.Fatal(err)
+	}
+	const anyType = "tTdDrRbBaA"
+	if want := [2]uint64{kallsymsAddrOf(t, "_stext", anyType), kallsymsAddrOf(t, "_etext", anyType)}; [2]uint64{lo, hi} != want {
+		t.Errorf("bounds %#x-%#x, kallsyms says %#x-%#x", lo, hi, want[0], want[1])
 	}
 }

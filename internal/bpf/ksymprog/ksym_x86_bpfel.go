@@ -19,6 +19,12 @@ type ksymKsymArgs struct {
 	Pad   uint32
 }
 
+type ksymKsymBounds struct {
+	_     structs.HostLayout
+	Stext uint64
+	Etext uint64
+}
+
 type ksymKsymRequest struct {
 	_     structs.HostLayout
 	Addr  uint64
@@ -40,6 +46,8 @@ const (
 	ksymMapRequests     = "requests"
 	ksymMapTexts        = "texts"
 	ksymProgFormatAddrs = "format_addrs"
+	ksymProgTextBounds  = "text_bounds"
+	ksymVarBounds       = "bounds"
 )
 
 // loadKsym returns the embedded CollectionSpec for ksym.
@@ -85,6 +93,7 @@ type ksymSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type ksymProgramSpecs struct {
 	FormatAddrs *ebpf.ProgramSpec `ebpf:"format_addrs"`
+	TextBounds  *ebpf.ProgramSpec `ebpf:"text_bounds"`
 }
 
 // ksymMapSpecs contains maps before they are loaded into the kernel.
@@ -99,6 +108,7 @@ type ksymMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type ksymVariableSpecs struct {
+	Bounds *ebpf.VariableSpec `ebpf:"bounds"`
 }
 
 // ksymObjects contains all objects after they have been loaded into the kernel.
@@ -136,6 +146,7 @@ func (m *ksymMaps) Close() error {
 //
 // It can be passed to loadKsymObjects or ebpf.CollectionSpec.LoadAndAssign.
 type ksymVariables struct {
+	Bounds *ebpf.Variable `ebpf:"bounds"`
 }
 
 // ksymPrograms contains all programs after they have been loaded into the kernel.
@@ -143,11 +154,13 @@ type ksymVariables struct {
 // It can be passed to loadKsymObjects or ebpf.CollectionSpec.LoadAndAssign.
 type ksymPrograms struct {
 	FormatAddrs *ebpf.Program `ebpf:"format_addrs"`
+	TextBounds  *ebpf.Program `ebpf:"text_bounds"`
 }
 
 func (p *ksymPrograms) Close() error {
 	return _KsymClose(
 		p.FormatAddrs,
+		p.TextBounds,
 	)
 }
 

@@ -1,4 +1,4 @@
-//go:build !linux || !amd64
+//go:build !linux || !(amd64 || arm64)
 
 package procwatch
 
@@ -11,9 +11,9 @@ import (
 // ErrClosed is returned by Read once the Watcher is closed.
 var ErrClosed = ringrec.ErrClosed
 
-var errNotLinux = errors.New("process events need linux/amd64")
+var errNotLinux = errors.New("process events need linux on amd64 or arm64")
 
-// Watcher reports process events. It exists only on linux/amd64.
+// Watcher reports process events. It exists only on linux on amd64 or arm64.
 type Watcher struct{}
 
 // New fails: process events need Linux.
@@ -25,10 +25,10 @@ func (*Watcher) Mappings() MappingSource { return MappingsNone }
 // MappingsError returns why mappings are not watched.
 func (*Watcher) MappingsError() error { return errNotLinux }
 
-// Read fails: process events need linux/amd64.
+// Read fails: process events need linux on amd64 or arm64.
 func (*Watcher) Read(*Event) error { return errNotLinux }
 
-// Counters fails: process events need linux/amd64.
+// Counters fails: process events need linux on amd64 or arm64.
 func (*Watcher) Counters() (Counters, error) { return Counters{}, errNotLinux }
 
 // Close does nothing.

@@ -1,4 +1,4 @@
-//go:build !linux || !amd64
+//go:build !linux || !(amd64 || arm64)
 
 package scopeprobe
 
@@ -9,21 +9,21 @@ import (
 	"github.com/cilium/ebpf"
 )
 
-var errNotLinux = errors.New("uprobes need linux/amd64")
+var errNotLinux = errors.New("uprobes need linux on amd64 or arm64")
 
-// Probes are the loaded scope programs. They exist only on linux/amd64.
+// Probes are the loaded scope programs. They exist only on linux on amd64 or arm64.
 type Probes struct{}
 
 // Attachment is the set of uprobes put on one binary.
 type Attachment struct{}
 
-// CheckSupport reports that uprobes need linux/amd64.
+// CheckSupport reports that uprobes need linux on amd64 or arm64.
 func CheckSupport() error { return errNotLinux }
 
-// New fails: uprobes need linux/amd64.
+// New fails: uprobes need linux on amd64 or arm64.
 func New(Options) (*Probes, error) { return nil, errNotLinux }
 
-// Attach fails: uprobes need linux/amd64.
+// Attach fails: uprobes need linux on amd64 or arm64.
 func (*Probes) Attach(string, []Site) (*Attachment, error) { return nil, errNotLinux }
 
 // SetDeadline does nothing.
@@ -32,19 +32,19 @@ func (*Probes) SetDeadline(time.Time) {}
 // Flush does nothing.
 func (*Probes) Flush() error { return nil }
 
-// Read fails: uprobes need linux/amd64.
+// Read fails: uprobes need linux on amd64 or arm64.
 func (*Probes) Read(*Record) error { return errNotLinux }
 
-// Counters fails: uprobes need linux/amd64.
+// Counters fails: uprobes need linux on amd64 or arm64.
 func (*Probes) Counters() (Counters, error) { return Counters{}, errNotLinux }
 
-// Fill fails: uprobes need linux/amd64.
+// Fill fails: uprobes need linux on amd64 or arm64.
 func (*Probes) Fill(uint32, uint32) error { return errNotLinux }
 
-// Prepare fails: uprobes need linux/amd64.
+// Prepare fails: uprobes need linux on amd64 or arm64.
 func (*Probes) Prepare(uint32, bool, bool) error { return errNotLinux }
 
-// ProgramIDs fails: uprobes need linux/amd64.
+// ProgramIDs fails: uprobes need linux on amd64 or arm64.
 func (*Probes) ProgramIDs() ([]ebpf.ProgramID, error) { return nil, errNotLinux }
 
 // Close does nothing.
@@ -59,13 +59,13 @@ func (*Attachment) Multi() bool { return false }
 // Close does nothing.
 func (*Attachment) Close() error { return nil }
 
-// Warmer keeps uprobe registration fast. It exists only on linux/amd64.
+// Warmer keeps uprobe registration fast. It exists only on linux on amd64 or arm64.
 type Warmer struct{}
 
 // WarmerStats count what a Warmer did.
 type WarmerStats struct{ Writes, Skipped, Errors uint64 }
 
-// StartWarmer fails: uprobes need linux/amd64.
+// StartWarmer fails: uprobes need linux on amd64 or arm64.
 func (*Probes) StartWarmer(time.Duration, int) (*Warmer, error) { return nil, errNotLinux }
 
 // Stats is zero.
@@ -80,5 +80,5 @@ type ExpediteStats struct {
 	SetFor                     time.Duration
 }
 
-// ExpediteStats returns zero: uprobes need linux/amd64.
+// ExpediteStats returns zero: uprobes need linux on amd64 or arm64.
 func (*Probes) ExpediteStats() ExpediteStats { return ExpediteStats{} }

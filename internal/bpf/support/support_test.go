@@ -31,3 +31,15 @@ func TestCheckNamesFirstMissing(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestArchitectureNamesWhatAndWhere: a component that runs on some
+// architectures only says which, and on which it was asked to run.
+func TestArchitectureNamesWhatAndWhere(t *testing.T) {
+	if err := Check(architecture("the stack walk", "amd64", "amd64")); err != nil {
+		t.Fatalf("on amd64: %v", err)
+	}
+	err := Check(architecture("the stack walk", "arm64", "amd64"))
+	if !errors.Is(err, ErrArchitecture) || err.Error() != "the stack walk runs on amd64 only, not on arm64: architecture not supported" {
+		t.Fatalf("on arm64: %v", err)
+	}
+}

@@ -1,8 +1,6 @@
 package kernelsym
 
 import (
-	"runtime"
-
 	"github.com/bpfcol/bpfcol/internal/lru"
 )
 
@@ -21,6 +19,9 @@ type resultKey struct {
 type resultCache struct {
 	entries *lru.Cache[resultKey, Symbol]
 	off     bool // a disabled cache misses every get and keeps nothing
+	// text is the core kernel text's [start, end): answers outside it
+	// are not kept. Empty where it is not known.
+	text [2]uint64
 }
 
 // resultMaxIdle is how long an answer stays cached unused. The kernel
@@ -29,8 +30,8 @@ type resultCache struct {
 // 65536 entries (some 15 MB) for as long as that went on.
 const resultMaxIdle = lru.ChurnIdle
 
-func newResultCache(max int) *resultCache {
-	c := &resultCache{entries: lru.New[resultKey, Symbol](int64(max), nil), off: max <= 0}
+func newResultCache(max int, text [2]uint64) *resultCache {
+	c := &resultCache{entries: lru.New[resultKey, Symbol](int64(max), nil), off: max <= 0, text: text}
 	c.entries.SetMaxIdle(resultMaxIdle)
 	return c
 }
@@ -38,7 +39,7 @@ func newResultCache(max int) *resultCache {
 func (c *resultCache) get(k resultKey) (Symbol, bool) { return c.entries.Get(k) }
 
 func (c *resultCache) put(k resultKey, s Symbol) {
-	if c.off || !cacheable(k, s) {
+	if c.off || !c.cacheable(k, s) {
 		return
 	}
 	c.entries.Add(k, s)
@@ -46,19 +47,38 @@ func (c *resultCache) put(k resultKey, s Symbol) {
 
 // Core kernel text on x86-64 is mapped in the 1 GiB below the module area
 // (Documentation/arch/x86/x86_64/mm.rst), where BPF JIT images, trampolines
-// and modules live; elsewhere nothing is assumed and nothing is cached.
+// and modules live. Elsewhere (arm64, whose kernel image KASLR places
+// anywhere in the vmalloc area) it is read from kallsyms (coreText).
 const (
 	amd64KernelTextStart = 0xffffffff80000000
 	amd64ModulesStart    = 0xffffffffc0000000
 )
 
-func cacheable(k resultKey, s Symbol) bool {
-	if !s.OK || s.Truncated || s.Module != "" || s.IsBPFProg || runtime.GOARCH != "amd64" {
+func (c *resultCache) cacheable(k resultKey, s Symbol) bool {
+	if !s.OK || s.Truncated || s.Module != "" || s.IsBPFProg {
 		return false
 	}
 	looked := k.addr
 	if k.isReturn {
 		looked--
 	}
-	return looked >= amd64KernelTextStart && looked < amd64ModulesStart
+	return looked >= c.text[0] && looked < c.text[1]
+}
+
+// coreText returns the bounds of the core kernel's text on goarch: a fixed
+// window on amd64, else _stext to _etext as the formatter looks them up.
+// Empty when they are not known (kptr_restrict hides them, the formatter
+// is not loaded): nothing is cached then.
+func coreText(goarch string, f formatter) [2]uint64 {
+	if goarch == "amd64" {
+		return [2]uint64{amd64KernelTextStart, amd64ModulesStart}
+	}
+	if f == nil {
+		return [2]uint64{}
+	}
+	lo, hi, err := f.TextBounds()
+	if err != nil || lo == 0 || hi <= lo {
+		return [2]uint64{}
+	}
+	return [2]uint64{lo, hi}
 }

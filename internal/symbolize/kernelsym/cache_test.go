@@ -1,11 +1,9 @@
 package kernelsym
 
 import (
-	"runtime"
+	"errors"
 	"testing"
 	"time"
-
-	"github.com/bpfcol/bpfcol/internal/testenv"
 )
 
 // TestResultCacheForgetsIdleAnswers caches answers for two kernel
@@ -13,9 +11,7 @@ import (
 // next answer stored drops the other: kernel paths that processes long
 // exited went through do not fill the cache toward its entry bound.
 func TestResultCacheForgetsIdleAnswers(t *testing.T) {
-	// Answers are cached for amd64 kernel text only.
-	testenv.RequirePlatform(t, runtime.GOARCH == "amd64", "amd64")
-	c := newResultCache(DefaultCacheEntries)
+	c := newResultCache(DefaultCacheEntries, coreText("amd64", nil))
 	now := time.Now()
 	c.entries.SetClock(func() time.Time { return now })
 	text := func(i uint64) resultKey { return resultKey{addr: amd64KernelTextStart + 0x1000*i} }
@@ -33,5 +29,37 @@ func TestResultCacheForgetsIdleAnswers(t *testing.T) {
 	}
 	if s := c.entries.Stats(); s.Len != 2 || s.Expired != 1 {
 		t.Errorf("stats %+v: want 2 answers held, 1 expired", s)
+	}
+}
+
+// boundsFormatter is a formatter whose only answer is the text's bounds.
+type boundsFormatter struct {
+	formatter
+	lo, hi uint64
+	err    error
+}
+
+func (f boundsFormatter) TextBounds() (uint64, uint64, error) { return f.lo, f.hi, f.err }
+
+// TestCoreTextBounds caches answers within the bounds the formatter looks
+// up (arm64's kernel image, which KASLR places anywhere), none where they
+// are hidden or cannot be looked up.
+func TestCoreTextBounds(t *testing.T) {
+	arm64 := boundsFormatter{lo: 0xffff800008010000, hi: 0xffff800008e00000}
+	if got := coreText("arm64", arm64); got != [2]uint64{arm64.lo, arm64.hi} {
+		t.Errorf("bounds %#x", got)
+	}
+	c := newResultCache(DefaultCacheEntries, coreText("arm64", arm64))
+	sym := Symbol{Name: "f", OK: true}
+	c.put(resultKey{addr: 0xffff800008020000}, sym)
+	c.put(resultKey{addr: 0xffff800009020000}, sym)                 // past _etext
+	c.put(resultKey{addr: 0xffff800008010000, isReturn: true}, sym) // looks up _stext-1
+	if st := c.entries.Stats(); st.Len != 1 {
+		t.Errorf("%d answers kept, want the one in the core text", st.Len)
+	}
+	for _, f := range []formatter{nil, boundsFormatter{}, boundsFormatter{err: errors.New("EINVAL")}} {
+		if got := coreText("arm64", f); got != [2]uint64{} {
+			t.Errorf("bounds %#x from %v", got, f)
+		}
 	}
 }

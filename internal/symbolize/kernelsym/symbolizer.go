@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime"
 	"sync"
 
 	"go.uber.org/zap"
@@ -43,6 +44,7 @@ type Stats struct {
 // formatter is the BPF program's interface, so tests can make it fail.
 type formatter interface {
 	Format(addrs []uint64, isReturn []bool, visit func(i int, text []byte, truncated bool)) error
+	TextBounds() (stext, etext uint64, err error)
 	Close() error
 }
 
@@ -75,13 +77,13 @@ func newSymbolizer(opts Options, load func() (formatter, error)) (*Symbolizer, e
 		entries = DefaultCacheEntries
 	}
 	s := &Symbolizer{}
-	s.cache = newResultCache(entries)
-
 	f, err := load()
 	if err == nil {
 		s.path, s.formatter = PathBPF, f
+		s.cache = newResultCache(entries, coreText(runtime.GOARCH, f))
 		return s, nil
 	}
+	s.cache = newResultCache(entries, coreText(runtime.GOARCH, nil))
 	open := opts.OpenKallsyms
 	if open == nil {
 		open = func() (io.ReadCloser, error) { return os.Open("/proc/kallsyms") }

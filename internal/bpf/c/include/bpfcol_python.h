@@ -94,12 +94,7 @@ const struct py_proc *unused_py_proc __attribute__((unused));
 const enum py_tstate_via *unused_py_tstate_via __attribute__((unused));
 const enum py_frame_layout *unused_py_frame_layout __attribute__((unused));
 
-/* Kernel fields the thread pointer is read from (x86-64: the saved FS
- * base, which glibc sets once per thread). */
-struct thread_struct {
-	unsigned long fsbase;
-} __attribute__((preserve_access_index));
-
+/* The kernel field the thread pointer is read from: bpfcol_arch.h. */
 struct task_struct___py {
 	struct thread_struct thread;
 } __attribute__((preserve_access_index));
@@ -175,7 +170,7 @@ static __always_inline u64 py_tls(struct py_proc *p, u64 tp, u32 *stop)
  * pthread-specific one, when the process has its key, stands in then. */
 static __always_inline u64 py_thread_state(struct py_proc *p, struct task_struct *task, u32 *stop)
 {
-	u64 tp = ((struct task_struct___py *)task)->thread.fsbase;
+	u64 tp = THREAD_POINTER(((struct task_struct___py *)task)->thread);
 	u64 addr = 0, ts = 0;
 	*stop = INTERP_STOP_TLS_FAULT;
 	if (!user_addr(tp))

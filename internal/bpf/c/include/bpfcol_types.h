@@ -69,30 +69,7 @@ enum {
 	BPF_EXIST = 2,
 };
 
-/* x86-64 register frame saved on kernel entry. */
-struct pt_regs {
-	unsigned long r15;
-	unsigned long r14;
-	unsigned long r13;
-	unsigned long r12;
-	unsigned long bp;
-	unsigned long bx;
-	unsigned long r11;
-	unsigned long r10;
-	unsigned long r9;
-	unsigned long r8;
-	unsigned long ax;
-	unsigned long cx;
-	unsigned long dx;
-	unsigned long si;
-	unsigned long di;
-	unsigned long orig_ax;
-	unsigned long ip;
-	unsigned long cs;
-	unsigned long flags;
-	unsigned long sp;
-	unsigned long ss;
-} __attribute__((preserve_access_index));
+#include "bpfcol_arch.h"
 
 /* include/uapi/linux/bpf.h: the context of raw tracepoint programs. */
 struct bpf_raw_tracepoint_args {
