@@ -81,6 +81,6 @@ var targets = []target{
 		kernelPackage: "linux-image-cloud-arm64",
 		qemu:          "qemu-system-aarch64", machine: arm64Machine, console: "ttyAMA0",
 		toolchain: arm64Toolchain, libDirs: []string{"/usr/aarch64-linux-gnu/lib"},
-		debTools:  []debTool{{pkg: "libcap2-bin", path: "sbin/capsh"}}, libPackages: []string{"libcap2"},
+		debTools: []debTool{{pkg: "libcap2-bin", path: "sbin/capsh"}}, libPackages: []string{"libcap2"},
 	},
 }
