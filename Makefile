@@ -61,8 +61,8 @@ check-generate: ## Fail if `make generate` changes any file.
 
 test: deps check-generate build ## Install missing tools, check generated code, vet, run all tests.
 	$(GO) vet ./...
-	# The BPF packages build for linux/amd64 only; elsewhere their stubs
-	# must still compile.
+	# The BPF packages build for linux on amd64 and arm64; elsewhere their
+	# stubs must still compile.
 	GOOS=darwin $(GO) vet ./...
 	GOOS=linux GOARCH=arm64 $(GO) vet ./...
 	# -p 1: the uprobe timing tests and the end-to-end collectors must not

@@ -65,11 +65,13 @@ required=(
 	"cpio cpio"                                   # reads back test/vmtest's initramfs in its unit test
 	"apt-get apt"                                 # test/vmtest fetches kernels with apt-get download
 	"dpkg-deb dpkg"                               # ... and unpacks them
+	"aarch64-linux-gnu-gcc gcc-aarch64-linux-gnu" # arm64 code for the CFI and frameless-leaf tests (and make vmtest's arm64 workloads)
+	"aarch64-linux-gnu-objdump binutils-aarch64-linux-gnu" # their yardstick
+	"/usr/aarch64-linux-gnu/lib/libstdc++.so.6 libstdc++6-arm64-cross" # arm64 C++ CFI, against readelf
 )
 if $vm; then
 	required+=(
 		"qemu-system-aarch64 qemu-system-arm"     # the arm64 target of make vmtest
-		"aarch64-linux-gnu-gcc gcc-aarch64-linux-gnu" # its C workloads
 		"aarch64-linux-gnu-g++ g++-aarch64-linux-gnu"
 		"/usr/include/aarch64-linux-gnu/sys/sdt.h systemtap-sdt-dev:arm64" # USDT workloads
 	)

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -115,8 +116,8 @@ func readCFI(t *testing.T, bin string) []*fde {
 		}
 		loc, _ := strconv.ParseUint(m[1], 16, 64)
 		row := cfiRow{loc: loc, cfa: m[2]}
-		if f := strings.Fields(line); len(f) == len(columns) && columns[len(columns)-1] == "ra" {
-			row.ra = f[len(f)-1]
+		if f, i := strings.Fields(line), slices.Index(columns, "ra"); len(f) == len(columns) && i >= 0 {
+			row.ra = f[i]
 		}
 		switch {
 		case cur != nil:

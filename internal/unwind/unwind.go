@@ -1,6 +1,8 @@
 package unwind
 
 import (
+	"runtime"
+	"slices"
 	"sort"
 	"unsafe"
 
@@ -13,7 +15,8 @@ const MaxCodeSize = 1 << 20
 
 // ReturnAddressSlot decodes the function's code from its start up to pc and
 // reports where the return address sits relative to SP when the frame-pointer
-// chain does not cover the caller. code holds the function's bytes starting at
+// chain does not cover the caller; on arm64 (the collector's own
+// architecture) slot 0 is the link register. code holds the function's bytes starting at
 // funcStart, ideally the whole function: later code can jump back before pc.
 // ok=false means: the function has set up its frame (push rbp; mov rbp,rsp) at
 // pc so the FP walk is already right, or the answer is not provable.
@@ -32,6 +35,7 @@ func ReturnAddressSlot(code []byte, funcStart, pc uint64) (spOffset int, ok bool
 type Function struct {
 	start uint64
 	code  []byte
+	arm64 bool // arm64 code: slot 0 is the link register
 	// offsets is sorted; slots[i] is the answer at start+offsets[i]:
 	// 0 or 8, or -1 for "no provable slot".
 	offsets []uint32
@@ -43,6 +47,9 @@ type Function struct {
 // direct control flow. The result keeps a reference to code, which must not
 // change afterwards.
 func Analyze(code []byte, funcStart uint64) *Function {
+	if runtime.GOARCH == "arm64" {
+		return analyzeARM64(code, funcStart)
+	}
 	f := &Function{start: funcStart, code: code}
 	if len(code) > MaxCodeSize {
 		return f
@@ -57,7 +64,7 @@ func Analyze(code []byte, funcStart uint64) *Function {
 	for off := range states {
 		f.offsets = append(f.offsets, off)
 	}
-	sort.Slice(f.offsets, func(i, j int) bool { return f.offsets[i] < f.offsets[j] })
+	sortOffsets(f.offsets)
 	f.slots = make([]int8, len(f.offsets))
 	for i, off := range f.offsets {
 		f.slots[i] = states[off].slot()
@@ -78,9 +85,14 @@ func (f *Function) ReturnAddressSlot(pc uint64) (spOffset int, ok bool) {
 		return 0, false
 	}
 	off := pc - f.start
-	// Whatever path led here, a ret pops the return address from [SP];
-	// this also covers returns only reachable through jump tables.
-	if inst, ok := decodeAt(f.code, int(off)); ok && inst.Op == x86asm.RET {
+	// Whatever path led here, a ret pops the return address from [SP]
+	// (arm64: takes it from x30); this also covers returns only
+	// reachable through jump tables.
+	if f.arm64 {
+		if isRetARM64(f.code, int(off)) {
+			return 0, true
+		}
+	} else if inst, ok := decodeAt(f.code, int(off)); ok && inst.Op == x86asm.RET {
 		return 0, true
 	}
 	i := sort.Search(len(f.offsets), func(i int) bool { return uint64(f.offsets[i]) >= off })
@@ -89,6 +101,9 @@ func (f *Function) ReturnAddressSlot(pc uint64) (spOffset int, ok bool) {
 	}
 	return int(f.slots[i]), true
 }
+
+// sortOffsets sorts a function's analysed offsets.
+func sortOffsets(offsets []uint32) { slices.Sort(offsets) }
 
 // rbpState says what RBP holds relative to this function's frame.
 type rbpState uint8

@@ -210,7 +210,7 @@ func checkNoImpossibleFrames(t *testing.T, profiles []pprofile.Profiles) {
 			}
 			locs++
 			mi := loc.MappingIndex()
-			ok := loc.Address() != 0 && loc.Address() <= 0x7fffffffffff && mi > 0 && int(mi) < d.MappingTable().Len()
+			ok := loc.Address() != 0 && loc.Address() <= process.MaxUserAddr && mi > 0 && int(mi) < d.MappingTable().Len()
 			if ok {
 				m := d.MappingTable().At(int(mi))
 				ok = m.MemoryLimit() > m.MemoryStart()

@@ -113,6 +113,8 @@ type profilesReceiver struct {
 	stopMemoryLimit func()
 	firstSample     atomic.Bool
 	startedAt       time.Time
+	// interpreters are those unwound since Start (chooseInterpreters).
+	interpreters []string
 
 	hooks testHooks
 }
@@ -217,11 +219,12 @@ func (r *profilesReceiver) start(_ context.Context, _ component.Host) error {
 	// The sampler and the kernel symbolizer share one parse of the
 	// kernel's BTF, dropped once both are loaded.
 	defer support.ReleaseKernelTypes()
-	// Its BPF loads on arm64; the walk's registers, frames and CFI rules
-	// are x86-64's.
-	if err := support.Check(support.Architecture("the stack walk (frame records, CFI rules, a frameless leaf's caller)", "amd64")); err != nil {
+	// The walk's registers, frame records and CFI rules are x86-64's and
+	// arm64's.
+	if err := support.Check(support.Architecture("the stack walk (frame records, CFI rules, a frameless leaf's caller)", "amd64", "arm64")); err != nil {
 		return fmt.Errorf("starting ebpfprof receiver: %w", err)
 	}
+	r.chooseInterpreters()
 	r.stopMemoryLimit = startGoMemoryLimit(r.cfg.GoMemoryLimit)
 	// Samples are linked to open probe scopes only when a uprobe receiver
 	// runs in this collector: alone, the sampler pays no lookup.
@@ -245,9 +248,9 @@ func (r *profilesReceiver) start(_ context.Context, _ component.Host) error {
 		UnwindRows:      int(r.cfg.UnwindTableBytes / profiler.UnwindRowBytes),
 		OffCPU:          r.cfg.OffCPU.samplerOptions(),
 		Scopes:          shared,
-		Python:          r.cfg.interpreter(python.Name),
-		HotSpot:         r.cfg.interpreter(hotspot.Name),
-		V8:              r.cfg.interpreter(v8.Name),
+		Python:          r.interpreter(python.Name),
+		HotSpot:         r.interpreter(hotspot.Name),
+		V8:              r.interpreter(v8.Name),
 	})
 	if err != nil {
 		r.releaseScopes()

@@ -31,13 +31,14 @@ struct sample {
 	u32 flags;
 	s32 kernel_bytes; // bytes of kernel[] filled, or a negative errno
 	s32 user_bytes;   // bytes of user[] filled, or a negative errno
-	// User registers at the sample, and the two words at the user SP: the
-	// return address of a function that has not pushed a frame sits there,
-	// and frame-pointer walking cannot see it.
+	// User registers at the sample, and where the return address of a
+	// function that has not saved a frame is, which frame-pointer walking
+	// cannot see: the two words at the user SP on x86-64; the link
+	// register (x30) on arm64, then the second word is 0.
 	u64 user_ip;
 	u64 user_sp;
 	u64 user_bp;
-	u64 sp_words[2];
+	u64 leaf_words[2];
 	u64 off_cpu_ns; // SAMPLE_OFF_CPU: time from switch-out to switch-in
 	struct scope_link link; // SAMPLE_SCOPE: the probe scope open at the sample
 	char comm[16];
@@ -48,7 +49,7 @@ struct sample {
 // Flags of a sample, generated for Go by bpf2go (-type sample_flag).
 enum sample_flag {
 	SAMPLE_KERNEL_THREAD = 1U << 0,
-	SAMPLE_SP_WORDS_VALID = 1U << 1,
+	SAMPLE_LEAF_WORDS_VALID = 1U << 1,
 	SAMPLE_CFI = 1U << 2,             // user[] was walked with CFI tables
 	SAMPLE_COMPLETE = 1U << 3,        // the walk reached the process root
 	SAMPLE_UNKNOWN_MAPPING = 1U << 4, // an address outside the loaded mappings
@@ -110,9 +111,6 @@ enum counter {
 // whose return address is its first instruction. User space names it
 // as is instead of at the call before it.
 #define FRAME_PC_EXACT (1ULL << FRAME_PC_EXACT_SHIFT)
-
-// Largest user address on x86-64 with 4-level paging.
-#define MAX_USER_ADDR 0x00007fffffffffffULL
 
 // Rows the binary search can reach: 2^ROW_SEARCH_STEPS.
 #define ROW_SEARCH_STEPS 24
@@ -211,8 +209,8 @@ static __always_inline bool fill_sample(void *ctx, struct sample *s, u64 pid_tgi
 	s->user_ip = 0;
 	s->user_sp = 0;
 	s->user_bp = 0;
-	s->sp_words[0] = 0;
-	s->sp_words[1] = 0;
+	s->leaf_words[0] = 0;
+	s->leaf_words[1] = 0;
 	bpf_get_current_comm(s->comm, sizeof(s->comm));
 
 	s->kernel_bytes = 0;
@@ -237,16 +235,23 @@ static __always_inline bool fill_sample(void *ctx, struct sample *s, u64 pid_tgi
 		struct stack_window *win = in_sampler ? this_stack_window() : 0;
 		if (win)
 			win->len = 0;
-		// Read directly: the window would add its buffer to this
-		// program's stack, over 6.1's 512 bytes for a call chain.
-		if (bpf_probe_read_user(s->sp_words, sizeof(s->sp_words), (void *)s->user_sp) == 0) {
-			s->flags |= SAMPLE_SP_WORDS_VALID;
+		if (HAS_LINK_REGISTER) {
+			s->leaf_words[0] = REGS_LR(regs);
+			s->flags |= SAMPLE_LEAF_WORDS_VALID;
+			// A leaf under a uretprobe: the trampoline is in LR, the
+			// SP still the probed function's at entry.
+			if (tramp && s->leaf_words[0] == tramp)
+				s->leaf_words[0] = uretprobe_return(s->user_sp);
+		} else if (bpf_probe_read_user(s->leaf_words, sizeof(s->leaf_words), (void *)s->user_sp) == 0) {
+			// Read directly: the window would add its buffer to this
+			// program's stack, over 6.1's 512 bytes for a call chain.
+			s->flags |= SAMPLE_LEAF_WORDS_VALID;
 			// A frameless leaf under a uretprobe: its return address,
 			// at SP, is the trampoline's.
-			if (tramp && s->sp_words[0] == tramp)
-				s->sp_words[0] = uretprobe_return(s->user_sp);
-			if (tramp && s->sp_words[1] == tramp)
-				s->sp_words[1] = uretprobe_return(s->user_sp + 8);
+			if (tramp && s->leaf_words[0] == tramp)
+				s->leaf_words[0] = uretprobe_return(s->user_sp);
+			if (tramp && s->leaf_words[1] == tramp)
+				s->leaf_words[1] = uretprobe_return(s->user_sp + 8);
 		} else {
 			count(COUNTER_SP_READ_ERR);
 		}

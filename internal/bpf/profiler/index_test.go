@@ -22,7 +22,7 @@ func randomTable(rng *rand.Rand, n int, base, lead uint64) []cfi.Row {
 	rows := make([]cfi.Row, n)
 	pc := base + lead
 	for i := range rows {
-		rows[i] = cfi.Row{PC: pc, CFA: cfi.CFARSP, CFAOffset: 8}
+		rows[i] = cfi.Row{PC: pc, CFA: cfi.CFASP, CFAOffset: 8}
 		switch rng.IntN(10) {
 		case 0:
 			pc += 1 + rng.Uint64N(1<<16)

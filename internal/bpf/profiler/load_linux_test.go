@@ -3,6 +3,7 @@
 package profiler
 
 import (
+	"errors"
 	"regexp"
 	"strconv"
 	"testing"
@@ -57,6 +58,10 @@ func verifierStats(tb testing.TB, offCPU bool, progs []string) (insns, usec map[
 		Cache:    support.KernelTypes(),
 	})
 	if err != nil {
+		// The whole verifier log: its end says which limit was hit.
+		if ve := (*ebpf.VerifierError)(nil); errors.As(err, &ve) {
+			tb.Fatalf("%v:\n%+v", err, ve)
+		}
 		tb.Fatal(err)
 	}
 	defer coll.Close()
@@ -103,12 +108,15 @@ func offCPUPrograms(taskWork bool) []string {
 // path) took sample_stack from 13.0k to 21.0k instructions, and V8's
 // frame step beside it (v8_frame, global too) to 23.7k, still one walk
 // of the frame step; 27k since the sampler's row memo and stack window
-// (stack_read, global too) took it from 24.9k to 26.4k. Every program the kernel can
+// (stack_read, global too) took it from 24.9k to 26.4k; 28k since arm64's
+// return address rules (the link register, frame records counted from SP)
+// and the walk's flags packed in bits, which keep its registers within
+// 6.1's 512 bytes of stack, took it to 27.0k. Every program the kernel can
 // run loads: the sched_switch walk everywhere, the task-work pair where
 // the kernel has BPF task work (6.18).
 func TestSamplerVerifiedOnce(t *testing.T) {
 	testenv.RequireBPF(t)
-	const bound = 27_000
+	const bound = 28_000
 	variants := []bool{false}
 	if err := offCPUTaskWork(); err == nil {
 		variants = append(variants, true)

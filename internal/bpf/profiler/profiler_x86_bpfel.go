@@ -317,7 +317,7 @@ type profilerSample struct {
 	UserIp      uint64
 	UserSp      uint64
 	UserBp      uint64
-	SpWords     [2]uint64
+	LeafWords   [2]uint64
 	OffCpuNs    uint64
 	Link        profilerScopeLink
 	Comm        [16]int8
@@ -328,17 +328,17 @@ type profilerSample struct {
 type profilerSampleFlag uint32
 
 const (
-	profilerSampleFlagSAMPLE_KERNEL_THREAD   profilerSampleFlag = 1
-	profilerSampleFlagSAMPLE_SP_WORDS_VALID  profilerSampleFlag = 2
-	profilerSampleFlagSAMPLE_CFI             profilerSampleFlag = 4
-	profilerSampleFlagSAMPLE_COMPLETE        profilerSampleFlag = 8
-	profilerSampleFlagSAMPLE_UNKNOWN_MAPPING profilerSampleFlag = 16
-	profilerSampleFlagSAMPLE_NO_TABLE        profilerSampleFlag = 32
-	profilerSampleFlagSAMPLE_LEAF_FP         profilerSampleFlag = 64
-	profilerSampleFlagSAMPLE_OFF_CPU         profilerSampleFlag = 128
-	profilerSampleFlagSAMPLE_PREEMPTED       profilerSampleFlag = 4096
-	profilerSampleFlagSAMPLE_SCOPE           profilerSampleFlag = 8192
-	profilerSampleFlagSAMPLE_PACKED          profilerSampleFlag = 16384
+	profilerSampleFlagSAMPLE_KERNEL_THREAD    profilerSampleFlag = 1
+	profilerSampleFlagSAMPLE_LEAF_WORDS_VALID profilerSampleFlag = 2
+	profilerSampleFlagSAMPLE_CFI              profilerSampleFlag = 4
+	profilerSampleFlagSAMPLE_COMPLETE         profilerSampleFlag = 8
+	profilerSampleFlagSAMPLE_UNKNOWN_MAPPING  profilerSampleFlag = 16
+	profilerSampleFlagSAMPLE_NO_TABLE         profilerSampleFlag = 32
+	profilerSampleFlagSAMPLE_LEAF_FP          profilerSampleFlag = 64
+	profilerSampleFlagSAMPLE_OFF_CPU          profilerSampleFlag = 128
+	profilerSampleFlagSAMPLE_PREEMPTED        profilerSampleFlag = 4096
+	profilerSampleFlagSAMPLE_SCOPE            profilerSampleFlag = 8192
+	profilerSampleFlagSAMPLE_PACKED           profilerSampleFlag = 16384
 )
 
 type profilerSampleInterp struct {
@@ -439,7 +439,7 @@ type profilerUnwindRow struct {
 	Pc     uint32
 	CfaOff int16
 	Rules  uint8
-	RbpOff int8
+	FpOff  int8
 }
 
 type profilerUnwindStop uint32

@@ -40,10 +40,11 @@ type Sample struct {
 	UserPCs [2]uint64
 	// UserIP, UserSP and UserBP are the user registers of the task.
 	UserIP, UserSP, UserBP uint64
-	// SPWords are the two words at UserSP when SPWordsValid is set: the
-	// return address of a function that has not pushed a frame is there.
-	SPWords      [2]uint64
-	SPWordsValid bool
+	// LeafWords, when LeafWordsValid is set, are where the return address
+	// of a function that has not saved a frame is: the two words at UserSP
+	// on x86-64; the link register (x30) on arm64, the second word 0.
+	LeafWords      [2]uint64
+	LeafWordsValid bool
 	// KernelThread is set for kernel threads, which have no user stack.
 	KernelThread bool
 	// CFI is set when User was walked with the process's CFI tables.

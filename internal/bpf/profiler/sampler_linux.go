@@ -400,8 +400,8 @@ func decode(rec *profilerSample, tail []byte, dst *Sample) {
 		}
 	}
 	dst.UserIP, dst.UserSP, dst.UserBP = rec.UserIp, rec.UserSp, rec.UserBp
-	dst.SPWords = rec.SpWords
-	dst.SPWordsValid = rec.Flags&uint32(profilerSampleFlagSAMPLE_SP_WORDS_VALID) != 0
+	dst.LeafWords = rec.LeafWords
+	dst.LeafWordsValid = rec.Flags&uint32(profilerSampleFlagSAMPLE_LEAF_WORDS_VALID) != 0
 	dst.KernelThread = rec.Flags&uint32(profilerSampleFlagSAMPLE_KERNEL_THREAD) != 0
 	dst.CFI = rec.Flags&uint32(profilerSampleFlagSAMPLE_CFI) != 0
 	dst.Complete = rec.Flags&uint32(profilerSampleFlagSAMPLE_COMPLETE) != 0

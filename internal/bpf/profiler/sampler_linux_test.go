@@ -56,7 +56,7 @@ func TestSamplerSeesBusyThread(t *testing.T) {
 			continue
 		}
 		own++
-		if len(smp.User) > 0 && smp.User[0] == smp.UserIP && smp.SPWordsValid {
+		if len(smp.User) > 0 && smp.User[0] == smp.UserIP && smp.LeafWordsValid {
 			withUser++
 		}
 	}

@@ -210,37 +210,111 @@ func (r StopReason) String() string {
 }
 
 // encodedRow is struct unwind_row: the PC relative to the table base, the
-// CFA offset, both rules in one byte and the RBP offset in words.
+// CFA offset, the rules in one byte and the frame pointer's (or the return
+// address's) slot in words.
 type encodedRow struct {
 	PC     uint32
 	CFAOff int16
 	Rules  uint8
-	RBPOff int8
+	FPOff  int8
 }
+
+// Return address rules of an encoded row (UNWIND_RA_* of bpfcol_unwind.h),
+// in bits 6-7 of its rules.
+const (
+	raCallSlot uint8 = iota // at CFA-8
+	raInLink                // in the link register
+	raAboveFP               // in the frame record at FPOff, above the frame pointer
+	raAtOff                 // at FPOff, the frame pointer not restored
+)
+
+// slotsAtSP (UNWIND_SLOTS_AT_SP) marks a row whose FPOff counts from the
+// frame's SP, not from the CFA.
+const slotsAtSP uint8 = 8
 
 // encodeRow packs r relative to base. A rule whose offset does not fit is
 // encoded as unsupported, so the walk stops there instead of guessing.
 func encodeRow(r cfi.Row, base uint64) encodedRow {
 	e := encodedRow{PC: uint32(r.PC - base)}
-	cfa, rbp := r.CFA, r.RBP
+	cfa, fp := r.CFA, r.FP
 	if r.CFAOffset < -1<<15 || r.CFAOffset >= 1<<15 {
 		cfa = cfi.CFAUnsupported
 	} else {
 		e.CFAOff = int16(r.CFAOffset)
 	}
-	if rbp == cfi.RBPAtCFA {
-		if r.RBPOffset%8 != 0 || r.RBPOffset/8 < -128 || r.RBPOffset/8 > 127 {
-			rbp = cfi.RBPUnsupported
-		} else {
-			e.RBPOff = int8(r.RBPOffset / 8)
+	// The slots are counted from the CFA, or, where one lies too far
+	// below it for a byte of words and the CFA is SP + CFAOffset, from
+	// the frame's SP: an arm64 frame record at the bottom of a wide frame.
+	slots := slotOffsets(r, 0)
+	if !slots.fit && r.CFA == cfi.CFASP {
+		if sp := slotOffsets(r, r.CFAOffset); sp.fit {
+			slots = sp
+			e.Rules |= slotsAtSP
 		}
+	}
+	if fp == cfi.FPAtCFA {
+		if slots.fpOK {
+			e.FPOff = slots.fp
+		} else {
+			fp = cfi.FPUnsupported
+		}
+	}
+	var ra uint8
+	switch r.RA {
+	case cfi.RACallSlot:
+		ra = raCallSlot
+	case cfi.RAInLink:
+		ra = raInLink
+	case cfi.RAAtCFA:
+		switch {
+		case !slots.raOK:
+			cfa = cfi.CFAUnsupported
+		case fp == cfi.FPAtCFA && r.RAOffset == r.FPOffset+8:
+			ra = raAboveFP
+		default:
+			// One offset fits in the row: the return address's. The
+			// frame pointer is then unknown from here on, which a
+			// CFI walk only needs where a row computes the CFA by it.
+			if fp == cfi.FPAtCFA {
+				fp = cfi.FPUnsupported
+			}
+			ra, e.FPOff = raAtOff, slots.ra
+		}
+	default:
+		cfa = cfi.CFAUnsupported
 	}
 	if cfa > cfi.CFAUnsupported {
 		cfa = cfi.CFAUnsupported
 	}
-	if rbp > cfi.RBPUnsupported {
-		rbp = cfi.RBPUnsupported
+	if fp > cfi.FPUnsupported {
+		fp = cfi.FPUnsupported
 	}
-	e.Rules = uint8(cfa) | uint8(rbp)<<4
+	e.Rules |= uint8(cfa) | uint8(fp)<<4 | ra<<6
 	return e
+}
+
+// rowSlots are r's saved frame pointer and return address in words from a
+// base, when they fit; fit says whether every slot r reads does.
+type rowSlots struct {
+	fp, ra     int8
+	fpOK, raOK bool
+	fit        bool
+}
+
+// slotOffsets returns r's slots counted from rel bytes below the CFA.
+func slotOffsets(r cfi.Row, rel int32) rowSlots {
+	var s rowSlots
+	s.fp, s.fpOK = words(r.FPOffset + rel)
+	s.ra, s.raOK = words(r.RAOffset + rel)
+	s.fit = (r.FP != cfi.FPAtCFA || s.fpOK) && (r.RA != cfi.RAAtCFA || s.raOK)
+	return s
+}
+
+// words returns off in 8-byte words, if it is a whole number of them that
+// fits a row.
+func words(off int32) (int8, bool) {
+	if off%8 != 0 || off/8 < -128 || off/8 > 127 {
+		return 0, false
+	}
+	return int8(off / 8), true
 }

@@ -112,7 +112,7 @@ func (s *Sampler) writeRows(first uint32, rows []cfi.Row, base uint64, limit uin
 	dst := unsafe.Slice((*profilerUnwindRow)(unsafe.Pointer(&mem[from-off])), table.Slots)
 	for i, r := range rows {
 		e := encodeRow(r, base)
-		dst[i] = profilerUnwindRow{Pc: e.PC, CfaOff: e.CFAOff, Rules: e.Rules, RbpOff: e.RBPOff}
+		dst[i] = profilerUnwindRow{Pc: e.PC, CfaOff: e.CFAOff, Rules: e.Rules, FpOff: e.FPOff}
 	}
 	index := dst[len(rows):]
 	entries := unsafe.Slice((*uint32)(unsafe.Pointer(unsafe.SliceData(index))), 2*len(index))

@@ -28,7 +28,7 @@ func TestWriteUnwindRowsRoundTrip(t *testing.T) {
 	const base, first, count = 0x400000, 509, 1200 // rows 509-1708: pages 0-3 of 8-byte rows
 	rows := make([]cfi.Row, count)
 	for i := range rows {
-		rows[i] = cfi.Row{PC: base + uint64(i)*3, CFA: cfi.CFARSP, CFAOffset: int32(8 + i%64*8), RBP: cfi.RBPAtCFA, RBPOffset: -16}
+		rows[i] = cfi.Row{PC: base + uint64(i)*3, CFA: cfi.CFASP, CFAOffset: int32(8 + i%64*8), FP: cfi.FPAtCFA, FPOffset: -16}
 	}
 	if err := s.WriteUnwindRows(first, rows, base); err != nil {
 		t.Fatal(err)
@@ -44,13 +44,13 @@ func TestWriteUnwindRowsRoundTrip(t *testing.T) {
 			t.Fatalf("row %d: %v", i, err)
 		}
 		if i >= first+count && i < first+int(table.Slots) {
-			entries = append(entries, got.Pc, uint32(uint16(got.CfaOff))|uint32(got.Rules)<<16|uint32(uint8(got.RbpOff))<<24)
+			entries = append(entries, got.Pc, uint32(uint16(got.CfaOff))|uint32(got.Rules)<<16|uint32(uint8(got.FpOff))<<24)
 			continue
 		}
 		var want profilerUnwindRow
 		if i >= first && i < first+count {
 			e := encodeRow(rows[i-first], base)
-			want = profilerUnwindRow{Pc: e.PC, CfaOff: e.CFAOff, Rules: e.Rules, RbpOff: e.RBPOff}
+			want = profilerUnwindRow{Pc: e.PC, CfaOff: e.CFAOff, Rules: e.Rules, FpOff: e.FPOff}
 			if want.Pc != uint32(i-first)*3 || want.Rules == 0 {
 				t.Fatalf("row %d encodes to %+v", i, want)
 			}

@@ -17,6 +17,27 @@ __attribute__((noinline, used)) unsigned long hot(unsigned long n) {
 
 unsigned long mid(unsigned long n);
 
+#if defined(__aarch64__)
+// arm64: FRAME+8 bytes (SP stays 16-aligned), x30 saved alone at the
+// bottom, its offset from the CFA as large as the frame.
+__asm__(".text\n"
+	".globl mid\n"
+	".type mid, %function\n"
+	"mid:\n"
+	".cfi_startproc\n"
+	"sub sp, sp, #(" STR(FRAME) " + 8)\n"
+	".cfi_adjust_cfa_offset (" STR(FRAME) " + 8)\n"
+	"str x30, [sp]\n"
+	".cfi_offset x30, -(" STR(FRAME) " + 8)\n"
+	"bl hot\n"
+	"ldr x30, [sp]\n"
+	".cfi_restore x30\n"
+	"add sp, sp, #(" STR(FRAME) " + 8)\n"
+	".cfi_adjust_cfa_offset -(" STR(FRAME) " + 8)\n"
+	"ret\n"
+	".cfi_endproc\n"
+	".size mid, .-mid\n");
+#else
 __asm__(".text\n"
 	".globl mid\n"
 	".type mid, @function\n"
@@ -30,6 +51,7 @@ __asm__(".text\n"
 	"ret\n"
 	".cfi_endproc\n"
 	".size mid, .-mid\n");
+#endif
 
 __attribute__((noinline)) unsigned long outer(unsigned long n) {
 	unsigned long r = mid(n);

@@ -125,20 +125,20 @@ func checkForms(t *testing.T, bin string, tbl *Table) {
 		pred func(Row) bool
 	}{
 		{"f_state", "CFA from RBP", func(r Row) bool {
-			return r.CFA == CFARBP && r.CFAOffset == 16 && r.RBP == RBPAtCFA && r.RBPOffset == -16
+			return r.CFA == CFAFP && r.CFAOffset == 16 && r.FP == FPAtCFA && r.FPOffset == -16
 		}},
-		{"f_state", "RBP saved above the CFA", func(r Row) bool { return r.RBP == RBPAtCFA && r.RBPOffset == 8 }},
-		{"f_state", "a large CFA offset", func(r Row) bool { return r.CFA == CFARBP && r.CFAOffset == 100000 }},
-		{"f_state", "CFA back on RSP after leave", func(r Row) bool { return r.CFA == CFARSP && r.CFAOffset == 8 && r.RBP == RBPUnchanged }},
+		{"f_state", "RBP saved above the CFA", func(r Row) bool { return r.FP == FPAtCFA && r.FPOffset == 8 }},
+		{"f_state", "a large CFA offset", func(r Row) bool { return r.CFA == CFAFP && r.CFAOffset == 100000 }},
+		{"f_state", "CFA back on RSP after leave", func(r Row) bool { return r.CFA == CFASP && r.CFAOffset == 8 && r.FP == FPUnchanged }},
 		{"f_plt", "PLT threshold 10", func(r Row) bool { return r.CFA == CFAPLT && r.PLTThreshold == 10 && r.CFAOffset == 8 }},
 		{"f_plt", "PLT threshold 11", func(r Row) bool { return r.CFA == CFAPLT && r.PLTThreshold == 11 && r.CFAOffset == 8 }},
 		{"f_plt", "another CFA expression", func(r Row) bool { return r.CFA == CFAUnsupported }},
-		{"f_rbp", "RBP in a register or expression", func(r Row) bool { return r.CFA == CFARSP && r.RBP == RBPUnsupported }},
+		{"f_rbp", "RBP in a register or expression", func(r Row) bool { return r.CFA == CFASP && r.FP == FPUnsupported }},
 		{"f_rbp", "CFA in r10", func(r Row) bool { return r.CFA == CFAUnsupported }},
 		{"f_ra", "return address undefined", func(r Row) bool { return r.CFA == CFAEnd }},
 		{"f_ra", "return address elsewhere", func(r Row) bool { return r.CFA == CFAUnsupported }},
 		{"f_sigreturn", "signal frame", func(r Row) bool { return r.CFA == CFASignal }},
-		{"f_pers", "personality CIE", func(r Row) bool { return r.CFA == CFARSP && r.CFAOffset == 32 }},
+		{"f_pers", "personality CIE", func(r Row) bool { return r.CFA == CFASP && r.CFAOffset == 32 }},
 	}
 	for _, c := range cases {
 		rows := rulesIn(t, bin, tbl, c.sym)

@@ -17,7 +17,7 @@ type Range struct{ Start, End uint64 }
 // them into a slice of exactly that length. Collecting them first and
 // copying them out took twice the table's size at the peak (libLLVM's
 // table is 22 MB); running the FDEs again costs CPU, not memory.
-func compile(data []byte, fdes []fde, b *bases, keep func(begin, end uint64) bool, st *parseStats) []Row {
+func compile(a *arch, data []byte, fdes []fde, b *bases, keep func(begin, end uint64) bool, st *parseStats) []Row {
 	slices.SortStableFunc(fdes, func(x, y fde) int {
 		switch {
 		case x.begin < y.begin:
@@ -29,8 +29,8 @@ func compile(data []byte, fdes []fde, b *bases, keep func(begin, end uint64) boo
 	})
 	var discard parseStats
 	return exactRows(
-		func(add func(Row)) { emitRows(data, fdes, b, keep, &discard, add) },
-		func(add func(Row)) { emitRows(data, fdes, b, keep, st, add) })
+		func(add func(Row)) { emitRows(a, data, fdes, b, keep, &discard, add) },
+		func(add func(Row)) { emitRows(a, data, fdes, b, keep, st, add) })
 }
 
 // exactRows returns the rows write gives, kept compact by appendRow, in a
@@ -55,9 +55,9 @@ func exactRows(count, write func(add func(Row))) []Row {
 
 // emitRows runs the sorted FDEs' instructions, calling add with each row
 // in address order; add must keep rows compact as appendRow does.
-func emitRows(data []byte, fdes []fde, b *bases, keep func(begin, end uint64) bool, st *parseStats, add func(Row)) {
+func emitRows(a *arch, data []byte, fdes []fde, b *bases, keep func(begin, end uint64) bool, st *parseStats, add func(Row)) {
 	inits := make(map[*cie]*state)
-	m := &machine{b: b}
+	m := &machine{a: a, b: b}
 	var prevEnd uint64
 	have := false
 	for i := range fdes {
@@ -102,7 +102,7 @@ func emitRows(data []byte, fdes []fde, b *bases, keep func(begin, end uint64) bo
 			if loc >= end {
 				return false
 			}
-			add(s.row(loc, signal))
+			add(s.row(a, loc, signal))
 			return true
 		})
 		if err != nil {

@@ -14,7 +14,7 @@ import (
 func referenceRows(data []byte, fdes []fde, b *bases, keep func(begin, end uint64) bool) ([]Row, parseStats) {
 	var st parseStats
 	var rows []Row
-	emitRows(data, fdes, b, keep, &st, func(r Row) { rows = appendRow(rows, r) })
+	emitRows(archX86_64, data, fdes, b, keep, &st, func(r Row) { rows = appendRow(rows, r) })
 	return rows, st
 }
 
@@ -24,7 +24,7 @@ func referenceRows(data []byte, fdes []fde, b *bases, keep func(begin, end uint6
 func checkCompile(t *testing.T, data []byte, fdes []fde, b *bases, keep func(begin, end uint64) bool) []Row {
 	t.Helper()
 	var st parseStats
-	got := compile(data, fdes, b, keep, &st) // sorts fdes
+	got := compile(archX86_64, data, fdes, b, keep, &st) // sorts fdes
 	want, wantSt := referenceRows(data, fdes, b, keep)
 	if len(want) == 0 {
 		want = nil // compile returns no slice for no rows

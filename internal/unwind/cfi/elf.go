@@ -2,7 +2,6 @@ package cfi
 
 import (
 	"debug/elf"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -61,11 +60,15 @@ func NeedsDebugFrame(f *elf.File, t *Table) bool {
 // EHFrame compiles f's .eh_frame. Without section headers, .eh_frame is
 // found through the PT_GNU_EH_FRAME segment (.eh_frame_hdr).
 func EHFrame(f *elf.File) (*Table, error) {
+	a, err := archOf(f)
+	if err != nil {
+		return nil, err
+	}
 	data, b, err := ehFrameData(f)
 	if err != nil {
 		return nil, err
 	}
-	return compileSection(f, data, ehFrame, b, ".eh_frame")
+	return compileSection(f, a, data, ehFrame, b, ".eh_frame")
 }
 
 // FDERanges returns, for each of pcs, the address range of the .eh_frame
@@ -95,7 +98,7 @@ func FDERanges(f *elf.File, pcs []uint64) ([]Range, error) {
 // ehFrameData returns f's .eh_frame and the bases its pointers are read
 // with.
 func ehFrameData(f *elf.File) ([]byte, *bases, error) {
-	if err := checkMachine(f); err != nil {
+	if _, err := archOf(f); err != nil {
 		return nil, nil, err
 	}
 	b := &bases{}
@@ -125,7 +128,8 @@ func ehFrameData(f *elf.File) ([]byte, *bases, error) {
 // DebugFrame compiles f's .debug_frame (f may be a separate debug file:
 // its addresses are those of the binary it describes).
 func DebugFrame(f *elf.File) (*Table, error) {
-	if err := checkMachine(f); err != nil {
+	a, err := archOf(f)
+	if err != nil {
 		return nil, err
 	}
 	s := f.Section(".debug_frame")
@@ -136,17 +140,10 @@ func DebugFrame(f *elf.File) (*Table, error) {
 	if err != nil {
 		return nil, fmt.Errorf("reading .debug_frame: %w", err)
 	}
-	return compileSection(f, data, debugFrame, &bases{}, ".debug_frame")
+	return compileSection(f, a, data, debugFrame, &bases{}, ".debug_frame")
 }
 
-func checkMachine(f *elf.File) error {
-	if f.Machine != elf.EM_X86_64 || f.Class != elf.ELFCLASS64 || f.ByteOrder != binary.LittleEndian {
-		return fmt.Errorf("compiling CFI of a %v %v file: only x86-64 is supported", f.Class, f.Machine)
-	}
-	return nil
-}
-
-func compileSection(f *elf.File, data []byte, kind sectionKind, b *bases, name string) (*Table, error) {
+func compileSection(f *elf.File, a *arch, data []byte, kind sectionKind, b *bases, name string) (*Table, error) {
 	var st parseStats
 	fdes, err := parseSection(data, kind, b, &st)
 	if err != nil && len(fdes) == 0 {
@@ -155,7 +152,7 @@ func compileSection(f *elf.File, data []byte, kind sectionKind, b *bases, name s
 	if len(fdes) == 0 {
 		return nil, fmt.Errorf("parsing %s: %w", name, ErrNoCFI)
 	}
-	return &Table{Rows: compile(data, fdes, b, inRanges(ExecRanges(f)), &st)}, nil
+	return &Table{Rows: compile(a, data, fdes, b, inRanges(ExecRanges(f)), &st)}, nil
 }
 
 // inRanges returns a keep function for compile that accepts a function

@@ -6,13 +6,6 @@ import (
 	"math"
 )
 
-// x86-64 DWARF register numbers the unwinder cares about.
-const (
-	regRBP = 6
-	regRSP = 7
-	regRIP = 16
-)
-
 // regKind is a register rule of the CFI state machine.
 type regKind uint8
 
@@ -42,13 +35,13 @@ const (
 )
 
 // state is one row of the CFI state machine, restricted to what the
-// unwinder reads: the CFA, RBP and the return address.
+// unwinder reads: the CFA, the frame pointer and the return address.
 type state struct {
 	cfa          cfaKind
 	cfaReg       uint64
 	cfaOff       int64
 	pltThreshold uint8
-	rbp, ra      regRule
+	fp, ra       regRule
 }
 
 // DW_CFA_* opcodes.
@@ -80,6 +73,7 @@ const (
 	opValOffset               = 0x14
 	opValOffsetSF             = 0x15
 	opValExpression           = 0x16
+	opAArch64NegateRAState    = 0x2d
 	opGNUArgsSize             = 0x2e
 	opGNUNegativeOffsetExtend = 0x2f
 )
@@ -87,6 +81,7 @@ const (
 // machine runs CFA instructions. One machine is reused for every FDE so
 // that its state stack is allocated once.
 type machine struct {
+	a       *arch
 	c       *cie
 	b       *bases
 	initial state
@@ -99,8 +94,8 @@ type machine struct {
 // read are ignored.
 func (m *machine) setReg(reg uint64, r regRule) {
 	switch reg {
-	case regRBP:
-		m.cur.rbp = r
+	case m.a.fp:
+		m.cur.fp = r
 	case m.c.raReg:
 		m.cur.ra = r
 	}
@@ -108,8 +103,8 @@ func (m *machine) setReg(reg uint64, r regRule) {
 
 func (m *machine) restoreReg(reg uint64) {
 	switch reg {
-	case regRBP:
-		m.cur.rbp = m.initial.rbp
+	case m.a.fp:
+		m.cur.fp = m.initial.fp
 	case m.c.raReg:
 		m.cur.ra = m.initial.ra
 	}
@@ -310,6 +305,12 @@ func (m *machine) run(insns []byte, emit func(loc uint64, s *state) bool) error 
 			m.setReg(reg, regRule{kind: regValExpr})
 		case opGNUArgsSize:
 			r.uleb()
+		case opAArch64NegateRAState:
+			// Saved return addresses are signed from here on: the
+			// walk strips the signature from every one it reads.
+			if !m.a.raSigned {
+				return fmt.Errorf("DW_CFA op %#x not supported", op)
+			}
 		default:
 			return fmt.Errorf("DW_CFA op %#x not supported", op)
 		}
@@ -366,40 +367,47 @@ func pltExpression(expr []byte) (off int64, threshold uint8, ok bool) {
 }
 
 // row converts a state into a table row at pc.
-func (s *state) row(pc uint64, signal bool) Row {
-	switch {
-	case signal:
+func (s *state) row(a *arch, pc uint64, signal bool) Row {
+	if signal {
 		return Row{PC: pc, CFA: CFASignal}
-	case s.ra.kind == regUndefined:
-		return Row{PC: pc, CFA: CFAEnd}
-	case s.ra.kind != regOffset || s.ra.off != -8:
-		return Row{PC: pc, CFA: CFAUnsupported}
 	}
 	row := Row{PC: pc}
+	switch k := s.ra.kind; {
+	case k == regUndefined:
+		return Row{PC: pc, CFA: CFAEnd}
+	case k == regOffset && s.ra.off == -8:
+		row.RA = RACallSlot
+	case k == regOffset && a.raInLink && s.ra.off >= math.MinInt32 && s.ra.off <= math.MaxInt32:
+		row.RA, row.RAOffset = RAAtCFA, int32(s.ra.off)
+	case (k == regUnspecified || k == regSame) && a.raInLink:
+		row.RA = RAInLink
+	default:
+		return Row{PC: pc, CFA: CFAUnsupported}
+	}
 	if s.cfaOff > math.MaxInt32 || s.cfaOff < math.MinInt32 {
 		return Row{PC: pc, CFA: CFAUnsupported}
 	}
 	switch {
 	case s.cfa == cfaPLT:
 		row.CFA, row.CFAOffset, row.PLTThreshold = CFAPLT, int32(s.cfaOff), s.pltThreshold
-	case s.cfa == cfaReg && s.cfaReg == regRSP:
-		row.CFA, row.CFAOffset = CFARSP, int32(s.cfaOff)
-	case s.cfa == cfaReg && s.cfaReg == regRBP:
-		row.CFA, row.CFAOffset = CFARBP, int32(s.cfaOff)
+	case s.cfa == cfaReg && s.cfaReg == a.sp:
+		row.CFA, row.CFAOffset = CFASP, int32(s.cfaOff)
+	case s.cfa == cfaReg && s.cfaReg == a.fp:
+		row.CFA, row.CFAOffset = CFAFP, int32(s.cfaOff)
 	default:
 		return Row{PC: pc, CFA: CFAUnsupported}
 	}
-	switch s.rbp.kind {
+	switch s.fp.kind {
 	case regUnspecified, regSame:
-		row.RBP = RBPUnchanged
+		row.FP = FPUnchanged
 	case regOffset:
-		if s.rbp.off > math.MaxInt32 || s.rbp.off < math.MinInt32 {
-			row.RBP = RBPUnsupported
+		if s.fp.off > math.MaxInt32 || s.fp.off < math.MinInt32 {
+			row.FP = FPUnsupported
 			break
 		}
-		row.RBP, row.RBPOffset = RBPAtCFA, int32(s.rbp.off)
+		row.FP, row.FPOffset = FPAtCFA, int32(s.fp.off)
 	default:
-		row.RBP = RBPUnsupported
+		row.FP = FPUnsupported
 	}
 	return row
 }

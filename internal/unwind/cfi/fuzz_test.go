@@ -69,6 +69,13 @@ func (s *section) fde(cie int, base, begin, size uint64, z bool, insns []byte) {
 
 const seedBase = 0x1000
 
+// x86-64 DWARF register numbers of the seeds.
+const (
+	regRBP = 6
+	regRSP = 7
+	regRIP = 16
+)
+
 var cieInit = []byte{opDefCFA, regRSP, 8, opOffset | regRIP, 1}
 
 // seeds returns CFI sections that use every op the compiler knows.
@@ -108,7 +115,7 @@ func compileRaw(data []byte, kind sectionKind) []Row {
 	var st parseStats
 	b := &bases{section: seedBase, data: seedBase, hasData: true}
 	fdes, _ := parseSection(data, kind, b, &st)
-	return compile(data, fdes, b, nil, &st)
+	return compile(archX86_64, data, fdes, b, nil, &st)
 }
 
 func TestSeeds(t *testing.T) {
@@ -119,15 +126,15 @@ func TestSeeds(t *testing.T) {
 		require.NotEmpty(t, tbl.Rows)
 		if s.kind == ehFrame {
 			r, _ := tbl.Lookup(0x2001)
-			require.Equal(t, Row{PC: 0x2001, CFA: CFARSP, CFAOffset: 16, RBP: RBPAtCFA, RBPOffset: -16}, r)
+			require.Equal(t, Row{PC: 0x2001, CFA: CFASP, CFAOffset: 16, FP: FPAtCFA, FPOffset: -16}, r)
 			r, _ = tbl.Lookup(0x2004)
-			require.Equal(t, CFARBP, r.CFA)
+			require.Equal(t, CFAFP, r.CFA)
 			r, _ = tbl.Lookup(0x2008)
-			require.Equal(t, Row{PC: 0x2008, CFA: CFARSP, CFAOffset: 8}, r, "restore rbp inside remembered state")
+			require.Equal(t, Row{PC: 0x2008, CFA: CFASP, CFAOffset: 8}, r, "restore rbp inside remembered state")
 			r, _ = tbl.Lookup(0x2009)
-			require.Equal(t, CFARBP, r.CFA, "restore_state restores the CFA")
+			require.Equal(t, CFAFP, r.CFA, "restore_state restores the CFA")
 			r, _ = tbl.Lookup(0x2048)
-			require.Equal(t, Row{PC: 0x2040, CFA: CFARSP, CFAOffset: 8}, r, "an FDE with no instructions has the CIE's rule")
+			require.Equal(t, Row{PC: 0x2040, CFA: CFASP, CFAOffset: 8}, r, "an FDE with no instructions has the CIE's rule")
 			r, _ = tbl.Lookup(0x2058)
 			require.Equal(t, CFANone, r.CFA, "a gap between FDEs")
 			r, _ = tbl.Lookup(0x2060)
@@ -136,7 +143,7 @@ func TestSeeds(t *testing.T) {
 			require.Equal(t, CFAEnd, r.CFA)
 		} else {
 			r, _ := tbl.Lookup(0x3010)
-			require.Equal(t, Row{PC: 0x3010, CFA: CFARSP, CFAOffset: 24}, r, "DW_CFA_set_loc")
+			require.Equal(t, Row{PC: 0x3010, CFA: CFASP, CFAOffset: 24}, r, "DW_CFA_set_loc")
 			r, _ = tbl.Lookup(0x3020)
 			require.Equal(t, CFASignal, r.CFA, `"S" CIE in .debug_frame`)
 		}
@@ -211,8 +218,8 @@ func TestMinimalELF(t *testing.T) {
 	tbl, err := FromELF(f)
 	require.NoError(t, err)
 	require.Equal(t, []Row{
-		{PC: 0x2000, CFA: CFARSP, CFAOffset: 8},
-		{PC: 0x2001, CFA: CFARSP, CFAOffset: 16, RBP: RBPAtCFA, RBPOffset: -16},
+		{PC: 0x2000, CFA: CFASP, CFAOffset: 8},
+		{PC: 0x2001, CFA: CFASP, CFAOffset: 16, FP: FPAtCFA, FPOffset: -16},
 		{PC: 0x2040},
 	}, tbl.Rows)
 }

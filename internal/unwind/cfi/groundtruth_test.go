@@ -32,10 +32,32 @@ var (
 	reLLFDE    = regexp.MustCompile(`^[0-9a-f]{8,16} [0-9a-f]+ [0-9a-f]+ FDE cie=[0-9a-f]+ pc=[0-9a-f]+\.\.\.[0-9a-f]+`)
 	reLLRow    = regexp.MustCompile(`^  0x([0-9a-f]+): CFA=(.*?)(?:: (.*))?$`)
 	reRECell   = regexp.MustCompile(`r\d+ \([a-z0-9]+\)|\S+`)
-	reCFAReg   = regexp.MustCompile(`^(rsp|rbp)([+-]\d+)$`)
+	reCFAReg   = regexp.MustCompile(`^(rsp|rbp|sp|x29)([+-]\d+)$`)
 	rePLT      = regexp.MustCompile(`^DW_OP_breg7 RSP([+-]\d+), DW_OP_breg16 RIP\+0, DW_OP_lit15, DW_OP_and, DW_OP_lit(\d+), DW_OP_ge, DW_OP_lit3, DW_OP_shl, DW_OP_plus$`)
 	reAtCFA    = regexp.MustCompile(`^c([+-]\d+)$`)
 )
+
+// truthNames are the names readelf and llvm-dwarfdump give the registers
+// of one architecture.
+type truthNames struct {
+	sp       string // the stack pointer, readelf's
+	fp, llFP string // the frame pointer: readelf's column, llvm-dwarfdump's name
+	llRA     string // the return address column, llvm-dwarfdump's name
+	raInLink bool   // a return address with no rule is in the link register
+}
+
+var (
+	namesX86_64 = truthNames{sp: "rsp", fp: "rbp", llFP: "RBP", llRA: "RIP"}
+	namesARM64  = truthNames{sp: "sp", fp: "x29", llFP: "W29", llRA: "W30", raInLink: true}
+)
+
+// namesOf returns the register names of f's architecture.
+func namesOf(f *elf.File) truthNames {
+	if f.Machine == elf.EM_AARCH64 {
+		return namesARM64
+	}
+	return namesX86_64
+}
 
 type truthRow struct {
 	pc  uint64
@@ -49,13 +71,13 @@ type truthFDE struct {
 
 // groundTruth returns the FDEs of path's .eh_frame or .debug_frame (debug
 // true) as readelf and llvm-dwarfdump interpret them.
-func groundTruth(t *testing.T, path string, debug bool) []truthFDE {
+func groundTruth(t *testing.T, path string, debug bool, names truthNames) []truthFDE {
 	t.Helper()
 	reFlag, llFlag, reSection, llSection := "--debug-dump=frames-interp", "--eh-frame", ".eh_frame", ".eh_frame"
 	if debug {
 		llFlag, reSection, llSection = "--debug-frame", ".debug_frame", ".debug_frame"
 	}
-	exprs, rbpUndefined := llvmRows(t, path, llFlag, llSection)
+	exprs, fpUndefined, raUndefined := llvmRows(t, path, llFlag, llSection, names)
 
 	out, err := exec.Command("readelf", reFlag, path).Output()
 	if !bytes.Contains(out, []byte("Contents of the "+reSection+" section")) {
@@ -120,18 +142,21 @@ func groundTruth(t *testing.T, path string, debug bool) []truthFDE {
 			}
 			// readelf prints "u" both for a register with no rule yet
 			// and for DW_CFA_undefined; llvm-dwarfdump tells them apart.
-			if rules["rbp"] == "u" && !rbpUndefined[pc] {
-				delete(rules, "rbp")
+			if rules[names.fp] == "u" && !fpUndefined[pc] {
+				delete(rules, names.fp)
+			}
+			if rules["ra"] == "u" && names.raInLink && !raUndefined[pc] {
+				delete(rules, "ra")
 			}
 			cfa := f[0]
 			if cfa == "exp" {
 				cfa = exprs[pc]
 			}
 			if curCIE != nil {
-				curCIE.row = &truthRow{pc: pc, row: truthRule(cfa, rules, curCIE.signal)}
+				curCIE.row = &truthRow{pc: pc, row: truthRule(cfa, rules, curCIE.signal, names)}
 				continue
 			}
-			cur.rows = append(cur.rows, truthRow{pc: pc, row: truthRule(cfa, rules, signal)})
+			cur.rows = append(cur.rows, truthRow{pc: pc, row: truthRule(cfa, rules, signal, names)})
 		}
 	}
 	require.NoError(t, sc.Err())
@@ -139,8 +164,9 @@ func groundTruth(t *testing.T, path string, debug bool) []truthFDE {
 }
 
 // llvmRows returns, by address, the CFA expressions llvm-dwarfdump prints
-// and where it says RBP is undefined.
-func llvmRows(t *testing.T, path, flag, section string) (map[uint64]string, map[uint64]bool) {
+// and where it says the frame pointer and the return address are
+// undefined.
+func llvmRows(t *testing.T, path, flag, section string, names truthNames) (exprs map[uint64]string, fpUndefined, raUndefined map[uint64]bool) {
 	t.Helper()
 	tool := "llvm-dwarfdump-14"
 	if _, err := exec.LookPath(tool); err != nil {
@@ -148,8 +174,7 @@ func llvmRows(t *testing.T, path, flag, section string) (map[uint64]string, map[
 	}
 	out, err := exec.Command(tool, flag, path).Output()
 	require.NoError(t, err, "%s %s %s", tool, flag, path)
-	exprs := map[uint64]string{}
-	rbpUndefined := map[uint64]bool{}
+	exprs, fpUndefined, raUndefined = map[uint64]string{}, map[uint64]bool{}, map[uint64]bool{}
 	in, inFDE := false, false
 	sc := bufio.NewScanner(bytes.NewReader(out))
 	sc.Buffer(make([]byte, 1<<20), 1<<20)
@@ -169,33 +194,47 @@ func llvmRows(t *testing.T, path, flag, section string) (map[uint64]string, map[
 			if strings.HasPrefix(m[2], "DW_OP") {
 				exprs[pc] = m[2]
 			}
-			if strings.Contains(", "+m[3]+",", ", RBP=undefined,") {
-				rbpUndefined[pc] = true
+			if strings.Contains(", "+m[3]+",", ", "+names.llFP+"=undefined,") {
+				fpUndefined[pc] = true
+			}
+			if strings.Contains(", "+m[3]+",", ", "+names.llRA+"=undefined,") {
+				raUndefined[pc] = true
 			}
 		}
 	}
 	require.NoError(t, sc.Err())
-	return exprs, rbpUndefined
+	return exprs, fpUndefined, raUndefined
 }
 
 // truthRule converts readelf's CFA and register rules.
-func truthRule(cfa string, rules map[string]string, signal bool) Row {
+func truthRule(cfa string, rules map[string]string, signal bool, names truthNames) Row {
 	if signal {
 		return Row{CFA: CFASignal}
 	}
-	switch rules["ra"] {
-	case "u":
+	var r Row
+	ra, saved := rules["ra"]
+	switch {
+	case ra == "u":
 		return Row{CFA: CFAEnd}
-	case "c-8":
+	case ra == "c-8":
+		r.RA = RACallSlot
+	case !saved && names.raInLink:
+		r.RA = RAInLink
+	case reAtCFA.MatchString(ra) && names.raInLink:
+		off, _ := strconv.ParseInt(reAtCFA.FindStringSubmatch(ra)[1], 10, 32)
+		r.RA, r.RAOffset = RAAtCFA, int32(off)
 	default:
 		return Row{CFA: CFAUnsupported}
 	}
-	var r Row
 	if m := reCFAReg.FindStringSubmatch(cfa); m != nil {
 		off, _ := strconv.ParseInt(m[2], 10, 32)
-		r.CFA, r.CFAOffset = CFARSP, int32(off)
-		if m[1] == "rbp" {
-			r.CFA = CFARBP
+		r.CFA, r.CFAOffset = CFASP, int32(off)
+		switch m[1] {
+		case names.sp:
+		case names.fp:
+			r.CFA = CFAFP
+		default:
+			return Row{CFA: CFAUnsupported}
 		}
 	} else if m := rePLT.FindStringSubmatch(cfa); m != nil {
 		off, _ := strconv.ParseInt(m[1], 10, 32)
@@ -204,14 +243,14 @@ func truthRule(cfa string, rules map[string]string, signal bool) Row {
 	} else {
 		return Row{CFA: CFAUnsupported}
 	}
-	switch rbp, ok := rules["rbp"]; {
+	switch rbp, ok := rules[names.fp]; {
 	case !ok || rbp == "s":
-		r.RBP = RBPUnchanged
+		r.FP = FPUnchanged
 	case reAtCFA.MatchString(rbp):
 		off, _ := strconv.ParseInt(reAtCFA.FindStringSubmatch(rbp)[1], 10, 32)
-		r.RBP, r.RBPOffset = RBPAtCFA, int32(off)
+		r.FP, r.FPOffset = FPAtCFA, int32(off)
 	default:
-		r.RBP = RBPUnsupported
+		r.FP = FPUnsupported
 	}
 	return r
 }
@@ -221,6 +260,7 @@ type agreement struct {
 	checked, mismatched int
 	overlapping         int             // points two or more FDEs cover
 	byRule              map[CFARule]int // checked points by expected rule
+	byRA                map[RARule]int  // checked points by expected return address rule
 	examples            []string
 }
 
@@ -231,7 +271,7 @@ type agreement struct {
 // compiler does. Where none covers an address, the table must have no
 // rule.
 func compare(tbl *Table, fdes []truthFDE, ranges []Range) agreement {
-	a := agreement{byRule: map[CFARule]int{}}
+	a := agreement{byRule: map[CFARule]int{}, byRA: map[RARule]int{}}
 	inExec := func(begin, end uint64) bool {
 		for _, r := range ranges {
 			if r.Start <= begin && end <= r.End {
@@ -287,6 +327,9 @@ func compare(tbl *Table, fdes []truthFDE, ranges []Range) agreement {
 		}
 		a.checked++
 		a.byRule[want[0].CFA]++
+		if c := want[0].CFA; c == CFASP || c == CFAFP || c == CFAPLT {
+			a.byRA[want[0].RA]++
+		}
 		if !slices.ContainsFunc(want, func(w Row) bool { return sameRule(got, w) }) {
 			a.mismatched++
 			if len(a.examples) < 10 {
@@ -320,7 +363,7 @@ func cmpU64(a, b uint64) int {
 
 // checkFile compiles path and compares it with llvm-dwarfdump. It returns
 // the agreement for the report.
-func checkFile(t *testing.T, path string, debug bool, compileFn func(*elf.File) (*Table, error), maxUnsupported float64) {
+func checkFile(t *testing.T, path string, debug bool, compileFn func(*elf.File) (*Table, error), maxUnsupported float64) agreement {
 	t.Helper()
 	f, err := elf.Open(path)
 	require.NoError(t, err)
@@ -330,19 +373,20 @@ func checkFile(t *testing.T, path string, debug bool, compileFn func(*elf.File) 
 	require.NotEmpty(t, tbl.Rows)
 	checkSorted(t, tbl)
 
-	fdes := groundTruth(t, path, debug)
+	fdes := groundTruth(t, path, debug, namesOf(f))
 	require.NotEmpty(t, fdes, "readelf printed no FDE")
 	flag := ".eh_frame"
 	if debug {
 		flag = ".debug_frame"
 	}
 	a := compare(tbl, fdes, ExecRanges(f))
-	t.Logf("%s %s: %d rows (%d bytes at 8 B/row), %d FDEs; %d points checked (%d covered by overlapping FDEs), %d mismatched; by expected rule: %v",
-		filepath.Base(path), flag, len(tbl.Rows), 8*len(tbl.Rows), len(fdes), a.checked, a.overlapping, a.mismatched, a.byRule)
+	t.Logf("%s %s: %d rows (%d bytes at 8 B/row), %d FDEs; %d points checked (%d covered by overlapping FDEs), %d mismatched; by expected rule: %v; return address: %v",
+		filepath.Base(path), flag, len(tbl.Rows), 8*len(tbl.Rows), len(fdes), a.checked, a.overlapping, a.mismatched, a.byRule, a.byRA)
 	require.Greater(t, a.checked, len(fdes))
 	require.Zero(t, a.mismatched, "disagreements with readelf:\n%s", strings.Join(a.examples, "\n"))
 	unsupported := float64(a.byRule[CFAUnsupported]) / float64(a.checked)
 	require.LessOrEqual(t, unsupported, maxUnsupported, "share of CFI rows the unwinder cannot follow")
+	return a
 }
 
 // checkSorted asserts the table invariants: sorted, strictly increasing,
@@ -355,16 +399,20 @@ func checkSorted(t testing.TB, tbl *Table) {
 			require.False(t, sameRule(r, tbl.Rows[i-1]), "rows %d and %d hold the same rule", i-1, i)
 		}
 		switch r.CFA {
-		case CFARSP, CFARBP, CFAPLT:
+		case CFASP, CFAFP, CFAPLT:
 		default:
 			require.Zero(t, r.CFAOffset, "row %d", i)
-			require.Equal(t, RBPUnchanged, r.RBP, "row %d", i)
+			require.Equal(t, FPUnchanged, r.FP, "row %d", i)
+			require.Equal(t, RACallSlot, r.RA, "row %d", i)
 		}
-		if r.RBP != RBPAtCFA {
-			require.Zero(t, r.RBPOffset, "row %d", i)
+		if r.FP != FPAtCFA {
+			require.Zero(t, r.FPOffset, "row %d", i)
 		}
 		if r.CFA != CFAPLT {
 			require.Zero(t, r.PLTThreshold, "row %d", i)
+		}
+		if r.RA != RAAtCFA {
+			require.Zero(t, r.RAOffset, "row %d", i)
 		}
 	}
 	if n := len(tbl.Rows); n > 0 {
@@ -395,6 +443,25 @@ func TestGroundTruthRuntime(t *testing.T) {
 		t.Run(filepath.Base(p), func(t *testing.T) {
 			checkFile(t, requireFile(t, p), false, EHFrame, 0.01)
 		})
+	}
+}
+
+// TestGroundTruthARM64 checks arm64's tables: Debian's cross-built C
+// library, dynamic loader and C++ runtime, whose return addresses stay in
+// x30 in leaves and prologues, and are saved in frame records at the top
+// of the frame or lower.
+func TestGroundTruthARM64(t *testing.T) {
+	byRA := map[RARule]int{}
+	for _, p := range []string{"/usr/aarch64-linux-gnu/lib/libc.so.6", "/usr/aarch64-linux-gnu/lib/ld-linux-aarch64.so.1", "/usr/aarch64-linux-gnu/lib/libstdc++.so.6"} {
+		t.Run(filepath.Base(p), func(t *testing.T) {
+			a := checkFile(t, requireFile(t, p), false, EHFrame, 0.01)
+			for r, n := range a.byRA {
+				byRA[r] += n
+			}
+		})
+	}
+	for _, r := range []RARule{RACallSlot, RAInLink, RAAtCFA} {
+		require.Positive(t, byRA[r], "no row whose return address is %v: %v", r, byRA)
 	}
 }
 

@@ -1,8 +1,9 @@
-// Package cfi compiles the call frame information of an x86-64 ELF file
-// (.eh_frame, and .debug_frame where that lacks coverage) into a compact,
-// sorted unwind table: for every address range, how to find the canonical
-// frame address (CFA), where the return address is (always CFA-8 on
-// x86-64) and how the caller's RBP is restored.
+// Package cfi compiles the call frame information of an x86-64 or arm64
+// ELF file (.eh_frame, and .debug_frame where that lacks coverage) into a
+// compact, sorted unwind table: for every address range, how to find the
+// canonical frame address (CFA), where the return address is (CFA-8 on
+// x86-64; on arm64 in the link register x30 or saved in the frame) and how
+// the caller's frame pointer (RBP, x29) is restored.
 //
 // FromELF (or EHFrame and DebugFrame, joined with Table.Fill) compiles a
 // file; a Store builds tables off the hot path, once per file, bounded in
@@ -21,10 +22,10 @@ const (
 	// CFANone marks an address range with no CFI: the unwinder falls back
 	// to the frame pointer there.
 	CFANone CFARule = iota
-	// CFARSP is CFA = RSP + CFAOffset.
-	CFARSP
-	// CFARBP is CFA = RBP + CFAOffset.
-	CFARBP
+	// CFASP is CFA = SP + CFAOffset.
+	CFASP
+	// CFAFP is CFA = FP (RBP, x29) + CFAOffset.
+	CFAFP
 	// CFAPLT is the expression linkers emit for PLT entries:
 	// CFA = RSP + CFAOffset + ((RIP & 15) >= Row.PLTThreshold ? 8 : 0).
 	// The threshold is where, inside a 16-byte entry, the push of the
@@ -38,21 +39,40 @@ const (
 	// (glibc's _start, clone3/thread start). The stack is complete here.
 	CFAEnd
 	// CFAUnsupported is CFI that exists but that the unwinder cannot
-	// follow (an unknown expression, a register other than RSP/RBP).
+	// follow (an unknown expression, a register other than SP/FP).
 	CFAUnsupported
 )
 
-// RBPRule says how the caller's RBP is restored.
-type RBPRule uint8
+// FPRule says how the caller's frame pointer (RBP, x29) is restored.
+type FPRule uint8
 
 const (
-	// RBPUnchanged: RBP still holds the caller's value.
-	RBPUnchanged RBPRule = iota
-	// RBPAtCFA: the caller's RBP is saved in memory at CFA + RBPOffset.
-	RBPAtCFA
-	// RBPUnsupported: restored some other way; the unwinder treats RBP as
+	// FPUnchanged: the frame pointer still holds the caller's value.
+	FPUnchanged FPRule = iota
+	// FPAtCFA: the caller's frame pointer is saved in memory at CFA +
+	// FPOffset.
+	FPAtCFA
+	// FPUnsupported: restored some other way; the unwinder treats the
+	// frame pointer as
 	// unknown from here on.
-	RBPUnsupported
+	FPUnsupported
+)
+
+// RARule says where the return address into the caller is.
+type RARule uint8
+
+const (
+	// RACallSlot: at CFA-8, where x86-64's call pushed it. On arm64 it
+	// is where the usual frame record (x29, x30 stored at the top of the
+	// frame) keeps it.
+	RACallSlot RARule = iota
+	// RAInLink: still in the link register (arm64's x30), as in a leaf
+	// that never saves it or in a prologue before the save. Only the
+	// interrupted frame (or one a signal frame restores) can follow it.
+	RAInLink
+	// RAAtCFA: saved at CFA + RAOffset (an arm64 frame record lower in
+	// the frame, or x30 saved alone).
+	RAAtCFA
 )
 
 // Row is the unwind rule from PC up to the next row's PC.
@@ -60,15 +80,19 @@ type Row struct {
 	// PC is the ELF virtual address (not a file offset, not a runtime
 	// address) where the rule starts to apply.
 	PC uint64
-	// CFA and CFAOffset give the CFA (see CFARule). Only CFARSP, CFARBP
+	// CFA and CFAOffset give the CFA (see CFARule). Only CFASP, CFAFP
 	// and CFAPLT use CFAOffset; it is zero otherwise.
 	CFAOffset int32
-	// RBP and RBPOffset give the caller's RBP (see RBPRule). Only
-	// RBPAtCFA uses RBPOffset; it is zero otherwise. Rows whose CFA rule
-	// is not CFARSP, CFARBP or CFAPLT always hold RBPUnchanged.
-	RBPOffset int32
-	CFA       CFARule
-	RBP       RBPRule
+	// FP and FPOffset give the caller's frame pointer (see FPRule).
+	// Only FPAtCFA uses FPOffset; it is zero otherwise. Rows whose CFA
+	// rule is not CFASP, CFAFP or CFAPLT always hold FPUnchanged.
+	FPOffset int32
+	CFA      CFARule
+	FP       FPRule
+	// RA and RAOffset give the return address (see RARule). Only RAAtCFA
+	// uses RAOffset; it is zero otherwise.
+	RA       RARule
+	RAOffset int32
 	// PLTThreshold is the (RIP & 15) bound of a CFAPLT row, zero otherwise.
 	PLTThreshold uint8
 }
@@ -82,7 +106,7 @@ type Table struct {
 }
 
 var cfaRuleNames = [...]string{
-	CFANone: "none", CFARSP: "rsp", CFARBP: "rbp", CFAPLT: "plt",
+	CFANone: "none", CFASP: "sp", CFAFP: "fp", CFAPLT: "plt",
 	CFASignal: "signal", CFAEnd: "end", CFAUnsupported: "unsupported",
 }
 
@@ -94,12 +118,22 @@ func (r CFARule) String() string {
 	return "CFARule(" + strconv.Itoa(int(r)) + ")"
 }
 
-var rbpRuleNames = [...]string{RBPUnchanged: "unchanged", RBPAtCFA: "at-cfa", RBPUnsupported: "unsupported"}
+var fpRuleNames = [...]string{FPUnchanged: "unchanged", FPAtCFA: "at-cfa", FPUnsupported: "unsupported"}
+
+var raRuleNames = [...]string{RACallSlot: "call-slot", RAInLink: "in-link", RAAtCFA: "at-cfa"}
 
 // String names the rule.
-func (r RBPRule) String() string {
-	if int(r) < len(rbpRuleNames) {
-		return rbpRuleNames[r]
+func (r RARule) String() string {
+	if int(r) < len(raRuleNames) {
+		return raRuleNames[r]
 	}
-	return "RBPRule(" + strconv.Itoa(int(r)) + ")"
+	return "RARule(" + strconv.Itoa(int(r)) + ")"
+}
+
+// String names the rule.
+func (r FPRule) String() string {
+	if int(r) < len(fpRuleNames) {
+		return fpRuleNames[r]
+	}
+	return "FPRule(" + strconv.Itoa(int(r)) + ")"
 }

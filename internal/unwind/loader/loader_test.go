@@ -19,7 +19,7 @@ func TestFileOffsetRowsOneDelta(t *testing.T) {
 		{ProgHeader: elf.ProgHeader{Type: elf.PT_LOAD, Flags: elf.PF_R, Off: 0, Vaddr: 0, Filesz: 0x12840, Memsz: 0x12840}},
 		{ProgHeader: elf.ProgHeader{Type: elf.PT_LOAD, Flags: elf.PF_R | elf.PF_X, Off: 0x12840, Vaddr: 0x13840, Filesz: 0x3e000, Memsz: 0x3e000}},
 	})
-	rows := []cfi.Row{{PC: 0x13900, CFA: cfi.CFARSP, CFAOffset: 8}, {PC: 0x13a00, CFA: cfi.CFANone}}
+	rows := []cfi.Row{{PC: 0x13900, CFA: cfi.CFASP, CFAOffset: 8}, {PC: 0x13a00, CFA: cfi.CFANone}}
 	got, base, ok := fileOffsetRows(rows, segs)
 	if !ok || &got[0] != &rows[0] || base != 0x12900 {
 		t.Fatalf("rows moved or base %#x (%v), want the rows as they are at file offset 0x12900", base, ok)
@@ -35,10 +35,10 @@ func TestFileOffsetRowsTwoDeltas(t *testing.T) {
 		{ProgHeader: elf.ProgHeader{Type: elf.PT_LOAD, Flags: elf.PF_R | elf.PF_X, Off: 0x3000, Vaddr: 0x900000, Memsz: 0x1000}},
 	})
 	rows := []cfi.Row{
-		{PC: 0x401010, CFA: cfi.CFARSP, CFAOffset: 8},
+		{PC: 0x401010, CFA: cfi.CFASP, CFAOffset: 8},
 		{PC: 0x402000, CFA: cfi.CFANone}, // the first segment's end
-		{PC: 0x500000, CFA: cfi.CFARSP, CFAOffset: 16},
-		{PC: 0x900100, CFA: cfi.CFARSP, CFAOffset: 24},
+		{PC: 0x500000, CFA: cfi.CFASP, CFAOffset: 16},
+		{PC: 0x900100, CFA: cfi.CFASP, CFAOffset: 24},
 	}
 	got, base, ok := fileOffsetRows(rows, segs)
 	want := []uint64{0x1010, 0x2000, 0x3100}

@@ -9,9 +9,6 @@ import (
 	"github.com/bpfcol/bpfcol/internal/process"
 )
 
-// maxUserAddr is the highest user address on x86-64 ([vsyscall] is above).
-const maxUserAddr = 0x00007fffffffffff
-
 // Read reads pid's executable mappings from /proc and writes them into the
 // sampler as those of img, the image a NoticeRead named: for kernels where
 // BPF does not read them itself. Only the Run goroutine (or a test, before
@@ -38,7 +35,7 @@ func unwindMappings(all []process.Mapping) []profiler.UnwindMapping {
 	var out []profiler.UnwindMapping
 	for i := range all {
 		m := &all[i]
-		if !m.Executable() || m.Start > maxUserAddr {
+		if !m.Executable() || m.Start > process.MaxUserAddr {
 			continue
 		}
 		um := profiler.UnwindMapping{Start: m.Start, End: m.End, FileBase: m.Start - m.Offset, Kind: profiler.MappingAnon}

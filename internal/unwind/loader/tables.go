@@ -163,7 +163,7 @@ func inspect(fe *fileEntry, f *os.File) {
 		return
 	}
 	// Go keeps frame pointers everywhere, and its CFI says nothing about
-	// RBP: frame pointers are exact there.
+	// FP: frame pointers are exact there.
 	goBinary := elfbin.IsGo(ef, elfbin.ReadBuildIDs(ef, f))
 	fe.addrs = elfbin.NewAddressMapper(ef.Progs)
 	ef.Close()

@@ -45,7 +45,7 @@ func TestVDSORowsCoverItsFunctions(t *testing.T) {
 		funcs++
 		at := s.Value - seg.Vaddr + seg.Off
 		r, ok := table.Lookup(at)
-		if !ok || r.CFA != cfi.CFARSP || r.CFAOffset != 8 {
+		if !ok || r.CFA != cfi.CFASP || r.CFAOffset != 8 {
 			t.Errorf("%s at %#x: row %+v (found %v), want CFA = RSP + 8 at its entry", s.Name, at, r, ok)
 		}
 		if at+s.Size > uint64(len(image)) {

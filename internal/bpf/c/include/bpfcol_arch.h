@@ -55,6 +55,28 @@ struct thread_struct {
 #define REGS_SYSCALL_ARG5(r) BPF_CORE_READ(r, r8)
 #define NR_MMAP 9
 
+/* The highest user address (47-bit virtual addresses). */
+#define MAX_USER_ADDR 0x00007fffffffffffULL
+/* No link register: a call pushes the return address (UNWIND_RA_IN_LINK
+ * never appears in x86-64's rows). */
+#define HAS_LINK_REGISTER 0
+#define REGS_LR(r) 0
+/* A saved return address as read: x86-64 signs none. */
+#define RA_STRIP(ra) (ra)
+/* Where, in the ucontext at SP that a signal handler returns through
+ * (__restore_rt), the interrupted registers are: uc_mcontext at 40, its
+ * gregs in REG_* order. */
+#define UC_FP (40 + 10 * 8)
+#define UC_SP (40 + 15 * 8)
+#define UC_PC (40 + 16 * 8)
+#define UC_LR 0
+/* How far below the SP a frame record may lie: never, a call pushes the
+ * return address and then the frame pointer. */
+#define FP_BELOW_SP 0
+/* What the kernel keys a uretprobe's instance by (its stack): the slot the
+ * call pushed the return address into, right under the caller's SP. */
+#define URETPROBE_SLOT(caller_sp) ((caller_sp) - 8)
+
 #elif defined(__TARGET_ARCH_arm64)
 
 /* arm64 register frame saved on kernel entry: x0-x30, sp, pc, pstate
@@ -93,6 +115,32 @@ struct thread_struct {
 #define REGS_SYSCALL_ARG3(r) BPF_CORE_READ(r, user_regs.regs[2])
 #define REGS_SYSCALL_ARG5(r) BPF_CORE_READ(r, user_regs.regs[4])
 #define NR_MMAP 222
+
+/* The highest user address (48-bit virtual addresses, the kernel's
+ * default map window even where 52 bits are configured). */
+#define MAX_USER_ADDR 0x0000ffffffffffffULL
+/* The link register, x30: a leaf's return address stays there. */
+#define HAS_LINK_REGISTER 1
+#define REGS_LR(r) ((r)->user_regs.regs[30])
+/* A saved return address as read, without the pointer authentication
+ * code that -mbranch-protection puts in its top bits. */
+#define RA_STRIP(ra) ((ra) & MAX_USER_ADDR)
+/* Where, in the rt_sigframe at SP that __kernel_rt_sigreturn returns
+ * through, the interrupted registers are: its ucontext at 128 (after the
+ * siginfo), uc_mcontext at 176 in that, then fault_address and x0-x30,
+ * sp, pc. */
+#define UC_MCONTEXT (128 + 176)
+#define UC_FP (UC_MCONTEXT + 8 + 29 * 8)
+#define UC_LR (UC_MCONTEXT + 8 + 30 * 8)
+#define UC_SP (UC_MCONTEXT + 8 + 31 * 8)
+#define UC_PC (UC_MCONTEXT + 8 + 32 * 8)
+/* How far below the SP a frame record may lie: Go keeps its frame record
+ * 8 bytes under a function's SP, so a frameless callee's x29 is 8 bytes
+ * under its own SP. */
+#define FP_BELOW_SP 8
+/* What the kernel keys a uretprobe's instance by (its stack): the SP at
+ * the probed function's entry, its caller's. */
+#define URETPROBE_SLOT(caller_sp) (caller_sp)
 
 #else
 #error "bpfcol's BPF is built for x86-64 or arm64: define __TARGET_ARCH_x86 or __TARGET_ARCH_arm64"

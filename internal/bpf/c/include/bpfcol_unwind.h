@@ -14,19 +14,32 @@
 #ifndef BPFCOL_UNWIND_H
 #define BPFCOL_UNWIND_H
 
-/* Rule kinds of a row's low nibble (cfi.CFARule). */
+/* Rule kinds of a row's bits 0-2 (cfi.CFARule). */
 #define UNWIND_CFA_NONE 0
-#define UNWIND_CFA_RSP 1
-#define UNWIND_CFA_RBP 2
+#define UNWIND_CFA_SP 1
+#define UNWIND_CFA_FP 2
 #define UNWIND_CFA_PLT 3
 #define UNWIND_CFA_SIGNAL 4
 #define UNWIND_CFA_END 5
 #define UNWIND_CFA_UNSUPPORTED 6
 
-/* Rule kinds of a row's high nibble (cfi.RBPRule). */
-#define UNWIND_RBP_UNCHANGED 0
-#define UNWIND_RBP_AT_CFA 1
-#define UNWIND_RBP_UNSUPPORTED 2
+/* Bit 3 of a row's rules: its slots (fp_off) are words from the frame's SP,
+ * not from the CFA. The loader sets it where the CFA is SP-based and a slot
+ * lies too far below the CFA for a byte of words: arm64's wide frames,
+ * whose frame record sits at the bottom. */
+#define UNWIND_SLOTS_AT_SP 8
+
+/* Rule kinds of a row's bits 4-5: the caller's frame pointer (cfi.FPRule). */
+#define UNWIND_FP_UNCHANGED 0
+#define UNWIND_FP_AT_CFA 1
+#define UNWIND_FP_UNSUPPORTED 2
+
+/* Rule kinds of a row's bits 6-7: the return address (cfi.RARule, as the
+ * loader packs it). x86-64's rows all hold UNWIND_RA_CALL_SLOT. */
+#define UNWIND_RA_CALL_SLOT 0   /* at CFA-8 */
+#define UNWIND_RA_IN_LINK 1     /* in the link register (arm64's x30) */
+#define UNWIND_RA_ABOVE_FP 2    /* right above the saved frame pointer: a frame record at fp_off */
+#define UNWIND_RA_AT_OFF 3      /* at fp_off, the frame pointer not restored from the frame */
 
 /* PLT entries: from this offset within a 16-byte entry the CFA is 8 higher. */
 #define UNWIND_PLT_THRESHOLD 11
@@ -34,8 +47,11 @@
 struct unwind_row {
 	u32 pc;      /* file offset, relative to the table's row_base */
 	__s16 cfa_off; /* CFA = reg + cfa_off */
-	u8 rules;    /* CFA rule | RBP rule << 4 */
-	signed char rbp_off;  /* caller's RBP at CFA + rbp_off * 8 */
+	u8 rules;    /* CFA rule | UNWIND_SLOTS_AT_SP | FP rule << 4 | RA rule << 6 */
+	/* The caller's frame pointer (or, UNWIND_RA_AT_OFF, the return
+	 * address) at CFA + fp_off * 8, or SP + fp_off * 8 with
+	 * UNWIND_SLOTS_AT_SP. */
+	signed char fp_off;
 };
 
 /* Kinds of mapping, generated for Go by bpf2go (-type unwind_mapping_kind). */
@@ -128,11 +144,11 @@ enum unwind_stop {
 	UNWIND_STOP_NO_TABLE,        /* process or file not loaded yet: frame pointers + leaf analysis */
 	UNWIND_STOP_NO_CFI,          /* frame pointers ended in code without CFI */
 	UNWIND_STOP_BAD_CFA,         /* the CFA did not move up the stack */
-	UNWIND_STOP_READ_FAULT,      /* return address or saved RBP unreadable */
+	UNWIND_STOP_READ_FAULT,      /* return address or saved frame pointer unreadable */
 	UNWIND_STOP_DEPTH_LIMIT,     /* MAX_STACK_DEPTH frames */
 	UNWIND_STOP_UNSUPPORTED,     /* a rule the unwinder cannot follow */
 	UNWIND_STOP_OUTSIDE_MAPPINGS, /* zero, non-canonical or unmapped address */
-	UNWIND_STOP_FP_END,          /* frame pointers ended (RBP 0) in code without CFI: Go's, JIT's root */
+	UNWIND_STOP_FP_END,          /* frame pointers ended (a zero one) in code without CFI: Go's, JIT's root */
 	UNWIND_STOP_URETPROBE,       /* a uretprobe's trampoline whose return address the kernel did not give */
 	UNWIND_STOP_MAX,
 };

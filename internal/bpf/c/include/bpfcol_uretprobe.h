@@ -88,7 +88,8 @@ static __always_inline u64 uretprobe_trampoline(struct task_struct *task)
 }
 
 /* uretprobe_return returns the return address a uretprobe's trampoline
- * replaced in the stack slot at slot, of the current thread, or 0: none
+ * replaced for the instance keyed by slot (URETPROBE_SLOT), of the
+ * current thread, or 0: none
  * found, or a kernel that names the fields otherwise. A global function:
  * the verifier checks its loop once. */
 __noinline u64 uretprobe_return(u64 slot)
@@ -125,6 +126,14 @@ __noinline u64 uretprobe_return(u64 slot)
  * instance matches. */
 static __always_inline bool uretprobe_returned(u64 *pc, u64 *sp)
 {
+	if (HAS_LINK_REGISTER) {
+		// arm64's trampoline traps at its first instruction, the SP
+		// being the probed function's at entry.
+		u64 ret = uretprobe_return(*sp);
+		if (ret)
+			*pc = ret;
+		return ret != 0;
+	}
 	u64 slot = *sp + 16;
 	u64 ret = uretprobe_return(slot);
 	if (!ret) {

@@ -28,18 +28,21 @@ struct {
 // iteration and converges at once, instead of being walked once per
 // frame count and register range.
 struct walk_regs {
-	u64 pc, sp, bp;
+	u64 pc, sp, bp; // bp: the frame pointer (RBP, x29)
+	u64 lr;         // the link register (arm64's x30), valid while lr_known
 	u64 tramp;      // the process's uretprobe trampoline, 0 if none
-	u32 n;          // frames written to s->user
-	u32 stop;       // enum unwind_stop, valid once stopped
-	u8 stopped;
-	u8 exact_pc;    // pc is an interrupted PC, not a return address
-	u8 bp_known;    // bp holds this frame's RBP
-	u8 leaf_fp;     // the leaf was left by its frame pointer: its caller may be lost
-	u8 fp_step;     // the last frame recorded was stepped through by its frame pointer
-	u8 pc_by_cfi;   // pc was read where a table's rule says: a true return address
-	u8 sampler;     // the on-CPU sampler's walk: it keeps this CPU's row_memo and stack_window
-	u8 pad;
+	u16 n;          // frames written to s->user
+	u8 stop;        // enum unwind_stop, valid once stopped
+	// Flags in bits: the struct is on the sampler's stack, which 6.1
+	// bounds at 512 bytes for a whole call chain (frames rounded to 32).
+	u8 stopped : 1;
+	u8 exact_pc : 1;  // pc is an interrupted PC, not a return address
+	u8 bp_known : 1;  // bp holds this frame's frame pointer
+	u8 leaf_fp : 1;   // the leaf was left by its frame pointer: its caller may be lost
+	u8 fp_step : 1;   // the last frame recorded was stepped through by its frame pointer
+	u8 pc_by_cfi : 1; // pc was read where a table's rule says: a true return address
+	u8 sampler : 1;   // the on-CPU sampler's walk: it keeps this CPU's row_memo and stack_window
+	u8 lr_known : 1;  // lr holds this frame's link register: the interrupted one, or a signal frame's
 };
 
 // A row a walk on this CPU found for a return address, with what made it
@@ -231,37 +234,33 @@ static __always_inline long stop(struct walk_regs *w, u32 reason)
 	return 1;
 }
 
-// step_fp unwinds one frame by its frame pointer: the caller's RBP at [RBP],
-// the return address at [RBP+8].
+// step_fp unwinds one frame by its frame pointer, through the frame record
+// it points at: the caller's frame pointer at [FP], the return address at
+// [FP+8] (x86-64's push rbp after the call's push, arm64's stp x29, x30).
 static __always_inline long step_fp(struct walk_regs *w, u32 reason)
 {
 	w->fp_step = 1;
+	w->lr_known = 0;
 	if (w->n == 1)
 		w->leaf_fp = 1;
 	// The outermost frame of code that keeps frame pointers (Go's
 	// runtime.goexit, a thread's first JIT frame) saved a zero RBP.
 	if (w->bp_known && w->bp == 0 && reason == UNWIND_STOP_NO_CFI)
 		return stop(w, UNWIND_STOP_FP_END);
-	if (!w->bp_known || w->bp < w->sp || w->bp > MAX_USER_ADDR)
+	if (!w->bp_known || w->bp + FP_BELOW_SP < w->sp || w->bp > MAX_USER_ADDR)
 		return stop(w, reason);
 	struct stack_words frame;
 	if (stack_read(&frame, w->bp, 2, w->sampler))
 		return stop(w, reason);
 	w->sp = w->bp + 16;
 	w->bp = frame.w[0];
-	w->pc = frame.w[1];
+	w->pc = RA_STRIP(frame.w[1]);
 	w->exact_pc = 0;
 	w->pc_by_cfi = 0;
 	return 0;
 }
 
 #include "bpfcol_hotspot.h"
-
-// Offsets in the ucontext that a signal handler returns through
-// (__restore_rt): uc_mcontext starts at 40, gregs in REG_* order.
-#define UC_RBP (40 + 10 * 8)
-#define UC_RSP (40 + 15 * 8)
-#define UC_RIP (40 + 16 * 8)
 
 // unwind_frame records the frame at w->pc in s->user and steps w to its
 // caller. It returns 1 once the walk stopped (w->stop says why), else 0.
@@ -271,10 +270,10 @@ __noinline long unwind_frame(struct walk_regs *w, struct sample *s, struct unwin
 		return 1;
 	w->fp_step = 0;
 	u64 pc = w->pc;
-	// A uretprobe's trampoline in place of this return address, read
-	// from the slot right under the caller's SP.
+	// A uretprobe's trampoline in place of this return address: the
+	// kernel kept the true one under the caller's SP.
 	if (pc == w->tramp && pc && !w->exact_pc) {
-		pc = uretprobe_return(w->sp - 8);
+		pc = uretprobe_return(URETPROBE_SLOT(w->sp));
 		if (!pc)
 			return stop(w, UNWIND_STOP_URETPROBE);
 		w->pc = pc;
@@ -344,13 +343,13 @@ __noinline long unwind_frame(struct walk_regs *w, struct sample *s, struct unwin
 		}
 	}
 
-	u8 cfa_rule = r->rules & 0xf, rbp_rule = r->rules >> 4;
+	u8 cfa_rule = r->rules & 7, fp_rule = (r->rules >> 4) & 3, ra_rule = r->rules >> 6;
 	u64 cfa;
 	switch (cfa_rule) {
-	case UNWIND_CFA_RSP:
+	case UNWIND_CFA_SP:
 		cfa = w->sp + r->cfa_off;
 		break;
-	case UNWIND_CFA_RBP:
+	case UNWIND_CFA_FP:
 		if (!w->bp_known)
 			return stop(w, UNWIND_STOP_UNSUPPORTED);
 		cfa = w->bp + r->cfa_off;
@@ -361,18 +360,25 @@ __noinline long unwind_frame(struct walk_regs *w, struct sample *s, struct unwin
 	case UNWIND_CFA_SIGNAL: {
 		if (n > 0)
 			s->user[n] = pc | FRAME_PC_EXACT;
-		// The registers the handler returns with: rbp, rsp, rip, read
-		// one by one into one buffer (6.1 allows 512 bytes of stack for
-		// a whole call chain).
+		// The registers the handler returns with: the frame pointer,
+		// SP, PC (and arm64's LR), read one by one into one buffer (6.1
+		// allows 512 bytes of stack for a whole call chain).
 		u64 uc = w->sp;
-		if (stack_read(&words, uc + UC_RBP, 1, w->sampler))
+		if (stack_read(&words, uc + UC_FP, 1, w->sampler))
 			return stop(w, UNWIND_STOP_READ_FAULT);
 		w->bp = words.w[0];
 		w->bp_known = 1;
-		if (stack_read(&words, uc + UC_RSP, 1, w->sampler))
+		w->lr_known = 0;
+		if (HAS_LINK_REGISTER) {
+			if (stack_read(&words, uc + UC_LR, 1, w->sampler))
+				return stop(w, UNWIND_STOP_READ_FAULT);
+			w->lr = words.w[0];
+			w->lr_known = 1;
+		}
+		if (stack_read(&words, uc + UC_SP, 1, w->sampler))
 			return stop(w, UNWIND_STOP_READ_FAULT);
 		w->sp = words.w[0];
-		if (stack_read(&words, uc + UC_RIP, 1, w->sampler))
+		if (stack_read(&words, uc + UC_PC, 1, w->sampler))
 			return stop(w, UNWIND_STOP_READ_FAULT);
 		w->pc = words.w[0];
 		w->exact_pc = 1; // the interrupted PC, not a return address
@@ -386,28 +392,57 @@ __noinline long unwind_frame(struct walk_regs *w, struct sample *s, struct unwin
 	default:
 		return stop(w, UNWIND_STOP_UNSUPPORTED);
 	}
-	// Every frame's CFA lies above the frame below it.
-	if (cfa <= w->sp || cfa > MAX_USER_ADDR)
+	// Every frame's CFA lies above the frame below it, but an arm64
+	// leaf's, which has not moved SP: its return address is in x30, which
+	// only the interrupted frame follows, once.
+	if (cfa < w->sp || (cfa == w->sp && ra_rule != UNWIND_RA_IN_LINK) || cfa > MAX_USER_ADDR)
 		return stop(w, UNWIND_STOP_BAD_CFA);
 
 	u64 ra;
-	if (rbp_rule == UNWIND_RBP_AT_CFA && r->rbp_off == -2) {
-		// The usual frame: saved RBP right under the return address.
-		if (stack_read(&words, cfa - 16, 2, w->sampler))
+	// Where the row's slots are counted from.
+	u64 slots = (r->rules & UNWIND_SLOTS_AT_SP) ? w->sp : cfa;
+	s64 fp_off = r->fp_off;
+	if (fp_rule == UNWIND_FP_AT_CFA &&
+	    ((ra_rule == UNWIND_RA_CALL_SLOT && fp_off == -2 && slots == cfa) || ra_rule == UNWIND_RA_ABOVE_FP)) {
+		// The usual frame: a frame record, the saved frame pointer
+		// right under the return address.
+		if (stack_read(&words, slots + fp_off * 8, 2, w->sampler))
 			return stop(w, UNWIND_STOP_READ_FAULT);
 		w->bp = words.w[0];
 		w->bp_known = 1;
 		ra = words.w[1];
 	} else {
-		s64 rbp_off = r->rbp_off;
-		if (stack_read(&words, cfa - 8, 1, w->sampler))
-			return stop(w, UNWIND_STOP_READ_FAULT);
-		ra = words.w[0];
-		switch (rbp_rule) {
-		case UNWIND_RBP_UNCHANGED:
+		switch (ra_rule) {
+		case UNWIND_RA_CALL_SLOT:
+			if (stack_read(&words, cfa - 8, 1, w->sampler))
+				return stop(w, UNWIND_STOP_READ_FAULT);
+			ra = words.w[0];
 			break;
-		case UNWIND_RBP_AT_CFA:
-			if (stack_read(&words, cfa + rbp_off * 8, 1, w->sampler))
+		case UNWIND_RA_AT_OFF:
+			// fp_off places the return address: the loader packs it
+			// so only where the frame pointer is not restored from
+			// the frame.
+			if (stack_read(&words, slots + fp_off * 8, 1, w->sampler))
+				return stop(w, UNWIND_STOP_READ_FAULT);
+			ra = words.w[0];
+			if (fp_rule == UNWIND_FP_AT_CFA)
+				fp_rule = UNWIND_FP_UNSUPPORTED;
+			break;
+		case UNWIND_RA_IN_LINK:
+			// Only the interrupted frame's (or a signal frame's) link
+			// register is known.
+			if (!w->lr_known)
+				return stop(w, UNWIND_STOP_UNSUPPORTED);
+			ra = w->lr;
+			break;
+		default:
+			return stop(w, UNWIND_STOP_UNSUPPORTED);
+		}
+		switch (fp_rule) {
+		case UNWIND_FP_UNCHANGED:
+			break;
+		case UNWIND_FP_AT_CFA:
+			if (stack_read(&words, slots + fp_off * 8, 1, w->sampler))
 				return stop(w, UNWIND_STOP_READ_FAULT);
 			w->bp = words.w[0];
 			w->bp_known = 1;
@@ -416,8 +451,9 @@ __noinline long unwind_frame(struct walk_regs *w, struct sample *s, struct unwin
 			w->bp_known = 0;
 		}
 	}
+	w->lr_known = 0;
 	w->sp = cfa;
-	w->pc = ra;
+	w->pc = RA_STRIP(ra);
 	w->exact_pc = 0;
 	w->pc_by_cfi = 1;
 	return 0;
@@ -501,6 +537,10 @@ static __always_inline bool unwind_cfi(struct sample *s, struct unwind_proc *pro
 			.pc = pc,
 			.sp = sp,
 			.bp = s->user_bp,
+			// arm64's link register, which fill_sample keeps in
+			// leaf_words[0]: a frameless leaf's return address.
+			.lr = HAS_LINK_REGISTER ? s->leaf_words[0] : 0,
+			.lr_known = HAS_LINK_REGISTER && (s->flags & SAMPLE_LEAF_WORDS_VALID),
 			.tramp = tramp,
 			.exact_pc = 1,
 			.bp_known = 1,

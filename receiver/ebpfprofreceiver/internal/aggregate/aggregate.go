@@ -423,9 +423,6 @@ func inRanges(ranges []interp.Range, addr uint64) bool {
 	return false
 }
 
-// maxUserAddr is the highest canonical user address on x86-64.
-const maxUserAddr = 0x00007fffffffffff
-
 // possibleFrame reports whether f can be a user frame of proc: not zero,
 // canonical, and in one of its executable mappings. A return address is
 // checked where its frame is looked up, one byte lower: one that is the
@@ -433,7 +430,7 @@ const maxUserAddr = 0x00007fffffffffff
 // which stands in for the return address of a function under a uretprobe,
 // is such an address: the first byte of [uprobes].
 func possibleFrame(proc *Process, f frame.Frame) bool {
-	return f.Address != 0 && f.Address <= maxUserAddr && proc.Mapping(f.Address) != nil
+	return f.Address != 0 && f.Address <= process.MaxUserAddr && proc.Mapping(f.Address) != nil
 }
 
 // stackKey serializes what makes two samples the same stack.

@@ -270,11 +270,11 @@ func TestAggregateKeepsStackUnderUretprobe(t *testing.T) {
 		}
 	}
 
-	s.SPWords = [2]uint64{uprobes.Start, 0x1020}
+	s.LeafWords = [2]uint64{uprobes.Start, 0x1020}
 	if a.leaves.candidate(proc, s, 0) {
 		t.Errorf("the trampoline at SP taken for a lost caller")
 	}
-	s.SPWords[0] = 0x1050
+	s.LeafWords[0] = 0x1050
 	if !a.leaves.candidate(proc, s, 0) {
 		t.Errorf("a return address into the text at SP not taken for a lost caller")
 	}

@@ -35,8 +35,8 @@ func (a *Aggregator) placeJIT(proc *Process, s *profiler.Sample, native []frame.
 		if try, ok := at(native[i+1]); ok {
 			return append(out, try), true
 		}
-	} else if i == 0 && s.SPWordsValid && proc != nil {
-		for _, w := range s.SPWords {
+	} else if i == 0 && s.LeafWordsValid && proc != nil {
+		for _, w := range s.LeafWords {
 			c := frame.AtReturnAddress(frame.Native, w)
 			if !possibleFrame(proc, c) || len(s.User) > 1 && s.User[1] == w {
 				continue

@@ -82,7 +82,7 @@ func newLeafAnalyzer(binaries Binaries) *leafAnalyzer {
 // lostCaller returns the return address into the leaf's caller when the
 // frame-pointer stack in s does not already hold it.
 func (l *leafAnalyzer) lostCaller(proc *Process, leaf frame.Frame, s *profiler.Sample) (uint64, bool) {
-	if l.binaries == nil || proc == nil || leaf.Mapping == nil || !leaf.Mapping.File() || !s.SPWordsValid {
+	if l.binaries == nil || proc == nil || leaf.Mapping == nil || !leaf.Mapping.File() || !s.LeafWordsValid {
 		return 0, false
 	}
 	// Most leaves pushed a frame, or the words at SP are no return
@@ -95,14 +95,14 @@ func (l *leafAnalyzer) lostCaller(proc *Process, leaf frame.Frame, s *profiler.S
 	if !ok || !l.candidate(proc, s, slot) {
 		return 0, false
 	}
-	return s.SPWords[slot/8], true
+	return s.LeafWords[slot/8], true
 }
 
 // candidate reports whether the word at SP+slot could be the lost caller:
 // a real return address follows a call in executable code of the process
 // (possibleFrame), and is not already the next frame of the walk.
 func (l *leafAnalyzer) candidate(proc *Process, s *profiler.Sample, slot int) bool {
-	ret := s.SPWords[slot/8]
+	ret := s.LeafWords[slot/8]
 	return possibleFrame(proc, frame.AtReturnAddress(frame.Native, ret)) && (len(s.User) <= 1 || s.User[1] != ret)
 }
 

@@ -45,7 +45,7 @@ func TestLostCallerCandidateHasItsCall(t *testing.T) {
 		word uint64
 		want bool
 	}{{m.Start, false}, {m.Start + 1, true}, {m.End, true}, {m.End + 1, false}} {
-		s := &profiler.Sample{SPWordsValid: true, SPWords: [2]uint64{c.word}}
+		s := &profiler.Sample{LeafWordsValid: true, LeafWords: [2]uint64{c.word}}
 		if got := l.candidate(proc, s, 0); got != c.want {
 			t.Errorf("candidate(%#x) = %v, want %v", c.word, got, c.want)
 		}
