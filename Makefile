@@ -125,10 +125,12 @@ deps-vm: ## deps, plus the arm64 emulator and cross compilers for vmtest.
 clean: ## Remove build outputs and the pinned tools.
 	rm -rf _build bin .cache/tools
 
+# The tools run here: built for this machine even when GOARCH asks
+# `make build` for another's collector.
 $(BUILDER): $(TOOLS_MOD)
-	cd internal/tools && $(GO) build -o $@ go.opentelemetry.io/collector/cmd/builder
+	cd internal/tools && GOOS= GOARCH= $(GO) build -o $@ go.opentelemetry.io/collector/cmd/builder
 	@touch $@
 
 $(MDATAGEN): $(TOOLS_MOD)
-	cd internal/tools && $(GO) build -o $@ go.opentelemetry.io/collector/cmd/mdatagen
+	cd internal/tools && GOOS= GOARCH= $(GO) build -o $@ go.opentelemetry.io/collector/cmd/mdatagen
 	@touch $@

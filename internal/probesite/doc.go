@@ -3,5 +3,6 @@
 // (versioned names such as getaddrinfo@@GLIBC_2.2.5 included), demangled C++
 // names, or Go's .gopclntab (which stripped Go binaries keep), converts
 // virtual addresses into the file offsets uprobes take, and decodes the
-// function's machine code with x86asm to place entry and return probes.
+// function's machine code (x86-64 with x86asm, arm64 with arm64asm) to
+// place entry and return probes.
 package probesite

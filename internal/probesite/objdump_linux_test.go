@@ -19,7 +19,14 @@ type disassembled struct {
 // instruction boundaries and mnemonics.
 func objdumpFunction(t testing.TB, bin string, fn Function) []disassembled {
 	t.Helper()
-	out, err := exec.Command(testenv.LookPath(t, "objdump"), "-d", "--no-show-raw-insn", "-w",
+	return objdumpFunctionWith(t, "objdump", bin, fn)
+}
+
+// objdumpFunctionWith is objdumpFunction with another objdump (another
+// architecture's).
+func objdumpFunctionWith(t testing.TB, objdump, bin string, fn Function) []disassembled {
+	t.Helper()
+	out, err := exec.Command(testenv.LookPath(t, objdump), "-d", "--no-show-raw-insn", "-w",
 		"--start-address="+strconv.FormatUint(fn.Start, 10),
 		"--stop-address="+strconv.FormatUint(fn.End, 10), bin).Output()
 	if err != nil {

@@ -1,11 +1,8 @@
 package probesite
 
 import (
-	"bytes"
+	"debug/elf"
 	"fmt"
-	"strings"
-
-	"golang.org/x/arch/x86/x86asm"
 )
 
 // Where a uprobe goes decides what it costs. On a hit the kernel either
@@ -42,144 +39,58 @@ import (
 //
 // The kernel emulates (arch/x86/kernel/uprobes.c): nop (0x90, prefixes
 // allowed), push of a register (with REX.B at most), and relative jmp,
-// call and jcc without a 0x66 prefix. emulated encodes exactly that, minus
-// what the measurements above contradict.
+// call and jcc without a 0x66 prefix. decode_x86.go's emulated encodes
+// exactly that, minus what the measurements above contradict.
+//
+// arm64 (arch/arm64/kernel/probes/decode-insn.c) simulates its branches
+// (b, bl, b.cond, cbz, cbnz, tbz, tbnz, br, blr, ret), adr, adrp and
+// literal loads, and single-steps the rest (decode_arm64.go). The rules
+// are the same; a function's first instruction there is rarely simulated,
+// so its entries mostly stay, and a RET is one.
 
 // maxSkip bounds how many instructions an entry probe moves over.
 const maxSkip = 4
 
-// instruction is one decoded instruction of a function.
+// instruction is one decoded instruction of a function, with what placing
+// probes needs to know of it, whatever the architecture.
 type instruction struct {
-	off   uint64 // from the function's start
-	inst  x86asm.Inst
-	raw   []byte
-	endbr bool // ENDBR64/ENDBR32, which x86asm does not know
+	off  uint64 // from the function's start
+	len  uint64
+	name string // lower-case mnemonic, for placement notes
+	// emulated: the kernel runs it in its trap handler rather than
+	// single-stepping it.
+	emulated bool
+	// skippable: an entry probe may move over it. It falls through to
+	// the next one, and leaves the stack pointer (so a uretprobe at the
+	// moved site still finds the return address where the call left it)
+	// and Go's g register (which the scope key reads) alone.
+	skippable bool
+	// epilogue: it tears a frame down (pops, leave, nops, stack-pointer
+	// adjustments), which an exit site may precede.
+	epilogue bool
+	ret      bool // a return
+	// target is a relative branch's or call's function-relative target,
+	// when hasTarget.
+	target    int64
+	hasTarget bool
+	// indirectJump: a jump through a register or memory, whose targets
+	// decoding cannot know.
+	indirectJump bool
 }
 
-func (in *instruction) end() uint64 { return in.off + uint64(in.inst.Len) }
+func (in *instruction) end() uint64 { return in.off + in.len }
 
-// name is the lower-case mnemonic, for placement notes.
-func (in *instruction) name() string {
-	if in.endbr {
-		return "endbr64"
+// decodeAll decodes the code of a function of a machine linearly. Any
+// byte sequence that does not decode fails the whole function: a probe
+// must never land inside an instruction.
+func decodeAll(code []byte, machine elf.Machine) ([]instruction, error) {
+	switch machine {
+	case elf.EM_X86_64:
+		return decodeX86(code)
+	case elf.EM_AARCH64:
+		return decodeARM64(code)
 	}
-	return strings.ToLower(in.inst.Op.String())
-}
-
-var (
-	endbr64 = []byte{0xf3, 0x0f, 0x1e, 0xfa}
-	endbr32 = []byte{0xf3, 0x0f, 0x1e, 0xfb}
-)
-
-// decodeAll decodes code linearly. Any byte sequence that does not decode
-// fails the whole function: a probe must never land inside an instruction.
-func decodeAll(code []byte) ([]instruction, error) {
-	var insts []instruction
-	for off := 0; off < len(code); {
-		rest := code[off:]
-		if bytes.HasPrefix(rest, endbr64) || bytes.HasPrefix(rest, endbr32) {
-			insts = append(insts, instruction{off: uint64(off), inst: x86asm.Inst{Len: 4, Mode: 64}, raw: rest[:4], endbr: true})
-			off += 4
-			continue
-		}
-		inst, err := x86asm.Decode(rest, 64)
-		if err != nil {
-			return nil, fmt.Errorf("decoding instruction at +%#x: %w", off, err)
-		}
-		insts = append(insts, instruction{off: uint64(off), inst: inst, raw: rest[:inst.Len]})
-		off += inst.Len
-	}
-	return insts, nil
-}
-
-// legacyPrefix reports the x86 legacy prefixes.
-func legacyPrefix(b byte) bool {
-	switch b {
-	case 0x66, 0x67, 0xf0, 0xf2, 0xf3, 0x26, 0x2e, 0x36, 0x3e, 0x64, 0x65:
-		return true
-	}
-	return false
-}
-
-// emulated reports whether the kernel runs in in its trap handler rather
-// than single-stepping it (see the table above).
-func emulated(in *instruction) bool {
-	if in.endbr {
-		return false
-	}
-	raw := in.raw
-	has66 := false
-	i := 0
-	for ; i < len(raw) && legacyPrefix(raw[i]); i++ {
-		has66 = has66 || raw[i] == 0x66
-	}
-	prefixes := i
-	rex := byte(0)
-	if i < len(raw) && raw[i]&0xf0 == 0x40 {
-		rex = raw[i]
-		i++
-	}
-	if i >= len(raw) {
-		return false
-	}
-	op := raw[i]
-	switch {
-	case op == 0x90:
-		// With REX.B, 0x90 is xchg %eax,%r8d.
-		return rex == 0 && in.inst.Op == x86asm.NOP
-	case op >= 0x50 && op <= 0x57:
-		return prefixes == 0 && (rex == 0 || rex == 0x41)
-	case op == 0xe8 || op == 0xe9 || op == 0xeb || (op >= 0x70 && op <= 0x7f):
-		return !has66
-	case op == 0x0f && i+1 < len(raw) && raw[i+1] >= 0x80 && raw[i+1] <= 0x8f:
-		return !has66
-	}
-	return false
-}
-
-// branchTarget returns the function-relative target of a relative branch
-// or call, and whether in has one.
-func branchTarget(in *instruction) (int64, bool) {
-	for _, a := range in.inst.Args {
-		if rel, ok := a.(x86asm.Rel); ok {
-			return int64(in.end()) + int64(rel), true
-		}
-	}
-	return 0, false
-}
-
-// indirectJump reports a jump through a register or memory, whose targets
-// decoding cannot know.
-func indirectJump(in *instruction) bool {
-	if in.inst.Op != x86asm.JMP {
-		return false
-	}
-	_, rel := branchTarget(in)
-	return !rel
-}
-
-// skippable reports an instruction an entry probe may move over: it falls
-// through to the next one, and leaves the stack pointer (so a uretprobe at
-// the moved site still finds the return address on top of the stack) and
-// R14 (Go's g, which the scope key reads) alone.
-func skippable(in *instruction) bool {
-	if in.endbr {
-		return true
-	}
-	switch in.inst.Op {
-	case x86asm.LEA, x86asm.MOV, x86asm.MOVZX, x86asm.MOVSX, x86asm.MOVSXD,
-		x86asm.XOR, x86asm.AND, x86asm.OR, x86asm.ADD, x86asm.SUB,
-		x86asm.TEST, x86asm.CMP, x86asm.NOP:
-	default:
-		return false
-	}
-	if r, ok := in.inst.Args[0].(x86asm.Reg); ok {
-		switch r {
-		case x86asm.RSP, x86asm.ESP, x86asm.SP, x86asm.SPB, x86asm.R14, x86asm.R14L, x86asm.R14W, x86asm.R14B:
-			return false
-		}
-	}
-	return true
+	return nil, fmt.Errorf("decoding %v machine code: only x86-64 and arm64 are placed", machine)
 }
 
 // findInstruction returns the index of the instruction starting at off.
@@ -216,20 +127,20 @@ func placeEntry(fn Function, insts []instruction, from uint64) (uint64, string) 
 		return from, fmt.Sprintf("entry kept at +%#x: not an instruction boundary", from)
 	}
 	first := &insts[i]
-	if emulated(first) {
-		return from, fmt.Sprintf("entry at +%#x: %s is emulated", from, first.name())
+	if first.emulated {
+		return from, fmt.Sprintf("entry at +%#x: %s is emulated", from, first.name)
 	}
 	kept := func(why string) (uint64, string) {
-		return from, fmt.Sprintf("entry kept at +%#x (%s, single-stepped): %s", from, first.name(), why)
+		return from, fmt.Sprintf("entry kept at +%#x (%s, single-stepped): %s", from, first.name, why)
 	}
 	site := -1
 	for j := i; j < len(insts) && j <= i+maxSkip; j++ {
-		if emulated(&insts[j]) {
+		if insts[j].emulated {
 			site = j
 			break
 		}
-		if !skippable(&insts[j]) {
-			return kept(fmt.Sprintf("%s at +%#x comes before any emulated instruction", insts[j].name(), insts[j].off))
+		if !insts[j].skippable {
+			return kept(fmt.Sprintf("%s at +%#x comes before any emulated instruction", insts[j].name, insts[j].off))
 		}
 	}
 	if site < 0 {
@@ -238,14 +149,14 @@ func placeEntry(fn Function, insts []instruction, from uint64) (uint64, string) 
 	to := insts[site].off
 	for j := range insts {
 		in := &insts[j]
-		if indirectJump(in) {
+		if in.indirectJump {
 			return kept(fmt.Sprintf("indirect jump at +%#x might target the prologue", in.off))
 		}
-		if t, ok := branchTarget(in); ok && t > int64(from) && t <= int64(to) {
-			return kept(fmt.Sprintf("%s at +%#x targets +%#x inside the skipped prologue", in.name(), in.off, t))
+		if in.hasTarget && in.target > int64(from) && in.target <= int64(to) {
+			return kept(fmt.Sprintf("%s at +%#x targets +%#x inside the skipped prologue", in.name, in.off, in.target))
 		}
 	}
-	return to, fmt.Sprintf("entry moved from +%#x (%s, single-stepped) to +%#x (%s, emulated)", from, first.name(), to, insts[site].name())
+	return to, fmt.Sprintf("entry moved from +%#x (%s, single-stepped) to +%#x (%s, emulated)", from, first.name, to, insts[site].name)
 }
 
 // placeReturn picks the site closing a scope at the RET insts[r]: the RET,
@@ -262,36 +173,17 @@ func placeReturn(insts []instruction, r int, targets map[uint64]bool, indirect b
 		if targets[insts[j+1].off] {
 			break
 		}
-		if emulated(in) {
-			if _, branch := branchTarget(in); branch {
+		if in.emulated {
+			if in.hasTarget {
 				break
 			}
 			return in.off, true
 		}
-		if !epilogue(in) {
+		if !in.epilogue {
 			break
 		}
 	}
 	return insts[r].off, false
-}
-
-// epilogue reports the instructions that tear a frame down, which an exit
-// site may precede: pops, leave, nops and stack-pointer adjustments.
-func epilogue(in *instruction) bool {
-	switch in.inst.Op {
-	case x86asm.POP:
-		// Go's scope key is R14, which must reach the RET unchanged.
-		r, _ := in.inst.Args[0].(x86asm.Reg)
-		return r != x86asm.R14
-	case x86asm.LEAVE:
-		return true
-	case x86asm.NOP:
-		return !in.endbr
-	case x86asm.ADD, x86asm.LEA:
-		r, ok := in.inst.Args[0].(x86asm.Reg)
-		return ok && r == x86asm.RSP
-	}
-	return false
 }
 
 // branchTargets collects the function-relative targets of every relative
@@ -299,10 +191,10 @@ func epilogue(in *instruction) bool {
 func branchTargets(insts []instruction) (targets map[uint64]bool, indirect bool) {
 	targets = map[uint64]bool{}
 	for i := range insts {
-		if t, ok := branchTarget(&insts[i]); ok && t >= 0 {
-			targets[uint64(t)] = true
+		if in := &insts[i]; in.hasTarget && in.target >= 0 {
+			targets[uint64(in.target)] = true
 		}
-		indirect = indirect || indirectJump(&insts[i])
+		indirect = indirect || insts[i].indirectJump
 	}
 	return targets, indirect
 }

@@ -10,8 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"golang.org/x/arch/x86/x86asm"
-
 	"github.com/bpfcol/bpfcol/internal/bpf/scopeprobe"
 	"github.com/bpfcol/bpfcol/internal/testenv"
 	"github.com/bpfcol/bpfcol/internal/testworkload"
@@ -122,7 +120,7 @@ func TestHarnessPlacement(t *testing.T) {
 				if i > 0 && insts[i-1].text == "nop" && !targets[in.addr] && !code.indirect {
 					want = insts[i-1].addr
 				}
-				for code.insts[r].inst.Op != x86asm.RET {
+				for !code.insts[r].ret {
 					r++
 				}
 				if got, _ := placeReturn(code.insts, r, code.targets, code.indirect); fn.Start+got != want {

@@ -85,55 +85,137 @@ func TestVersionedLibcSymbol(t *testing.T) {
 
 // TestGoReturnSites places a Go probe in a stripped build: entry after the
 // stack check, one exit per RET that objdump shows, never a uretprobe.
+// TestGoReturnSites places a Go function's probe on x86-64 and on arm64
+// (cross-built): its entry right after the stack-bound check's branch to
+// morestack, an exit at each of its returns, as objdump reads them.
 func TestGoReturnSites(t *testing.T) {
-	bin := testworkload.BuildGo(t, "goscope", "-ldflags=-s -w")
-	b := open(t, bin)
-	plan, err := b.PlanProbe(0, "main.blockingScope", ExitReturn)
+	for _, c := range []struct {
+		name, objdump, checkBranch string
+		tc                         testworkload.Toolchain
+	}{
+		{"amd64", "objdump", "jbe", testworkload.HostToolchain},
+		{"arm64", "aarch64-linux-gnu-objdump", "b.ls", arm64Toolchain},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			bin, err := testworkload.Compile(testworkload.Workload{Compiler: testworkload.Go, Name: "goscope", Flags: []string{"-ldflags=-s -w"}}, c.tc, t.TempDir())
+			if err != nil {
+				t.Fatal(err)
+			}
+			b := open(t, bin)
+			plan, err := b.PlanProbe(0, "main.blockingScope", ExitReturn)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !plan.Entry.Go || plan.Sites[0].Kind != scopeprobe.Entry || !plan.Sites[0].ScopeByGoroutine {
+				t.Fatalf("entry %+v", plan.Sites[0])
+			}
+			// objdump is the ground truth for instruction boundaries.
+			out, err := exec.Command(testenv.LookPath(t, c.objdump), "-d", "--no-show-raw-insn",
+				"--start-address="+strconv.FormatUint(plan.Entry.Start, 10),
+				"--stop-address="+strconv.FormatUint(plan.Entry.End, 10), bin).Output()
+			if err != nil {
+				t.Fatalf("objdump: %v", err)
+			}
+			var rets []uint64
+			var afterCheck uint64
+			lines := strings.Split(string(out), "\n")
+			for i, line := range lines {
+				addr, rest, ok := strings.Cut(strings.TrimSpace(line), ":")
+				if !ok {
+					continue
+				}
+				a, err := strconv.ParseUint(addr, 16, 64)
+				if err != nil {
+					continue
+				}
+				if strings.HasPrefix(strings.TrimSpace(rest), "ret") {
+					rets = append(rets, a)
+				}
+				if afterCheck == 0 && strings.HasPrefix(strings.TrimSpace(rest), c.checkBranch) && i+1 < len(lines) {
+					next, _, _ := strings.Cut(strings.TrimSpace(lines[i+1]), ":")
+					afterCheck, _ = strconv.ParseUint(next, 16, 64)
+				}
+			}
+			exits := plan.Sites[1:]
+			if len(exits) != len(rets) || len(rets) == 0 {
+				t.Fatalf("%d exit sites, objdump shows %d RETs", len(exits), len(rets))
+			}
+			for i, s := range exits {
+				off, _ := b.FileOffset(rets[i])
+				if s.Kind != scopeprobe.Exit || s.Offset != off || !s.ScopeByGoroutine {
+					t.Errorf("exit %d: %+v, want a uprobe at file offset %#x", i, s, off)
+				}
+			}
+			wantEntry, _ := b.FileOffset(afterCheck)
+			if afterCheck == 0 || plan.Sites[0].Offset != wantEntry {
+				t.Errorf("entry at %#x, want after the stack check's %s at %#x", plan.Sites[0].Offset, c.checkBranch, wantEntry)
+			}
+			t.Logf("%s: %v", c.name, plan.Notes)
+		})
+	}
+}
+
+// arm64Toolchain cross-builds workloads for arm64.
+var arm64Toolchain = testworkload.Toolchain{CC: "aarch64-linux-gnu-gcc", CXX: "aarch64-linux-gnu-g++", GOARCH: "arm64"}
+
+// TestPlacementA64 places the probes of an arm64 C function: its entry at
+// its first instruction (the prologue's store of x30 and x29 is
+// single-stepped, and a uretprobe must see x30 before it is saved), its
+// exit a uretprobe there; and checks every instruction the decoder reads
+// against objdump's boundaries and branch targets.
+func TestPlacementA64(t *testing.T) {
+	bin, err := testworkload.Compile(testworkload.Workload{Compiler: testworkload.GCC, Name: "scopeburn.c", Flags: []string{"-O1", "-g"}}, arm64Toolchain, t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !plan.Entry.Go || plan.Sites[0].Kind != scopeprobe.Entry || !plan.Sites[0].ScopeByGoroutine {
-		t.Fatalf("entry %+v", plan.Sites[0])
-	}
-	// objdump is the ground truth for instruction boundaries.
-	out, err := exec.Command(testenv.LookPath(t, "objdump"), "-d", "--no-show-raw-insn",
-		"--start-address="+strconv.FormatUint(plan.Entry.Start, 10),
-		"--stop-address="+strconv.FormatUint(plan.Entry.End, 10), bin).Output()
+	b := open(t, bin)
+	fn, err := b.Lookup(Spec{Name: "burn"})
 	if err != nil {
-		t.Fatalf("objdump: %v", err)
+		t.Fatal(err)
 	}
-	var rets []uint64
-	var afterJbe uint64
-	lines := strings.Split(string(out), "\n")
-	for i, line := range lines {
-		addr, rest, ok := strings.Cut(strings.TrimSpace(line), ":")
-		if !ok {
-			continue
+	plan, err := b.PlanProbe(0, "burn", ExitReturn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	start, _ := b.FileOffset(fn.Start)
+	if len(plan.Sites) != 2 || plan.Sites[0].Kind != scopeprobe.Entry || plan.Sites[1].Kind != scopeprobe.ReturnProbe ||
+		plan.Sites[0].Offset != start || plan.Sites[1].Offset != start {
+		t.Errorf("sites %+v, want an entry and a uretprobe at burn's start (file offset %#x); notes %v", plan.Sites, start, plan.Notes)
+	}
+	code := b.analyse(fn)
+	if code.err != nil {
+		t.Fatal(code.err)
+	}
+	truth := objdumpFunctionWith(t, "aarch64-linux-gnu-objdump", bin, fn)
+	if len(truth) != len(code.insts) {
+		t.Fatalf("decoded %d instructions, objdump %d", len(code.insts), len(truth))
+	}
+	for i, in := range code.insts {
+		d := truth[i]
+		fields := strings.Fields(strings.ReplaceAll(d.text, ",", " "))
+		mnemonic := fields[0]
+		if fn.Start+in.off != d.addr {
+			t.Fatalf("instruction %d at %#x, objdump's at %#x", i, fn.Start+in.off, d.addr)
 		}
-		a, err := strconv.ParseUint(addr, 16, 64)
-		if err != nil {
-			continue
+		simulated := mnemonic == "b" || strings.HasPrefix(mnemonic, "b.") || mnemonic == "bl" || mnemonic == "cbz" || mnemonic == "cbnz" ||
+			mnemonic == "tbz" || mnemonic == "tbnz" || mnemonic == "br" || mnemonic == "blr" || mnemonic == "ret" || mnemonic == "adr" || mnemonic == "adrp"
+		if in.emulated != simulated {
+			t.Errorf("%#x %s: emulated %v", d.addr, d.text, in.emulated)
 		}
-		if strings.HasPrefix(strings.TrimSpace(rest), "ret") {
-			rets = append(rets, a)
+		// A direct branch's target, as objdump prints it: an address
+		// followed by its symbol.
+		var target uint64
+		for j := 1; j+1 < len(fields); j++ {
+			if a, err := strconv.ParseUint(fields[j], 16, 64); err == nil && strings.HasPrefix(fields[j+1], "<") && mnemonic != "adrp" && mnemonic != "adr" {
+				target = a
+			}
 		}
-		if afterJbe == 0 && strings.HasPrefix(strings.TrimSpace(rest), "jbe") && i+1 < len(lines) {
-			next, _, _ := strings.Cut(strings.TrimSpace(lines[i+1]), ":")
-			afterJbe, _ = strconv.ParseUint(next, 16, 64)
+		if got := fn.Start + uint64(in.target); (target != 0) != in.hasTarget || in.hasTarget && got != target {
+			t.Errorf("%#x %s: target %#x (%v), objdump's %#x", d.addr, d.text, got, in.hasTarget, target)
+		}
+		if in.ret != (mnemonic == "ret") {
+			t.Errorf("%#x %s: ret %v", d.addr, d.text, in.ret)
 		}
 	}
-	exits := plan.Sites[1:]
-	if len(exits) != len(rets) || len(rets) == 0 {
-		t.Fatalf("%d exit sites, objdump shows %d RETs", len(exits), len(rets))
-	}
-	for i, s := range exits {
-		off, _ := b.FileOffset(rets[i])
-		if s.Kind != scopeprobe.Exit || s.Offset != off || !s.ScopeByGoroutine {
-			t.Errorf("exit %d: %+v, want a uprobe at file offset %#x", i, s, off)
-		}
-	}
-	wantEntry, _ := b.FileOffset(afterJbe)
-	if afterJbe == 0 || plan.Sites[0].Offset != wantEntry {
-		t.Errorf("entry at %#x, want after the stack check's jbe at %#x", plan.Sites[0].Offset, wantEntry)
-	}
+	t.Logf("burn: %d instructions; %v", len(code.insts), plan.Notes)
 }

@@ -1,6 +1,7 @@
 package probesite
 
 import (
+	"debug/elf"
 	"errors"
 	"fmt"
 
@@ -133,7 +134,7 @@ func (b *Binary) analyse(fn Function) *functionCode {
 	if err != nil {
 		return &functionCode{err: err}
 	}
-	insts, err := decodeAll(code)
+	insts, err := decodeAll(code, b.elf.Machine)
 	if err != nil {
 		return &functionCode{err: fmt.Errorf("%s: %w", fn.Name, err)}
 	}
@@ -205,7 +206,7 @@ func checkBoundary(code *functionCode, off uint64) error {
 	for i := range code.insts {
 		in := &code.insts[i]
 		if in.off < off && off < in.end() {
-			return fmt.Errorf("offset %#x is inside the instruction at +%#x (%d bytes), not at its start: a uprobe there would change what the program runs", off, in.off, in.inst.Len)
+			return fmt.Errorf("offset %#x is inside the instruction at +%#x (%d bytes), not at its start: a uprobe there would change what the program runs", off, in.off, in.len)
 		}
 	}
 	return nil
@@ -244,7 +245,7 @@ func (b *Binary) returnSites(id uint32, fn Function, code *functionCode, spec Sp
 	var sites []scopeprobe.Site
 	moved := 0
 	for i := range code.insts {
-		if code.insts[i].inst.Op != x86asm.RET {
+		if !code.insts[i].ret {
 			continue
 		}
 		rel, before := placeReturn(code.insts, i, code.targets, code.indirect)
@@ -267,8 +268,9 @@ func (b *Binary) returnSites(id uint32, fn Function, code *functionCode, spec Sp
 }
 
 // AfterStackCheck returns the address of the instruction after Go's
-// stack-bound check ("CMP SP or a register, 16(R14); JBE morestack"), or
-// fn.Start when the function has none (NOSPLIT and small leaves).
+// stack-bound check ("CMP SP or a register, 16(R14); JBE morestack" on
+// x86-64, "MOVD 16(R28), R16 ... BLS morestack" on arm64), or fn.Start
+// when the function has none (NOSPLIT and small leaves).
 func (b *Binary) AfterStackCheck(fn Function) (uint64, error) {
 	end := min(fn.End, fn.Start+maxPrologue*15)
 	if end <= fn.Start {
@@ -277,6 +279,9 @@ func (b *Binary) AfterStackCheck(fn Function) (uint64, error) {
 	code, err := b.code(fn.Start, end)
 	if err != nil {
 		return 0, err
+	}
+	if b.elf.Machine == elf.EM_AARCH64 {
+		return fn.Start + afterStackCheckA64(code), nil
 	}
 	comparedG := false
 	for off, n := 0, 0; off < len(code) && n < maxPrologue; n++ {

@@ -75,7 +75,10 @@ func (t *tracker) pinBinaries() {
 // their files that a file_match probe matches are attached at start, so a
 // library loaded later (dlopen, Python extension modules) is covered from
 // its first instruction without waiting for its mapping to be seen.
-var libraryDirs = []string{"/lib/x86_64-linux-gnu", "/usr/lib/x86_64-linux-gnu", "/lib64", "/usr/lib64", "/lib", "/usr/lib", "/usr/local/lib"}
+// Both architectures' multiarch directories are listed: the other's is
+// absent or holds no library the loader would map.
+var libraryDirs = []string{"/lib/x86_64-linux-gnu", "/usr/lib/x86_64-linux-gnu", "/lib/aarch64-linux-gnu", "/usr/lib/aarch64-linux-gnu",
+	"/lib64", "/usr/lib64", "/lib", "/usr/lib", "/usr/local/lib"}
 
 const (
 	// maxDirEntries bounds the entries read from one directory at start.

@@ -135,8 +135,8 @@ func (r *logsReceiver) start(_ context.Context, _ component.Host) (err error) {
 		r.set.Logger.Warn("uprobe receiver has no probes: nothing to do")
 		return nil
 	}
-	// Its BPF loads on arm64; where probes go is read from x86-64 code.
-	if err := support.Check(support.Architecture("probe placement (decoding x86-64 machine code)", "amd64")); err != nil {
+	// Where probes go is read from x86-64 or arm64 code.
+	if err := support.Check(support.Architecture("probe placement (decoding machine code)", "amd64", "arm64")); err != nil {
 		return fmt.Errorf("starting uprobe receiver: %w", err)
 	}
 	r.cfg.logMissingBinaries(r.set.Logger)
