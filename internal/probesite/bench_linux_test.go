@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"fmt"
 	"os/exec"
+	"runtime"
 	"strconv"
 	"strings"
 	"testing"
@@ -369,6 +370,52 @@ func BenchmarkProbePairCost(b *testing.B) {
 			b.ReportMetric(naive/placed, "naive/placed")
 			b.ReportMetric(bt/n, "bpftrace-ns/call")
 			b.ReportMetric(bt/placed, "bpftrace/placed")
+		})
+	}
+}
+
+// hitRows are BenchmarkScopeHitRatio's harness functions on each
+// architecture: a single-stepped first instruction, an emulated one, and
+// the USDT pair.
+var hitRows = map[string][]string{
+	"amd64": {"f_endbr", "f_push", "usdt"},
+	"arm64": {"f_stp", "f_b", "usdt"},
+}
+
+// BenchmarkScopeHitRatio reports what a hit of bpfcol's scope programs
+// costs against empty programs on the same placed sites: the harness's ns
+// per call with no probe (none), with empty programs (the kernel's floor
+// for those traps) and with the scope pair (placed). Under emulation (make
+// vmtest) absolute times mean nothing; the ratios do: placed/floor, and
+// hit/empty, (placed-none)/(floor-none), the cost of bpfcol's hits in
+// units of an empty one's. It runs in the arm64 VM too, with no bpftrace
+// there (BenchmarkProbePairCost's other side).
+func BenchmarkScopeHitRatio(b *testing.B) {
+	testenv.RequireBPF(b)
+	bin := fastprobe(b)
+	bf := open(b, bin)
+	scope := loadProbes(b, false)
+	empty := loadProbes(b, true)
+	rows, ok := hitRows[runtime.GOARCH]
+	if !ok {
+		b.Fatalf("no harness functions for %s", runtime.GOARCH)
+	}
+	for _, fn := range rows {
+		b.Run(fn, func(b *testing.B) {
+			ps := benchPairs(b, bf, fn)
+			var none, floor, placed float64
+			for i := 0; i < b.N; i++ {
+				none += runHarness(b, bin, fn, benchCalls).nsPerCall
+				// Each call passes one entry and one exit site.
+				floor += measureWith(b, empty, bin, fn, ps.placed, 2)
+				placed += measureWith(b, scope, bin, fn, ps.placed, 2)
+			}
+			n := float64(b.N)
+			b.ReportMetric(none/n, "none-ns/call")
+			b.ReportMetric(floor/n, "floor-ns/call")
+			b.ReportMetric(placed/n, "placed-ns/call")
+			b.ReportMetric(placed/floor, "placed/floor")
+			b.ReportMetric((placed-none)/(floor-none), "hit/empty")
 		})
 	}
 }

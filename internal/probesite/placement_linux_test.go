@@ -5,6 +5,7 @@ import (
 	"math"
 	"os/exec"
 	"regexp"
+	"runtime"
 	"strconv"
 	"strings"
 	"testing"
@@ -16,8 +17,11 @@ import (
 )
 
 // harnessFlags build the harness the way distributions build C code:
-// endbr64 at every function the compiler emits, frame pointers on.
-var harnessFlags = []string{"-O2", "-fcf-protection=full", "-fno-omit-frame-pointer"}
+// endbr64 at every function the compiler emits (x86-64), frame pointers on.
+var harnessFlags = map[string][]string{
+	"amd64": {"-O2", "-fcf-protection=full", "-fno-omit-frame-pointer"},
+	"arm64": {"-O2", "-fno-omit-frame-pointer"},
+}[runtime.GOARCH]
 
 // Mnemonics (as objdump prints them) the kernel emulates, and those an
 // entry probe may be moved over, restated from the measured table in

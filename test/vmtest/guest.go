@@ -56,10 +56,18 @@ dmesg -n 1
 echo "%s boot $(uname -r) $(uname -m) $(nproc)"
 `, testenv.RequireBPFEnv, testworkload.PrebuiltEnv, guestWorkloads, m)
 	for _, s := range suites {
-		fmt.Fprintf(&b, "echo '%s start %s'\n", m, s.pkg)
-		fmt.Fprintf(&b, "cd '%s' && '%s' -test.v=test2json -test.count=1 -test.timeout=%s -test.run '%s' 2>&1\n",
-			path.Join(repo, s.pkg), path.Join(guestBin, testBinName(s)), testTimeout, s.runPattern())
-		fmt.Fprintf(&b, "echo \"%s exit %s $?\"\n", m, s.pkg)
+		if len(s.tests) > 0 {
+			fmt.Fprintf(&b, "echo '%s start %s'\n", m, s.pkg)
+			fmt.Fprintf(&b, "cd '%s' && '%s' -test.v=test2json -test.count=1 -test.timeout=%s -test.run '%s' 2>&1\n",
+				path.Join(repo, s.pkg), path.Join(guestBin, testBinName(s)), testTimeout, s.runPattern())
+			fmt.Fprintf(&b, "echo \"%s exit %s $?\"\n", m, s.pkg)
+		}
+		if len(s.benches) > 0 {
+			fmt.Fprintf(&b, "echo '%s bench %s'\n", m, s.pkg)
+			fmt.Fprintf(&b, "cd '%s' && '%s' -test.v=test2json -test.count=1 -test.timeout=%s -test.run '^$' -test.bench '%s' -test.benchtime 1x 2>&1\n",
+				path.Join(repo, s.pkg), path.Join(guestBin, testBinName(s)), testTimeout, s.benchPattern())
+			fmt.Fprintf(&b, "echo \"%s exit %s $?\"\n", m, s.pkg)
+		}
 	}
 	fmt.Fprintf(&b, "echo '%s dmesg'\ndmesg\necho '%s done'\npoweroff -f\n", m, m)
 	return b.String()

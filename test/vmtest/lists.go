@@ -14,6 +14,10 @@ import (
 type suite struct {
 	pkg   string // relative to the repository, e.g. internal/bpf/profiler
 	tests []string
+	// benches are top-level benchmarks, run once each (-test.benchtime
+	// 1x) after the tests: their figures are printed, and they pass when
+	// they report them.
+	benches []string
 	// goarch is the one architecture the tests run on; "" for every one.
 	goarch string
 }
@@ -106,13 +110,20 @@ func readSuites(path string) ([]suite, error) {
 			i = len(suites) - 1
 		}
 		for _, name := range f[1:] {
-			if !strings.HasPrefix(name, "Test") || strings.ContainsAny(name, "/^$|()*.") {
-				return nil, fmt.Errorf("%s: %q is not the name of a top-level test", path, name)
+			bench := strings.HasPrefix(name, "Benchmark")
+			if !strings.HasPrefix(name, "Test") && !bench || strings.ContainsAny(name, "/^$|()*.") {
+				return nil, fmt.Errorf("%s: %q is not the name of a top-level test or benchmark", path, name)
 			}
-			if slices.ContainsFunc(suites, func(s suite) bool { return s.pkg == pkg && slices.Contains(s.tests, name) }) {
+			if slices.ContainsFunc(suites, func(s suite) bool {
+				return s.pkg == pkg && (slices.Contains(s.tests, name) || slices.Contains(s.benches, name))
+			}) {
 				return nil, fmt.Errorf("%s: %s %s is listed twice", path, pkg, name)
 			}
-			suites[i].tests = append(suites[i].tests, name)
+			if bench {
+				suites[i].benches = append(suites[i].benches, name)
+			} else {
+				suites[i].tests = append(suites[i].tests, name)
+			}
 		}
 	}
 	if len(suites) == 0 {
@@ -134,6 +145,7 @@ func suitesFor(t target, suites []suite) []suite {
 			i = len(out) - 1
 		}
 		out[i].tests = append(out[i].tests, s.tests...)
+		out[i].benches = append(out[i].benches, s.benches...)
 	}
 	return out
 }
@@ -141,6 +153,11 @@ func suitesFor(t target, suites []suite) []suite {
 // runPattern is the -test.run pattern of exactly s's tests.
 func (s suite) runPattern() string {
 	return "^(" + strings.Join(s.tests, "|") + ")$"
+}
+
+// benchPattern is the -test.bench pattern of exactly s's benchmarks.
+func (s suite) benchPattern() string {
+	return "^(" + strings.Join(s.benches, "|") + ")$"
 }
 
 // readWorkloads reads workloads.txt: a compiler, a source, its flags.

@@ -36,6 +36,12 @@ func TestListsNameRealTests(t *testing.T) {
 			}
 			n++
 		}
+		for _, name := range s.benches {
+			if !regexp.MustCompile(`(?m)^func ` + name + `\(b \*testing\.B\)`).Match(src) {
+				t.Errorf("tests.txt: %s has no benchmark %s", s.pkg, name)
+			}
+			n++
+		}
 	}
 	workloads, err := readWorkloads("workloads.txt")
 	if err != nil {

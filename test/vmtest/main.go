@@ -150,6 +150,9 @@ func summarize(t target, k kernel, res bootResult, prepared time.Duration, logPa
 		detail += fmt.Sprintf(", booted in %s, tests ran %s", res.bootTime.Round(time.Second), res.runTime.Round(time.Second))
 	}
 	fmt.Fprintln(os.Stderr, detail+"; console log "+logPath)
+	for _, l := range r.benchLines {
+		fmt.Fprintf(os.Stderr, "vmtest: %s %s: %s\n", t.arch, k.version, l)
+	}
 	for _, tr := range r.results {
 		if tr.outcome != "PASS" {
 			how := tr.outcome

@@ -28,6 +28,8 @@ type guestReport struct {
 	// problems are failures not tied to one test: a test binary that
 	// crashed or timed out, a suite that never started.
 	problems []string
+	// benchLines are the result lines of the benchmarks, as printed.
+	benchLines []string
 }
 
 func (r *guestReport) counts() (passed, failed int) {
@@ -55,6 +57,8 @@ type consoleParser struct {
 	suites  []suite
 	report  guestReport
 	current *suite
+	// benching: the current suite's benchmarks run, not its tests.
+	benching bool
 	ended   map[string]string // test name → outcome, in the current suite
 	// skippedSub holds the tests of the current suite with a subtest that
 	// skipped for another reason than a missing kernel feature.
@@ -89,6 +93,10 @@ func (p *consoleParser) line(l string) string {
 	if strings.HasPrefix(l, "\x16=== ") {
 		// RUN, NAME, CONT: another test's output follows.
 		p.lastLack = ""
+	}
+	if p.benching {
+		p.benchLine(l)
+		return ""
 	}
 	frame, ok := strings.CutPrefix(l, "\x16--- ")
 	if !ok {
@@ -125,10 +133,11 @@ func (p *consoleParser) event(rest string) string {
 	case "boot":
 		p.report.booted = true
 		p.report.uname = strings.Join(fields[1:], " ")
-	case "start":
+	case "start", "bench":
 		if len(fields) == 2 {
 			if i := slices.IndexFunc(p.suites, func(s suite) bool { return s.pkg == fields[1] }); i >= 0 {
 				p.current = &p.suites[i]
+				p.benching = fields[0] == "bench"
 				p.ended = map[string]string{}
 				p.skippedSub = map[string]bool{}
 				p.lacks = map[string]string{}
@@ -144,12 +153,39 @@ func (p *consoleParser) event(rest string) string {
 	return fields[0]
 }
 
-// endSuite records the outcome of each of the current suite's tests.
+// benchResult is a benchmark's result line: its name (a sub-benchmark's
+// too), -GOMAXPROCS, the iterations, then the figures.
+var benchResult = regexp.MustCompile(`^(Benchmark[^/\s]+)(/\S*)?-\d+\s+\d+\s+.*\bns/op\b`)
+
+// benchLine takes a console line of a benchmark run: a result line passes
+// its top-level benchmark unless a FAIL frame of it came.
+func (p *consoleParser) benchLine(l string) {
+	if m := benchResult.FindStringSubmatch(l); m != nil {
+		p.report.benchLines = append(p.report.benchLines, strings.Join(strings.Fields(l), " "))
+		if p.ended[m[1]] == "" {
+			p.ended[m[1]] = "PASS"
+		}
+		return
+	}
+	if frame, ok := strings.CutPrefix(l, "\x16--- FAIL: "); ok {
+		name, _, _ := strings.Cut(frame, " ")
+		top, _, _ := strings.Cut(name, "/")
+		p.ended[top] = "FAIL"
+	}
+}
+
+// endSuite records the outcome of each of the current suite's tests (or
+// benchmarks).
 func (p *consoleParser) endSuite(status string) {
 	s := p.current
 	p.current = nil
+	names := s.tests
+	if p.benching {
+		names = s.benches
+	}
+	p.benching = false
 	failing := false
-	for _, name := range s.tests {
+	for _, name := range names {
 		outcome := p.ended[name]
 		if outcome == "PASS" && p.skippedSub[name] {
 			outcome = "PASS, but a subtest skipped"
@@ -175,8 +211,8 @@ func (p *consoleParser) finish() *guestReport {
 		p.endSuite("none")
 	}
 	for _, s := range p.suites {
-		if !slices.ContainsFunc(p.report.results, func(r testResult) bool { return r.pkg == s.pkg }) {
-			for _, name := range s.tests {
+		for _, name := range append(slices.Clone(s.tests), s.benches...) {
+			if !slices.ContainsFunc(p.report.results, func(r testResult) bool { return r.pkg == s.pkg && r.name == name }) {
 				p.report.results = append(p.report.results, testResult{pkg: s.pkg, name: name})
 			}
 		}

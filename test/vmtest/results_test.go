@@ -85,6 +85,49 @@ func TestConsoleParser(t *testing.T) {
 	}
 }
 
+// TestConsoleParserBenchmarks reads a benchmark run: a benchmark passes
+// when it printed a result line and no FAIL frame, and its result lines
+// are kept to be printed.
+func TestConsoleParserBenchmarks(t *testing.T) {
+	suites := []suite{{pkg: "a", tests: []string{"TestPass"}, benches: []string{"BenchmarkRatio", "BenchmarkFails", "BenchmarkSilent"}}}
+	r := parse(suites, console(
+		"vmtest.n0 boot 6.1.0-57-cloud-arm64 aarch64 2",
+		"vmtest.n0 start a",
+		"^V--- PASS: TestPass (1.00s)",
+		"vmtest.n0 exit a 0",
+		"vmtest.n0 bench a",
+		"goos: linux",
+		"^V=== RUN   BenchmarkRatio",
+		"BenchmarkRatio",
+		"^V=== RUN   BenchmarkRatio/f_stp",
+		"BenchmarkRatio/f_stp",
+		"BenchmarkRatio/f_stp-2         \t       1\t 235229013 ns/op\t       1.167 hit/empty",
+		"^V=== RUN   BenchmarkFails",
+		"BenchmarkFails-2   1   5 ns/op",
+		"^V--- FAIL: BenchmarkFails/sub",
+		"^V=== RUN   BenchmarkSilent",
+		"^VFAIL",
+		"vmtest.n0 exit a 1",
+		"vmtest.n0 done",
+	))
+	want := map[string]string{"TestPass": "PASS", "BenchmarkRatio": "PASS", "BenchmarkFails": "FAIL", "BenchmarkSilent": ""}
+	for _, tr := range r.results {
+		if w, ok := want[tr.name]; !ok || w != tr.outcome {
+			t.Errorf("%s: %q, want %q", tr.name, tr.outcome, w)
+		}
+		delete(want, tr.name)
+	}
+	if len(want) > 0 {
+		t.Errorf("no result for %v", want)
+	}
+	if len(r.benchLines) != 2 || !strings.HasPrefix(r.benchLines[0], "BenchmarkRatio/f_stp-2 1 235229013 ns/op 1.167 hit/empty") {
+		t.Errorf("result lines %q", r.benchLines)
+	}
+	if passed, failed := r.counts(); passed != 2 || failed != 2 {
+		t.Errorf("%d passed, %d failed; want 2, 2", passed, failed)
+	}
+}
+
 func TestConsoleParserCrashesAndStops(t *testing.T) {
 	suites := []suite{
 		{pkg: "a", tests: []string{"TestPass"}},
@@ -130,6 +173,14 @@ func TestReadSuites(t *testing.T) {
 	if len(suites) != 2 || suites[0].pkg != "a/b" || strings.Join(suites[0].tests, ",") != "TestX,TestY,TestW" || suites[0].runPattern() != "^(TestX|TestY|TestW)$" {
 		t.Errorf("suites %+v", suites)
 	}
+	// Benchmarks, run apart from the tests.
+	suites, err = readSuites(write("a TestX BenchmarkY\na BenchmarkZ\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(suites) != 1 || strings.Join(suites[0].tests, ",") != "TestX" || suites[0].benchPattern() != "^(BenchmarkY|BenchmarkZ)$" {
+		t.Errorf("suites %+v", suites)
+	}
 	// A line for one architecture: its tests run on its targets only.
 	suites, err = readSuites(write("a/b TestX\namd64: a/b TestY\namd64: c TestZ\n"))
 	if err != nil {
@@ -149,7 +200,7 @@ func TestReadSuites(t *testing.T) {
 			t.Errorf("%s runs %v, want %s", tg.name, parts, want)
 		}
 	}
-	for _, bad := range []string{"a\n", "a TestX/sub\n", "a Test.*\n", "a TestX TestX\n", "a Benchmark\n", "# nothing\n",
+	for _, bad := range []string{"a\n", "a TestX/sub\n", "a Test.*\n", "a TestX TestX\n", "a ExampleX\n", "a BenchmarkX BenchmarkX\n", "# nothing\n",
 		"amd64: a TestX\na TestX\n", "sparc: a TestX\n", "amd64: a\n"} {
 		if _, err := readSuites(write(bad)); err == nil {
 			t.Errorf("%q accepted", bad)

@@ -33,6 +33,11 @@ unsigned short bpfcol_end_semaphore __attribute__((section(".probes"), used));
 //   f_nop_ret   push; ...; nop; ret            an emulated nop just before RET
 //   f_rec       push ... call f_rec ... nop; ret   recursive, nop before RET
 //   nop_sled    1024 one-byte nops, never called: attach-time benchmarks
+// On arm64 (whose kernel simulates branches and single-steps the rest):
+//   f_stp       stp x29, x30, [sp, #-16]! ...  the usual prologue
+//   f_b         b 1f; 1: ...                   a simulated first instruction
+//   f_nop_ret   stp ...; nop; ret              a nop just before the RET
+#if defined(__x86_64__)
 __asm__(
 	".text\n"
 	".globl f_endbr\n.type f_endbr,@function\n.p2align 4\n"
@@ -131,6 +136,43 @@ __asm__(
 	"	ret\n"
 	".size nop_sled,.-nop_sled\n");
 
+#elif defined(__aarch64__)
+__asm__(
+	".text\n"
+	".globl f_stp\n.type f_stp,%function\n.p2align 4\n"
+	"f_stp:\n"
+	"	stp x29, x30, [sp, #-16]!\n"
+	"	mov x29, sp\n"
+	"	add x0, x0, #1\n"
+	"	ldp x29, x30, [sp], #16\n"
+	"	ret\n"
+	".size f_stp,.-f_stp\n"
+
+	".globl f_b\n.type f_b,%function\n.p2align 4\n"
+	"f_b:\n"
+	"	b 1f\n"
+	"1:	add x0, x0, #1\n"
+	"	ret\n"
+	".size f_b,.-f_b\n"
+
+	".globl f_nop_ret\n.type f_nop_ret,%function\n.p2align 4\n"
+	"f_nop_ret:\n"
+	"	stp x29, x30, [sp, #-16]!\n"
+	"	mov x29, sp\n"
+	"	add x0, x0, #1\n"
+	"	ldp x29, x30, [sp], #16\n"
+	"	nop\n"
+	"	ret\n"
+	".size f_nop_ret,.-f_nop_ret\n");
+
+unsigned long f_stp(unsigned long);
+unsigned long f_b(unsigned long);
+unsigned long f_nop_ret(unsigned long);
+#else
+#error "fastprobe is written for x86-64 and arm64"
+#endif
+
+#if defined(__x86_64__)
 unsigned long f_endbr(unsigned long);
 unsigned long f_push(unsigned long);
 unsigned long f_lea(unsigned long);
@@ -140,6 +182,7 @@ unsigned long f_back(unsigned long);
 unsigned long f_indirect(unsigned long);
 unsigned long f_nop_ret(unsigned long);
 unsigned long f_rec(unsigned long);
+#endif
 
 // usdt_pair is the USDT row: a begin and an end site around a little work,
 // the same work the assembly functions do.
@@ -155,9 +198,13 @@ static const struct {
 	const char *name;
 	unsigned long (*fn)(unsigned long);
 } functions[] = {
+#if defined(__x86_64__)
 	{"f_endbr", f_endbr},   {"f_push", f_push},       {"f_lea", f_lea},
 	{"f_nop5", f_nop5},     {"f_leaf_lea", f_leaf_lea}, {"f_back", f_back},
 	{"f_indirect", f_indirect}, {"f_nop_ret", f_nop_ret}, {"f_rec", f_rec},
+#else
+	{"f_stp", f_stp},       {"f_b", f_b},             {"f_nop_ret", f_nop_ret},
+#endif
 	{"usdt", usdt_pair},
 };
 
