@@ -94,7 +94,7 @@ func TestGoReturnSites(t *testing.T) {
 		tc                         testworkload.Toolchain
 	}{
 		{"amd64", "objdump", "jbe", testworkload.HostToolchain},
-		{"arm64", "aarch64-linux-gnu-objdump", "b.ls", arm64Toolchain},
+		{"arm64", "aarch64-linux-gnu-objdump", "b.ls", testworkload.ARM64Toolchain},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			bin, err := testworkload.Compile(testworkload.Workload{Compiler: testworkload.Go, Name: "goscope", Flags: []string{"-ldflags=-s -w"}}, c.tc, t.TempDir())
@@ -110,30 +110,15 @@ func TestGoReturnSites(t *testing.T) {
 				t.Fatalf("entry %+v", plan.Sites[0])
 			}
 			// objdump is the ground truth for instruction boundaries.
-			out, err := exec.Command(testenv.LookPath(t, c.objdump), "-d", "--no-show-raw-insn",
-				"--start-address="+strconv.FormatUint(plan.Entry.Start, 10),
-				"--stop-address="+strconv.FormatUint(plan.Entry.End, 10), bin).Output()
-			if err != nil {
-				t.Fatalf("objdump: %v", err)
-			}
 			var rets []uint64
 			var afterCheck uint64
-			lines := strings.Split(string(out), "\n")
-			for i, line := range lines {
-				addr, rest, ok := strings.Cut(strings.TrimSpace(line), ":")
-				if !ok {
-					continue
+			insts := objdumpFunctionWith(t, c.objdump, bin, plan.Entry)
+			for i, in := range insts {
+				if strings.HasPrefix(in.text, "ret") {
+					rets = append(rets, in.addr)
 				}
-				a, err := strconv.ParseUint(addr, 16, 64)
-				if err != nil {
-					continue
-				}
-				if strings.HasPrefix(strings.TrimSpace(rest), "ret") {
-					rets = append(rets, a)
-				}
-				if afterCheck == 0 && strings.HasPrefix(strings.TrimSpace(rest), c.checkBranch) && i+1 < len(lines) {
-					next, _, _ := strings.Cut(strings.TrimSpace(lines[i+1]), ":")
-					afterCheck, _ = strconv.ParseUint(next, 16, 64)
+				if afterCheck == 0 && strings.HasPrefix(in.text, c.checkBranch) && i+1 < len(insts) {
+					afterCheck = insts[i+1].addr
 				}
 			}
 			exits := plan.Sites[1:]
@@ -155,16 +140,13 @@ func TestGoReturnSites(t *testing.T) {
 	}
 }
 
-// arm64Toolchain cross-builds workloads for arm64.
-var arm64Toolchain = testworkload.Toolchain{CC: "aarch64-linux-gnu-gcc", CXX: "aarch64-linux-gnu-g++", GOARCH: "arm64"}
-
 // TestPlacementA64 places the probes of an arm64 C function: its entry at
 // its first instruction (the prologue's store of x30 and x29 is
 // single-stepped, and a uretprobe must see x30 before it is saved), its
 // exit a uretprobe there; and checks every instruction the decoder reads
 // against objdump's boundaries and branch targets.
 func TestPlacementA64(t *testing.T) {
-	bin, err := testworkload.Compile(testworkload.Workload{Compiler: testworkload.GCC, Name: "scopeburn.c", Flags: []string{"-O1", "-g"}}, arm64Toolchain, t.TempDir())
+	bin, err := testworkload.Compile(testworkload.Workload{Compiler: testworkload.GCC, Name: "scopeburn.c", Flags: []string{"-O1", "-g"}}, testworkload.ARM64Toolchain, t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -77,6 +77,10 @@ type Toolchain struct {
 // HostToolchain builds for the machine the tests run on.
 var HostToolchain = Toolchain{CC: "gcc", CXX: "g++", MuslCC: "musl-gcc", Rustc: "rustc"}
 
+// ARM64Toolchain cross-builds for arm64 (scripts/install-deps.sh installs
+// its compilers); it builds no Rust, and says so by the command's name.
+var ARM64Toolchain = Toolchain{CC: "aarch64-linux-gnu-gcc", CXX: "aarch64-linux-gnu-g++", Rustc: "rustc-aarch64-not-supported", GOARCH: "arm64"}
+
 func (tc Toolchain) command(c Compiler) string {
 	switch c {
 	case GCC:

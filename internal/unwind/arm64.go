@@ -98,15 +98,7 @@ func analyzeARM64(code []byte, funcStart uint64) *Function {
 			}
 		}
 	}
-	f.offsets = make([]uint32, 0, len(states))
-	for off := range states {
-		f.offsets = append(f.offsets, off)
-	}
-	sortOffsets(f.offsets)
-	f.slots = make([]int8, len(f.offsets))
-	for i, off := range f.offsets {
-		f.slots[i] = states[off].slot()
-	}
+	f.offsets, f.slots = answers(states)
 	return f
 }
 

@@ -13,9 +13,6 @@ import (
 	"github.com/bpfcol/bpfcol/internal/testworkload"
 )
 
-// arm64Toolchain cross-builds the workloads for arm64.
-var arm64Toolchain = testworkload.Toolchain{CC: "aarch64-linux-gnu-gcc", CXX: "aarch64-linux-gnu-g++", GOARCH: "arm64"}
-
 // arm64Tally counts, over the instructions of every FDE, how the analysis
 // agrees with the CFI.
 type arm64Tally struct {
@@ -236,7 +233,7 @@ func TestARM64AgreesWithCFI(t *testing.T) {
 	for _, w := range builds {
 		name := w.Name + " " + strings.Join(w.Flags, " ")
 		t.Run(name, func(t *testing.T) {
-			bin, err := testworkload.Compile(w, arm64Toolchain, t.TempDir())
+			bin, err := testworkload.Compile(w, testworkload.ARM64Toolchain, t.TempDir())
 			if err != nil {
 				t.Fatal(err)
 			}

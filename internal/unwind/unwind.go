@@ -60,16 +60,23 @@ func Analyze(code []byte, funcStart uint64) *Function {
 		// caller the FP walk lost is not a frame worth inventing.
 		return f
 	}
-	f.offsets = make([]uint32, 0, len(states))
-	for off := range states {
-		f.offsets = append(f.offsets, off)
-	}
-	sortOffsets(f.offsets)
-	f.slots = make([]int8, len(f.offsets))
-	for i, off := range f.offsets {
-		f.slots[i] = states[off].slot()
-	}
+	f.offsets, f.slots = answers(states)
 	return f
+}
+
+// answers returns the analysed offsets, sorted, and the slot each
+// answers, from an analysis's states.
+func answers[S interface{ slot() int8 }](states map[uint32]S) ([]uint32, []int8) {
+	offsets := make([]uint32, 0, len(states))
+	for off := range states {
+		offsets = append(offsets, off)
+	}
+	slices.Sort(offsets)
+	slots := make([]int8, len(offsets))
+	for i, off := range offsets {
+		slots[i] = states[off].slot()
+	}
+	return offsets, slots
 }
 
 // Size returns the bytes of heap f holds: itself, its code and its
@@ -101,9 +108,6 @@ func (f *Function) ReturnAddressSlot(pc uint64) (spOffset int, ok bool) {
 	}
 	return int(f.slots[i]), true
 }
-
-// sortOffsets sorts a function's analysed offsets.
-func sortOffsets(offsets []uint32) { slices.Sort(offsets) }
 
 // rbpState says what RBP holds relative to this function's frame.
 type rbpState uint8

@@ -59,7 +59,7 @@ type consoleParser struct {
 	current *suite
 	// benching: the current suite's benchmarks run, not its tests.
 	benching bool
-	ended   map[string]string // test name → outcome, in the current suite
+	ended    map[string]string // test name → outcome, in the current suite
 	// skippedSub holds the tests of the current suite with a subtest that
 	// skipped for another reason than a missing kernel feature.
 	skippedSub map[string]bool

@@ -44,8 +44,6 @@ var x86Tools = []string{"capsh", "objdump", "readelf"}
 
 var x86Toolchain = testworkload.Toolchain{CC: "gcc", CXX: "g++", MuslCC: "musl-gcc", Rustc: "rustc", GOARCH: "amd64"}
 
-var arm64Toolchain = testworkload.Toolchain{CC: "aarch64-linux-gnu-gcc", CXX: "aarch64-linux-gnu-g++", Rustc: "rustc-aarch64-not-supported", GOARCH: "arm64"}
-
 // x86Machine: nested KVM does not work on the machines this runs on, so
 // every target is emulated (TCG), with the newest CPU model qemu has.
 // -nodefaults drops the network card, whose boot ROM costs seconds.
@@ -80,7 +78,7 @@ var targets = []target{
 		name: "arm64-6.1", arch: "arm64", debArch: "arm64", goarch: "arm64",
 		kernelPackage: "linux-image-cloud-arm64",
 		qemu:          "qemu-system-aarch64", machine: arm64Machine, console: "ttyAMA0",
-		toolchain: arm64Toolchain, libDirs: []string{"/usr/aarch64-linux-gnu/lib"},
+		toolchain: testworkload.ARM64Toolchain, libDirs: []string{"/usr/aarch64-linux-gnu/lib"},
 		debTools: []debTool{{pkg: "libcap2-bin", path: "sbin/capsh"}}, libPackages: []string{"libcap2"},
 	},
 }
