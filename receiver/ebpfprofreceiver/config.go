@@ -210,8 +210,6 @@ func createDefaultConfig() component.Config {
 var knownInterpreters = []string{python.Name, hotspot.Name, v8.Name}
 
 // interpreter reports whether name is in Interpreters.
-func (c *Config) interpreter(name string) bool { return slices.Contains(c.Interpreters, name) }
-
 func (c *Config) validateInterpreters() []error {
 	var errs []error
 	for i, name := range c.Interpreters {

@@ -2,6 +2,7 @@ package ebpfprofreceiver
 
 import (
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -195,14 +196,14 @@ func TestSymbolizerCacheDirDefault(t *testing.T) {
 func TestConfigInterpreters(t *testing.T) {
 	def := createDefaultConfig().(*Config)
 	for _, name := range []string{"cpython", "hotspot"} {
-		if !def.interpreter(name) {
+		if !slices.Contains(def.Interpreters, name) {
 			t.Errorf("default interpreters %v: %s left out", def.Interpreters, name)
 		}
 	}
 	off := createDefaultConfig().(*Config)
 	off.Interpreters = []string{}
-	if err := off.Validate(); err != nil || off.interpreter("cpython") {
-		t.Errorf("interpreters: []: %v, cpython %v", err, off.interpreter("cpython"))
+	if err := off.Validate(); err != nil || slices.Contains(off.Interpreters, "cpython") {
+		t.Errorf("interpreters: []: %v, cpython %v", err, slices.Contains(off.Interpreters, "cpython"))
 	}
 	for list, want := range map[string]string{
 		"cpython,ruby":    `interpreters[1]: "ruby" is not one of [cpython hotspot v8]`,
